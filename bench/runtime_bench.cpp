@@ -1,0 +1,110 @@
+// `mqlm bench runtime`: messages per second and round-trip latency between two actors (a
+// prober and an echo) over inproc, ipc and tcp, for small messages and 1 MiB blob frames.
+// Latency is measured with one ping in flight; throughput with a window of pings in flight.
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <sys/utsname.h>
+
+#include "actors/mailbox.hpp"
+#include "actors/node.hpp"
+#include "actors/probe_actors.hpp"
+#include "tools/commands.hpp"
+
+namespace mqlm::tools {
+
+using namespace actors;
+
+namespace {
+
+messages::ProbeReport probe(Transport transport, std::uint64_t rounds, std::uint64_t window, std::uint64_t blob) {
+  NodeConfig config;
+  for (const char* name : {"echo", "prober", "bench"}) config.topology.add(name, make_endpoint(transport, name));
+  ProberConfig prober{"echo", "bench", rounds, window, blob, 7};
+  config.actors.push_back({"echo", [] { return std::make_unique<EchoActor>(); }, {}});
+  config.actors.push_back({"prober", [prober] { return std::make_unique<ProberActor>(prober); }, {}});
+  Node node(std::move(config));
+  Mailbox bench(node.context(), node.topology(), "bench");
+  node.start();
+  auto report = bench.receive(std::chrono::minutes(5));
+  node.stop();
+  if (!report || report->as<messages::ProbeReport>() == nullptr) throw CommandFailed("a probe run did not report");
+  auto r = *report->as<messages::ProbeReport>();
+  if (r.pongs != rounds || r.mismatches != 0) {
+    throw CommandFailed(fmt::format("a probe run lost or changed messages: {} of {} pongs, {} mismatched", r.pongs,
+                                    rounds, r.mismatches));
+  }
+  return r;
+}
+
+std::string host_line() {
+  utsname u{};
+  uname(&u);
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, cpu = "unknown cpu";
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  return fmt::format("{} ({} {}), {} logical cpus", cpu, u.sysname, u.release, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+void add_runtime_bench(CLI::App& bench) {
+  struct Options {
+    std::uint64_t small_rounds = 20000;
+    std::uint64_t large_rounds = 500;
+    std::uint64_t window = 32;
+    std::string out;
+  };
+  auto o = std::make_shared<Options>();
+  auto* runtime = bench.add_subcommand("runtime", "actor-to-actor messages/s and round-trip latency per transport");
+  runtime->add_option("--small-rounds", o->small_rounds, "round trips per small-message run")
+      ->check(CLI::Range(10, 10'000'000));
+  runtime->add_option("--large-rounds", o->large_rounds, "round trips per 1 MiB run")->check(CLI::Range(10, 1'000'000));
+  runtime->add_option("--window", o->window, "pings in flight in the throughput runs")->check(CLI::Range(1, 512));
+  runtime->add_option("--out", o->out, "also write the table, with date, host and command, to this file");
+  runtime->callback([o] {
+    std::ostringstream table;
+    table << "| transport | payload | round trips/s | messages/s | MB/s (both ways) | RTT p50 us | RTT p99 us |\n"
+          << "|---|---|---|---|---|---|---|\n";
+    for (auto [name, transport] : {std::pair{"inproc", Transport::inproc}, std::pair{"ipc", Transport::ipc},
+                                   std::pair{"tcp", Transport::tcp}}) {
+      for (std::uint64_t blob : {std::uint64_t{0}, std::uint64_t{1} << 20}) {
+        std::uint64_t rounds = blob == 0 ? o->small_rounds : o->large_rounds;
+        auto latency = probe(transport, rounds, 1, blob);
+        auto throughput = probe(transport, rounds, o->window, blob);
+        double per_second = throughput.pongs / (throughput.elapsed_ns / 1e9);
+        std::string row = fmt::format(
+            "| {} | {} | {:.0f} | {:.0f} | {:.0f} | {:.1f} | {:.1f} |\n", name, blob == 0 ? "small (~40 B)" : "1 MiB blob",
+            per_second, 2 * per_second, 2 * per_second * blob / 1e6, latency.rtt_p50_ns / 1e3, latency.rtt_p99_ns / 1e3);
+        table << row;
+        std::cerr << row << std::flush;
+      }
+    }
+    std::cout << table.str();
+    if (!o->out.empty()) {
+      std::time_t now = std::time(nullptr);
+      char date[32];
+      std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+      std::ofstream file(o->out);
+      file << "# Runtime benchmark\n\n"
+           << "- date: " << date << "\n- host: " << host_line() << "\n"
+           << fmt::format("- command: mqlm bench runtime --small-rounds {} --large-rounds {} --window {}\n",
+                          o->small_rounds, o->large_rounds, o->window)
+           << "- latency: one ping in flight; throughput: " << o->window
+           << " pings in flight; a round trip is a Ping and its Pong (two messages)\n\n"
+           << table.str();
+      if (!file) throw CommandFailed("cannot write " + o->out);
+    }
+  });
+}
+
+}  // namespace mqlm::tools

@@ -1,0 +1,20 @@
+// Every `mqlm` subcommand registers itself on the application here; main.cpp calls them all.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace mqlm::tools {
+
+void add_demo_command(CLI::App& app);
+void add_node_command(CLI::App& app);
+void add_trace_command(CLI::App& app);
+// `mqlm bench NAME`: each benchmark adds itself to the bench subcommand (code in bench/).
+void add_runtime_bench(CLI::App& bench);
+
+// A command's failure: the message goes to stderr and the process exits with code.
+struct CommandFailed : std::runtime_error {
+  CommandFailed(const std::string& what, int code = 1) : std::runtime_error(what), code(code) {}
+  int code;
+};
+
+}  // namespace mqlm::tools

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs everything mqlm needs to build and test on Debian 12, as root. Idempotent: a second
+# run installs nothing and exits 0.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libfmt-dev
+  libcli11-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev
+  libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-zmq python3-msgpack
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing ${missing[*]}; run this script as root (or with sudo)" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
