@@ -51,6 +51,8 @@ Dispatcher::Outcome Dispatcher::dispatch(Context& ctx, Frames frames) {
   Message& message = std::get<Message>(decoded);
   ++stats_.handled;
   if (message.kind() == Kind::Stop) {
+    if (stopping_) return Outcome::handled;  // the first Stop is the one answered
+    stopping_ = true;
     stop_ = std::move(message);
     return Outcome::stop;
   }

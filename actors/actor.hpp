@@ -70,8 +70,9 @@ class Dispatcher {
 
   Dispatcher(std::string name, Actor& actor) : name_(std::move(name)), actor_(actor) {}
 
-  // Decodes and handles one message. On Stop it returns Outcome::stop and leaves the message in
-  // stop_message; the caller ends the loop.
+  // Decodes and handles one message. On the first Stop it returns Outcome::stop and keeps the
+  // message in stop_message; the caller then handles what is already queued, calls on_stop and
+  // answers the Stop with StopAck.
   Outcome dispatch(Context& ctx, messages::Frames frames);
 
   const ActorStats& stats() const { return stats_; }
@@ -81,6 +82,7 @@ class Dispatcher {
   std::string name_;
   Actor& actor_;
   ActorStats stats_;
+  bool stopping_ = false;
   messages::Message stop_;
 };
 

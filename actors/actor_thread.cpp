@@ -26,25 +26,17 @@ struct TimerState {
 // The loop itself, and the Context its handlers see. Lives on the actor's thread only.
 class ActorLoop final : public Context {
  public:
-  ActorLoop(zmq::context_t& context, const Topology& topology, std::string name, Actor& actor)
+  ActorLoop(zmq::context_t& context, const Topology& topology, std::string name, Actor& actor,
+            zmq::socket_t& inbox)
       : context_(context),
         topology_(topology),
         name_(std::move(name)),
         actor_(actor),
-        inbox_(context, zmq::socket_type::pull),
+        inbox_(inbox),
         outbox_(context, topology),
         dispatcher_(name_, actor) {}
 
   void open() {
-    auto endpoint = topology_.endpoint_of(name_);
-    if (!endpoint) throw std::runtime_error("actor " + name_ + " has no address in the topology");
-    inbox_.set(zmq::sockopt::rcvhwm, topology_.mailbox_capacity);
-    inbox_.set(zmq::sockopt::linger, 0);
-    try {
-      inbox_.bind(*endpoint);
-    } catch (const zmq::error_t& e) {
-      throw std::runtime_error("actor " + name_ + " cannot bind its inbox at " + *endpoint + ": " + e.what());
-    }
     if (!topology_.trace_endpoint.empty()) {
       tap_.emplace(context_, topology_.trace_endpoint, topology_.trace_blobs);
     }
@@ -68,7 +60,8 @@ class ActorLoop final : public Context {
   }
 
   void finish_stop() {
-    now_ns_ = monotonic_ns();
+    drain_after_stop();
+    // on_stop keeps the time of the last message handled, as replay does.
     actor_.on_stop(*this);
     reply(dispatcher_.stop_message(), StopAck{dispatcher_.stats().handled});
     auto deadline = std::chrono::steady_clock::now() + kStopFlushTime;
@@ -142,6 +135,18 @@ class ActorLoop final : public Context {
     }
   }
 
+  // Stop arrived through one sender's pipe; other senders' messages queued before it may still
+  // wait in theirs (the inbox takes from its pipes in turn). Everything already queued is
+  // handled before on_stop, up to what the mailbox and its senders' queues can hold.
+  void drain_after_stop() {
+    const std::size_t bound = 4 * static_cast<std::size_t>(topology_.mailbox_capacity) + 1024;
+    for (std::size_t i = 0; i < bound; ++i) {
+      Frames frames;
+      if (!zmq::recv_multipart(inbox_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+      handle(std::move(frames));
+    }
+  }
+
   // Returns true when Stop was taken.
   bool drain_inbox() {
     for (int i = 0; i < kMaxMessagesPerWake; ++i) {
@@ -164,7 +169,7 @@ class ActorLoop final : public Context {
   const Topology& topology_;
   std::string name_;
   Actor& actor_;
-  zmq::socket_t inbox_;
+  zmq::socket_t& inbox_;  // the ActorThread's: it outlives this loop, so a restart keeps the mailbox
   Outbox outbox_;
   Dispatcher dispatcher_;
   std::optional<TraceTap> tap_;
@@ -192,12 +197,26 @@ ActorThread::~ActorThread() {
 
 void ActorThread::start() {
   if (thread_.joinable()) throw std::logic_error("actor " + name_ + " started twice");
+  if (!inbox_) {
+    auto endpoint = topology_->endpoint_of(name_);
+    if (!endpoint) throw std::runtime_error("actor " + name_ + " has no address in the topology");
+    inbox_ = zmq::socket_t(context_, zmq::socket_type::pull);
+    inbox_.set(zmq::sockopt::rcvhwm, topology_->mailbox_capacity);
+    inbox_.set(zmq::sockopt::linger, 0);
+    try {
+      inbox_.bind(*endpoint);
+    } catch (const zmq::error_t& e) {
+      inbox_.close();
+      throw std::runtime_error("actor " + name_ + " cannot bind its inbox at " + *endpoint + ": " + e.what());
+    }
+  }
+  joined_ = false;
   std::promise<void> ready;
   auto ready_future = ready.get_future();
   std::promise<ActorExit> exit;
   exit_ = exit.get_future().share();
   thread_ = std::thread([this, ready = std::move(ready), exit = std::move(exit)]() mutable {
-    ActorLoop loop(context_, *topology_, name_, *actor_);
+    ActorLoop loop(context_, *topology_, name_, *actor_, inbox_);
     try {
       loop.open();
     } catch (...) {
@@ -214,6 +233,10 @@ void ActorThread::start() {
       spdlog::error("actor {} died: {}", name_, e.what());
       if (!report_to_.empty()) loop.send(report_to_, ActorExited{name_, e.what()});
       exit.set_value(loop.exit_info(false, e.what()));
+    } catch (...) {
+      spdlog::error("actor {} died: an exception that is not a std::exception", name_);
+      if (!report_to_.empty()) loop.send(report_to_, ActorExited{name_, "unknown exception"});
+      exit.set_value(loop.exit_info(false, "unknown exception"));
     }
   });
   try {
@@ -249,6 +272,14 @@ bool ActorThread::stop(std::chrono::milliseconds timeout, const std::string& fro
   }
   join();
   return true;
+}
+
+void ActorThread::restart(std::unique_ptr<Actor> actor) {
+  if (!finished()) throw std::logic_error("actor " + name_ + " restarted while its thread runs");
+  join();
+  thread_ = std::thread();
+  actor_ = std::move(actor);
+  start();
 }
 
 ActorExit ActorThread::join() {

@@ -1,7 +1,9 @@
 // The live runtime of one actor: a thread, its inbox socket (PULL, bounded by the topology's
 // mailbox capacity) and its loop. Modelled on czmq's zactor: start returns once the actor is
 // ready; stop is a Stop message through the same inbox, so everything queued before it is
-// handled first, and returns once the thread has finished and joined.
+// handled first, and returns once the thread has finished and joined. The inbox is bound by
+// start() in the caller's thread and handed to the actor's thread (thread start is the memory
+// barrier ZeroMQ asks for when a socket changes threads).
 #pragma once
 
 #include <chrono>
@@ -40,6 +42,9 @@ class ActorThread {
   bool stop(std::chrono::milliseconds timeout = std::chrono::seconds(30), const std::string& from = "control");
   // True once the thread has ended, whether stopped or died.
   bool finished() const;
+  // Runs a fresh actor on the same mailbox after the thread ended: what was queued for the dead
+  // instance goes to the new one, and peers keep their connections.
+  void restart(std::unique_ptr<Actor> actor);
   // Joins a finished thread and returns how it ended.
   ActorExit join();
 
@@ -51,6 +56,7 @@ class ActorThread {
   std::string name_;
   std::unique_ptr<Actor> actor_;
   std::string report_to_;
+  zmq::socket_t inbox_;  // bound by start(), then used only by the actor's thread
   std::thread thread_;
   std::shared_future<ActorExit> exit_;
   bool joined_ = false;

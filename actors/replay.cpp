@@ -98,14 +98,14 @@ ReplayReport replay_actor(const std::vector<TraceRecord>& trace, const std::stri
   std::size_t first = 0;
   if (!inbox.empty() && inbox.front()->frames.empty()) ctx.set_now(inbox[first++]->at_ns);
   actor.on_start(ctx);
+  bool stopping = false;
   for (std::size_t i = first; i < inbox.size(); ++i) {
-    const TraceRecord* in = inbox[i];
-    ctx.set_now(in->at_ns);
-    if (dispatcher.dispatch(ctx, in->to_frames()) == Dispatcher::Outcome::stop) {
-      actor.on_stop(ctx);
-      ctx.reply(dispatcher.stop_message(), StopAck{dispatcher.stats().handled});
-      break;
-    }
+    ctx.set_now(inbox[i]->at_ns);
+    if (dispatcher.dispatch(ctx, inbox[i]->to_frames()) == Dispatcher::Outcome::stop) stopping = true;
+  }
+  if (stopping) {
+    actor.on_stop(ctx);
+    ctx.reply(dispatcher.stop_message(), StopAck{dispatcher.stats().handled});
   }
 
   const auto& replayed = ctx.sends();

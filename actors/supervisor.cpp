@@ -22,8 +22,12 @@ void Supervisor::on_start(Context& ctx) {
 }
 
 void Supervisor::start_child(Context& ctx, Child& child) {
-  child.thread = std::make_unique<ActorThread>(context_, topology_, child.spec.name, child.spec.make(), ctx.self());
-  child.thread->start();
+  if (child.thread) {
+    child.thread->restart(child.spec.make());
+  } else {
+    child.thread = std::make_unique<ActorThread>(context_, topology_, child.spec.name, child.spec.make(), ctx.self());
+    child.thread->start();
+  }
   child.alive = true;
   child.unresponsive = false;
   child.last_ack_ns = ctx.now_ns();

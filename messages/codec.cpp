@@ -8,11 +8,44 @@ namespace {
 
 constexpr std::uint32_t kEnvelopeFields = 8;
 
+constexpr std::size_t kMaxDepth = 8;
+
 msgpack::unpack_limit limits_for(std::size_t bytes) {
   // Counts can never exceed the bytes that carry them; depth stays small because no message
   // nests more than a few levels.
-  return msgpack::unpack_limit(bytes, bytes, bytes, bytes, 0, 8);
+  return msgpack::unpack_limit(bytes, bytes, bytes, bytes, 0, kMaxDepth);
 }
+
+// unpack() reserves 24 bytes per element (48 per pair) as soon as it reads an array's or map's
+// header. limits_for() caps each count at the frame's size, but nested headers could each claim
+// that much: eight ~1M-element array headers in a 1 MiB payload made unpack() reserve 270 MB.
+// Every element takes at least a byte of the frame, so a frame whose headers declare more
+// elements in all than it has bytes is never valid; this pass, which allocates nothing, rejects
+// it before unpack() runs, bounding what unpack() reserves to 24 bytes per frame byte.
+class DeclaredElementBudget : public msgpack::null_visitor {
+ public:
+  explicit DeclaredElementBudget(std::size_t bytes) : left_(bytes) {}
+  bool start_array(std::uint32_t elements) { return open(elements); }
+  bool start_map(std::uint32_t pairs) { return open(std::uint64_t{pairs} * 2); }
+  bool end_array() { return close(); }
+  bool end_map() { return close(); }
+
+ private:
+  bool open(std::uint64_t elements) {
+    if (++depth_ > kMaxDepth) throw msgpack::depth_size_overflow("depth size overflow");
+    if (elements > left_) {
+      throw msgpack::size_overflow("its containers declare more elements than it has bytes");
+    }
+    left_ -= elements;
+    return true;
+  }
+  bool close() {
+    --depth_;
+    return true;
+  }
+  std::uint64_t left_;
+  std::size_t depth_ = 0;
+};
 
 DecodeError error(ErrorCode code, std::string detail, std::optional<Envelope> envelope = {}) {
   return DecodeError{code, std::move(detail), std::move(envelope)};
@@ -22,6 +55,9 @@ DecodeError error(ErrorCode code, std::string detail, std::optional<Envelope> en
 std::variant<msgpack::object_handle, DecodeError> unpack_whole(const char* data, std::size_t size,
                                                               std::string_view what) {
   try {
+    DeclaredElementBudget budget(size);
+    std::size_t scanned = 0;
+    msgpack::parse(data, size, scanned, budget);  // throws if overspent; unpack() finds other faults
     std::size_t offset = 0;
     msgpack::object_handle handle =
         msgpack::unpack(data, size, offset, nullptr, nullptr, limits_for(size));
@@ -170,6 +206,14 @@ std::variant<Envelope, DecodeError> decode_envelope(std::span<const std::byte> f
   auto unpacked = unpack_whole(reinterpret_cast<const char*>(frame.data()), frame.size(), "envelope");
   if (auto* e = std::get_if<DecodeError>(&unpacked)) return *e;
   const msgpack::object& obj = std::get<msgpack::object_handle>(unpacked).get();
+  // Every protocol's envelope starts with its protocol number, whatever follows: check it before
+  // the shape, so a peer on another protocol hears bad_version, not malformed.
+  if (obj.type == msgpack::type::ARRAY && obj.via.array.size > 0 &&
+      obj.via.array.ptr[0].type == msgpack::type::POSITIVE_INTEGER &&
+      obj.via.array.ptr[0].via.u64 != kProtocolVersion) {
+    return error(ErrorCode::bad_version, "envelope: protocol " + std::to_string(obj.via.array.ptr[0].via.u64) +
+                                             ", this build speaks " + std::to_string(kProtocolVersion));
+  }
   if (obj.type != msgpack::type::ARRAY || obj.via.array.size != kEnvelopeFields) {
     return error(ErrorCode::malformed, "envelope: expected an array of 8 fields");
   }
@@ -178,7 +222,7 @@ std::variant<Envelope, DecodeError> decode_envelope(std::span<const std::byte> f
   std::uint8_t protocol = 0;
   std::uint8_t kind = 0;
   try {
-    f[0].convert(protocol);
+    f[0].convert(protocol);  // checked above to be kProtocolVersion if it is an integer at all
     f[1].convert(kind);
     f[2].convert(envelope.version);
     f[3].convert(envelope.from);
@@ -188,10 +232,6 @@ std::variant<Envelope, DecodeError> decode_envelope(std::span<const std::byte> f
     f[7].convert(envelope.sent_ns);
   } catch (const std::exception& e) {
     return error(ErrorCode::malformed, std::string("envelope: field of the wrong type (") + e.what() + ")");
-  }
-  if (protocol != kProtocolVersion) {
-    return error(ErrorCode::bad_version, "envelope: protocol " + std::to_string(protocol) +
-                                             ", this build speaks " + std::to_string(kProtocolVersion));
   }
   if (!valid_actor_name(envelope.from) || !valid_actor_name(envelope.to)) {
     return error(ErrorCode::invalid, "envelope: actor names must be 1 to 64 printable ASCII characters");
