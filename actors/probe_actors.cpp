@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 namespace mqlm::actors {
@@ -34,10 +35,11 @@ void EchoActor::on_message(Context& ctx, Message& message) {
 
 ProberActor::ProberActor(ProberConfig config) : config_(std::move(config)) {
   std::mt19937_64 rng(config_.seed);
-  blob_.resize(config_.blob_bytes);
-  for (auto& b : blob_) b = static_cast<std::byte>(rng());
+  auto blob = std::make_shared<std::vector<std::byte>>(config_.blob_bytes);
+  for (auto& b : *blob) b = static_cast<std::byte>(rng());
+  blob_ = std::move(blob);
   Frames one;
-  if (!blob_.empty()) one.emplace_back(blob_.data(), blob_.size());
+  if (!blob_->empty()) one.push_back(shared_frame(blob_));
   blob_hash_ = hash_frames(one);
   rtts_ns_.reserve(config_.rounds);
 }
@@ -51,7 +53,7 @@ void ProberActor::send_pings(Context& ctx) {
   while (next_seq_ <= config_.rounds && in_flight_.size() < config_.window) {
     SendOptions options;
     options.correlation_id = next_seq_;
-    if (!blob_.empty()) options.blobs.emplace_back(blob_.data(), blob_.size());
+    if (!blob_->empty()) options.blobs.push_back(shared_frame(blob_));
     SendStatus status = ctx.send(config_.target, Ping{next_seq_, "ping " + std::to_string(next_seq_)},
                                  std::move(options));
     if (status == SendStatus::full) {
@@ -74,7 +76,7 @@ void ProberActor::on_message(Context& ctx, Message& message) {
   const auto* pong = message.as<Pong>();
   if (pong == nullptr) return;
   auto it = in_flight_.find(pong->seq);
-  if (it == in_flight_.end() || pong->blob_bytes != blob_.size() || pong->blob_hash != blob_hash_ ||
+  if (it == in_flight_.end() || pong->blob_bytes != blob_->size() || pong->blob_hash != blob_hash_ ||
       pong->text != "ping " + std::to_string(pong->seq)) {
     ++mismatches_;
   }
@@ -87,7 +89,7 @@ void ProberActor::on_message(Context& ctx, Message& message) {
 }
 
 void ProberActor::report(Context& ctx) {
-  if (reported_ || config_.report_to.empty()) return;
+  if (reported_) return;
   reported_ = true;
   ProbeReport r;
   r.target = config_.target;
@@ -102,7 +104,10 @@ void ProberActor::report(Context& ctx) {
     r.rtt_p99_ns = sorted[std::min(sorted.size() - 1, sorted.size() * 99 / 100)];
     r.rtt_max_ns = sorted.back();
   }
-  ctx.send(config_.report_to, r);
+  spdlog::info("prober: {} pings to {}, {} pongs, {} mismatched, {} refused by a full mailbox; "
+               "round trip p50 {:.1f} us, p99 {:.1f} us",
+               config_.rounds, r.target, r.pongs, r.mismatches, r.rejected, r.rtt_p50_ns / 1e3, r.rtt_p99_ns / 1e3);
+  if (!config_.report_to.empty()) ctx.send(config_.report_to, r);
 }
 
 }  // namespace mqlm::actors

@@ -40,7 +40,7 @@ class ProberActor final : public Actor {
   void report(Context& ctx);
 
   ProberConfig config_;
-  std::vector<std::byte> blob_;
+  std::shared_ptr<const std::vector<std::byte>> blob_;  // sent without copying
   std::uint64_t blob_hash_ = 0;
   std::uint64_t next_seq_ = 1;
   std::map<std::uint64_t, std::int64_t> in_flight_;  // seq -> sent at

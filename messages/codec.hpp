@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -60,6 +61,17 @@ struct DecodeError {
 };
 
 using DecodeResult = std::variant<Message, DecodeError>;
+
+// A blob frame that refers to bytes owned by `owner` instead of copying them: the frame keeps a
+// reference until ZeroMQ is done with it (after the send, or after the receiver in this process
+// drops it), so the sender may forget the buffer at once.
+template <typename Buffer>
+zmq::message_t shared_frame(std::shared_ptr<const Buffer> owner) {
+  auto* keep = new std::shared_ptr<const Buffer>(owner);  // released by the free function below
+  return zmq::message_t(
+      const_cast<void*>(static_cast<const void*>(owner->data())), owner->size() * sizeof(*owner->data()),
+      [](void*, void* hint) { delete static_cast<std::shared_ptr<const Buffer>*>(hint); }, keep);
+}
 
 // The envelope's kind, version and the payload must agree; encode fills kind and version from
 // the payload, the caller the rest.

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "benchmarks (figures that matter are measured on the H100)");
   bench->require_subcommand(1);
   mqlm::tools::add_runtime_bench(*bench);
+  mqlm::tools::add_kernel_bench(*bench);
 
   try {
     app.parse(argc, argv);

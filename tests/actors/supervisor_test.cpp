@@ -16,7 +16,7 @@ NodeConfig config_with(std::vector<ChildSpec> children) {
   config.topology.add("tester");
   config.actors = std::move(children);
   config.supervisor.heartbeat_interval = std::chrono::milliseconds(20);
-  config.supervisor.heartbeat_timeout = std::chrono::milliseconds(300);
+  config.supervisor.heartbeat_timeout = std::chrono::milliseconds(1000);  // generous: CI machines are loaded
   config.supervisor.report_to = "tester";
   return config;
 }

@@ -1,0 +1,330 @@
+// `mqlm bench kernels`: time, GB/s, TFLOP/s and the fraction of the device's copy bandwidth
+// (measured first, in the same run, by a compute-shader copy) of every kernel, on the shapes
+// of one Llama-3-8B layer at 1, 8, 32 and 512 tokens. GPU time comes from timestamp queries
+// around many back-to-back repetitions in one submission.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "gpu/buffer_pool.hpp"
+#include "gpu/device.hpp"
+#include "gpu/ops.hpp"
+#include "gpu/transfer.hpp"
+#include "gpu/vulkan_error.hpp"
+#include "tools/commands.hpp"
+
+namespace mqlm::tools {
+
+using namespace gpu;
+
+namespace {
+
+struct Model {
+  std::uint32_t hidden, ffn, heads, kv_heads, head_dim, vocab, context;
+};
+constexpr Model llama3_8b{4096, 14336, 32, 8, 128, 128256, 1024};
+constexpr Model tiny{256, 512, 4, 2, 64, 1000, 64};
+
+class Bench {
+ public:
+  Bench(const DeviceOptions& options, double target_ms) : device_(options), queue_(device_), pool_(queue_), kernels_(device_), target_ms_(target_ms) {
+    VkQueryPoolCreateInfo info{};
+    info.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+    info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    info.queryCount = 2;
+    VkQueryPool pool = VK_NULL_HANDLE;
+    check(vkCreateQueryPool(device_.get(), &info, nullptr, &pool), "vkCreateQueryPool");
+    queries_ = {device_.get(), pool};
+  }
+
+  // Microseconds per repetition of `record`.
+  double time_us(const std::function<void(Recording&)>& record) {
+    auto once = [&](std::uint32_t reps) {
+      auto rec = queue_.begin();
+      vkCmdResetQueryPool(rec.command_buffer(), queries_.get(), 0, 2);
+      rec.write_timestamp(queries_.get(), 0);
+      for (std::uint32_t i = 0; i < reps; ++i) record(rec);
+      rec.write_timestamp(queries_.get(), 1);
+      auto start = std::chrono::steady_clock::now();
+      queue_.submit_and_wait(rec);
+      double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+      if (device_.features().timestamp_period_ns == 0) return wall_us / reps;
+      std::uint64_t stamps[2];
+      check(vkGetQueryPoolResults(device_.get(), queries_.get(), 0, 2, sizeof stamps, stamps, 8,
+                                  VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+            "vkGetQueryPoolResults");
+      return double(stamps[1] - stamps[0]) * device_.features().timestamp_period_ns / 1e3 / reps;
+    };
+    double first = once(1);  // also warms pipelines and caches
+    auto reps = static_cast<std::uint32_t>(std::clamp(target_ms_ * 1e3 / std::max(first, 1.0), 3.0, 500.0));
+    return once(reps);
+  }
+
+  PoolBuffer random_f32(std::size_t n, std::uint64_t seed) {
+    std::vector<float> v(n);
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (auto& x : v) x = dist(rng);
+    return upload_new(queue_, pool_, std::span<const float>(v), "bench");
+  }
+
+  Device device_;
+  ComputeQueue queue_;
+  BufferPool pool_;
+  KernelLibrary kernels_;
+  UniqueQueryPool queries_;
+  double target_ms_;
+};
+
+struct Row {
+  std::string kernel, shape;
+  std::uint32_t tokens;
+  std::string path;
+  double us, bytes, flops;
+  std::string check;
+};
+
+class Table {
+ public:
+  explicit Table(double copy_gbs) : copy_gbs_(copy_gbs) {}
+  void add(const Row& r) {
+    double gbs = r.bytes / r.us / 1e3, tflops = r.flops / r.us / 1e6;
+    std::string line = fmt::format("| {} | {} | {} | {} | {:.1f} | {:.1f} | {:.3f} | {:.0f}% | {} |\n", r.kernel, r.shape,
+                                   r.tokens, r.path, r.us, gbs, tflops, 100 * gbs / copy_gbs_, r.check);
+    text_ << line;
+    std::cerr << line << std::flush;
+  }
+  std::string str() const { return text_.str(); }
+
+ private:
+  double copy_gbs_;
+  std::ostringstream text_;
+};
+
+double copy_bandwidth(Bench& b, std::string& shape) {
+  const auto& f = b.device_.features();
+  std::uint64_t bytes = std::min<std::uint64_t>({std::uint64_t{1} << 30, f.max_storage_buffer_range / 2 / 16 * 16,
+                                                 f.device_local_bytes / 8 / 16 * 16});
+  auto src = b.pool_.allocate(bytes, "bench"), dst = b.pool_.allocate(bytes, "bench");
+  double us = b.time_us([&](Recording& rec) { ops::copy(rec, b.kernels_, src.range(), dst.range(), bytes); });
+  shape = fmt::format("{} MiB", bytes >> 20);
+  return 2.0 * double(bytes) / us / 1e3;  // bytes read plus bytes written
+}
+
+// Normalised squared error of `got` against `want`.
+std::string compare(Bench& b, const PoolBuffer& got, const PoolBuffer& want, std::size_t n) {
+  auto g = download<float>(b.queue_, b.pool_, got, n), w = download<float>(b.queue_, b.pool_, want, n);
+  double err = 0, norm = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    err += (double(g[i]) - w[i]) * (double(g[i]) - w[i]);
+    norm += double(w[i]) * w[i];
+  }
+  return fmt::format("nmse {:.1e} vs tiled", err / std::max(norm, 1e-30));
+}
+
+void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens, const std::vector<WeightType>& types) {
+  struct Shape {
+    const char* name;
+    std::uint32_t rows, k;
+  };
+  const Shape shapes[] = {{"attn_qkv", (m.heads + 2 * m.kv_heads) * m.head_dim, m.hidden},
+                          {"attn_out", m.hidden, m.heads * m.head_dim},
+                          {"ffn_gate_up", 2 * m.ffn, m.hidden},
+                          {"ffn_down", m.hidden, m.ffn},
+                          {"lm_head", m.vocab, m.hidden}};
+  for (auto type : types) {
+    for (const auto& s : shapes) {
+      auto bytes = random_weights(type, s.rows, s.k, s.rows + s.k);
+      auto weights = upload_new(b.queue_, b.pool_, std::span<const std::byte>(bytes), "weights:bench");
+      auto acts = b.random_f32(std::size_t{tokens} * s.k, 7);
+      auto out = b.pool_.allocate(std::uint64_t{tokens} * s.rows * 4, "bench");
+      std::vector<ops::MatmulPath> paths;
+      if (tokens <= 8) paths.push_back(ops::MatmulPath::vector);
+      if (tokens > 1) paths.push_back(ops::MatmulPath::tiled);
+      if (tokens > 8 && b.device_.features().cooperative_matrix) paths.push_back(ops::MatmulPath::cooperative);
+      PoolBuffer tiled_out;
+      for (auto path : paths) {
+        double us = 0;
+        try {
+          us = b.time_us([&](Recording& rec) {
+            ops::matmul(rec, b.kernels_, type, weights.range(), acts.range(), false, out.range(), s.rows, s.k, tokens, path);
+          });
+        } catch (const GpuError& e) {  // e.g. a tensor-core pipeline the driver rejects: report, go on
+          table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
+                     std::string(ops::matmul_path_name(path)), NAN, 0, 0, std::string("failed: ") + e.what()});
+          continue;
+        }
+        std::string check;
+        if (path == ops::MatmulPath::tiled) {
+          tiled_out = b.pool_.allocate(out.size(), "bench");
+          auto rec = b.queue_.begin();
+          rec.copy(out.range(), tiled_out.range());
+          b.queue_.submit_and_wait(rec);
+        } else if (tiled_out) {
+          check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
+        }
+        double traffic = double(bytes.size()) + 4.0 * tokens * (s.k + s.rows);
+        table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
+                   std::string(ops::matmul_path_name(path)), us, traffic, 2.0 * s.rows * s.k * tokens, check});
+      }
+    }
+    b.pool_.trim();
+  }
+}
+
+void bench_elementwise(Bench& b, Table& table, const Model& m, std::uint32_t t) {
+  std::uint32_t h = m.hidden, qdim = m.heads * m.head_dim;
+  {
+    auto x = b.random_f32(std::size_t{t} * h, 1), w = b.random_f32(h, 2), out = b.pool_.allocate(4ull * t * h, "bench");
+    double us = b.time_us([&](Recording& rec) { ops::rms_norm(rec, b.kernels_, x.range(), w.range(), out.range(), t, h, 1e-5f); });
+    table.add({"rms_norm", fmt::format("{}", h), t, "", us, 8.0 * t * h + 4.0 * h, 4.0 * t * h, ""});
+    double add_us = b.time_us([&](Recording& rec) { ops::add(rec, b.kernels_, x.range(), x.range(), out.range(), t * h); });
+    table.add({"add", fmt::format("{}", h), t, "", add_us, 12.0 * t * h, 1.0 * t * h, ""});
+  }
+  {
+    auto x = b.random_f32(std::size_t{t} * qdim, 3), out = b.pool_.allocate(4ull * t * qdim, "bench");
+    std::vector<std::int32_t> pos(t);
+    std::iota(pos.begin(), pos.end(), 100);
+    auto bp = upload_new(b.queue_, b.pool_, std::span<const std::int32_t>(pos), "bench");
+    ops::RopeShape s{t, m.heads, m.head_dim, 0, 500000.0f, 1.0f, true};
+    double us = b.time_us([&](Recording& rec) { ops::rope(rec, b.kernels_, x.range(), bp.range(), out.range(), s); });
+    table.add({"rope neox", fmt::format("{}x{}", m.heads, m.head_dim), t, "", us, 8.0 * t * qdim, 6.0 * t * qdim, ""});
+  }
+  {
+    std::size_t n = std::size_t{t} * m.ffn;
+    auto g = b.random_f32(n, 4), u = b.random_f32(n, 5), out = b.pool_.allocate(4 * n, "bench");
+    double us = b.time_us([&](Recording& rec) { ops::silu_mul(rec, b.kernels_, g.range(), u.range(), out.range(), n); });
+    table.add({"silu_mul", fmt::format("{}", m.ffn), t, "", us, 12.0 * n, 5.0 * n, ""});
+  }
+  {
+    std::size_t n = std::size_t{t} * m.vocab;
+    auto logits = b.random_f32(n, 6), out = b.pool_.allocate(4 * n, "bench"), idx = b.pool_.allocate(4ull * t, "bench");
+    double us = b.time_us([&](Recording& rec) { ops::softmax(rec, b.kernels_, logits.range(), out.range(), t, m.vocab, 1.0f); });
+    table.add({"softmax", fmt::format("{}", m.vocab), t, "", us, 8.0 * n, 4.0 * n, ""});
+    us = b.time_us([&](Recording& rec) { ops::argmax(rec, b.kernels_, logits.range(), idx.range(), t, m.vocab); });
+    table.add({"argmax", fmt::format("{}", m.vocab), t, "", us, 4.0 * n, 1.0 * n, ""});
+    std::uint32_t k = 64;
+    auto scratch = b.pool_.allocate(ops::topk_scratch_bytes(t, m.vocab, k), "bench");
+    auto vals = b.pool_.allocate(4ull * t * k, "bench"), ids = b.pool_.allocate(4ull * t * k, "bench");
+    us = b.time_us([&](Recording& rec) {
+      ops::topk(rec, b.kernels_, logits.range(), scratch.range(), vals.range(), ids.range(), t, m.vocab, k);
+    });
+    table.add({"top-k 64", fmt::format("{}", m.vocab), t, "", us, 4.0 * n, 1.0 * n, ""});
+  }
+}
+
+void bench_attention(Bench& b, Table& table, const Model& m, std::uint32_t t) {
+  // Up to 32 tokens: decode of t sequences with m.context tokens each; more: prefill of one
+  // sequence's first t tokens.
+  bool decode = t <= 32;
+  const std::uint32_t page = 16;
+  std::uint32_t seqs = decode ? t : 1, length = decode ? m.context : t;
+  std::uint32_t max_pages = (length + page - 1) / page, row = m.kv_heads * m.head_dim;
+  std::vector<std::uint32_t> tables(seqs * max_pages), seq_pos, slots;
+  std::iota(tables.begin(), tables.end(), 0u);
+  std::shuffle(tables.begin(), tables.end(), std::mt19937(1));
+  for (std::uint32_t i = 0; i < t; ++i) {
+    std::uint32_t s = decode ? i : 0, p = decode ? length - 1 : i;
+    seq_pos.insert(seq_pos.end(), {s, p});
+    slots.push_back(tables[s * max_pages + p / page] * page + p % page);
+  }
+  std::uint64_t cache_bytes = std::uint64_t{seqs} * max_pages * page * row * 2;
+  auto kc = b.pool_.allocate(cache_bytes, "kv"), vc = b.pool_.allocate(cache_bytes, "kv");
+  auto bt = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(tables), "bench");
+  auto sp = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(seq_pos), "bench");
+  auto bs = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(slots), "bench");
+  auto q = b.random_f32(std::size_t{t} * m.heads * m.head_dim, 8), out = b.pool_.allocate(q.size(), "bench");
+  auto kn = b.random_f32(std::size_t{t} * row, 9), vn = b.random_f32(std::size_t{t} * row, 10);
+  double us = b.time_us([&](Recording& rec) {
+    ops::kv_write(rec, b.kernels_, kn.range(), vn.range(), kc.range(), vc.range(), bs.range(), t, row);
+  });
+  table.add({"kv_write", fmt::format("{}x{}", m.kv_heads, m.head_dim), t, "", us, 12.0 * t * row, 0, ""});
+  ops::AttentionShape s{t, m.heads, m.kv_heads, m.head_dim, page, max_pages, 1.0f / std::sqrt(float(m.head_dim))};
+  us = b.time_us([&](Recording& rec) {
+    ops::attention(rec, b.kernels_, q.range(), kc.range(), vc.range(), bt.range(), sp.range(), out.range(), s);
+  });
+  double keys = decode ? double(t) * length : double(t) * (t + 1) / 2;  // key positions seen, summed over tokens
+  double kv_read = decode ? 4.0 * seqs * length * row : 4.0 * length * row;
+  table.add({decode ? "attention decode" : "attention prefill",
+             fmt::format("{}/{} heads d{} ctx {}", m.heads, m.kv_heads, m.head_dim, length), t, "", us,
+             kv_read + 8.0 * t * m.heads * m.head_dim, 4.0 * keys * m.heads * m.head_dim, ""});
+}
+
+std::string utc_now() {
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  return date;
+}
+
+}  // namespace
+
+void add_kernel_bench(CLI::App& bench) {
+  struct Options {
+    std::vector<std::uint32_t> tokens = {1, 8, 32, 512};
+    std::vector<std::string> types = {"q4_0", "q8_0", "f16", "q4_k", "bf16", "f32"};
+    std::string preset = "llama3-8b";
+    std::string out;
+    double target_ms = 20;
+    DeviceOptions device;
+  };
+  auto o = std::make_shared<Options>();
+  auto* cmd = bench.add_subcommand("kernels", "every GPU kernel on one Llama-3-8B layer: time, GB/s, TFLOP/s, % of copy bandwidth");
+  cmd->add_option("--tokens", o->tokens, "token counts (decode up to 32, prefill above)")->delimiter(',');
+  cmd->add_option("--types", o->types, "weight types of the matmuls")->delimiter(',');
+  cmd->add_option("--preset", o->preset, "llama3-8b, or tiny for a smoke run on lavapipe")
+      ->check(CLI::IsMember({"llama3-8b", "tiny"}));
+  cmd->add_option("--device", o->device.selector, "Vulkan device: index or name substring (default: MQLM_VULKAN_DEVICE, else the first discrete GPU)");
+  cmd->add_flag("--validation", o->device.validation, "switch on the Khronos validation layers");
+  cmd->add_option("--target-ms", o->target_ms, "GPU time to spend on each measurement");
+  cmd->add_option("--out", o->out, "also write the table, with date, device, driver and command, to this file");
+  cmd->callback([o] {
+    std::vector<WeightType> types;
+    for (const auto& name : o->types) {
+      auto type = parse_weight_type(name);
+      if (!type) throw CommandFailed("unknown weight type '" + name + "' (f32, f16, bf16, q8_0, q4_0, q4_k)");
+      types.push_back(*type);
+    }
+    const Model& model = o->preset == "tiny" ? tiny : llama3_8b;
+    Bench b(o->device, o->target_ms);
+    std::string header = fmt::format("- device: {}\n", b.device_.features().summary());
+    std::cerr << header;
+    std::string copy_shape;
+    double copy_gbs = copy_bandwidth(b, copy_shape);
+    header += fmt::format("- copy bandwidth (compute-shader copy of {}, bytes read + written): {:.0f} GB/s\n", copy_shape,
+                          copy_gbs);
+    std::cerr << header;
+    Table table(copy_gbs);
+    for (auto t : o->tokens) {
+      bench_matmuls(b, table, model, t, types);
+      bench_elementwise(b, table, model, t);
+      bench_attention(b, table, model, t);
+      b.pool_.trim();
+    }
+    std::string columns =
+        "| kernel | shape | tokens | path | time us | GB/s | TFLOP/s | % of copy BW | check |\n"
+        "|---|---|---|---|---|---|---|---|---|\n";
+    std::cout << header << "\n" << columns << table.str();
+    if (!o->out.empty()) {
+      std::ofstream file(o->out);
+      file << "# Kernel benchmark\n\n- date: " << utc_now() << "\n" << header
+           << fmt::format("- command: mqlm bench kernels --preset {} --tokens {} --types {}\n", o->preset,
+                          fmt::join(o->tokens, ","), fmt::join(o->types, ","))
+           << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
+              " matmul paths: vector (few tokens), tiled, coopmat (tensor cores); check: coopmat output vs tiled\n\n"
+           << columns << table.str();
+      if (!file) throw CommandFailed("cannot write " + o->out);
+    }
+  });
+}
+
+}  // namespace mqlm::tools

@@ -1,0 +1,207 @@
+#include "gpu/compute_queue.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "gpu/vulkan_error.hpp"
+
+namespace mqlm::gpu {
+
+Recording::Recording(ComputeQueue& queue, std::size_t slot, VkCommandBuffer command_buffer)
+    : queue_(&queue), slot_(slot), command_buffer_(command_buffer) {}
+
+Recording::Recording(Recording&& other) noexcept
+    : queue_(std::exchange(other.queue_, nullptr)),
+      slot_(other.slot_),
+      command_buffer_(other.command_buffer_),
+      has_commands_(other.has_commands_) {}
+
+Recording::~Recording() {
+  if (queue_ != nullptr) queue_->drop(slot_);
+}
+
+void Recording::barrier_if_needed() {
+  if (queue_ == nullptr) throw GpuError("recording into a step that was already submitted");
+  if (has_commands_) {
+    VkMemoryBarrier barrier{};
+    barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                            VK_ACCESS_TRANSFER_WRITE_BIT;
+    auto stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(command_buffer_, stages, stages, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+  }
+  has_commands_ = true;
+}
+
+void Recording::dispatch(const Kernel& kernel, std::initializer_list<BufferRange> buffers, const void* push,
+                         std::uint32_t x, std::uint32_t y, std::uint32_t z) {
+  if (buffers.size() != kernel.spec().buffers) {
+    throw GpuError(fmt::format("kernel {} binds {} buffers, {} given", kernel.spec().shader, kernel.spec().buffers,
+                               buffers.size()));
+  }
+  barrier_if_needed();
+  std::vector<VkDescriptorBufferInfo> infos;
+  std::vector<VkWriteDescriptorSet> writes;
+  infos.reserve(buffers.size());
+  for (const auto& b : buffers) infos.push_back({b.buffer, b.offset, b.size});
+  for (std::uint32_t i = 0; i < infos.size(); ++i) {
+    VkWriteDescriptorSet w{};
+    w.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+    w.dstBinding = i;
+    w.descriptorCount = 1;
+    w.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    w.pBufferInfo = &infos[i];
+    writes.push_back(w);
+  }
+  vkCmdBindPipeline(command_buffer_, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline());
+  queue_->device_.push_descriptor_set()(command_buffer_, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.layout(), 0,
+                                        static_cast<std::uint32_t>(writes.size()), writes.data());
+  if (kernel.spec().push_bytes > 0) {
+    vkCmdPushConstants(command_buffer_, kernel.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, kernel.spec().push_bytes, push);
+  }
+  vkCmdDispatch(command_buffer_, x, y, z);
+}
+
+void Recording::copy(BufferRange src, BufferRange dst) {
+  if (src.size > dst.size) throw GpuError(fmt::format("copy of {} bytes into a range of {}", src.size, dst.size));
+  barrier_if_needed();
+  VkBufferCopy region{src.offset, dst.offset, src.size};
+  vkCmdCopyBuffer(command_buffer_, src.buffer, dst.buffer, 1, &region);
+}
+
+void Recording::write_timestamp(VkQueryPool pool, std::uint32_t query) {
+  barrier_if_needed();
+  vkCmdWriteTimestamp(command_buffer_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pool, query);
+}
+
+ComputeQueue::ComputeQueue(const Device& device) : device_(device) {
+  VkCommandPoolCreateInfo pool_info{};
+  pool_info.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+  pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pool_info.queueFamilyIndex = device.queue_family();
+  VkCommandPool pool = VK_NULL_HANDLE;
+  check(vkCreateCommandPool(device.get(), &pool_info, nullptr, &pool), "vkCreateCommandPool");
+  pool_ = {device.get(), pool};
+
+  VkSemaphoreTypeCreateInfo type{};
+
+  type.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO;
+  type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+  VkSemaphoreCreateInfo sem_info{};
+  sem_info.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO;
+  sem_info.pNext = &type;
+  VkSemaphore semaphore = VK_NULL_HANDLE;
+  check(vkCreateSemaphore(device.get(), &sem_info, nullptr, &semaphore), "vkCreateSemaphore (timeline)");
+  timeline_ = {device.get(), semaphore};
+}
+
+ComputeQueue::~ComputeQueue() {
+  try {
+    wait_idle();
+  } catch (const GpuError& e) {
+    spdlog::error("compute queue teardown: {}", e.what());
+  }
+}
+
+Recording ComputeQueue::begin() {
+  std::uint64_t done = completed();
+  std::size_t slot = slots_.size();
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].recording && slots_[i].value <= done) {
+      slot = i;
+      break;
+    }
+  }
+  if (slot == slots_.size()) {
+    VkCommandBufferAllocateInfo info{};
+    info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    info.commandPool = pool_.get();
+    info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    info.commandBufferCount = 1;
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    check(vkAllocateCommandBuffers(device_.get(), &info, &cb), "vkAllocateCommandBuffers");
+    slots_.push_back({cb, 0, false});
+  }
+  auto& s = slots_[slot];
+  check(vkResetCommandBuffer(s.command_buffer, 0), "vkResetCommandBuffer");
+  VkCommandBufferBeginInfo begin{};
+  begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  check(vkBeginCommandBuffer(s.command_buffer, &begin), "vkBeginCommandBuffer");
+  s.recording = true;
+  ++open_recordings_;
+  return Recording(*this, slot, s.command_buffer);
+}
+
+void ComputeQueue::drop(std::size_t slot) {
+  auto& s = slots_[slot];
+  if (!s.recording) return;
+  vkEndCommandBuffer(s.command_buffer);
+  s.recording = false;
+  --open_recordings_;
+}
+
+std::uint64_t ComputeQueue::submit(Recording& recording, std::span<const TimelineWait> waits) {
+  if (recording.queue_ != this) throw GpuError("submitting a recording that is not open on this queue");
+  auto& s = slots_[recording.slot_];
+  check(vkEndCommandBuffer(s.command_buffer), "vkEndCommandBuffer");
+  std::uint64_t value = last_submitted_ + 1;
+  std::vector<VkSemaphore> wait_semaphores;
+  std::vector<std::uint64_t> wait_values;
+  std::vector<VkPipelineStageFlags> wait_stages;
+  for (const auto& w : waits) {
+    wait_semaphores.push_back(w.semaphore);
+    wait_values.push_back(w.value);
+    wait_stages.push_back(VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
+  }
+  VkSemaphore signal = timeline_.get();
+  VkTimelineSemaphoreSubmitInfo timeline{};
+  timeline.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO;
+  timeline.waitSemaphoreValueCount = static_cast<std::uint32_t>(wait_values.size());
+  timeline.pWaitSemaphoreValues = wait_values.data();
+  timeline.signalSemaphoreValueCount = 1;
+  timeline.pSignalSemaphoreValues = &value;
+  VkSubmitInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+  info.pNext = &timeline;
+  info.waitSemaphoreCount = static_cast<std::uint32_t>(wait_semaphores.size());
+  info.pWaitSemaphores = wait_semaphores.data();
+  info.pWaitDstStageMask = wait_stages.data();
+  info.commandBufferCount = 1;
+  info.pCommandBuffers = &s.command_buffer;
+  info.signalSemaphoreCount = 1;
+  info.pSignalSemaphores = &signal;
+  s.recording = false;
+  --open_recordings_;
+  recording.queue_ = nullptr;
+  check(vkQueueSubmit(device_.queue(), 1, &info, VK_NULL_HANDLE), "vkQueueSubmit");
+  s.value = value;
+  last_submitted_ = value;
+  return value;
+}
+
+std::uint64_t ComputeQueue::submit_and_wait(Recording& recording) {
+  auto value = submit(recording);
+  wait(value);
+  return value;
+}
+
+void ComputeQueue::wait(std::uint64_t value) const {
+  if (value == 0) return;
+  VkSemaphore semaphore = timeline_.get();
+  VkSemaphoreWaitInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO;
+  info.semaphoreCount = 1;
+  info.pSemaphores = &semaphore;
+  info.pValues = &value;
+  check(vkWaitSemaphores(device_.get(), &info, UINT64_MAX), fmt::format("waiting for GPU submission {}", value));
+}
+
+std::uint64_t ComputeQueue::completed() const {
+  std::uint64_t value = 0;
+  check(vkGetSemaphoreCounterValue(device_.get(), timeline_.get(), &value), "vkGetSemaphoreCounterValue");
+  return value;
+}
+
+}  // namespace mqlm::gpu

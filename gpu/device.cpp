@@ -1,0 +1,376 @@
+#include "gpu/device.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "gpu/vulkan_error.hpp"
+
+namespace mqlm::gpu {
+
+std::string_view result_name(VkResult result) {
+  switch (result) {
+    case VK_SUCCESS: return "VK_SUCCESS";
+    case VK_NOT_READY: return "VK_NOT_READY";
+    case VK_TIMEOUT: return "VK_TIMEOUT";
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST (the GPU hung or crashed)";
+    case VK_ERROR_MEMORY_MAP_FAILED: return "VK_ERROR_MEMORY_MAP_FAILED";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER (no Vulkan driver: is an ICD installed?)";
+    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
+    case VK_ERROR_INVALID_SHADER_NV: return "VK_ERROR_INVALID_SHADER_NV";
+    case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
+    default: return "an unnamed VkResult (see vulkan_core.h)";
+  }
+}
+
+namespace {
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "true") == 0);
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::vector<VkPhysicalDevice> physical_devices(VkInstance instance) {
+  std::uint32_t count = 0;
+  check(vkEnumeratePhysicalDevices(instance, &count, nullptr), "vkEnumeratePhysicalDevices");
+  std::vector<VkPhysicalDevice> devices(count);
+  check(vkEnumeratePhysicalDevices(instance, &count, devices.data()), "vkEnumeratePhysicalDevices");
+  if (devices.empty()) throw GpuError("no Vulkan device found (install a Vulkan driver, e.g. mesa-vulkan-drivers)");
+  return devices;
+}
+
+std::vector<std::string> device_extensions(VkPhysicalDevice physical) {
+  std::uint32_t count = 0;
+  vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr);
+  std::vector<VkExtensionProperties> props(count);
+  vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, props.data());
+  std::vector<std::string> names;
+  for (const auto& p : props) names.emplace_back(p.extensionName);
+  return names;
+}
+
+bool has(const std::vector<std::string>& names, const char* name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::string device_type_name(VkPhysicalDeviceType type) {
+  switch (type) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
+    default: return "other";
+  }
+}
+
+struct InstanceResult {
+  VkInstance instance;
+  bool validation;
+};
+
+InstanceResult create_instance(bool validation) {
+  VkApplicationInfo app{};
+  app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
+  app.pApplicationName = "mqlm";
+  app.apiVersion = VK_API_VERSION_1_3;
+  std::vector<const char*> layers, extensions;
+  if (validation) {
+    std::uint32_t count = 0;
+    vkEnumerateInstanceLayerProperties(&count, nullptr);
+    std::vector<VkLayerProperties> props(count);
+    vkEnumerateInstanceLayerProperties(&count, props.data());
+    bool found = std::any_of(props.begin(), props.end(),
+                             [](const auto& p) { return std::strcmp(p.layerName, "VK_LAYER_KHRONOS_validation") == 0; });
+    if (found) {
+      layers.push_back("VK_LAYER_KHRONOS_validation");
+      extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    } else {
+      spdlog::warn("validation asked for, but VK_LAYER_KHRONOS_validation is not installed (vulkan-validationlayers)");
+      validation = false;
+    }
+  }
+  VkInstanceCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
+  info.pApplicationInfo = &app;
+  info.enabledLayerCount = static_cast<std::uint32_t>(layers.size());
+  info.ppEnabledLayerNames = layers.data();
+  info.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
+  info.ppEnabledExtensionNames = extensions.data();
+  VkInstance instance = VK_NULL_HANDLE;
+  check(vkCreateInstance(&info, nullptr, &instance), "vkCreateInstance (is a Vulkan loader and driver installed?)");
+  return {instance, validation};
+}
+
+VKAPI_ATTR VkBool32 VKAPI_CALL log_validation(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                              VkDebugUtilsMessageTypeFlagsEXT, const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                              void*) {
+  if (severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
+    spdlog::error("vulkan validation: {}", data->pMessage);
+  } else {
+    spdlog::warn("vulkan validation: {}", data->pMessage);
+  }
+  return VK_FALSE;
+}
+
+VkPhysicalDevice pick(VkInstance instance, const std::string& selector) {
+  auto devices = physical_devices(instance);
+  auto name_of = [](VkPhysicalDevice d) {
+    VkPhysicalDeviceProperties p;
+    vkGetPhysicalDeviceProperties(d, &p);
+    return p;
+  };
+  if (selector.empty()) {
+    for (auto d : devices) {
+      if (name_of(d).deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU) return d;
+    }
+    return devices.front();
+  }
+  if (std::all_of(selector.begin(), selector.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    std::size_t index = std::stoul(selector);
+    if (index < devices.size()) return devices[index];
+  } else {
+    for (auto d : devices) {
+      if (lower(name_of(d).deviceName).find(lower(selector)) != std::string::npos) return d;
+    }
+  }
+  std::string known;
+  for (std::size_t i = 0; i < devices.size(); ++i) known += fmt::format("\n  {}: {}", i, name_of(devices[i]).deviceName);
+  throw GpuError(fmt::format("no Vulkan device matches '{}' (MQLM_VULKAN_DEVICE takes an index or a name substring); devices:{}",
+                             selector, known));
+}
+
+std::optional<CooperativeMatrixShape> nv_cooperative_matrix(VkInstance instance, VkPhysicalDevice physical) {
+  auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+      vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+  if (get == nullptr) return std::nullopt;
+  std::uint32_t count = 0;
+  get(physical, &count, nullptr);
+  VkCooperativeMatrixPropertiesNV blank{};
+  blank.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+  std::vector<VkCooperativeMatrixPropertiesNV> props(count, blank);
+  get(physical, &count, props.data());
+  std::optional<CooperativeMatrixShape> best;
+  for (const auto& p : props) {
+    bool types = p.AType == VK_COMPONENT_TYPE_FLOAT16_NV && p.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                 p.CType == VK_COMPONENT_TYPE_FLOAT32_NV && p.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                 p.scope == VK_SCOPE_SUBGROUP_NV;
+    if (!types || p.MSize != 16 || p.KSize != 16) continue;
+    if (p.NSize == 16) return CooperativeMatrixShape{16, 16, 16};  // the shaders are built for these two
+    if (p.NSize == 8) best = CooperativeMatrixShape{16, 8, 16};
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string DeviceFeatures::summary() const {
+  std::string cm = cooperative_matrix ? fmt::format("NV {}x{}x{}", cooperative_matrix->m, cooperative_matrix->n,
+                                                    cooperative_matrix->k)
+                                      : std::string("none");
+  return fmt::format(
+      "{} (driver {}, Vulkan {}): subgroup {}, max storage buffer range {} MiB, shared memory {} KiB, "
+      "device-local {:.1f} GiB, cooperative matrix: {}{}, integer dot product: {}, bfloat16: {}",
+      name, driver, api_version, subgroup_size, max_storage_buffer_range >> 20, max_shared_memory >> 10,
+      device_local_bytes / double(1ull << 30), cm, cooperative_matrix_khr ? " (KHR reported)" : "",
+      integer_dot_product ? "yes" : "no", bfloat16 ? "yes" : "no");
+}
+
+std::vector<std::string> Device::list_devices() {
+  auto [instance, validation] = create_instance(false);
+  std::unique_ptr<VkInstance_T, InstanceDeleter> owner(instance);
+  std::vector<std::string> out;
+  auto devices = physical_devices(instance);
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    VkPhysicalDeviceProperties p;
+    vkGetPhysicalDeviceProperties(devices[i], &p);
+    out.push_back(fmt::format("{}: {} ({})", i, p.deviceName, device_type_name(p.deviceType)));
+  }
+  return out;
+}
+
+Device::Device(const DeviceOptions& options) {
+  bool validation = options.validation || env_flag("MQLM_VULKAN_VALIDATION");
+  auto created = create_instance(validation);
+  instance_.reset(created.instance);
+  if (created.validation) {
+    auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(created.instance, "vkCreateDebugUtilsMessengerEXT"));
+    auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(created.instance, "vkDestroyDebugUtilsMessengerEXT"));
+    VkDebugUtilsMessengerCreateInfoEXT info{};
+    info.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
+    info.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+    info.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+    info.pfnUserCallback = log_validation;
+    VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+    check(create(created.instance, &info, nullptr, &messenger), "vkCreateDebugUtilsMessengerEXT");
+    VkInstance instance = created.instance;
+    messenger_ = {messenger, [instance, destroy](VkDebugUtilsMessengerEXT m) { destroy(instance, m, nullptr); }};
+  }
+
+  std::string selector = options.selector;
+  if (selector.empty()) {
+    if (const char* env = std::getenv("MQLM_VULKAN_DEVICE")) selector = env;
+  }
+  physical_ = pick(instance_.get(), selector);
+  auto extensions = device_extensions(physical_);
+
+  VkPhysicalDeviceDriverProperties driver{};
+
+  driver.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
+  VkPhysicalDeviceSubgroupProperties subgroup{};
+  subgroup.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+  subgroup.pNext = &driver;
+  VkPhysicalDeviceProperties2 props{};
+  props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+  props.pNext = &subgroup;
+  vkGetPhysicalDeviceProperties2(physical_, &props);
+  const auto& p = props.properties;
+  if (p.apiVersion < VK_API_VERSION_1_2) {
+    throw GpuError(fmt::format("{} supports Vulkan {}.{} only; mqlm needs 1.2 or newer", p.deviceName,
+                               VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion)));
+  }
+  vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
+
+  features_.name = p.deviceName;
+  features_.driver = fmt::format("{} {}", driver.driverName, driver.driverInfo);
+  features_.api_version = fmt::format("{}.{}.{}", VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion),
+                                      VK_API_VERSION_PATCH(p.apiVersion));
+  features_.vendor_id = p.vendorID;
+  features_.discrete = p.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+  features_.subgroup_size = subgroup.subgroupSize;
+  features_.max_storage_buffer_range = p.limits.maxStorageBufferRange;
+  features_.max_shared_memory = p.limits.maxComputeSharedMemorySize;
+  features_.max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;
+  features_.max_workgroup_count_x = p.limits.maxComputeWorkGroupCount[0];
+  features_.storage_offset_alignment = p.limits.minStorageBufferOffsetAlignment;
+  for (std::uint32_t h = 0; h < memory_.memoryHeapCount; ++h) {
+    if (memory_.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
+      features_.device_local_bytes = std::max<std::uint64_t>(features_.device_local_bytes, memory_.memoryHeaps[h].size);
+  }
+  features_.integer_dot_product = has(extensions, "VK_KHR_shader_integer_dot_product") || p.apiVersion >= VK_API_VERSION_1_3;
+  features_.bfloat16 = has(extensions, "VK_KHR_shader_bfloat16");
+  features_.cooperative_matrix_khr = has(extensions, "VK_KHR_cooperative_matrix");
+  bool nv_coopmat = has(extensions, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) && subgroup.subgroupSize == 32;
+  if (nv_coopmat) features_.cooperative_matrix = nv_cooperative_matrix(instance_.get(), physical_);
+  if (!has(extensions, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME)) {
+    throw GpuError(fmt::format("{} lacks VK_KHR_push_descriptor, which mqlm's kernels are bound with", p.deviceName));
+  }
+
+  // Required features: 8- and 16-bit storage and arithmetic (GGUF blocks), timeline semaphores.
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{};
+  coopmat.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+  VkPhysicalDeviceVulkan12Features f12{};
+  f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+  f12.pNext = features_.cooperative_matrix ? static_cast<void*>(&coopmat) : nullptr;
+  VkPhysicalDeviceVulkan11Features f11{};
+  f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+  f11.pNext = &f12;
+  VkPhysicalDeviceFeatures2 f2{};
+  f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  f2.pNext = &f11;
+  vkGetPhysicalDeviceFeatures2(physical_, &f2);
+  std::vector<std::string> missing;
+  if (!f11.storageBuffer16BitAccess) missing.push_back("storageBuffer16BitAccess");
+  if (!f12.storageBuffer8BitAccess) missing.push_back("storageBuffer8BitAccess");
+  if (!f12.shaderFloat16) missing.push_back("shaderFloat16");
+  if (!f12.shaderInt8) missing.push_back("shaderInt8");
+  if (!f12.timelineSemaphore) missing.push_back("timelineSemaphore");
+  if (!f2.features.shaderInt16) missing.push_back("shaderInt16");
+  if (!missing.empty()) {
+    throw GpuError(fmt::format("{} lacks Vulkan features mqlm needs: {}", p.deviceName, fmt::join(missing, ", ")));
+  }
+  if (features_.cooperative_matrix && !coopmat.cooperativeMatrix) features_.cooperative_matrix.reset();
+
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV enable_coopmat{};
+
+  enable_coopmat.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+  enable_coopmat.cooperativeMatrix = VK_TRUE;
+  VkPhysicalDeviceVulkan12Features e12{};
+  e12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+  e12.pNext = features_.cooperative_matrix ? static_cast<void*>(&enable_coopmat) : nullptr;
+  e12.storageBuffer8BitAccess = e12.shaderFloat16 = e12.shaderInt8 = e12.timelineSemaphore = VK_TRUE;
+  VkPhysicalDeviceVulkan11Features e11{};
+  e11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+  e11.pNext = &e12;
+  e11.storageBuffer16BitAccess = VK_TRUE;
+  VkPhysicalDeviceFeatures2 e2{};
+  e2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  e2.pNext = &e11;
+  e2.features.shaderInt16 = VK_TRUE;
+  e2.features.shaderInt64 = f2.features.shaderInt64;
+
+  std::uint32_t family_count = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, nullptr);
+  std::vector<VkQueueFamilyProperties> families(family_count);
+  vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, families.data());
+  std::optional<std::uint32_t> family;
+  for (std::uint32_t i = 0; i < family_count; ++i) {
+    if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+      family = i;
+      break;
+    }
+  }
+  if (!family) throw GpuError(fmt::format("{} has no compute queue", p.deviceName));
+  queue_family_ = *family;
+  if (families[queue_family_].timestampValidBits > 0) features_.timestamp_period_ns = p.limits.timestampPeriod;
+
+  std::vector<const char*> enable = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+  if (features_.cooperative_matrix) enable.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  float priority = 1.0f;
+  VkDeviceQueueCreateInfo queue_info{};
+  queue_info.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
+  queue_info.queueFamilyIndex = queue_family_;
+  queue_info.queueCount = 1;
+  queue_info.pQueuePriorities = &priority;
+  VkDeviceCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+  info.pNext = &e2;
+  info.queueCreateInfoCount = 1;
+  info.pQueueCreateInfos = &queue_info;
+  info.enabledExtensionCount = static_cast<std::uint32_t>(enable.size());
+  info.ppEnabledExtensionNames = enable.data();
+  VkDevice device = VK_NULL_HANDLE;
+  check(vkCreateDevice(physical_, &info, nullptr, &device), fmt::format("vkCreateDevice on {}", p.deviceName));
+  device_.reset(device);
+  vkGetDeviceQueue(device, queue_family_, 0, &queue_);
+  push_descriptor_set_ =
+      reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(device, "vkCmdPushDescriptorSetKHR"));
+  if (push_descriptor_set_ == nullptr) throw GpuError("vkCmdPushDescriptorSetKHR is missing although its extension is enabled");
+  spdlog::info("vulkan device: {}", features_.summary());
+}
+
+Device::~Device() = default;
+
+std::uint32_t Device::memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags required,
+                                  VkMemoryPropertyFlags preferred) const {
+  std::optional<std::uint32_t> fallback;
+  for (std::uint32_t i = 0; i < memory_.memoryTypeCount; ++i) {
+    if (!(type_bits & (1u << i))) continue;
+    auto flags = memory_.memoryTypes[i].propertyFlags;
+    if ((flags & required) != required) continue;
+    if ((flags & preferred) == preferred) return i;
+    if (!fallback) fallback = i;
+  }
+  if (fallback) return *fallback;
+  throw GpuError(fmt::format("{} has no memory type with property flags {:#x}", features_.name, required));
+}
+
+VkMemoryPropertyFlags Device::memory_flags(std::uint32_t type) const { return memory_.memoryTypes[type].propertyFlags; }
+
+}  // namespace mqlm::gpu

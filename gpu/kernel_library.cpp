@@ -1,0 +1,92 @@
+#include "gpu/kernel_library.hpp"
+
+#include <fmt/format.h>
+
+#include "gpu/vulkan_error.hpp"
+#include "shaders/embedded_shaders.hpp"
+
+namespace mqlm::gpu {
+
+Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelSpec& spec) : spec_(spec) {
+  VkDevice dev = device.get();
+  std::vector<VkDescriptorSetLayoutBinding> bindings(spec.buffers);
+  for (std::uint32_t i = 0; i < spec.buffers; ++i) {
+    bindings[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  }
+  VkDescriptorSetLayoutCreateInfo set_info{};
+  set_info.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
+  set_info.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+  set_info.bindingCount = spec.buffers;
+  set_info.pBindings = bindings.data();
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  check(vkCreateDescriptorSetLayout(dev, &set_info, nullptr, &set_layout), "vkCreateDescriptorSetLayout " + spec.shader);
+  set_layout_ = {dev, set_layout};
+
+  VkPushConstantRange push{VK_SHADER_STAGE_COMPUTE_BIT, 0, spec.push_bytes};
+  VkPipelineLayoutCreateInfo layout_info{};
+  layout_info.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+  layout_info.setLayoutCount = 1;
+  layout_info.pSetLayouts = &set_layout;
+  layout_info.pushConstantRangeCount = spec.push_bytes > 0 ? 1 : 0;
+  layout_info.pPushConstantRanges = &push;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  check(vkCreatePipelineLayout(dev, &layout_info, nullptr, &layout), "vkCreatePipelineLayout " + spec.shader);
+  layout_ = {dev, layout};
+
+  auto code = shaders::spirv(spec.shader);
+  VkShaderModuleCreateInfo module_info{};
+  module_info.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
+  module_info.codeSize = code.size_bytes();
+  module_info.pCode = code.data();
+  VkShaderModule module = VK_NULL_HANDLE;
+  check(vkCreateShaderModule(dev, &module_info, nullptr, &module), "vkCreateShaderModule " + spec.shader);
+  UniqueShaderModule module_owner(dev, module);
+
+  std::vector<VkSpecializationMapEntry> entries(spec.constants.size());
+  for (std::uint32_t i = 0; i < entries.size(); ++i) entries[i] = {i, i * 4u, 4};
+  VkSpecializationInfo spec_info{static_cast<std::uint32_t>(entries.size()), entries.data(), spec.constants.size() * 4,
+                                 spec.constants.data()};
+  if (spec.required_subgroup_size != 0 && device.features().subgroup_size != spec.required_subgroup_size) {
+    throw GpuError(fmt::format("kernel {} needs subgroups of {}; {} has {}", spec.shader, spec.required_subgroup_size,
+                               device.features().name, device.features().subgroup_size));
+  }
+  VkComputePipelineCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
+  info.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+  info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  info.stage.module = module;
+  info.stage.pName = "main";
+  info.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec_info;
+  info.layout = layout;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  check(vkCreateComputePipelines(dev, cache, 1, &info, nullptr, &pipeline), "vkCreateComputePipelines " + spec.shader);
+  pipeline_ = {dev, pipeline};
+}
+
+KernelLibrary::KernelLibrary(const Device& device, const std::vector<std::uint8_t>& cache_data) : device_(device) {
+  VkPipelineCacheCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
+  info.initialDataSize = cache_data.size();
+  info.pInitialData = cache_data.empty() ? nullptr : cache_data.data();
+  VkPipelineCache cache = VK_NULL_HANDLE;
+  check(vkCreatePipelineCache(device.get(), &info, nullptr, &cache), "vkCreatePipelineCache");
+  cache_ = {device.get(), cache};
+}
+
+const Kernel& KernelLibrary::get(const KernelSpec& spec) {
+  std::string key = fmt::format("{}/{}/{}", spec.shader, fmt::join(spec.constants, ","), spec.required_subgroup_size);
+  auto it = kernels_.find(key);
+  if (it == kernels_.end()) it = kernels_.emplace(key, std::make_unique<Kernel>(device_, cache_.get(), spec)).first;
+  return *it->second;
+}
+
+std::vector<std::uint8_t> KernelLibrary::cache_data() const {
+  std::size_t size = 0;
+  check(vkGetPipelineCacheData(device_.get(), cache_.get(), &size, nullptr), "vkGetPipelineCacheData");
+  std::vector<std::uint8_t> data(size);
+  check(vkGetPipelineCacheData(device_.get(), cache_.get(), &size, data.data()), "vkGetPipelineCacheData");
+  data.resize(size);
+  return data;
+}
+
+}  // namespace mqlm::gpu

@@ -1,0 +1,229 @@
+#include "gpu/ops.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "gpu/vulkan_error.hpp"
+
+namespace mqlm::gpu::ops {
+
+namespace {
+
+constexpr std::uint32_t max_groups = 65535;
+constexpr std::uint32_t matvec_threads = 128, matvec_rows = 2, matvec_max_cols = 8;
+constexpr std::uint32_t tile_m = 64, tile_n = 64;
+constexpr std::uint32_t topk_chunk = 1024;
+
+std::uint32_t ceil_div(std::uint64_t a, std::uint64_t b) { return static_cast<std::uint32_t>((a + b - 1) / b); }
+
+// A 1-D grid of `groups` workgroups spread over x and y (shaders use flat_group() and bounds).
+std::pair<std::uint32_t, std::uint32_t> spread(std::uint32_t groups) {
+  std::uint32_t x = std::min(groups, max_groups);
+  return {std::max(x, 1u), std::max(ceil_div(groups, x == 0 ? 1 : x), 1u)};
+}
+
+const Kernel& kernel(KernelLibrary& lib, std::string shader, std::uint32_t buffers, std::uint32_t push_bytes,
+                     std::vector<std::uint32_t> constants = {}, std::uint32_t subgroup = 0) {
+  return lib.get({std::move(shader), buffers, push_bytes, std::move(constants), subgroup});
+}
+
+struct RowsPush {
+  std::uint32_t n, rows;
+  float value;
+};
+
+}  // namespace
+
+void rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange weight, BufferRange out, std::uint32_t rows,
+              std::uint32_t n, float eps) {
+  RowsPush push{n, rows, eps};
+  auto [gx, gy] = spread(rows);
+  rec.dispatch(kernel(lib, "rms_norm", 3, sizeof push, {256}), {x, weight, out}, push, gx, gy);
+}
+
+void softmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n,
+             float scale) {
+  RowsPush push{n, rows, scale};
+  auto [gx, gy] = spread(rows);
+  rec.dispatch(kernel(lib, "softmax", 2, sizeof push, {256}), {x, out}, push, gx, gy);
+}
+
+void add(Recording& rec, KernelLibrary& lib, BufferRange a, BufferRange b, BufferRange out, std::uint32_t n) {
+  auto [gx, gy] = spread(ceil_div(n, 256));
+  rec.dispatch(kernel(lib, "add", 3, 4), {a, b, out}, n, gx, gy);
+}
+
+void silu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out, std::uint32_t n) {
+  auto [gx, gy] = spread(ceil_div(n, 256));
+  rec.dispatch(kernel(lib, "silu_mul", 3, 4), {gate, up, out}, n, gx, gy);
+}
+
+void get_rows(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange ids, BufferRange out,
+              std::uint32_t k, std::uint32_t n_ids) {
+  if (k % block_elements(type) != 0) (void)row_bytes(type, k);  // throws with the reason
+  struct {
+    std::uint32_t k, n_ids;
+  } push{k, n_ids};
+  if (n_ids > max_groups) throw GpuError(fmt::format("get_rows of {} ids: at most {} per dispatch", n_ids, max_groups));
+  rec.dispatch(kernel(lib, fmt::format("get_rows_{}", weight_type_name(type)), 3, sizeof push), {weights, ids, out}, push,
+               ceil_div(ceil_div(k, 4), 64), n_ids);
+}
+
+void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positions, BufferRange out, const RopeShape& s) {
+  std::uint32_t dims = s.rotary_dims == 0 ? s.head_dim : s.rotary_dims;
+  if (s.head_dim % 2 != 0 || dims % 2 != 0 || dims > s.head_dim) {
+    throw GpuError(fmt::format("rope needs even head_dim and rotary dims <= head_dim (got {} and {})", s.head_dim, dims));
+  }
+  struct {
+    std::uint32_t head_dim, n_dims, heads, tokens;
+    float base, scale;
+    std::uint32_t neox;
+  } push{s.head_dim, dims, s.heads, s.tokens, s.freq_base, s.freq_scale, s.neox ? 1u : 0u};
+  std::uint32_t rows = s.tokens * s.heads;
+  auto [gy, gz] = spread(rows);
+  rec.dispatch(kernel(lib, "rope", 3, sizeof push), {x, positions, out}, push, ceil_div(s.head_dim / 2, 64), gy, gz);
+}
+
+std::string_view matmul_path_name(MatmulPath path) {
+  switch (path) {
+    case MatmulPath::automatic: return "automatic";
+    case MatmulPath::vector: return "vector";
+    case MatmulPath::tiled: return "tiled";
+    case MatmulPath::cooperative: return "coopmat";
+  }
+  return "?";
+}
+
+MatmulPath choose_matmul_path(const DeviceFeatures& features, std::uint32_t n) {
+  if (n <= matvec_max_cols) return MatmulPath::vector;
+  return features.cooperative_matrix ? MatmulPath::cooperative : MatmulPath::tiled;
+}
+
+MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts, bool acts_f16,
+                  BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, MatmulPath path) {
+  const auto& features = lib.device().features();
+  if (path == MatmulPath::automatic) path = choose_matmul_path(features, n);
+  if (k % block_elements(type) != 0) (void)row_bytes(type, k);
+  struct {
+    std::uint32_t m, k, n;
+  } push{m, k, n};
+  std::string suffix = fmt::format("{}_{}", weight_type_name(type), acts_f16 ? "b16" : "b32");
+  switch (path) {
+    case MatmulPath::vector: {
+      if (n > matvec_max_cols) throw GpuError(fmt::format("the vector matmul takes at most {} columns, not {}", matvec_max_cols, n));
+      auto [gx, gy] = spread(ceil_div(m, matvec_rows));
+      rec.dispatch(kernel(lib, "mul_mat_vec_" + suffix, 3, sizeof push, {matvec_threads, matvec_rows}),
+                   {weights, acts, out}, push, gx, gy);
+      break;
+    }
+    case MatmulPath::tiled:
+      rec.dispatch(kernel(lib, "mul_mm_" + suffix, 3, sizeof push, {256, tile_m, tile_n}), {weights, acts, out}, push,
+                   ceil_div(m, tile_m), ceil_div(n, tile_n));
+      break;
+    case MatmulPath::cooperative: {
+      if (!features.cooperative_matrix) {
+        throw GpuError(features.name + " has no cooperative matrices (VK_NV_cooperative_matrix) for the coopmat matmul");
+      }
+      const auto& cm = *features.cooperative_matrix;
+      rec.dispatch(kernel(lib, fmt::format("mul_mm_coopmat_{}_{}x{}x{}", suffix, cm.m, cm.n, cm.k), 3, sizeof push, {}, 32),
+                   {weights, acts, out}, push, ceil_div(m, 64), ceil_div(n, 64));
+      break;
+    }
+    case MatmulPath::automatic: break;
+  }
+  return path;
+}
+
+void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,
+              BufferRange v_cache, BufferRange slots, std::uint32_t tokens, std::uint32_t row) {
+  struct {
+    std::uint32_t row, tokens;
+  } push{row, tokens};
+  if (tokens > max_groups) throw GpuError(fmt::format("kv_write of {} tokens: at most {} per dispatch", tokens, max_groups));
+  rec.dispatch(kernel(lib, "kv_write", 5, sizeof push), {k_new, v_new, k_cache, v_cache, slots}, push, ceil_div(row, 256),
+               tokens);
+}
+
+void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
+               BufferRange block_tables, BufferRange token_seq_pos, BufferRange out, const AttentionShape& s) {
+  if (s.head_dim == 0 || s.head_dim > 128) throw GpuError(fmt::format("attention head_dim {} (supported: up to 128)", s.head_dim));
+  if (s.kv_heads == 0 || s.heads % s.kv_heads != 0) {
+    throw GpuError(fmt::format("attention: {} query heads are not a multiple of {} KV heads", s.heads, s.kv_heads));
+  }
+  struct {
+    std::uint32_t heads, kv_heads, page_size, max_pages, tokens;
+    float scale;
+  } push{s.heads, s.kv_heads, s.page_size, s.max_pages, s.tokens, s.scale};
+  rec.dispatch(kernel(lib, "attention", 6, sizeof push, {s.head_dim}), {q, k_cache, v_cache, block_tables, token_seq_pos, out},
+               push, s.heads, s.tokens);
+}
+
+void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n) {
+  struct {
+    std::uint32_t n, rows;
+  } push{n, rows};
+  auto [gx, gy] = spread(rows);
+  rec.dispatch(kernel(lib, "argmax", 2, sizeof push), {x, out}, push, gx, gy);
+}
+
+namespace {
+
+// Candidates per row after each round but the last.
+std::vector<std::uint32_t> topk_rounds(std::uint32_t n, std::uint32_t k) {
+  std::vector<std::uint32_t> sizes;
+  while (n > topk_chunk) {
+    n = ceil_div(n, topk_chunk) * k;
+    sizes.push_back(n);
+  }
+  return sizes;
+}
+
+std::uint64_t align256(std::uint64_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
+
+std::uint64_t topk_scratch_bytes(std::uint32_t rows, std::uint32_t n, std::uint32_t k) {
+  auto rounds = topk_rounds(n, k);
+  std::uint64_t largest = rounds.empty() ? 0 : *std::max_element(rounds.begin(), rounds.end());
+  return 4 * align256(std::uint64_t{rows} * largest * 4) + 256;
+}
+
+void topk(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch, BufferRange out_values,
+          BufferRange out_indices, std::uint32_t rows, std::uint32_t n, std::uint32_t k) {
+  if (k == 0 || k > 256 || k > n) throw GpuError(fmt::format("top-k with k = {} of {} (1 <= k <= min(n, 256))", k, n));
+  if (rows > max_groups) throw GpuError(fmt::format("top-k over {} rows: at most {} per dispatch", rows, max_groups));
+  auto rounds = topk_rounds(n, k);
+  std::uint64_t area = rounds.empty() ? 0 : align256(std::uint64_t{rows} * *std::max_element(rounds.begin(), rounds.end()) * 4);
+  if (scratch.size < topk_scratch_bytes(rows, n, k) - 256 && !rounds.empty()) {
+    throw GpuError(fmt::format("top-k scratch of {} bytes, {} needed", scratch.size, topk_scratch_bytes(rows, n, k)));
+  }
+  auto part = [&](int i) { return BufferRange{scratch.buffer, scratch.offset + i * area, area}; };
+  const auto& topk_kernel = kernel(lib, "topk", 4, 16);
+  BufferRange in_v = x, in_i = x;
+  std::uint32_t has_indices = 0, size = n;
+  for (std::size_t r = 0; r <= rounds.size(); ++r) {
+    bool last = r == rounds.size();
+    BufferRange o_v = last ? out_values : part(2 * static_cast<int>(r % 2));
+    BufferRange o_i = last ? out_indices : part(2 * static_cast<int>(r % 2) + 1);
+    struct {
+      std::uint32_t n, rows, k, has_indices;
+    } push{size, rows, k, has_indices};
+    rec.dispatch(topk_kernel, {in_v, in_i, o_v, o_i}, push, ceil_div(size, topk_chunk), rows);
+    if (!last) {
+      in_v = o_v;
+      in_i = o_i;
+      has_indices = 1;
+      size = rounds[r];
+    }
+  }
+}
+
+void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, std::uint64_t bytes) {
+  if (bytes % 16 != 0) throw GpuError("the copy kernel moves whole 16-byte words");
+  auto words = static_cast<std::uint32_t>(bytes / 16);
+  rec.dispatch(kernel(lib, "copy", 2, 4), {src, dst}, words, std::min(ceil_div(words, 256), 8192u));
+}
+
+}  // namespace mqlm::gpu::ops

@@ -1,0 +1,77 @@
+// Every transformer kernel, as a function that records it into a step. Shapes are in elements;
+// tensors are row-major and contiguous (the last dimension named is the contiguous one).
+// Activations are F32 unless a parameter says otherwise; KV caches are F16.
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/compute_queue.hpp"
+#include "gpu/kernel_library.hpp"
+#include "gpu/weight_formats.hpp"
+
+namespace mqlm::gpu::ops {
+
+// x: (rows, n), weight: (n), out: (rows, n).
+void rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange weight, BufferRange out, std::uint32_t rows,
+              std::uint32_t n, float eps);
+// out = a + b, n elements.
+void add(Recording& rec, KernelLibrary& lib, BufferRange a, BufferRange b, BufferRange out, std::uint32_t n);
+// out = silu(gate) * up, n elements.
+void silu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out, std::uint32_t n);
+// x, out: (rows, n); out = softmax(x * scale) per row.
+void softmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n,
+             float scale);
+// weights: (vocab, k) of `type`; ids: (n_ids) uint32; out: (n_ids, k).
+void get_rows(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange ids, BufferRange out,
+              std::uint32_t k, std::uint32_t n_ids);
+
+struct RopeShape {
+  std::uint32_t tokens = 0, heads = 0, head_dim = 0;
+  std::uint32_t rotary_dims = 0;  // 0: all of head_dim
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;        // linear scaling: positions are multiplied by it
+  bool neox = false;              // pairs (i, i + d/2) instead of (2i, 2i + 1)
+};
+// x, out: (tokens, heads, head_dim); positions: (tokens) int32.
+void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positions, BufferRange out, const RopeShape& shape);
+
+enum class MatmulPath : std::uint8_t { automatic, vector, tiled, cooperative };
+std::string_view matmul_path_name(MatmulPath path);
+// The path `automatic` takes for n columns on this device.
+MatmulPath choose_matmul_path(const DeviceFeatures& features, std::uint32_t n);
+// out(n, m) = acts(n, k) x weights(m, k)^T; weights of `type` in their GGUF layout; acts F32, or
+// F16 when acts_f16. The vector path takes at most 8 columns; the cooperative path needs
+// features().cooperative_matrix. Returns the path used.
+MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts, bool acts_f16,
+                  BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                  MatmulPath path = MatmulPath::automatic);
+
+// k_new, v_new: (tokens, row) F32 with row = kv_heads * head_dim; the caches: (slots, row) F16;
+// slots: (tokens) uint32, page * page_size + offset.
+void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,
+              BufferRange v_cache, BufferRange slots, std::uint32_t tokens, std::uint32_t row);
+
+struct AttentionShape {
+  std::uint32_t tokens = 0, heads = 0, kv_heads = 0, head_dim = 0;  // head_dim 64 or 128
+  std::uint32_t page_size = 0, max_pages = 0;  // block tables are (sequences, max_pages)
+  float scale = 0;                             // usually 1 / sqrt(head_dim)
+};
+// q, out: (tokens, heads, head_dim); token_seq_pos: (tokens) pairs of uint32 (sequence, position);
+// a token sees positions 0 .. its own of its sequence, through block_tables.
+void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
+               BufferRange block_tables, BufferRange token_seq_pos, BufferRange out, const AttentionShape& shape);
+
+// out: (rows) uint32, the index of each row's largest value (the lowest on ties).
+void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n);
+
+// The k largest of each row of x (rows, n), ordered (larger first, lower index on ties), into
+// out_values (rows, k) F32 and out_indices (rows, k) uint32. k <= 256 and k <= n. scratch holds
+// the intermediate rounds: at least topk_scratch_bytes(rows, n, k).
+std::uint64_t topk_scratch_bytes(std::uint32_t rows, std::uint32_t n, std::uint32_t k);
+void topk(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch, BufferRange out_values,
+          BufferRange out_indices, std::uint32_t rows, std::uint32_t n, std::uint32_t k);
+
+// dst = src, `bytes` a multiple of 16: the copy-bandwidth probe.
+void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, std::uint64_t bytes);
+
+}  // namespace mqlm::gpu::ops

@@ -1,0 +1,240 @@
+// The buffer pool: statistics, trim, bounded growth under random churn, and that trim never
+// releases memory the GPU may still read.
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "gpu/ops.hpp"
+#include "gpu_fixture.hpp"
+
+namespace mqlm::gpu {
+namespace {
+
+using testing::shared_gpu;
+constexpr VkDeviceSize MiB = VkDeviceSize{1} << 20;
+
+// The bytes held by blocks that contain at least one of `live`: what active allocations need.
+VkDeviceSize needed_by(const BufferPool& pool, const std::vector<PoolBuffer>& live) {
+  std::map<VkBuffer, VkDeviceSize> blocks;
+  for (const auto& b : live) {
+    VkDeviceSize cls = pool.size_class(b.size());
+    blocks[b.range().buffer] = std::max({blocks[b.range().buffer], pool.block_size(), cls});
+  }
+  VkDeviceSize total = 0;
+  for (auto [buffer, size] : blocks) total += size;
+  return total;
+}
+
+TEST(BufferPool, StatisticsFollowOwnersAndTrimLeavesOnlyWhatActiveNeeds) {
+  auto& gpu = shared_gpu();
+  BufferPool pool(gpu.queue, PoolOptions{MiB});
+  std::vector<PoolBuffer> weights, kv, scratch;
+  for (int i = 0; i < 40; ++i) weights.push_back(pool.allocate(20'000 + 1000 * i, "weights:tiny"));
+  for (int i = 0; i < 64; ++i) kv.push_back(pool.allocate(16 * 1024, "kv"));
+  scratch.push_back(pool.allocate(3 * MiB, "scratch"));  // larger than a block: a block of its own
+  for (int i = 0; i < 50; ++i) scratch.push_back(pool.allocate(777 * (i + 1), "scratch"));
+
+  auto s = pool.stats();
+  VkDeviceSize expect_weights = 0, expect_kv = 0;
+  for (const auto& b : weights) expect_weights += pool.size_class(b.size());
+  for (const auto& b : kv) expect_kv += pool.size_class(b.size());
+  EXPECT_EQ(s.active_by_owner.at("weights:tiny"), expect_weights);
+  EXPECT_EQ(s.active_by_owner.at("kv"), expect_kv);
+  EXPECT_EQ(s.active_bytes, expect_weights + expect_kv + s.active_by_owner.at("scratch"));
+  EXPECT_EQ(s.cached_bytes, 0u);
+  EXPECT_EQ(s.peak_active_bytes, s.active_bytes);
+  EXPECT_GE(s.held_bytes, s.active_bytes);
+
+  // Free every other KV page, all scratch and most weights: the freed ranges are cached.
+  std::vector<PoolBuffer> kept;
+  for (std::size_t i = 0; i < kv.size(); i += 2) kept.push_back(std::move(kv[i]));
+  kept.push_back(std::move(weights[7]));
+  kv.clear();
+  weights.clear();
+  scratch.clear();
+  s = pool.stats();
+  EXPECT_GT(s.cached_bytes, 0u);
+  EXPECT_EQ(s.active_by_owner.count("scratch"), 0u);
+  EXPECT_EQ(s.active_bytes + s.cached_bytes, s.peak_active_bytes);
+
+  auto trimmed = pool.trim();
+  s = pool.stats();
+  EXPECT_EQ(s.cached_bytes, 0u);
+  EXPECT_GT(trimmed.bytes_released, 3 * MiB);  // at least the dedicated block
+  EXPECT_EQ(s.held_bytes, needed_by(pool, kept));
+  std::set<VkBuffer> kept_blocks;
+  for (const auto& k : kept) kept_blocks.insert(k.range().buffer);
+  EXPECT_EQ(s.blocks, kept_blocks.size());
+
+  // A freed range is reused for the next allocation of its size class.
+  VkBuffer kv_buffer = kept[0].range().buffer;
+  VkDeviceSize kv_offset = kept[0].range().offset;
+  kept[0].reset();
+  auto again = pool.allocate(16 * 1024 - 5, "kv");
+  EXPECT_EQ(again.range().buffer, kv_buffer);
+  EXPECT_EQ(again.range().offset, kv_offset);
+
+  again.reset();
+  kept.clear();
+  pool.trim();
+  s = pool.stats();
+  EXPECT_EQ(s.held_bytes, 0u);
+  EXPECT_EQ(s.blocks, 0u);
+  EXPECT_EQ(s.active_bytes, 0u);
+  EXPECT_TRUE(s.active_by_owner.empty());
+}
+
+// 10,000 rounds of random allocate / free / trim over `sizes` (at most max_small when they fit
+// a block); asserts the statistics stay consistent and held stays within the peak active bytes
+// plus one block plus per-block fragmentation; returns the largest held - peak seen.
+VkDeviceSize churn(BufferPool& pool, std::uint64_t seed, VkDeviceSize max_small,
+                   const std::function<VkDeviceSize(std::mt19937_64&)>& sizes) {
+  std::mt19937_64 rng(seed);
+  std::vector<PoolBuffer> live;
+  std::uint64_t active = 0;
+  VkDeviceSize worst = 0;
+  for (int round = 0; round < 10'000; ++round) {
+    int action = std::uniform_int_distribution<int>(0, 99)(rng);
+    bool growing = (round / 1000) % 2 == 0;  // phases that grow and shrink the working set
+    if (action < (growing ? 60 : 35) || live.empty()) {
+      live.push_back(pool.allocate(sizes(rng), round % 3 == 0 ? "kv" : "scratch"));
+      active += pool.size_class(live.back().size());
+    } else if (action < 97) {
+      std::size_t i = std::uniform_int_distribution<std::size_t>(0, live.size() - 1)(rng);
+      active -= pool.size_class(live[i].size());
+      std::swap(live[i], live.back());
+      live.pop_back();
+    } else {
+      pool.trim();
+      auto s = pool.stats();
+      EXPECT_EQ(s.cached_bytes, 0u) << "round " << round;
+      EXPECT_EQ(s.held_bytes, needed_by(pool, live)) << "round " << round;
+    }
+    auto s = pool.stats();
+    EXPECT_EQ(s.active_bytes, active) << "round " << round;
+    // Beyond one block of slack, each block may lose its tail (less than the largest
+    // allocation that goes into blocks) to fragmentation.
+    VkDeviceSize slack = pool.block_size() + s.blocks * max_small;
+    EXPECT_LE(s.held_bytes, s.peak_active_bytes + slack) << "round " << round << ", " << s.blocks << " blocks";
+    if (s.held_bytes > s.peak_active_bytes) worst = std::max(worst, s.held_bytes - s.peak_active_bytes);
+    if (round % 500 == 0) {  // live ranges never overlap
+      std::map<VkBuffer, std::vector<std::pair<VkDeviceSize, VkDeviceSize>>> ranges;
+      for (const auto& b : live) ranges[b.range().buffer].push_back({b.range().offset, pool.size_class(b.size())});
+      for (auto& [buffer, rs] : ranges) {
+        std::sort(rs.begin(), rs.end());
+        for (std::size_t i = 1; i < rs.size(); ++i) EXPECT_LE(rs[i - 1].first + rs[i - 1].second, rs[i].first);
+      }
+    }
+  }
+  live.clear();
+  pool.trim();
+  EXPECT_EQ(pool.stats().held_bytes, 0u);
+  return worst;
+}
+
+// Sizes as an executor allocates them: KV pages, per-step activations and logits of a few
+// shapes, all well below a block (as a few MiB are below the default 256 MiB block), and now
+// and then weights larger than a block.
+TEST(BufferPool, RandomChurnHoldsAtMostPeakPlusOneBlockPlusFragmentation) {
+  auto& gpu = shared_gpu();
+  for (std::uint64_t seed : {42, 43, 44}) {
+    BufferPool pool(gpu.queue, PoolOptions{MiB});
+    auto worst = churn(pool, seed, 65536, [](std::mt19937_64& rng) {
+      static constexpr VkDeviceSize menu[] = {1024, 4096, 12288, 16384, 32768, 57344, 65536};
+      if (std::uniform_int_distribution<int>(0, 99)(rng) < 2) return VkDeviceSize{(3 + rng() % 4) * MiB / 2};
+      return menu[rng() % std::size(menu)];
+    });
+    std::cout << "seed " << seed << ": worst held - peak " << worst << " bytes\n";
+  }
+}
+
+// Arbitrary sizes: 64 B to 64 KiB, log-uniform, and 2% larger than a block.
+TEST(BufferPool, RandomChurnOfArbitrarySizes) {
+  auto& gpu = shared_gpu();
+  BufferPool pool(gpu.queue, PoolOptions{MiB});
+  auto worst = churn(pool, 7, 65536, [](std::mt19937_64& rng) {
+    if (std::uniform_int_distribution<int>(0, 99)(rng) < 2) {
+      return static_cast<VkDeviceSize>(std::uniform_real_distribution<double>(1.2, 3.0)(rng) * MiB);
+    }
+    return static_cast<VkDeviceSize>(std::exp2(std::uniform_real_distribution<double>(6.0, 16.0)(rng)));
+  });
+  std::cout << "worst held - peak: " << worst << " bytes\n";
+}
+
+TEST(BufferPool, TrimReleasesMemoryOnlyAfterTheGpuFinishedReadingIt) {
+  auto& gpu = shared_gpu();
+  BufferPool pool(gpu.queue, PoolOptions{MiB});
+  // A gate the submission waits on, so the work stays unfinished until the test opens it.
+  VkSemaphoreTypeCreateInfo type{};
+  type.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO;
+  type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+  VkSemaphoreCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO;
+  info.pNext = &type;
+  VkSemaphore raw = VK_NULL_HANDLE;
+  ASSERT_EQ(vkCreateSemaphore(gpu.device.get(), &info, nullptr, &raw), VK_SUCCESS);
+  UniqueSemaphore gate(gpu.device.get(), raw);
+
+  std::vector<std::uint32_t> data(MiB / 4);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint32_t>(i * 2654435761u);
+  PoolBuffer src = pool.allocate(MiB, "weights:gated");  // exactly one block
+  upload(gpu.queue, pool, src, std::span<const std::uint32_t>(data));
+  PoolBuffer dst = pool.allocate(MiB, "scratch");
+  VkBuffer src_buffer = src.range().buffer;
+  VkDeviceSize src_offset = src.range().offset;
+
+  auto rec = gpu.queue.begin();
+  ops::copy(rec, gpu.kernels, src.range(), dst.range(), MiB);
+  TimelineWait wait{gate.get(), 1};
+  gpu.queue.submit(rec, std::span(&wait, 1));
+  src.reset();  // freed while the copy has not run
+
+  auto s = pool.stats();
+  EXPECT_EQ(s.pending_bytes, MiB);
+  EXPECT_EQ(s.held_bytes, 2 * MiB);
+  // Not reusable yet: a new allocation of the same class gets other memory.
+  PoolBuffer other = pool.allocate(MiB, "scratch");
+  EXPECT_FALSE(other.range().buffer == src_buffer && other.range().offset == src_offset);
+  other.reset();  // fenced by the unfinished submission too: the pool does not track which buffers a step uses
+  // Trimming without waiting releases nothing while that work is unfinished.
+  auto early = pool.trim_completed();
+  EXPECT_EQ(early.bytes_released, 0u);
+  EXPECT_EQ(pool.stats().held_bytes, 3 * MiB);
+  EXPECT_EQ(pool.stats().pending_bytes, 2 * MiB);
+
+  auto trimming = std::async(std::launch::async, [&pool] { return pool.trim(); });
+  EXPECT_EQ(trimming.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
+      << "trim returned while the GPU work was still blocked";
+  VkSemaphoreSignalInfo signal{};
+  signal.sType = VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO;
+  signal.semaphore = gate.get();
+  signal.value = 1;
+  ASSERT_EQ(vkSignalSemaphore(gpu.device.get(), &signal), VK_SUCCESS);
+  auto late = trimming.get();
+  EXPECT_EQ(late.bytes_released, 2 * MiB);
+  EXPECT_EQ(pool.stats().held_bytes, MiB);
+  EXPECT_EQ(pool.stats().pending_bytes, 0u);
+  // The copy read the freed buffer's contents intact.
+  EXPECT_EQ(download<std::uint32_t>(gpu.queue, pool, dst, data.size()), data);
+}
+
+TEST(BufferPool, HostMemoryIsMappedAndCountedApart) {
+  auto& gpu = shared_gpu();
+  BufferPool pool(gpu.queue, PoolOptions{MiB});
+  auto staging = pool.allocate(1000, "staging", MemoryKind::host);
+  ASSERT_NE(staging.mapped(), nullptr);
+  auto device = pool.allocate(1000, "kv");
+  EXPECT_EQ(pool.stats().blocks, 2u);  // kinds never share a block
+  EXPECT_EQ(pool.stats().active_by_owner.at("staging"), pool.size_class(1000));
+  EXPECT_THROW((void)staging.range(900, 200), GpuError);
+}
+
+}  // namespace
+}  // namespace mqlm::gpu

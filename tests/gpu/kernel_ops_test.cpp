@@ -1,0 +1,356 @@
+// One table-driven test: every GPU op and weight type against the plain C++ reference, by
+// normalised squared error (sum (gpu - ref)^2 / sum ref^2), on odd sizes: shapes that are not
+// multiples of tiles, one token and many, contexts longer than one KV page. Adding an op or a
+// shape means adding rows to the table in all_cases().
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "gpu/ops.hpp"
+#include "gpu_fixture.hpp"
+#include "reference_ops.hpp"
+
+namespace mqlm::gpu {
+namespace {
+
+using testing::Gpu;
+using testing::shared_gpu;
+using Vec = std::vector<float>;
+
+struct Outcome {
+  std::vector<double> got, want;
+};
+
+struct OpCase {
+  std::string name;
+  double tolerance;  // on the normalised squared error; 0: must match exactly
+  std::function<Outcome(Gpu&)> run;
+};
+
+std::ostream& operator<<(std::ostream& os, const OpCase& c) { return os << c.name; }
+
+Vec random_vec(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  Vec v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Integers in [0, levels): rows with many ties.
+Vec tied_vec(std::size_t n, std::uint64_t seed, int levels) {
+  std::mt19937_64 rng(seed);
+  Vec v(n);
+  for (auto& x : v) x = static_cast<float>(std::uniform_int_distribution<int>(0, levels - 1)(rng)) - levels / 2;
+  return v;
+}
+
+template <class T>
+std::vector<double> doubles(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+template <class Record>
+void run_step(Gpu& gpu, Record&& record) {
+  auto rec = gpu.queue.begin();
+  record(rec);
+  gpu.queue.submit_and_wait(rec);
+}
+
+BufferRange r(const PoolBuffer& b) { return b.range(); }
+
+std::size_t k_for(WeightType type, bool large) {
+  switch (type) {
+    case WeightType::q4_k: return large ? 1024 : 512;
+    case WeightType::q8_0:
+    case WeightType::q4_0: return large ? 1024 : 160;
+    default: return large ? 1021 : 97;
+  }
+}
+
+void add_elementwise_cases(std::vector<OpCase>& cases) {
+  for (auto [rows, n] : {std::pair{1, 1}, {7, 1000}, {3, 4099}}) {
+    cases.push_back({fmt::format("rms_norm_{}x{}", rows, n), 1e-10, [rows, n](Gpu& gpu) {
+                       auto x = random_vec(rows * n, 1), w = random_vec(n, 2);
+                       auto bx = gpu.up(x), bw = gpu.up(w), out = gpu.scratch(x.size() * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::rms_norm(rec, gpu.kernels, r(bx), r(bw), r(out), rows, n, 1e-5f); });
+                       return Outcome{doubles(gpu.down<float>(out, x.size())), doubles(reference::rms_norm(x, w, rows, n, 1e-5f))};
+                     }});
+  }
+  for (int n : {1, 1000, 70001}) {
+    cases.push_back({fmt::format("add_{}", n), 0, [n](Gpu& gpu) {
+                       auto a = random_vec(n, 3), b = random_vec(n, 4);
+                       auto ba = gpu.up(a), bb = gpu.up(b), out = gpu.scratch(n * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::add(rec, gpu.kernels, r(ba), r(bb), r(out), n); });
+                       return Outcome{doubles(gpu.down<float>(out, n)), doubles(reference::add(a, b))};
+                     }});
+    cases.push_back({fmt::format("silu_mul_{}", n), 1e-10, [n](Gpu& gpu) {
+                       auto a = random_vec(n, 5, 3.0f), b = random_vec(n, 6);
+                       auto ba = gpu.up(a), bb = gpu.up(b), out = gpu.scratch(n * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::silu_mul(rec, gpu.kernels, r(ba), r(bb), r(out), n); });
+                       return Outcome{doubles(gpu.down<float>(out, n)), doubles(reference::silu_mul(a, b))};
+                     }});
+  }
+  for (auto [rows, n] : {std::pair{1, 1}, {5, 37}, {2, 3000}}) {
+    cases.push_back({fmt::format("softmax_{}x{}", rows, n), 1e-10, [rows, n](Gpu& gpu) {
+                       auto x = random_vec(rows * n, 7, 4.0f);
+                       auto bx = gpu.up(x), out = gpu.scratch(x.size() * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::softmax(rec, gpu.kernels, r(bx), r(out), rows, n, 0.7f); });
+                       return Outcome{doubles(gpu.down<float>(out, x.size())), doubles(reference::softmax(x, rows, n, 0.7f))};
+                     }});
+  }
+  struct RopeCase {
+    const char* name;
+    ops::RopeShape shape;
+  };
+  for (auto c : {RopeCase{"normal_1tok_d64", {1, 4, 64, 0, 10000.0f, 1.0f, false}},
+                 RopeCase{"neox_5tok_d128", {5, 3, 128, 0, 500000.0f, 1.0f, true}},
+                 RopeCase{"neox_linear_scaled", {7, 2, 64, 0, 10000.0f, 0.25f, true}},
+                 RopeCase{"normal_partial_dims", {3, 2, 64, 32, 10000.0f, 1.0f, false}}}) {
+    cases.push_back({fmt::format("rope_{}", c.name), 1e-9, [c](Gpu& gpu) {
+                       const auto& s = c.shape;
+                       auto x = random_vec(s.tokens * s.heads * s.head_dim, 8);
+                       std::vector<std::int32_t> pos(s.tokens);
+                       for (std::size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<std::int32_t>(3 + 37 * t);
+                       auto bx = gpu.up(x), bp = gpu.up(pos), out = gpu.scratch(x.size() * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::rope(rec, gpu.kernels, r(bx), r(bp), r(out), s); });
+                       return Outcome{doubles(gpu.down<float>(out, x.size())), doubles(reference::rope(x, pos, s))};
+                     }});
+  }
+}
+
+void add_weight_cases(std::vector<OpCase>& cases) {
+  for (auto type : all_weight_types) {
+    std::string tname(weight_type_name(type));
+    cases.push_back({"get_rows_" + tname, 1e-12, [type](Gpu& gpu) {
+                       std::size_t vocab = 37, k = k_for(type, false);
+                       auto bytes = quantize(type, random_vec(vocab * k, 9), k);
+                       auto table = dequantize(type, bytes, vocab, k);
+                       std::vector<std::uint32_t> ids = {0, 36, 5, 5, 17};
+                       auto bw = gpu.up(bytes), bi = gpu.up(ids), out = gpu.scratch(ids.size() * k * 4);
+                       run_step(gpu, [&](Recording& rec) {
+                         ops::get_rows(rec, gpu.kernels, type, r(bw), r(bi), r(out), k, ids.size());
+                       });
+                       Vec want;
+                       for (auto id : ids) want.insert(want.end(), table.begin() + id * k, table.begin() + (id + 1) * k);
+                       return Outcome{doubles(gpu.down<float>(out, want.size())), doubles(want)};
+                     }});
+    struct Shape {
+      ops::MatmulPath path;
+      std::size_t m, n;
+      bool large_k;
+    };
+    for (auto shape : {Shape{ops::MatmulPath::vector, 67, 1, false}, Shape{ops::MatmulPath::vector, 33, 5, true},
+                       Shape{ops::MatmulPath::vector, 3, 8, false}, Shape{ops::MatmulPath::tiled, 67, 9, false},
+                       Shape{ops::MatmulPath::tiled, 130, 70, true}}) {
+      for (bool f16 : {false, true}) {
+        std::size_t k = k_for(type, shape.large_k);
+        std::string name = fmt::format("matmul_{}_{}_{}x{}x{}_{}", tname, ops::matmul_path_name(shape.path), shape.m, k,
+                                       shape.n, f16 ? "f16acts" : "f32acts");
+        cases.push_back({name, 1e-10, [type, shape, f16, k](Gpu& gpu) {
+                           auto bytes = quantize(type, random_vec(shape.m * k, 10), k);
+                           auto weights = dequantize(type, bytes, shape.m, k);
+                           auto acts = random_vec(shape.n * k, 11);
+                           std::vector<std::uint16_t> halves(acts.size());
+                           for (std::size_t i = 0; i < acts.size(); ++i) {
+                             halves[i] = float_to_half(acts[i]);
+                             if (f16) acts[i] = half_to_float(halves[i]);
+                           }
+                           auto bw = gpu.up(bytes), out = gpu.scratch(shape.n * shape.m * 4);
+                           auto ba = f16 ? gpu.up(halves) : gpu.up(acts);
+                           run_step(gpu, [&](Recording& rec) {
+                             ops::matmul(rec, gpu.kernels, type, r(bw), r(ba), f16, r(out), shape.m, k, shape.n, shape.path);
+                           });
+                           return Outcome{doubles(gpu.down<float>(out, shape.n * shape.m)),
+                                          doubles(reference::matmul(weights, acts, shape.m, k, shape.n))};
+                         }});
+      }
+    }
+  }
+}
+
+// A paged KV cache filled through kv_write: every position of every sequence, pages handed out
+// in a shuffled order so that no sequence's pages are contiguous.
+struct PagedCache {
+  reference::LogicalCache logical;  // values rounded to F16, as the cache stores them
+  std::vector<std::uint32_t> block_tables;
+  std::uint32_t max_pages = 0, slots = 0;
+  PoolBuffer k_cache, v_cache, tables;
+  bool written_exactly = false;
+};
+
+PagedCache build_cache(Gpu& gpu, const std::vector<std::uint32_t>& lengths, std::uint32_t row, std::uint32_t page_size) {
+  PagedCache c;
+  std::uint32_t pages = 0;
+  for (auto len : lengths) {
+    std::uint32_t p = (len + page_size - 1) / page_size;
+    c.max_pages = std::max(c.max_pages, p);
+    pages += p;
+  }
+  std::vector<std::uint32_t> order(pages + 1);  // one spare page nobody uses
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), std::mt19937(12));
+  c.block_tables.assign(lengths.size() * c.max_pages, 0);
+  std::size_t next = 0;
+  Vec k_new, v_new;
+  std::vector<std::uint32_t> slots;
+  for (std::size_t s = 0; s < lengths.size(); ++s) {
+    for (std::uint32_t p = 0; p * page_size < lengths[s]; ++p) c.block_tables[s * c.max_pages + p] = order[next++];
+    auto k = random_vec(lengths[s] * row, 100 + s), v = random_vec(lengths[s] * row, 200 + s);
+    c.logical.keys.emplace_back();
+    c.logical.values.emplace_back();
+    for (std::uint32_t j = 0; j < lengths[s]; ++j) {
+      Vec kr(k.begin() + j * row, k.begin() + (j + 1) * row), vr(v.begin() + j * row, v.begin() + (j + 1) * row);
+      k_new.insert(k_new.end(), kr.begin(), kr.end());
+      v_new.insert(v_new.end(), vr.begin(), vr.end());
+      for (auto& x : kr) x = half_to_float(float_to_half(x));
+      for (auto& x : vr) x = half_to_float(float_to_half(x));
+      c.logical.keys[s].push_back(kr);
+      c.logical.values[s].push_back(vr);
+      slots.push_back(c.block_tables[s * c.max_pages + j / page_size] * page_size + j % page_size);
+    }
+  }
+  c.slots = (pages + 1) * page_size;
+  c.k_cache = gpu.pool.allocate(std::uint64_t{c.slots} * row * 2, "kv");
+  c.v_cache = gpu.pool.allocate(std::uint64_t{c.slots} * row * 2, "kv");
+  c.tables = gpu.up(c.block_tables);
+  auto bk = gpu.up(k_new), bv = gpu.up(v_new), bs = gpu.up(slots);
+  run_step(gpu, [&](Recording& rec) {
+    ops::kv_write(rec, gpu.kernels, r(bk), r(bv), r(c.k_cache), r(c.v_cache), r(bs), slots.size(), row);
+  });
+  auto k_cache = gpu.down<std::uint16_t>(c.k_cache, std::size_t{c.slots} * row);
+  auto v_cache = gpu.down<std::uint16_t>(c.v_cache, std::size_t{c.slots} * row);
+  c.written_exactly = true;
+  for (std::size_t t = 0; t < slots.size(); ++t) {
+    for (std::uint32_t i = 0; i < row; ++i) {
+      c.written_exactly &= k_cache[slots[t] * row + i] == float_to_half(k_new[t * row + i]);
+      c.written_exactly &= v_cache[slots[t] * row + i] == float_to_half(v_new[t * row + i]);
+    }
+  }
+  return c;
+}
+
+void add_attention_cases(std::vector<OpCase>& cases) {
+  struct AttnCase {
+    std::string name;
+    std::uint32_t heads, kv_heads, head_dim;
+    std::vector<std::uint32_t> lengths;           // of each sequence in the cache
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> queries;  // (sequence, position)
+  };
+  std::vector<AttnCase> table;
+  for (std::uint32_t d : {64u, 128u}) {
+    table.push_back({fmt::format("decode_4seqs_d{}", d), 8, 2, d, {1, 17, 40, 130}, {{0, 0}, {1, 16}, {2, 39}, {3, 129}}});
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> chunk;
+    for (std::uint32_t p = 16; p < 37; ++p) chunk.push_back({1, p});
+    table.push_back({fmt::format("prefill_chunk_d{}", d), 4, 4, d, {5, 37}, chunk});
+  }
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> full;
+  for (std::uint32_t p = 0; p < 150; ++p) full.push_back({0, p});
+  table.push_back({"prefill_150_gqa8_d64", 8, 1, 64, {150}, full});
+
+  for (const auto& c : table) {
+    cases.push_back({"attention_" + c.name, 1e-9, [c](Gpu& gpu) {
+                       const std::uint32_t page_size = 16;
+                       auto cache = build_cache(gpu, c.lengths, c.kv_heads * c.head_dim, page_size);
+                       ops::AttentionShape s{static_cast<std::uint32_t>(c.queries.size()), c.heads, c.kv_heads, c.head_dim,
+                                             page_size, cache.max_pages, 1.0f / std::sqrt(float(c.head_dim))};
+                       auto q = random_vec(s.tokens * s.heads * s.head_dim, 13);
+                       std::vector<std::uint32_t> seq_pos, seq, pos;
+                       for (auto [sq, p] : c.queries) {
+                         seq_pos.insert(seq_pos.end(), {sq, p});
+                         seq.push_back(sq);
+                         pos.push_back(p);
+                       }
+                       auto bq = gpu.up(q), bsp = gpu.up(seq_pos), out = gpu.scratch(q.size() * 4);
+                       run_step(gpu, [&](Recording& rec) {
+                         ops::attention(rec, gpu.kernels, r(bq), r(cache.k_cache), r(cache.v_cache), r(cache.tables), r(bsp),
+                                        r(out), s);
+                       });
+                       auto want = doubles(reference::attention(q, cache.logical, seq, pos, s));
+                       auto got = doubles(gpu.down<float>(out, q.size()));
+                       if (!cache.written_exactly) got.assign(got.size(), NAN);  // kv_write put something wrong in a page
+                       return Outcome{got, want};
+                     }});
+  }
+}
+
+void add_sampling_cases(std::vector<OpCase>& cases) {
+  for (std::uint32_t n : {1u, 1000u, 5000u}) {
+    cases.push_back({fmt::format("argmax_3x{}", n), 0, [n](Gpu& gpu) {
+                       auto x = tied_vec(3 * n, 14, 50);
+                       auto bx = gpu.up(x), out = gpu.scratch(3 * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::argmax(rec, gpu.kernels, r(bx), r(out), 3, n); });
+                       return Outcome{doubles(gpu.down<std::uint32_t>(out, 3)), doubles(reference::argmax(x, 3, n))};
+                     }});
+  }
+  for (auto [n, k] : {std::pair{5u, 5u}, {1000u, 1u}, {3000u, 40u}, {130000u, 64u}, {5000u, 256u}}) {
+    cases.push_back({fmt::format("topk_2x{}_k{}", n, k), 0, [n, k](Gpu& gpu) {
+                       std::uint32_t rows = 2;
+                       auto x = tied_vec(rows * n, 15, 5000);
+                       auto bx = gpu.up(x), values = gpu.scratch(rows * k * 4), indices = gpu.scratch(rows * k * 4);
+                       auto scratch = gpu.scratch(ops::topk_scratch_bytes(rows, n, k));
+                       run_step(gpu, [&](Recording& rec) {
+                         ops::topk(rec, gpu.kernels, r(bx), r(scratch), r(values), r(indices), rows, n, k);
+                       });
+                       Vec want_v;
+                       std::vector<std::uint32_t> want_i;
+                       reference::topk(x, rows, n, k, want_v, want_i);
+                       auto got = doubles(gpu.down<float>(values, rows * k));
+                       auto got_i = doubles(gpu.down<std::uint32_t>(indices, rows * k));
+                       got.insert(got.end(), got_i.begin(), got_i.end());
+                       auto want = doubles(want_v);
+                       want.insert(want.end(), want_i.begin(), want_i.end());
+                       return Outcome{got, want};
+                     }});
+  }
+}
+
+std::vector<OpCase> all_cases() {
+  std::vector<OpCase> cases;
+  add_elementwise_cases(cases);
+  add_weight_cases(cases);
+  add_attention_cases(cases);
+  add_sampling_cases(cases);
+  return cases;
+}
+
+class KernelOps : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(KernelOps, MatchesTheCpuReference) {
+  auto outcome = GetParam().run(shared_gpu());
+  ASSERT_EQ(outcome.got.size(), outcome.want.size());
+  if (GetParam().tolerance == 0) {
+    for (std::size_t i = 0; i < outcome.got.size(); ++i) ASSERT_EQ(outcome.got[i], outcome.want[i]) << "element " << i;
+    return;
+  }
+  double err = 0, norm = 0;
+  for (std::size_t i = 0; i < outcome.got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(outcome.got[i])) << "element " << i;
+    err += (outcome.got[i] - outcome.want[i]) * (outcome.got[i] - outcome.want[i]);
+    norm += outcome.want[i] * outcome.want[i];
+  }
+  EXPECT_LE(err / std::max(norm, 1e-30), GetParam().tolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, KernelOps, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+
+// The reference must itself be able to fail: a wrong answer is caught by the same bound.
+TEST(KernelOpsHarness, ACorruptedResultFailsTheBound) {
+  Vec want = random_vec(1000, 16), got = want;
+  got[500] += 0.5f;
+  double err = 0, norm = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * double(got[i] - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  EXPECT_GT(err / norm, 1e-6);
+}
+
+}  // namespace
+}  // namespace mqlm::gpu
