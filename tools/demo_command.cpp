@@ -20,6 +20,7 @@ void add_demo_command(CLI::App& app) {
     std::uint64_t blob_bytes = 4096;
     std::string transport = "inproc";
     std::string trace;
+    bool trace_without_blobs = false;
   };
   auto options = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("demo", "ping an echo actor through the runtime and report what came back");
@@ -29,12 +30,14 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--transport", options->transport, "inproc, ipc or tcp")
       ->check(CLI::IsMember({"inproc", "ipc", "tcp"}));
   cmd->add_option("--trace", options->trace, "record every message to this trace file");
+  cmd->add_flag("--trace-without-blobs", options->trace_without_blobs, "record blob frames by size only");
   cmd->callback([options] {
     Transport transport{};
     parse_transport(options->transport, transport);
     NodeConfig config;
     for (const char* name : {"echo", "prober", "demo"}) config.topology.add(name, make_endpoint(transport, name));
     config.trace_file = options->trace;
+    config.topology.trace_blobs = !options->trace_without_blobs;
     ProberConfig prober{"echo", "demo", options->rounds, 1, options->blob_bytes, 1};
     config.actors.push_back({"echo", [] { return std::make_unique<EchoActor>(); }, {}});
     config.actors.push_back({"prober", [prober] { return std::make_unique<ProberActor>(prober); }, {}});

@@ -18,6 +18,7 @@ struct NodeOptions {
   std::vector<std::string> addresses;  // NAME=ENDPOINT
   std::vector<std::string> settings;   // NAME.KEY=VALUE
   std::string trace;
+  bool trace_without_blobs = false;
   std::string report_to;
   int heartbeat_ms = 1000;
   int heartbeat_timeout_ms = 5000;
@@ -54,6 +55,7 @@ NodeConfig node_config(const NodeOptions& o) {
     config.actors.push_back({name, [kind, options] { return make_actor(kind, options); }, restart});
   }
   config.trace_file = o.trace;
+  config.topology.trace_blobs = !o.trace_without_blobs;
   config.supervisor.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
   config.supervisor.heartbeat_timeout = std::chrono::milliseconds(o.heartbeat_timeout_ms);
   config.supervisor.report_to = o.report_to;
@@ -71,6 +73,7 @@ void add_node_command(CLI::App& app) {
                   "NAME=ENDPOINT for any participant, here or elsewhere (default inproc://mqlm/NAME)");
   cmd->add_option("--set", o->settings, "an actor option: NAME.KEY=VALUE");
   cmd->add_option("--trace", o->trace, "record every message of this process's actors to this file");
+  cmd->add_flag("--trace-without-blobs", o->trace_without_blobs, "record blob frames by size only");
   cmd->add_option("--report-to", o->report_to, "who hears about actors that die or stop answering");
   cmd->add_option("--heartbeat-ms", o->heartbeat_ms, "supervisor heartbeat interval")->check(CLI::Range(10, 600000));
   cmd->add_option("--heartbeat-timeout-ms", o->heartbeat_timeout_ms, "silence before an actor is reported")

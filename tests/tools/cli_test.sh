@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The command line as a user meets it: exit codes and what is printed, with a real trace file.
+set -uo pipefail
+mqlm=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+check() {  # check DESCRIPTION EXPECTED_CODE COMMAND...
+  local what=$1 want=$2
+  shift 2
+  "$@" >"$dir/out" 2>"$dir/err"
+  local got=$?
+  if [[ $got -ne $want ]]; then
+    echo "FAIL: $what: exit $got, wanted $want"; cat "$dir/out" "$dir/err"; failures=$((failures + 1))
+  fi
+}
+expect_output() {  # expect_output DESCRIPTION PATTERN (in the last command's stdout+stderr)
+  if ! grep -qE -- "$2" "$dir/out" "$dir/err"; then
+    echo "FAIL: $1: no line matching '$2'"; cat "$dir/out" "$dir/err"; failures=$((failures + 1))
+  fi
+}
+
+check "help lists the subcommands" 0 "$mqlm" --help
+expect_output "help" "demo"
+check "demo over ipc with a trace" 0 "$mqlm" demo --transport ipc --rounds 50 --blob-bytes 1000 --trace "$dir/t.trc"
+expect_output "demo report" "50 pongs, 0 mismatched"
+
+check "show filtered by kind" 0 "$mqlm" trace show "$dir/t.trc" --kind Pong
+[[ $(grep -c ' Pong ' "$dir/out") -eq 100 ]] || { echo "FAIL: expected 100 Pong lines (50 out, 50 in)"; failures=$((failures + 1)); }
+grep -q ' Ping ' "$dir/out" && { echo "FAIL: the Pong filter let a Ping through"; failures=$((failures + 1)); }
+check "show filtered by actor" 0 "$mqlm" trace show "$dir/t.trc" --actor demo
+expect_output "the report reached demo" "ProbeReport"
+check "show with an unknown kind" 2 "$mqlm" trace show "$dir/t.trc" --kind Nonsense
+
+check "replay echo" 0 "$mqlm" trace replay "$dir/t.trc" --actor echo
+expect_output "replay echo" "^no difference"
+check "replay prober with its options" 0 "$mqlm" trace replay "$dir/t.trc" --actor prober --set rounds=50 --set report_to=demo --set blob_bytes=1000
+check "replay prober built differently (another blob seed)" 1 "$mqlm" trace replay "$dir/t.trc" --actor prober --set rounds=50 --set report_to=demo --set blob_bytes=1000 --set seed=2
+expect_output "the difference is shown" "send #1: recorded Ping to echo"
+check "replay an actor that is not in the trace" 2 "$mqlm" trace replay "$dir/t.trc" --actor nobody --as echo
+check "replay an unknown kind" 2 "$mqlm" trace replay "$dir/t.trc" --actor echo --as teapot
+
+head -c 200 "$dir/t.trc" >"$dir/short.trc"
+check "a truncated trace" 2 "$mqlm" trace show "$dir/short.trc"
+expect_output "the error names the offset" "at byte [0-9]+"
+
+check "demo without blobs in the trace" 0 "$mqlm" demo --rounds 20 --blob-bytes 5000 --trace "$dir/nb.trc" --trace-without-blobs
+[[ $(stat -c %s "$dir/nb.trc") -lt 50000 ]] || { echo "FAIL: blobs were recorded"; failures=$((failures + 1)); }
+check "echo replays without the blobs' bytes" 1 "$mqlm" trace replay "$dir/nb.trc" --actor echo
+expect_output "the hash of zeros differs from the recorded one" "replayed Pong to prober"
+
+check "node with a malformed address" 2 "$mqlm" node --actor echo --address echo
+check "node with an unknown actor kind" 2 "$mqlm" node --actor x=teapot
+check "node with a bad option" 2 "$mqlm" node --actor prober --set prober.rounds=many
+
+[[ $failures -eq 0 ]] && echo "all command-line checks passed"
+exit $((failures > 0))
