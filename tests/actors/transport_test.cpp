@@ -75,9 +75,11 @@ TEST(TransportTest, SameConversationInOneProcessAndAcrossProcesses) {
 }
 
 // Two actors, one in each process: the prober runs in the child, the echo here.
-TEST(TransportTest, ActorsConverseAcrossProcessesOverTcp) {
+class CrossProcessActors : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(CrossProcessActors, ProberAndEchoConverse) {
   World world;
-  for (const char* name : {"echo", "tester", "prober"}) world.topology.add(name, make_endpoint(Transport::tcp, name));
+  for (const char* name : {"echo", "tester", "prober"}) world.topology.add(name, make_endpoint(GetParam(), name));
   auto topology = world.freeze();
   Mailbox tester(world.context, topology, "tester");
   ActorThread echo(world.context, topology, "echo", std::make_unique<EchoActor>());
@@ -98,7 +100,11 @@ TEST(TransportTest, ActorsConverseAcrossProcessesOverTcp) {
   EXPECT_EQ(report->as<ProbeReport>()->mismatches, 0u);
   EXPECT_EQ(node.terminate(), 0);
   EXPECT_TRUE(echo.stop());
+  EXPECT_EQ(echo.join().stats.handled, 200u + 1u);  // every ping, then the Stop
 }
+
+INSTANTIATE_TEST_SUITE_P(IpcAndTcp, CrossProcessActors, ::testing::Values(Transport::ipc, Transport::tcp),
+                         [](const auto& info) { return info.param == Transport::ipc ? "ipc" : "tcp"; });
 
 }  // namespace
 }  // namespace mqlm::actors
