@@ -6,6 +6,9 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include "actors/mailbox.hpp"
+#include "actors/node.hpp"
+
 namespace mqlm::actors {
 
 using namespace messages;
@@ -108,6 +111,35 @@ void ProberActor::report(Context& ctx) {
                "round trip p50 {:.1f} us, p99 {:.1f} us",
                config_.rounds, r.target, r.pongs, r.mismatches, r.rejected, r.rtt_p50_ns / 1e3, r.rtt_p99_ns / 1e3);
   if (!config_.report_to.empty()) ctx.send(config_.report_to, r);
+}
+
+}  // namespace mqlm::actors
+
+namespace mqlm::actors {
+
+std::optional<messages::ProbeReport> run_probe(ProbeRun run) {
+  run.prober.target = "echo";
+  if (run.prober.report_to.empty()) run.prober.report_to = "client";
+  NodeConfig config;
+  for (const auto& name : {std::string("echo"), std::string("prober"), run.prober.report_to}) {
+    config.topology.add(name, make_endpoint(run.transport, name));
+  }
+  config.topology.trace_blobs = run.trace_blobs;
+  config.trace_file = run.trace_file;
+  config.actors.push_back({"echo", [] { return std::make_unique<EchoActor>(); }, {}});
+  config.actors.push_back({"prober", [prober = run.prober] { return std::make_unique<ProberActor>(prober); }, {}});
+  Node node(std::move(config));
+  Mailbox client(node.context(), node.topology(), run.prober.report_to);
+  node.start();
+  auto deadline = std::chrono::steady_clock::now() + run.timeout;
+  std::optional<messages::ProbeReport> report;
+  while (!report && std::chrono::steady_clock::now() < deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto message = client.receive(left);
+    if (message && message->as<messages::ProbeReport>()) report = *message->as<messages::ProbeReport>();
+  }
+  node.stop();
+  return report;
 }
 
 }  // namespace mqlm::actors

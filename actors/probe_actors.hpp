@@ -3,12 +3,16 @@
 // round trips and reports. The demo, the runtime benchmark and the tests use them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "actors/actor.hpp"
+#include "actors/topology.hpp"
 
 namespace mqlm::actors {
 
@@ -51,6 +55,18 @@ class ProberActor final : public Actor {
   bool retry_pending_ = false;
   bool reported_ = false;
 };
+
+struct ProbeRun {
+  Transport transport = Transport::inproc;
+  ProberConfig prober;  // target is "echo"; report_to names the mailbox that waits for the report
+  std::filesystem::path trace_file;  // empty: no trace
+  bool trace_blobs = true;
+  std::chrono::milliseconds timeout{60000};
+};
+
+// Runs an echo and a prober in one node over the transport, waits for the prober's report and
+// stops the node; nothing if no report came in time.
+std::optional<messages::ProbeReport> run_probe(ProbeRun run);
 
 // xxh3-64 over the frames' bytes in order; 0 for none.
 std::uint64_t hash_frames(const messages::Frames& frames);

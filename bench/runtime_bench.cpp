@@ -6,12 +6,11 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <sys/utsname.h>
 
-#include "actors/mailbox.hpp"
-#include "actors/node.hpp"
 #include "actors/probe_actors.hpp"
 #include "tools/commands.hpp"
 
@@ -22,23 +21,14 @@ using namespace actors;
 namespace {
 
 messages::ProbeReport probe(Transport transport, std::uint64_t rounds, std::uint64_t window, std::uint64_t blob) {
-  NodeConfig config;
-  for (const char* name : {"echo", "prober", "bench"}) config.topology.add(name, make_endpoint(transport, name));
-  ProberConfig prober{"echo", "bench", rounds, window, blob, 7};
-  config.actors.push_back({"echo", [] { return std::make_unique<EchoActor>(); }, {}});
-  config.actors.push_back({"prober", [prober] { return std::make_unique<ProberActor>(prober); }, {}});
-  Node node(std::move(config));
-  Mailbox bench(node.context(), node.topology(), "bench");
-  node.start();
-  auto report = bench.receive(std::chrono::minutes(5));
-  node.stop();
-  if (!report || report->as<messages::ProbeReport>() == nullptr) throw CommandFailed("a probe run did not report");
-  auto r = *report->as<messages::ProbeReport>();
-  if (r.pongs != rounds || r.mismatches != 0) {
-    throw CommandFailed(fmt::format("a probe run lost or changed messages: {} of {} pongs, {} mismatched", r.pongs,
-                                    rounds, r.mismatches));
+  auto report = run_probe({transport, ProberConfig{"echo", "bench", rounds, window, blob, 7}, {}, true,
+                           std::chrono::minutes(5)});
+  if (!report) throw CommandFailed("a probe run did not report within 5 minutes");
+  if (report->pongs != rounds || report->mismatches != 0) {
+    throw CommandFailed(fmt::format("a probe run lost or changed messages: {} of {} pongs, {} mismatched",
+                                    report->pongs, rounds, report->mismatches));
   }
-  return r;
+  return *report;
 }
 
 std::string host_line() {

@@ -5,8 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "actors/mailbox.hpp"
-#include "actors/node.hpp"
 #include "actors/probe_actors.hpp"
 #include "tools/commands.hpp"
 
@@ -34,23 +32,10 @@ void add_demo_command(CLI::App& app) {
   cmd->callback([options] {
     Transport transport{};
     parse_transport(options->transport, transport);
-    NodeConfig config;
-    for (const char* name : {"echo", "prober", "demo"}) config.topology.add(name, make_endpoint(transport, name));
-    config.trace_file = options->trace;
-    config.topology.trace_blobs = !options->trace_without_blobs;
-    ProberConfig prober{"echo", "demo", options->rounds, 1, options->blob_bytes, 1};
-    config.actors.push_back({"echo", [] { return std::make_unique<EchoActor>(); }, {}});
-    config.actors.push_back({"prober", [prober] { return std::make_unique<ProberActor>(prober); }, {}});
-
-    Node node(std::move(config));
-    Mailbox demo(node.context(), node.topology(), "demo");
-    node.start();
-    auto report = demo.receive(std::chrono::seconds(60));
-    node.stop();
-    if (!report || report->as<messages::ProbeReport>() == nullptr) {
-      throw CommandFailed("no report from the prober within 60 s");
-    }
-    const auto& r = *report->as<messages::ProbeReport>();
+    auto report = run_probe({transport, ProberConfig{"echo", "demo", options->rounds, 1, options->blob_bytes, 1},
+                             options->trace, !options->trace_without_blobs, std::chrono::seconds(60)});
+    if (!report) throw CommandFailed("no report from the prober within 60 s");
+    const auto& r = *report;
     std::cout << fmt::format(
         "prober -> echo over {}: {} pings with {} B blobs, {} pongs, {} mismatched\n"
         "round trip: p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us\n",

@@ -17,18 +17,9 @@ using namespace messages;
 
 std::filesystem::path record_conversation(const std::string& file_name) {
   auto file = std::filesystem::temp_directory_path() / file_name;
-  NodeConfig config;
-  config.topology.add("tester");
-  config.trace_file = file;
-  ProberConfig prober{"echo", "tester", 60, 4, 3000, 9};
-  config.actors.push_back({"echo", [] { return std::make_unique<EchoActor>(); }, {}});
-  config.actors.push_back({"prober", [prober] { return std::make_unique<ProberActor>(prober); }, {}});
-  Node node(std::move(config));
-  Mailbox tester(node.context(), node.topology(), "tester");
-  node.start();
-  auto report = tester.receive(std::chrono::seconds(20));
-  EXPECT_TRUE(report && report->as<ProbeReport>() && report->as<ProbeReport>()->pongs == 60);
-  node.stop();
+  auto report = run_probe({Transport::inproc, ProberConfig{"echo", "tester", 60, 4, 3000, 9}, file, true,
+                           std::chrono::seconds(20)});
+  EXPECT_TRUE(report && report->pongs == 60);
   return file;
 }
 
