@@ -1,0 +1,128 @@
+#include "gpu/reference_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace mqlm::gpu::reference {
+
+Vec rms_norm(const Vec& x, const Vec& weight, std::size_t rows, std::size_t n, float eps) {
+  Vec out(rows * n);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (std::size_t i = 0; i < n; ++i) ss += double(x[r * n + i]) * x[r * n + i];
+    double scale = 1.0 / std::sqrt(ss / n + eps);
+    for (std::size_t i = 0; i < n; ++i) out[r * n + i] = static_cast<float>(x[r * n + i] * scale * weight[i]);
+  }
+  return out;
+}
+
+Vec add(const Vec& a, const Vec& b) {
+  Vec out(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) out[i] = a[i] + b[i];
+  return out;
+}
+
+Vec silu_mul(const Vec& gate, const Vec& up) {
+  Vec out(gate.size());
+  for (std::size_t i = 0; i < gate.size(); ++i) {
+    double g = gate[i];
+    out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+  }
+  return out;
+}
+
+Vec softmax(const Vec& x, std::size_t rows, std::size_t n, float scale) {
+  Vec out(rows * n);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double m = -INFINITY, sum = 0;
+    for (std::size_t i = 0; i < n; ++i) m = std::max(m, double(x[r * n + i]) * scale);
+    for (std::size_t i = 0; i < n; ++i) sum += std::exp(double(x[r * n + i]) * scale - m);
+    for (std::size_t i = 0; i < n; ++i) out[r * n + i] = static_cast<float>(std::exp(double(x[r * n + i]) * scale - m) / sum);
+  }
+  return out;
+}
+
+Vec rope(const Vec& x, const std::vector<std::int32_t>& positions, const ops::RopeShape& s) {
+  std::size_t dims = s.rotary_dims == 0 ? s.head_dim : s.rotary_dims;
+  Vec out = x;
+  for (std::size_t t = 0; t < s.tokens; ++t) {
+    for (std::size_t h = 0; h < s.heads; ++h) {
+      std::size_t base = (t * s.heads + h) * s.head_dim;
+      for (std::size_t i = 0; i < dims / 2; ++i) {
+        double theta = positions[t] * double(s.freq_scale) * std::pow(double(s.freq_base), -2.0 * i / dims);
+        std::size_t i0 = s.neox ? i : 2 * i, i1 = s.neox ? i + dims / 2 : 2 * i + 1;
+        double x0 = x[base + i0], x1 = x[base + i1];
+        out[base + i0] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
+        out[base + i1] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));
+      }
+    }
+  }
+  return out;
+}
+
+Vec matmul(const Vec& weights, const Vec& acts, std::size_t m, std::size_t k, std::size_t n) {
+  Vec out(n * m);
+  for (std::size_t c = 0; c < n; ++c) {
+    for (std::size_t r = 0; r < m; ++r) {
+      double s = 0;
+      for (std::size_t i = 0; i < k; ++i) s += double(weights[r * k + i]) * acts[c * k + i];
+      out[c * m + r] = static_cast<float>(s);
+    }
+  }
+  return out;
+}
+
+Vec attention(const Vec& q, const LogicalCache& cache, const std::vector<std::uint32_t>& seq,
+              const std::vector<std::uint32_t>& pos, const ops::AttentionShape& s) {
+  std::size_t d = s.head_dim, group = s.heads / s.kv_heads;
+  Vec out(s.tokens * s.heads * d);
+  for (std::size_t t = 0; t < s.tokens; ++t) {
+    const auto& keys = cache.keys[seq[t]];
+    const auto& values = cache.values[seq[t]];
+    for (std::size_t h = 0; h < s.heads; ++h) {
+      std::size_t kvh = h / group;
+      const float* qh = &q[(t * s.heads + h) * d];
+      std::vector<double> scores(pos[t] + 1);
+      for (std::size_t j = 0; j <= pos[t]; ++j) {
+        double dot = 0;
+        for (std::size_t i = 0; i < d; ++i) dot += double(qh[i]) * keys[j][kvh * d + i];
+        scores[j] = dot * s.scale;
+      }
+      double m = *std::max_element(scores.begin(), scores.end()), sum = 0;
+      for (auto& sc : scores) sum += (sc = std::exp(sc - m));
+      for (std::size_t i = 0; i < d; ++i) {
+        double o = 0;
+        for (std::size_t j = 0; j <= pos[t]; ++j) o += scores[j] * values[j][kvh * d + i];
+        out[(t * s.heads + h) * d + i] = static_cast<float>(o / sum);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::uint32_t> argmax(const Vec& x, std::size_t rows, std::size_t n) {
+  std::vector<std::uint32_t> out(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    auto first = x.begin() + static_cast<std::ptrdiff_t>(r * n);
+    out[r] = static_cast<std::uint32_t>(std::max_element(first, first + static_cast<std::ptrdiff_t>(n)) - first);
+  }
+  return out;
+}
+
+void topk(const Vec& x, std::size_t rows, std::size_t n, std::size_t k, Vec& values, std::vector<std::uint32_t>& indices) {
+  values.clear();
+  indices.clear();
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::vector<std::uint32_t> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    const float* row = &x[r * n];
+    std::stable_sort(order.begin(), order.end(), [row](std::uint32_t a, std::uint32_t b) { return row[a] > row[b]; });
+    for (std::size_t i = 0; i < k; ++i) {
+      values.push_back(row[order[i]]);
+      indices.push_back(order[i]);
+    }
+  }
+}
+
+}  // namespace mqlm::gpu::reference

@@ -1,0 +1,34 @@
+// Plain C++ versions of every GPU op, written for clarity, in double precision: what the
+// kernels are checked against. Shapes as in gpu/ops.hpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gpu/ops.hpp"
+
+namespace mqlm::gpu::reference {
+
+using Vec = std::vector<float>;
+
+Vec rms_norm(const Vec& x, const Vec& weight, std::size_t rows, std::size_t n, float eps);
+Vec add(const Vec& a, const Vec& b);
+Vec silu_mul(const Vec& gate, const Vec& up);
+Vec softmax(const Vec& x, std::size_t rows, std::size_t n, float scale);
+Vec rope(const Vec& x, const std::vector<std::int32_t>& positions, const ops::RopeShape& shape);
+// weights: (m, k) already dequantized; acts: (n, k); returns (n, m).
+Vec matmul(const Vec& weights, const Vec& acts, std::size_t m, std::size_t k, std::size_t n);
+
+// The logical cache: keys[seq][pos] is one (kv_heads * head_dim) row; same for values.
+struct LogicalCache {
+  std::vector<std::vector<Vec>> keys, values;
+};
+// q: (tokens, heads, head_dim); token t is (seq[t], pos[t]) and sees positions 0 .. pos[t].
+Vec attention(const Vec& q, const LogicalCache& cache, const std::vector<std::uint32_t>& seq,
+              const std::vector<std::uint32_t>& pos, const ops::AttentionShape& shape);
+
+std::vector<std::uint32_t> argmax(const Vec& x, std::size_t rows, std::size_t n);
+// The k best (value, index) of each row, larger value first, lower index on ties.
+void topk(const Vec& x, std::size_t rows, std::size_t n, std::size_t k, Vec& values, std::vector<std::uint32_t>& indices);
+
+}  // namespace mqlm::gpu::reference

@@ -1,0 +1,51 @@
+// The hyper-parameters of a llama-family transformer (Llama 2 and 3, Mistral, TinyLlama, Qwen2,
+// Qwen3), as GGUF metadata gives them, and the tensors such a model has.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mqlm::model {
+
+enum class Architecture : std::uint8_t { llama, qwen2, qwen3 };
+
+struct LlamaConfig {
+  Architecture arch = Architecture::llama;
+  std::uint32_t n_layers = 0;
+  std::uint32_t n_embd = 0;     // hidden size
+  std::uint32_t n_ff = 0;       // feed-forward size
+  std::uint32_t n_head = 0;
+  std::uint32_t n_head_kv = 0;  // grouped-query attention: n_head is a multiple of it
+  std::uint32_t head_dim = 0;   // usually n_embd / n_head; Qwen3 sets it apart
+  std::uint32_t n_vocab = 0;
+  std::uint32_t n_ctx_train = 0;
+  float rope_base = 10000.0f;
+  float rope_scale = 1.0f;      // linear scaling: positions are divided by it
+  float rms_eps = 1e-5f;
+  bool tied_output = false;     // no output.weight: the logits use token_embd.weight (set at load)
+
+  bool rope_neox() const { return arch != Architecture::llama; }  // as llama.cpp applies them
+  bool qkv_bias() const { return arch == Architecture::qwen2; }
+  bool qk_norm() const { return arch == Architecture::qwen3; }
+  std::uint32_t q_dim() const { return n_head * head_dim; }
+  std::uint32_t kv_dim() const { return n_head_kv * head_dim; }
+
+  // Empty if consistent; otherwise what is wrong, for a load-time error.
+  std::string check() const;
+};
+
+const char* architecture_name(Architecture arch);  // "llama", "qwen2", "qwen3"
+bool parse_architecture(const std::string& name, Architecture& out);
+
+// One tensor the model needs: its GGUF name and logical shape (rows, cols); cols is the
+// contiguous dimension (GGUF's ne[0]); vectors have rows == 1.
+struct TensorSpec {
+  std::string name;
+  std::uint64_t rows = 1, cols = 0;
+  bool matrix = false;  // weights a matmul reads (any weight type); else F32 (norms, biases)
+  bool optional = false;
+};
+std::vector<TensorSpec> tensor_specs(const LlamaConfig& config);
+
+}  // namespace mqlm::model

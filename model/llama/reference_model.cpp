@@ -1,0 +1,147 @@
+#include "model/llama/reference_model.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "gpu/reference_ops.hpp"
+
+namespace mqlm::model {
+
+namespace ref = gpu::reference;
+using Vec = std::vector<float>;
+
+namespace {
+
+Vec load_tensor(const TensorSource& source, const TensorSpec& spec) {
+  auto tensor = source(spec.name);
+  if (!tensor) {
+    if (spec.optional) return {};
+    throw std::runtime_error("the model has no tensor " + spec.name);
+  }
+  if (tensor->rows != spec.rows || tensor->cols != spec.cols) {
+    throw std::runtime_error(spec.name + " is " + std::to_string(tensor->rows) + " x " + std::to_string(tensor->cols) +
+                             ", the configuration needs " + std::to_string(spec.rows) + " x " +
+                             std::to_string(spec.cols));
+  }
+  if (!spec.matrix && tensor->type != gpu::WeightType::f32) {
+    throw std::runtime_error(spec.name + " must be F32, it is " + std::string(gpu::weight_type_name(tensor->type)));
+  }
+  return gpu::dequantize(tensor->type, tensor->bytes, spec.rows, spec.cols);
+}
+
+// (tokens, n) rows of x, each plus the same bias.
+void add_bias(Vec& x, const Vec& bias) {
+  if (bias.empty()) return;
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += bias[i % bias.size()];
+}
+
+}  // namespace
+
+ReferenceModel ReferenceModel::load(LlamaConfig config, const TensorSource& source) {
+  if (std::string why = config.check(); !why.empty()) throw std::runtime_error("bad model configuration: " + why);
+  ReferenceModel m;
+  m.config = config;
+  auto specs = tensor_specs(config);
+  std::size_t i = 0;
+  auto next = [&] { return load_tensor(source, specs.at(i++)); };
+  m.token_embd = next();
+  m.layers.resize(config.n_layers);
+  for (auto& layer : m.layers) {
+    layer.attn_norm = next();
+    layer.wq = next();
+    layer.wk = next();
+    layer.wv = next();
+    layer.wo = next();
+    if (config.qkv_bias()) {
+      layer.bq = next();
+      layer.bk = next();
+      layer.bv = next();
+    }
+    if (config.qk_norm()) {
+      layer.q_norm = next();
+      layer.k_norm = next();
+    }
+    layer.ffn_norm = next();
+    layer.w_gate = next();
+    layer.w_up = next();
+    layer.w_down = next();
+  }
+  m.output_norm = next();
+  m.output = next();
+  m.config.tied_output = m.output.empty();
+  return m;
+}
+
+std::vector<float> ReferenceSequence::forward(std::span<const std::int32_t> tokens) {
+  const LlamaConfig& c = model_.config;
+  const std::size_t n = tokens.size();
+  if (keys_.empty()) {
+    keys_.resize(c.n_layers);
+    values_.resize(c.n_layers);
+  }
+  std::vector<std::int32_t> positions(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    if (tokens[t] < 0 || static_cast<std::uint32_t>(tokens[t]) >= c.n_vocab) {
+      throw std::out_of_range("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
+    }
+    positions[t] = static_cast<std::int32_t>(positions_ + t);
+  }
+
+  Vec x(n * c.n_embd);  // (tokens, n_embd)
+  for (std::size_t t = 0; t < n; ++t) {
+    std::copy_n(model_.token_embd.begin() + static_cast<std::ptrdiff_t>(tokens[t]) * c.n_embd, c.n_embd,
+                x.begin() + static_cast<std::ptrdiff_t>(t * c.n_embd));
+  }
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const ReferenceLayer& layer = model_.layers[l];
+    x = ref::add(x, attention_block(layer, l, ref::rms_norm(x, layer.attn_norm, n, c.n_embd, c.rms_eps), positions));
+    x = ref::add(x, ffn_block(layer, ref::rms_norm(x, layer.ffn_norm, n, c.n_embd, c.rms_eps), n));
+  }
+  positions_ += n;
+  Vec normed = ref::rms_norm(x, model_.output_norm, n, c.n_embd, c.rms_eps);
+  return ref::matmul(model_.output_matrix(), normed, c.n_vocab, c.n_embd, n);
+}
+
+std::vector<float> ReferenceSequence::attention_block(const ReferenceLayer& layer, std::size_t l, const Vec& x,
+                                                      std::span<const std::int32_t> positions) {
+  const LlamaConfig& c = model_.config;
+  const std::size_t n = positions.size();
+  Vec q = ref::matmul(layer.wq, x, c.q_dim(), c.n_embd, n);   // (tokens, n_head, head_dim)
+  Vec k = ref::matmul(layer.wk, x, c.kv_dim(), c.n_embd, n);  // (tokens, n_head_kv, head_dim)
+  Vec v = ref::matmul(layer.wv, x, c.kv_dim(), c.n_embd, n);
+  add_bias(q, layer.bq);
+  add_bias(k, layer.bk);
+  add_bias(v, layer.bv);
+  if (c.qk_norm()) {  // Qwen3: RMSNorm over each head, before RoPE
+    q = ref::rms_norm(q, layer.q_norm, n * c.n_head, c.head_dim, c.rms_eps);
+    k = ref::rms_norm(k, layer.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps);
+  }
+  std::vector<std::int32_t> pos(positions.begin(), positions.end());
+  gpu::ops::RopeShape rope{static_cast<std::uint32_t>(n), c.n_head, c.head_dim, 0, c.rope_base, 1.0f / c.rope_scale,
+                           c.rope_neox()};
+  q = ref::rope(q, pos, rope);
+  rope.heads = c.n_head_kv;
+  k = ref::rope(k, pos, rope);
+
+  for (std::size_t t = 0; t < n; ++t) {
+    keys_[l].emplace_back(k.begin() + static_cast<std::ptrdiff_t>(t * c.kv_dim()),
+                          k.begin() + static_cast<std::ptrdiff_t>((t + 1) * c.kv_dim()));
+    values_[l].emplace_back(v.begin() + static_cast<std::ptrdiff_t>(t * c.kv_dim()),
+                            v.begin() + static_cast<std::ptrdiff_t>((t + 1) * c.kv_dim()));
+  }
+  ref::LogicalCache cache{{keys_[l]}, {values_[l]}};
+  std::vector<std::uint32_t> seq(n, 0), at(pos.begin(), pos.end());
+  gpu::ops::AttentionShape shape{static_cast<std::uint32_t>(n), c.n_head, c.n_head_kv, c.head_dim, 0, 0,
+                                 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  Vec attended = ref::attention(q, cache, seq, at, shape);  // (tokens, n_head, head_dim)
+  return ref::matmul(layer.wo, attended, c.n_embd, c.q_dim(), n);
+}
+
+std::vector<float> ReferenceSequence::ffn_block(const ReferenceLayer& layer, const Vec& x, std::size_t n) const {
+  const LlamaConfig& c = model_.config;
+  Vec gate = ref::matmul(layer.w_gate, x, c.n_ff, c.n_embd, n);
+  Vec up = ref::matmul(layer.w_up, x, c.n_ff, c.n_embd, n);
+  return ref::matmul(layer.w_down, ref::silu_mul(gate, up), c.n_embd, c.n_ff, n);
+}
+
+}  // namespace mqlm::model

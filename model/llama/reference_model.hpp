@@ -1,0 +1,68 @@
+// The slow, simple CPU forward pass the GPU one is tested against: every weight dequantized to
+// F32 once at load, every op from gpu/reference_ops (double precision inside), one sequence at
+// a time with a growing KV cache. Readable top to bottom, in the spirit of llama2.c.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpu/weight_formats.hpp"
+#include "model/llama/llama_config.hpp"
+
+namespace mqlm::model {
+
+// A tensor as a file holds it: its type, logical (rows, cols) and its bytes in GGUF layout.
+struct TensorBytes {
+  gpu::WeightType type = gpu::WeightType::f32;
+  std::uint64_t rows = 1, cols = 0;
+  std::span<const std::byte> bytes;
+};
+// Finds a tensor by name; nothing if the model has none of that name.
+using TensorSource = std::function<std::optional<TensorBytes>(const std::string& name)>;
+
+struct ReferenceLayer {
+  std::vector<float> attn_norm;                // (n_embd)
+  std::vector<float> wq, wk, wv;               // (q_dim, n_embd), (kv_dim, n_embd) x2
+  std::vector<float> bq, bk, bv;               // qwen2: (q_dim), (kv_dim) x2; else empty
+  std::vector<float> q_norm, k_norm;           // qwen3: (head_dim) each; else empty
+  std::vector<float> wo;                       // (n_embd, q_dim)
+  std::vector<float> ffn_norm;                 // (n_embd)
+  std::vector<float> w_gate, w_up;             // (n_ff, n_embd)
+  std::vector<float> w_down;                   // (n_embd, n_ff)
+};
+
+struct ReferenceModel {
+  LlamaConfig config;
+  std::vector<float> token_embd;               // (n_vocab, n_embd)
+  std::vector<ReferenceLayer> layers;          // (n_layers)
+  std::vector<float> output_norm;              // (n_embd)
+  std::vector<float> output;                   // (n_vocab, n_embd); empty when tied to token_embd
+
+  // Throws std::runtime_error naming the tensor that is missing or has the wrong shape.
+  static ReferenceModel load(LlamaConfig config, const TensorSource& source);
+  const std::vector<float>& output_matrix() const { return output.empty() ? token_embd : output; }
+};
+
+// One sequence: feed it tokens, get the logits of each.
+class ReferenceSequence {
+ public:
+  explicit ReferenceSequence(const ReferenceModel& model) : model_(model) {}
+  // Runs the tokens at the next positions; returns their logits, (tokens, n_vocab).
+  std::vector<float> forward(std::span<const std::int32_t> tokens);
+  std::uint32_t length() const { return static_cast<std::uint32_t>(positions_); }
+
+ private:
+  std::vector<float> attention_block(const ReferenceLayer& layer, std::size_t layer_index, const std::vector<float>& x,
+                                     std::span<const std::int32_t> positions);
+  std::vector<float> ffn_block(const ReferenceLayer& layer, const std::vector<float>& x, std::size_t tokens) const;
+
+  const ReferenceModel& model_;
+  std::vector<std::vector<std::vector<float>>> keys_, values_;  // [layer][position] -> (kv_dim)
+  std::size_t positions_ = 0;
+};
+
+}  // namespace mqlm::model
