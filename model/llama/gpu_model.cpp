@@ -1,0 +1,211 @@
+#include "model/llama/gpu_model.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "gpu/ops.hpp"
+#include "gpu/transfer.hpp"
+
+namespace mqlm::model {
+
+namespace ops = gpu::ops;
+using gpu::BufferRange;
+using gpu::PoolBuffer;
+
+namespace {
+
+BufferRange rows_of(const PoolBuffer& buffer, std::uint64_t first_row, std::uint64_t rows, std::uint64_t row_bytes) {
+  return buffer.range(first_row * row_bytes, rows * row_bytes);
+}
+
+}  // namespace
+
+GpuKvCache::GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t pages, std::uint32_t page_size)
+    : pages_(pages), page_size_(page_size) {
+  if (pages == 0 || page_size == 0) throw std::invalid_argument("a KV cache needs pages of at least one token");
+  const VkDeviceSize bytes = VkDeviceSize{pages} * page_size * config.kv_dim() * 2;  // F16
+  for (std::uint32_t l = 0; l < config.n_layers; ++l) {
+    keys_.push_back(gpu.pool.allocate(bytes, "kv"));
+    values_.push_back(gpu.pool.allocate(bytes, "kv"));
+  }
+}
+
+GpuTensor GpuModel::upload(const TensorSource& source, const TensorSpec& spec) {
+  auto tensor = source(spec.name);
+  if (!tensor) {
+    if (spec.optional) return {};
+    throw std::runtime_error("the model has no tensor " + spec.name);
+  }
+  if (tensor->rows != spec.rows || tensor->cols != spec.cols) {
+    throw std::runtime_error(spec.name + " is " + std::to_string(tensor->rows) + " x " + std::to_string(tensor->cols) +
+                             ", the configuration needs " + std::to_string(spec.rows) + " x " +
+                             std::to_string(spec.cols));
+  }
+  if (!spec.matrix && tensor->type != gpu::WeightType::f32) {
+    throw std::runtime_error(spec.name + " must be F32, it is " + std::string(gpu::weight_type_name(tensor->type)));
+  }
+  GpuTensor t{tensor->type, tensor->rows, tensor->cols, {}};
+  t.buffer = gpu::upload_new(gpu_.queue, gpu_.pool, tensor->bytes, owner_);
+  return t;
+}
+
+GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& source, std::string owner)
+    : gpu_(gpu), config_(config), owner_(std::move(owner)) {
+  if (std::string why = config_.check(); !why.empty()) throw std::runtime_error("bad model configuration: " + why);
+  if (config_.head_dim != 64 && config_.head_dim != 128) {
+    throw std::runtime_error("the GPU attention kernel takes head dimensions 64 and 128, this model has " +
+                             std::to_string(config_.head_dim));
+  }
+  auto specs = tensor_specs(config_);
+  std::size_t i = 0;
+  auto next = [&] { return upload(source, specs.at(i++)); };
+  token_embd_ = next();
+  layers_.resize(config_.n_layers);
+  for (auto& layer : layers_) {
+    layer.attn_norm = next();
+    layer.wq = next();
+    layer.wk = next();
+    layer.wv = next();
+    layer.wo = next();
+    if (config_.qkv_bias()) {
+      layer.bq = next();
+      layer.bk = next();
+      layer.bv = next();
+    }
+    if (config_.qk_norm()) {
+      layer.q_norm = next();
+      layer.k_norm = next();
+    }
+    layer.ffn_norm = next();
+    layer.w_gate = next();
+    layer.w_up = next();
+    layer.w_down = next();
+  }
+  output_norm_ = next();
+  output_ = next();
+  config_.tied_output = !output_.buffer;
+}
+
+std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache) {
+  const LlamaConfig& c = config_;
+  const auto n = static_cast<std::uint32_t>(batch.tokens.size());
+  if (n == 0) return {};
+  const std::uint32_t page_size = cache.page_size();
+  std::uint32_t max_pages = 1;
+  for (const auto& table : batch.block_tables) max_pages = std::max<std::uint32_t>(max_pages, table.size());
+
+  // The step's small inputs.
+  std::vector<std::uint32_t> ids(n), slots(n), seq_pos(2 * n), output_rows;
+  std::vector<std::int32_t> positions(n);
+  for (std::uint32_t t = 0; t < n; ++t) {
+    const StepToken& s = batch.tokens[t];
+    if (s.token < 0 || static_cast<std::uint32_t>(s.token) >= c.n_vocab) {
+      throw std::out_of_range("token id " + std::to_string(s.token) + " is outside the vocabulary");
+    }
+    if (s.sequence >= batch.block_tables.size() || s.position / page_size >= batch.block_tables[s.sequence].size()) {
+      throw std::out_of_range("token " + std::to_string(t) + " has no cache page for its position");
+    }
+    std::uint32_t page = batch.block_tables[s.sequence][s.position / page_size];
+    if (page >= cache.pages()) throw std::out_of_range("block table names page " + std::to_string(page));
+    ids[t] = static_cast<std::uint32_t>(s.token);
+    positions[t] = static_cast<std::int32_t>(s.position);
+    slots[t] = page * page_size + s.position % page_size;
+    seq_pos[2 * t] = s.sequence;
+    seq_pos[2 * t + 1] = s.position;
+    if (s.output) output_rows.push_back(t);
+  }
+  std::vector<std::uint32_t> tables(batch.block_tables.size() * max_pages, 0);
+  for (std::size_t s = 0; s < batch.block_tables.size(); ++s) {
+    std::copy(batch.block_tables[s].begin(), batch.block_tables[s].end(), tables.begin() + s * max_pages);
+  }
+  const auto n_out = static_cast<std::uint32_t>(output_rows.size());
+  if (n_out == 0) output_rows.push_back(0);  // keep buffers non-empty; nothing is read back
+
+  auto& q = gpu_.queue;
+  auto& pool = gpu_.pool;
+  auto& lib = gpu_.kernels;
+  // Step inputs go into host-visible memory the kernels read directly: no transfer, no wait.
+  auto upload = [&](const auto& v) {
+    auto bytes = std::as_bytes(std::span(v));
+    PoolBuffer buffer = pool.allocate(std::max<std::size_t>(bytes.size(), 4), "scratch", gpu::MemoryKind::host);
+    std::memcpy(buffer.mapped(), bytes.data(), bytes.size());
+    return buffer;
+  };
+  PoolBuffer ids_buf = upload(ids), pos_buf = upload(positions), slots_buf = upload(slots),
+             seq_pos_buf = upload(seq_pos), tables_buf = upload(tables), out_rows_buf = upload(output_rows);
+  auto scratch = [&](std::uint64_t floats) { return pool.allocate(std::max<std::uint64_t>(floats, 1) * 4, "scratch"); };
+  PoolBuffer x = scratch(std::uint64_t{n} * c.n_embd), h = scratch(std::uint64_t{n} * c.n_embd),
+             qb = scratch(std::uint64_t{n} * c.q_dim()), kb = scratch(std::uint64_t{n} * c.kv_dim()),
+             vb = scratch(std::uint64_t{n} * c.kv_dim()), attn = scratch(std::uint64_t{n} * c.q_dim()),
+             proj = scratch(std::uint64_t{n} * c.n_embd), gate = scratch(std::uint64_t{n} * c.n_ff),
+             up = scratch(std::uint64_t{n} * c.n_ff), picked = scratch(std::uint64_t{n_out + 1} * c.n_embd),
+             logits = scratch(std::uint64_t{std::max(n_out, 1u)} * c.n_vocab);
+
+  gpu::Recording rec = q.begin();
+  auto matmul = [&](const GpuTensor& w, const PoolBuffer& in, PoolBuffer& out, std::uint32_t rows) {
+    ops::matmul(rec, lib, w.type, w.buffer.range(), in.range(), false, out.range(), static_cast<std::uint32_t>(w.rows),
+                static_cast<std::uint32_t>(w.cols), rows);
+  };
+  auto add_bias = [&](const GpuTensor& bias, PoolBuffer& io, std::uint32_t width) {
+    if (!bias.buffer) return;
+    for (std::uint32_t t = 0; t < n; ++t) {  // one row at a time: ops::add does not broadcast
+      BufferRange row = rows_of(io, t, 1, std::uint64_t{width} * 4);
+      ops::add(rec, lib, row, bias.buffer.range(), row, width);
+    }
+  };
+
+  ops::get_rows(rec, lib, token_embd_.type, token_embd_.buffer.range(), ids_buf.range(), x.range(), c.n_embd, n);
+  ops::RopeShape rope{n, c.n_head, c.head_dim, 0, c.rope_base, 1.0f / c.rope_scale, c.rope_neox()};
+  ops::RopeShape rope_k = rope;
+  rope_k.heads = c.n_head_kv;
+  ops::AttentionShape attention{n, c.n_head, c.n_head_kv, c.head_dim, page_size, max_pages,
+                                1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  for (std::uint32_t l = 0; l < c.n_layers; ++l) {
+    const Layer& L = layers_[l];
+    ops::rms_norm(rec, lib, x.range(), L.attn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
+    matmul(L.wq, h, qb, n);
+    matmul(L.wk, h, kb, n);
+    matmul(L.wv, h, vb, n);
+    add_bias(L.bq, qb, c.q_dim());
+    add_bias(L.bk, kb, c.kv_dim());
+    add_bias(L.bv, vb, c.kv_dim());
+    if (c.qk_norm()) {
+      ops::rms_norm(rec, lib, qb.range(), L.q_norm.buffer.range(), qb.range(), n * c.n_head, c.head_dim, c.rms_eps);
+      ops::rms_norm(rec, lib, kb.range(), L.k_norm.buffer.range(), kb.range(), n * c.n_head_kv, c.head_dim, c.rms_eps);
+    }
+    ops::rope(rec, lib, qb.range(), pos_buf.range(), qb.range(), rope);
+    ops::rope(rec, lib, kb.range(), pos_buf.range(), kb.range(), rope_k);
+    ops::kv_write(rec, lib, kb.range(), vb.range(), cache.keys(l), cache.values(l), slots_buf.range(), n, c.kv_dim());
+    ops::attention(rec, lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
+                   attn.range(), attention);
+    matmul(L.wo, attn, proj, n);
+    ops::add(rec, lib, x.range(), proj.range(), x.range(), n * c.n_embd);
+
+    ops::rms_norm(rec, lib, x.range(), L.ffn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
+    matmul(L.w_gate, h, gate, n);
+    matmul(L.w_up, h, up, n);
+    ops::silu_mul(rec, lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
+    matmul(L.w_down, gate, proj, n);
+    ops::add(rec, lib, x.range(), proj.range(), x.range(), n * c.n_embd);
+  }
+  if (n_out == 0) {
+    q.submit_and_wait(rec);
+    return {};
+  }
+  ops::rms_norm(rec, lib, x.range(), output_norm_.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
+  // Only the rows whose logits are wanted go through the output matrix.
+  ops::get_rows(rec, lib, gpu::WeightType::f32, h.range(), out_rows_buf.range(), picked.range(), c.n_embd, n_out);
+  const GpuTensor& out = output_.buffer ? output_ : token_embd_;
+  matmul(out, picked, logits, n_out);
+  // The logits come back through host-visible memory, copied at the end of the same submission.
+  const std::size_t logit_count = std::size_t{n_out} * c.n_vocab;
+  PoolBuffer readback = pool.allocate(logit_count * 4, "scratch", gpu::MemoryKind::host);
+  rec.copy(logits.range(0, logit_count * 4), readback.range());
+  q.submit_and_wait(rec);
+  std::vector<float> result(logit_count);
+  std::memcpy(result.data(), readback.mapped(), logit_count * 4);
+  return result;
+}
+
+}  // namespace mqlm::model

@@ -1,0 +1,83 @@
+// The forward pass on the GPU: weights uploaded once through the buffer pool (owner
+// "weights:<model>") and read in their GGUF layout; a paged KV cache; a step that runs a batch
+// of tokens from any number of sequences (prefill chunks and single decode tokens mixed),
+// recorded into one command buffer and submitted once. Only the rows asked for come back, as
+// logits or as argmax token ids.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpu/buffer_pool.hpp"
+#include "gpu/compute_queue.hpp"
+#include "gpu/kernel_library.hpp"
+#include "model/llama/reference_model.hpp"
+
+namespace mqlm::model {
+
+struct GpuContext {
+  gpu::ComputeQueue& queue;
+  gpu::BufferPool& pool;
+  gpu::KernelLibrary& kernels;
+};
+
+struct GpuTensor {
+  gpu::WeightType type = gpu::WeightType::f32;
+  std::uint64_t rows = 1, cols = 0;
+  gpu::PoolBuffer buffer;
+};
+
+// A paged KV cache: per layer, K and V as (pages * page_size, kv_dim) F16.
+class GpuKvCache {
+ public:
+  GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t pages, std::uint32_t page_size);
+  std::uint32_t pages() const { return pages_; }
+  std::uint32_t page_size() const { return page_size_; }
+  gpu::BufferRange keys(std::uint32_t layer) const { return keys_[layer].range(); }
+  gpu::BufferRange values(std::uint32_t layer) const { return values_[layer].range(); }
+
+ private:
+  std::uint32_t pages_, page_size_;
+  std::vector<gpu::PoolBuffer> keys_, values_;
+};
+
+// One token of a step: which sequence (an index into block_tables), its position there, and
+// whether its logits are wanted.
+struct StepToken {
+  std::uint32_t sequence = 0;
+  std::uint32_t position = 0;
+  std::int32_t token = 0;
+  bool output = false;
+};
+
+struct StepBatch {
+  std::vector<StepToken> tokens;
+  // Per sequence, the cache pages that hold positions 0, page_size, 2 * page_size, ...
+  std::vector<std::vector<std::uint32_t>> block_tables;
+};
+
+class GpuModel {
+ public:
+  // Uploads every tensor; throws std::runtime_error naming a missing or misshapen one.
+  GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& source, std::string owner);
+  const LlamaConfig& config() const { return config_; }
+
+  // Runs the step; returns (outputs, n_vocab) logits, one row per token marked output, in order.
+  std::vector<float> forward(const StepBatch& batch, GpuKvCache& cache);
+
+ private:
+  struct Layer {
+    GpuTensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
+  };
+  GpuTensor upload(const TensorSource& source, const TensorSpec& spec);
+
+  GpuContext gpu_;
+  LlamaConfig config_;
+  std::string owner_;
+  GpuTensor token_embd_, output_norm_, output_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace mqlm::model
