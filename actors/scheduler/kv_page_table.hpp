@@ -1,0 +1,83 @@
+// The scheduler's map of the KV cache: fixed-size pages, a block table per sequence, and the
+// prefix cache. A full page is keyed by a chained hash of (model, the tokens of every page up to
+// and including it), so two sequences that share a prefix share its pages, counted by
+// reference. A page whose last user is gone keeps its contents and key and waits, least
+// recently used first, to be reused by a matching prefix or evicted when free pages run out.
+//
+// Owned by the scheduler actor alone; a pure data structure (no clock, no randomness).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace mqlm::actors {
+
+struct PageTableStats {
+  std::uint32_t total = 0;
+  std::uint32_t in_use = 0;    // referenced by at least one sequence
+  std::uint32_t cached = 0;    // unreferenced, holding a keyed prefix page, evictable
+  std::uint32_t free = 0;      // unreferenced and empty
+  std::uint64_t references = 0;  // sum of all pages' reference counts
+  std::uint64_t prefix_hits = 0;   // pages reused from the prefix cache
+  std::uint64_t evictions = 0;     // cached pages given to other contents
+};
+
+class KvPageTable {
+ public:
+  KvPageTable(std::uint32_t pages, std::uint32_t page_size);
+
+  std::uint32_t page_size() const { return page_size_; }
+
+  // Starts a sequence: reuses the cached pages of the longest full-page prefix of `tokens`
+  // (never all of them: at least the last token is left to compute, so there are logits) and
+  // returns how many tokens they cover. The pages join the sequence's block table.
+  std::uint32_t begin(std::uint64_t sequence, std::uint64_t model, std::span<const std::int32_t> tokens);
+
+  // Makes the sequence's block table cover `tokens` positions; false (and nothing changed) if
+  // there are not enough free or evictable pages.
+  bool reserve(std::uint64_t sequence, std::uint32_t tokens);
+
+  // Records that the sequence's KV now holds these tokens (its whole history so far): pages that
+  // became full get their key and can be shared from now on.
+  void computed(std::uint64_t sequence, std::span<const std::int32_t> history);
+
+  // Drops the sequence: its pages lose a reference; keyed ones stay cached, others are freed.
+  void release(std::uint64_t sequence);
+
+  const std::vector<std::uint32_t>& block_table(std::uint64_t sequence) const;
+  bool has(std::uint64_t sequence) const { return sequences_.contains(sequence); }
+  std::size_t sequences() const { return sequences_.size(); }
+  PageTableStats stats() const;
+  // Pages a new sequence of this length could get now (free plus evictable).
+  std::uint32_t available() const;
+
+ private:
+  struct Page {
+    std::uint32_t references = 0;
+    std::optional<std::uint64_t> key;          // set once the page is full and computed
+    std::list<std::uint32_t>::iterator lru;    // position in cached_ when unreferenced and keyed
+  };
+  struct Sequence {
+    std::uint64_t model = 0;
+    std::vector<std::uint32_t> pages;
+    std::vector<std::uint64_t> keys;  // chained key of each full, computed page, in order
+  };
+
+  std::optional<std::uint32_t> take_page();
+  void unreference(std::uint32_t page);
+  std::uint64_t chain(std::uint64_t previous, std::uint64_t model, std::span<const std::int32_t> page_tokens) const;
+
+  std::uint32_t page_size_;
+  std::vector<Page> pages_;
+  std::vector<std::uint32_t> free_;             // empty pages, as a stack
+  std::list<std::uint32_t> cached_;             // keyed, unreferenced pages; front = least recent
+  std::unordered_map<std::uint64_t, std::uint32_t> by_key_;
+  std::unordered_map<std::uint64_t, Sequence> sequences_;
+  std::uint64_t prefix_hits_ = 0, evictions_ = 0;
+};
+
+}  // namespace mqlm::actors
