@@ -1,0 +1,128 @@
+#include "model/sampling/sampling_params.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <string_view>
+
+namespace mqlm::model {
+namespace {
+
+std::string show(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+SamplingParamsError error(std::string field, double value, std::string_view expected) {
+  std::string message = field + " is " + show(value) + ": " + std::string(expected);
+  return {std::move(field), std::move(message)};
+}
+
+// Checks a real-valued field against [low, high] (or (low, high] when low is open); NaN and
+// infinities fail every range.
+std::optional<SamplingParamsError> check_range(const char* field, float value, float low,
+                                               bool low_open, float high,
+                                               std::string_view expected) {
+  bool ok = std::isfinite(value) && (low_open ? value > low : value >= low) && value <= high;
+  if (ok) return std::nullopt;
+  return error(field, value, expected);
+}
+
+bool valid_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    auto lead = static_cast<unsigned char>(text[i]);
+    std::size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3
+                         : (lead >> 3) == 0x1E ? 4 : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    std::uint32_t code = length == 1 ? lead : lead & (0x7F >> length);
+    for (std::size_t k = 1; k < length; ++k) {
+      auto byte = static_cast<unsigned char>(text[i + k]);
+      if ((byte & 0xC0) != 0x80) return false;
+      code = (code << 6) | (byte & 0x3F);
+    }
+    static constexpr std::uint32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < kSmallest[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    i += length;
+  }
+  return true;
+}
+
+std::optional<SamplingParamsError> check_stops(const SamplingParams& params,
+                                               const SamplingLimits& limits) {
+  if (params.stop.size() > kMaxStopStrings)
+    return SamplingParamsError{"stop", "stop has " + std::to_string(params.stop.size()) +
+                                           " strings: at most " + std::to_string(kMaxStopStrings) +
+                                           " are accepted"};
+  for (std::size_t i = 0; i < params.stop.size(); ++i) {
+    const std::string& stop = params.stop[i];
+    std::string field = "stop[" + std::to_string(i) + "]";
+    if (stop.empty()) return SamplingParamsError{field, field + " is empty: remove it or give text"};
+    if (stop.size() > kMaxStopStringBytes)
+      return SamplingParamsError{field, field + " is " + std::to_string(stop.size()) +
+                                            " bytes long: at most " +
+                                            std::to_string(kMaxStopStringBytes) + " are accepted"};
+    if (!valid_utf8(stop)) return SamplingParamsError{field, field + " is not valid UTF-8"};
+  }
+  if (params.stop_token_ids.size() > kMaxStopTokenIds)
+    return SamplingParamsError{"stop_token_ids", "stop_token_ids has " +
+                                                     std::to_string(params.stop_token_ids.size()) +
+                                                     " ids: at most " +
+                                                     std::to_string(kMaxStopTokenIds) +
+                                                     " are accepted"};
+  for (std::size_t i = 0; i < params.stop_token_ids.size(); ++i) {
+    std::int32_t id = params.stop_token_ids[i];
+    bool ok = id >= 0 && (limits.vocab_size <= 0 || id < limits.vocab_size);
+    if (!ok) {
+      std::string field = "stop_token_ids[" + std::to_string(i) + "]";
+      std::string range = limits.vocab_size > 0
+                              ? "a token id must be in [0, " + std::to_string(limits.vocab_size) + ")"
+                              : std::string("a token id must be >= 0");
+      return SamplingParamsError{field, field + " is " + std::to_string(id) + ": " + range};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<SamplingParamsError> validate(const SamplingParams& params,
+                                            const SamplingLimits& limits) {
+  if (auto e = check_range("temperature", params.temperature, 0.0f, false, kMaxTemperature,
+                           "it must be in [0, 100]; 0 means greedy"))
+    return e;
+  if (params.top_k < 0)
+    return error("top_k", params.top_k, "it must be >= 0; 0 turns top-k off");
+  if (auto e = check_range("top_p", params.top_p, 0.0f, true, 1.0f,
+                           "it must be in (0, 1]; 1 turns top-p off"))
+    return e;
+  if (auto e = check_range("min_p", params.min_p, 0.0f, false, 1.0f,
+                           "it must be in [0, 1]; 0 turns min-p off"))
+    return e;
+  if (auto e = check_range("repetition_penalty", params.repetition_penalty, 0.0f, true,
+                           kMaxRepetitionPenalty, "it must be in (0, 100]; 1 turns it off"))
+    return e;
+  if (params.repetition_last_n < 0 || params.repetition_last_n > kMaxRepetitionLastN)
+    return error("repetition_last_n", params.repetition_last_n,
+                 "it must be in [0, 1048576]; 0 turns the repetition penalty off");
+  if (auto e = check_range("presence_penalty", params.presence_penalty,
+                           -kMaxPresenceFrequencyPenalty, false, kMaxPresenceFrequencyPenalty,
+                           "it must be in [-2, 2]; 0 turns it off"))
+    return e;
+  if (auto e = check_range("frequency_penalty", params.frequency_penalty,
+                           -kMaxPresenceFrequencyPenalty, false, kMaxPresenceFrequencyPenalty,
+                           "it must be in [-2, 2]; 0 turns it off"))
+    return e;
+  if (params.max_tokens < 1 || params.max_tokens > limits.max_tokens)
+    return error("max_tokens", params.max_tokens,
+                 "it must be in [1, " + std::to_string(limits.max_tokens) +
+                     "] (the room left in the context)");
+  if (params.top_logprobs < 0 || params.top_logprobs > kMaxTopLogprobs)
+    return error("top_logprobs", params.top_logprobs, "it must be in [0, 20]");
+  if (params.top_logprobs > 0 && !params.logprobs)
+    return error("top_logprobs", params.top_logprobs,
+                 "it needs logprobs = true; set logprobs or leave top_logprobs at 0");
+  return check_stops(params, limits);
+}
+
+}  // namespace mqlm::model

@@ -1,0 +1,54 @@
+// What a request asks of the sampler and of the stop conditions, and its validation: the values
+// come from clients, so every absurd one is an error value that names the field, the value and
+// the accepted range.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mqlm::model {
+
+struct SamplingParams {
+  float temperature = 1.0f;          // 0: greedy (argmax, ties to the lowest id); up to 100
+  std::int32_t top_k = 0;            // keep the k most likely; 0: off
+  float top_p = 1.0f;                // keep the smallest set reaching p, in (0, 1]; 1: off
+  float min_p = 0.0f;                // keep p >= min_p * p_max, in [0, 1]; 0: off
+  float repetition_penalty = 1.0f;   // CTRL / llama.cpp: positive logits / r, negative * r; 1: off
+  std::int32_t repetition_last_n = 64;  // over the last N tokens of prompt and output; 0: off
+  float presence_penalty = 0.0f;     // OpenAI: minus this once if the token was generated, [-2, 2]
+  float frequency_penalty = 0.0f;    // OpenAI: minus this per time it was generated, [-2, 2]
+  std::uint64_t seed = 0;            // same seed and logits => same tokens
+  std::int32_t max_tokens = 256;     // generated tokens, at least 1
+  std::vector<std::string> stop;     // stop strings, never emitted themselves
+  std::vector<std::int32_t> stop_token_ids;  // in addition to the model's end-of-turn tokens
+  bool logprobs = false;             // report the chosen token's logprob
+  std::int32_t top_logprobs = 0;     // and this many alternatives', 0..20 (needs logprobs)
+};
+
+// What validation measures against; the engine knows the model and the room left in the context.
+struct SamplingLimits {
+  std::int32_t vocab_size = 0;                // 0: unknown, token ids are only checked >= 0
+  std::int32_t max_tokens = 1 << 20;          // e.g. context length minus prompt length
+};
+
+inline constexpr float kMaxTemperature = 100.0f;
+inline constexpr float kMaxRepetitionPenalty = 100.0f;
+inline constexpr float kMaxPresenceFrequencyPenalty = 2.0f;  // OpenAI's range, both signs
+inline constexpr std::int32_t kMaxRepetitionLastN = 1 << 20;
+inline constexpr std::int32_t kMaxTopLogprobs = 20;
+inline constexpr std::size_t kMaxStopStrings = 16;
+inline constexpr std::size_t kMaxStopStringBytes = 256;
+inline constexpr std::size_t kMaxStopTokenIds = 64;
+
+struct SamplingParamsError {
+  std::string field;    // "temperature", "stop[2]", ...
+  std::string message;  // what was wrong and what is accepted
+};
+
+// The first problem found, or nothing when every field is acceptable.
+std::optional<SamplingParamsError> validate(const SamplingParams& params,
+                                            const SamplingLimits& limits = {});
+
+}  // namespace mqlm::model
