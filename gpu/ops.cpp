@@ -29,6 +29,31 @@ const Kernel& kernel(KernelLibrary& lib, std::string shader, std::uint32_t buffe
   return lib.get({std::move(shader), buffers, push_bytes, std::move(constants), subgroup});
 }
 
+MatvecShape matvec_override;
+
+// The whole-block vector kernel reads 16-byte words of float rows, so it needs K % 8 == 0
+// (quantized rows are whole blocks by construction); the generic kernel takes any K.
+bool matvec_blocks(WeightType type, std::uint32_t k) {
+  switch (type) {
+    case WeightType::f32:
+    case WeightType::f16:
+    case WeightType::bf16: return k % 8 == 0;
+    default: return true;
+  }
+}
+
+// Threads and rows per workgroup of the whole-block vector kernel: enough rows that the
+// activations loaded for a unit of K are reused, few enough that every SM gets many workgroups.
+MatvecShape matvec_shape(WeightType type) {
+  if (matvec_override.threads != 0) return matvec_override;
+  switch (type) {
+    case WeightType::q4_0:
+    case WeightType::q8_0:
+    case WeightType::q4_k: return {128, 4};
+    default: return {128, 2};
+  }
+}
+
 struct RowsPush {
   std::uint32_t n, rows;
   float value;
@@ -113,6 +138,13 @@ MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRan
   switch (path) {
     case MatmulPath::vector: {
       if (n > matvec_max_cols) throw GpuError(fmt::format("the vector matmul takes at most {} columns, not {}", matvec_max_cols, n));
+      if (matvec_blocks(type, k)) {
+        auto shape = matvec_shape(type);
+        auto [gx, gy] = spread(ceil_div(m, shape.rows));
+        rec.dispatch(kernel(lib, "mul_mat_vec_blocks_" + suffix, 3, sizeof push, {shape.threads, shape.rows, n}),
+                     {weights, acts, out}, push, gx, gy);
+        break;
+      }
       auto [gx, gy] = spread(ceil_div(m, matvec_rows));
       rec.dispatch(kernel(lib, "mul_mat_vec_" + suffix, 3, sizeof push, {matvec_threads, matvec_rows}),
                    {weights, acts, out}, push, gx, gy);
@@ -135,6 +167,8 @@ MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRan
   }
   return path;
 }
+
+void set_matvec_shape(MatvecShape shape) { matvec_override = shape; }
 
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,
               BufferRange v_cache, BufferRange slots, std::uint32_t tokens, std::uint32_t row) {

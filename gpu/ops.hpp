@@ -45,6 +45,12 @@ MatmulPath choose_matmul_path(const DeviceFeatures& features, std::uint32_t n);
 MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts, bool acts_f16,
                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n,
                   MatmulPath path = MatmulPath::automatic);
+// The vector path's workgroup shape for whole-block weights: threads per workgroup and rows per
+// workgroup. {0, 0} (the default) uses the shape tuned per type; benchmarks set others to tune.
+struct MatvecShape {
+  std::uint32_t threads = 0, rows = 0;
+};
+void set_matvec_shape(MatvecShape shape);
 
 // k_new, v_new: (tokens, row) F32 with row = kv_heads * head_dim; the caches: (slots, row) F16;
 // slots: (tokens) uint32, page * page_size + offset.

@@ -144,12 +144,16 @@ void add_weight_cases(std::vector<OpCase>& cases) {
       ops::MatmulPath path;
       std::size_t m, n;
       bool large_k;
+      bool aligned = false;
     };
+    // `aligned`: K a multiple of 256, which takes the whole-block vector kernel for float types too
+    // (odd K takes the generic one).
     for (auto shape : {Shape{ops::MatmulPath::vector, 67, 1, false}, Shape{ops::MatmulPath::vector, 33, 5, true},
                        Shape{ops::MatmulPath::vector, 3, 8, false}, Shape{ops::MatmulPath::tiled, 67, 9, false},
-                       Shape{ops::MatmulPath::tiled, 130, 70, true}}) {
+                       Shape{ops::MatmulPath::tiled, 130, 70, true}, Shape{ops::MatmulPath::vector, 131, 1, false, true},
+                       Shape{ops::MatmulPath::vector, 9, 2, false, true}, Shape{ops::MatmulPath::vector, 5, 8, false, true}}) {
       for (bool f16 : {false, true}) {
-        std::size_t k = k_for(type, shape.large_k);
+        std::size_t k = shape.aligned ? 768 : k_for(type, shape.large_k);
         std::string name = fmt::format("matmul_{}_{}_{}x{}x{}_{}", tname, ops::matmul_path_name(shape.path), shape.m, k,
                                        shape.n, f16 ? "f16acts" : "f32acts");
         cases.push_back({name, 1e-10, [type, shape, f16, k](Gpu& gpu) {

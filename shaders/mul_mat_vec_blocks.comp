@@ -1,0 +1,199 @@
+#version 450
+// out(NCOLS, M) = activations(NCOLS, K) x weights(M, K)^T for decode, reading whole GGUF blocks.
+// Each workgroup computes ROWS consecutive rows for NCOLS columns (both specialization
+// constants, so the accumulators stay in registers); its threads stride along K in units:
+//   F32: 8 weights (two 16-byte loads)        F16, BF16: 8 weights (one 16-byte load)
+//   Q8_0: a quarter block, 8 weights (scale + four 16-bit words)
+//   Q4_0: a quarter block, 8 weights (scale + two 16-bit words)
+//   Q4_K: 32 weights (the 16-byte header + one 16-byte word of quants)
+// The activations of a unit are loaded once and reused by every row; the scale of a block is
+// applied once per unit. Partial sums are reduced in each subgroup, then across subgroups.
+// The host guarantees: K % 8 == 0 for float types (rows 16-byte aligned), K a multiple of the
+// block for quantized ones, buffer offsets 16-byte aligned.
+#include "common.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint ROWS = 2;
+layout(constant_id = 2) const uint NCOLS = 1;
+layout(push_constant) uniform Params { uint M; uint K; uint ncols; } p;
+layout(binding = 2) writeonly buffer Out { float out_data[]; };
+
+// Activation quads: elements 4q .. 4q+3 of column c.
+#if defined(B_F16)
+layout(binding = 1) readonly buffer ActsF16 { uvec2 b_h4[]; };
+vec4 load_x4(uint c, uint q) {
+  uvec2 h = b_h4[c * (p.K / 4) + q];
+  return vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
+}
+#else
+layout(binding = 1) readonly buffer ActsF32 { vec4 b_f4[]; };
+vec4 load_x4(uint c, uint q) { return b_f4[c * (p.K / 4) + q]; }
+#endif
+
+#if defined(A_Q4_K)
+#define UNIT 32
+#define XQUADS 8
+#elif defined(A_F32)
+#define UNIT 4
+#define XQUADS 1
+#else
+#define UNIT 8
+#define XQUADS 2
+#endif
+
+float acc[ROWS][NCOLS];
+vec4 xs[NCOLS][XQUADS];
+
+// The activation quads unit u uses, in the order accumulate() expects them.
+uint x_quad(uint u, uint i) {
+#if defined(A_Q4_0)
+  // low nibbles of qs[4j .. 4j+3]: elements 4j..; high nibbles: elements 16 + 4j ..
+  return 8 * (u / 4) + (u % 4) + 4 * i;
+#elif defined(A_Q4_K)
+  // quants qs[32j + 16h .. +16]: low nibbles -> sub-block 2j, high -> 2j + 1, positions 16h ..
+  uint j = (u % 8) / 2, h = u % 2;
+  return 64 * (u / 8) + 16 * j + 4 * h + (i / 4) * 8 + (i % 4);
+#elif defined(A_F32)
+  return u + i;
+#else
+  return 2 * u + i;
+#endif
+}
+
+// Small integers become floats without conversion instructions (a quarter of the FP32 rate):
+// a 16-bit word w holds fields of 4 or 8 bits; (w & mask) | 0x4B000000 is the float 2^23 +
+// field * 2^shift exactly, and one fma with 2^-shift and -(2^23 * 2^-shift + bias) gives
+// field - bias exactly.
+const float MAGIC = 8388608.0;  // 2^23
+vec4 fields4(uint w, float bias) {  // the four nibbles of w, minus bias
+  const vec4 scale = vec4(1.0, 1.0 / 16.0, 1.0 / 256.0, 1.0 / 4096.0);
+  return fma(uintBitsToFloat((uvec4(w) & uvec4(0xFu, 0xF0u, 0xF00u, 0xF000u)) | 0x4B000000u), scale, -(MAGIC * scale + bias));
+}
+vec2 bytes2(uint w) {  // the two signed bytes of w (stored offset by 128 after the xor)
+  const vec2 scale = vec2(1.0, 1.0 / 256.0);
+  return fma(uintBitsToFloat((uvec2(w ^ 0x8080u) & uvec2(0xFFu, 0xFF00u)) | 0x4B000000u), scale, -(MAGIC * scale + 128.0));
+}
+
+#if defined(A_F32)
+layout(binding = 0) readonly buffer W { vec4 w4[]; };
+void accumulate(uint r, uint row, uint u) {
+  vec4 w = w4[row * (p.K / 4) + u];
+  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += dot(w, xs[c][0]);
+}
+#elif defined(A_F16)
+layout(binding = 0) readonly buffer W { uvec4 w8[]; };
+void accumulate(uint r, uint row, uint u) {
+  uvec4 v = w8[row * (p.K / 8) + u];
+  vec4 w0 = vec4(unpackHalf2x16(v.x), unpackHalf2x16(v.y)), w1 = vec4(unpackHalf2x16(v.z), unpackHalf2x16(v.w));
+  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += dot(w0, xs[c][0]) + dot(w1, xs[c][1]);
+}
+#elif defined(A_BF16)
+layout(binding = 0) readonly buffer W { uvec4 w8[]; };
+vec4 bf16x4(uint a, uint b) {
+  return uintBitsToFloat(uvec4(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u));
+}
+void accumulate(uint r, uint row, uint u) {
+  uvec4 v = w8[row * (p.K / 8) + u];
+  vec4 w0 = bf16x4(v.x, v.y), w1 = bf16x4(v.z, v.w);
+  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += dot(w0, xs[c][0]) + dot(w1, xs[c][1]);
+}
+#elif defined(A_Q8_0)
+// block of 32 (17 halfwords): f16 d, int8 qs[32]
+layout(binding = 0) readonly buffer W { uint16_t w16[]; };
+void accumulate(uint r, uint row, uint u) {
+  uint h = 17 * (row * (p.K / 32) + u / 4);
+  uint q = h + 1 + 4 * (u % 4);
+  float d = unpackHalf2x16(uint(w16[h])).x;
+  vec4 w0 = vec4(bytes2(uint(w16[q])), bytes2(uint(w16[q + 1])));
+  vec4 w1 = vec4(bytes2(uint(w16[q + 2])), bytes2(uint(w16[q + 3])));
+  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += d * (dot(w0, xs[c][0]) + dot(w1, xs[c][1]));
+}
+#elif defined(A_Q4_0)
+// block of 32 (9 halfwords): f16 d, uint8 qs[16]; x[j] = d * ((qs[j] & 15) - 8), x[j + 16] = d * ((qs[j] >> 4) - 8)
+layout(binding = 0) readonly buffer W { uint16_t w16[]; };
+void accumulate(uint r, uint row, uint u) {
+  uint h = 9 * (row * (p.K / 32) + u / 4);
+  uint q = h + 1 + 2 * (u % 4);
+  float d = unpackHalf2x16(uint(w16[h])).x;
+  // a: qs[4j] lo, qs[4j] hi, qs[4j+1] lo, qs[4j+1] hi; b: the same for qs[4j+2], qs[4j+3]
+  vec4 a = fields4(uint(w16[q]), 8.0), b = fields4(uint(w16[q + 1]), 8.0);
+  vec4 w0 = vec4(a.xz, b.xz), w1 = vec4(a.yw, b.yw);
+  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += d * (dot(w0, xs[c][0]) + dot(w1, xs[c][1]));
+}
+#elif defined(A_Q4_K)
+// super-block of 256 (nine 16-byte words): f16 d, f16 dmin, uint8 scales[12], uint8 qs[128].
+// Sub-block s uses nibble s & 1 of qs[32 * (s / 2) + l]: x = d * scale(s) * nibble - dmin * min(s).
+layout(binding = 0) readonly buffer W { uvec4 w16b[]; };
+uint scale_byte(uvec4 hdr, uint i) { return (hdr[1 + i / 4] >> (8 * (i % 4))) & 0xFFu; }
+void scale_min(uvec4 hdr, uint s, out float sc, out float mn) {
+  if (s < 4) {
+    sc = float(scale_byte(hdr, s) & 63u);
+    mn = float(scale_byte(hdr, s + 4) & 63u);
+  } else {
+    uint hi = scale_byte(hdr, s + 4);
+    sc = float((hi & 15u) | ((scale_byte(hdr, s - 4) >> 6) << 4));
+    mn = float((hi >> 4) | ((scale_byte(hdr, s) >> 6) << 4));
+  }
+}
+void accumulate(uint r, uint row, uint u) {
+  uint sb = row * (p.K / 256) + u / 8;
+  uint j = (u % 8) / 2, hf = u % 2;
+  uvec4 hdr = w16b[9 * sb];
+  uvec4 qv = w16b[9 * sb + 1 + 2 * j + hf];
+  vec2 dm = unpackHalf2x16(hdr.x);
+  float sc0, mn0, sc1, mn1;
+  scale_min(hdr, 2 * j, sc0, mn0);
+  scale_min(hdr, 2 * j + 1, sc1, mn1);
+  float d0 = dm.x * sc0, m0 = dm.y * mn0, d1 = dm.x * sc1, m1 = dm.y * mn1;
+  vec4 lo[4], hi[4];
+  for (uint i = 0; i < 4; ++i) {
+    lo[i] = vec4((uvec4(qv[i]) >> uvec4(0, 8, 16, 24)) & 15u);
+    hi[i] = vec4((uvec4(qv[i]) >> uvec4(4, 12, 20, 28)) & 15u);
+  }
+  for (uint c = 0; c < NCOLS; ++c) {
+    float slo = 0.0, shi = 0.0;
+    vec4 xlo = vec4(0.0), xhi = vec4(0.0);
+    for (uint i = 0; i < 4; ++i) {
+      slo += dot(lo[i], xs[c][i]);
+      shi += dot(hi[i], xs[c][4 + i]);
+      xlo += xs[c][i];
+      xhi += xs[c][4 + i];
+    }
+    acc[r][c] += d0 * slo - m0 * dot(xlo, vec4(1.0)) + d1 * shi - m1 * dot(xhi, vec4(1.0));
+  }
+}
+#endif
+
+// One partial sum per (row, column, subgroup); subgroups are at least 4 wide.
+shared float partials[ROWS * NCOLS][gl_WorkGroupSize.x / 4];
+
+void main() {
+  uint row0 = flat_group() * ROWS;
+  uint tid = gl_LocalInvocationIndex;
+  for (uint r = 0; r < ROWS; ++r)
+    for (uint c = 0; c < NCOLS; ++c) acc[r][c] = 0.0;
+
+  uint units = p.K / UNIT;
+  for (uint u = tid; u < units; u += gl_WorkGroupSize.x) {
+    for (uint c = 0; c < NCOLS; ++c)
+      for (uint i = 0; i < XQUADS; ++i) xs[c][i] = load_x4(c, x_quad(u, i));
+    // Rows past M read row M - 1 (kept in bounds) and are not written.
+    for (uint r = 0; r < ROWS; ++r) accumulate(r, min(row0 + r, p.M - 1), u);
+  }
+
+  for (uint r = 0; r < ROWS; ++r) {
+    for (uint c = 0; c < NCOLS; ++c) {
+      float s = subgroupAdd(acc[r][c]);
+      if (subgroupElect()) partials[r * NCOLS + c][gl_SubgroupID] = s;
+    }
+  }
+  barrier();
+  for (uint i = tid; i < ROWS * NCOLS; i += gl_WorkGroupSize.x) {
+    uint r = i / NCOLS, c = i % NCOLS;
+    if (row0 + r < p.M) {
+      float s = 0.0;
+      for (uint g = 0; g < gl_NumSubgroups; ++g) s += partials[i][g];
+      out_data[c * p.M + row0 + r] = s;
+    }
+  }
+}
