@@ -8,6 +8,8 @@ namespace mqlm::tools {
 void add_demo_command(CLI::App& app);
 void add_node_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
+void add_make_model_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 // `mqlm bench NAME`: each benchmark adds itself to the bench subcommand (code in bench/).
 void add_runtime_bench(CLI::App& bench);
 void add_kernel_bench(CLI::App& bench);

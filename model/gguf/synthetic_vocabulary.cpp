@@ -1,0 +1,191 @@
+#include "model/gguf/synthetic_vocabulary.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <stdexcept>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+namespace mqlm::model::gguf {
+
+namespace {
+
+// The text the merges are learnt from: plain English with numbers, punctuation and line breaks,
+// so that common words, spaces before words and a few digit groups become tokens.
+constexpr std::string_view kTrainingText = R"(The old lighthouse stood on the rocks at the end of the harbour, and every night its keeper climbed the one hundred and twelve steps to light the lamp.
+She had kept the light for thirty years. In the morning she wrote the weather in a book: the wind, the rain, the height of the waves and the ships that passed.
+On the 3rd of March, 1998, a storm came in from the west. The sea was white, the sky was grey, and the boats in the harbour pulled at their ropes.
+"There will be no ships tonight," said the fisherman who brought her bread. "Nobody is that foolish."
+But at half past nine she saw a small light moving on the water, far beyond the rocks. It was a boat, and it was coming towards the harbour.
+She turned the great lamp so that its beam fell on the safe channel between the rocks, and she held it there for an hour while the boat came closer.
+When the boat reached the harbour, the people of the town were waiting on the quay with ropes and blankets and hot tea.
+There were four children on the boat and their father, who had lost his way in the rain. They were cold, wet and hungry, but they were alive.
+The next morning the keeper wrote in her book: wind from the west, heavy rain, waves of 6 metres, one boat came in safely at 10:45.
+Years later, one of the children came back to the town. She was a teacher now, and she told her pupils the story of the light on the rocks.
+Time passes, and things change. The lighthouse has an electric lamp today, and nobody needs to climb the steps every night.
+But the people of the town still remember the keeper, and every year on the 3rd of March they leave flowers at the door of the lighthouse.
+A good model of language learns which words follow which. It learns that the sea is wide, that the night is dark, and that a light can guide the way home.
+It learns numbers too: 1, 2, 3, 10, 42, 100, 256, 1024 and 2048; dates such as 2024-05-17; and times like 09:30 or 18:00.
+It learns questions and answers. What is the capital of France? Paris. How many days are in a week? Seven. Who wrote the book? We do not know.
+The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. How vexingly quick daft zebras jump!
+Please write a short poem about the sea. Then explain, in simple words, why the sky is blue and why the sea looks green near the shore.
+We went to the market on Saturday and bought apples, bread, cheese, eggs, fish, milk and tomatoes for the week.
+The train leaves the station at seven o'clock, and it arrives in the city two hours later, if the weather is kind and the line is clear.
+I think that we should meet again tomorrow, when we have more time to talk about the plans for the new school and the library.
+)";
+
+// GPT-2's split of the bytes: these stand for themselves, the rest move to 256 and up.
+bool byte_is_printable(int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255); }
+
+std::string utf8(std::uint32_t code_point) {
+  std::string out;
+  if (code_point < 0x80) {
+    out += static_cast<char>(code_point);
+  } else {  // every code point here is below 0x800
+    out += static_cast<char>(0xC0 | (code_point >> 6));
+    out += static_cast<char>(0x80 | (code_point & 0x3F));
+  }
+  return out;
+}
+
+std::uint32_t byte_code_point(std::uint8_t byte) {
+  if (byte_is_printable(byte)) return byte;
+  std::uint32_t moved = 0;
+  for (int b = 0; b < byte; ++b) moved += byte_is_printable(b) ? 0 : 1;
+  return 256 + moved;
+}
+
+// The training text cut as Llama 3's pre-tokenizer would cut plain ASCII, near enough: words
+// with their leading space, contractions, digit groups of up to three, punctuation runs with a
+// leading space, and line breaks.
+std::vector<std::string> pre_split(std::string_view text) {
+  std::vector<std::string> chunks;
+  std::size_t i = 0;
+  auto is_alpha = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; };
+  auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  while (i < text.size()) {
+    std::size_t start = i;
+    if (text[i] == '\n') {
+      while (i < text.size() && text[i] == '\n') ++i;
+    } else if (text[i] == '\'' && i + 1 < text.size() && is_alpha(text[i + 1])) {
+      i += 2;
+      while (i < text.size() && is_alpha(text[i]) && i - start < 3) ++i;
+    } else if (is_digit(text[i])) {
+      while (i < text.size() && is_digit(text[i]) && i - start < 3) ++i;
+    } else {
+      if (text[i] == ' ' && i + 1 < text.size() && text[i + 1] != ' ' && text[i + 1] != '\n') ++i;
+      if (i < text.size() && is_alpha(text[i])) {
+        while (i < text.size() && is_alpha(text[i])) ++i;
+      } else if (i < text.size() && is_digit(text[i])) {
+        i = start + 1;  // a space before digits is a chunk of its own
+      } else {
+        while (i < text.size() && !is_alpha(text[i]) && !is_digit(text[i]) && text[i] != ' ' && text[i] != '\n') ++i;
+        if (i == start) ++i;
+      }
+    }
+    chunks.emplace_back(text.substr(start, i - start));
+  }
+  return chunks;
+}
+
+// Classic BPE training: merge the most frequent adjacent pair (ties: the pair of earliest
+// symbols), again and again, until `limit` merges or no pair is left. Symbols are ids into
+// `names` so that counting is cheap.
+std::vector<std::pair<std::string, std::string>> learn_merges(std::size_t limit) {
+  std::map<std::string, int> chunk_counts;
+  for (auto& chunk : pre_split(kTrainingText)) ++chunk_counts[chunk];
+  std::vector<std::string> names;
+  for (int b = 0; b < 256; ++b) names.push_back(byte_to_unicode(static_cast<std::uint8_t>(b)));
+  std::vector<std::pair<std::vector<int>, int>> words;
+  for (const auto& [chunk, count] : chunk_counts) {
+    std::vector<int> symbols;
+    for (char c : chunk) symbols.push_back(static_cast<std::uint8_t>(c));
+    words.emplace_back(std::move(symbols), count);
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  while (merges.size() < limit) {
+    std::map<std::pair<int, int>, int> pairs;
+    for (const auto& [symbols, count] : words) {
+      for (std::size_t k = 0; k + 1 < symbols.size(); ++k) pairs[{symbols[k], symbols[k + 1]}] += count;
+    }
+    if (pairs.empty()) break;
+    auto best = std::max_element(pairs.begin(), pairs.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });  // first max
+    auto [left, right] = best->first;
+    int joined = static_cast<int>(names.size());
+    names.push_back(names[left] + names[right]);
+    for (auto& [symbols, count] : words) {
+      std::size_t out = 0;
+      for (std::size_t k = 0; k < symbols.size(); ++k, ++out) {
+        bool match = k + 1 < symbols.size() && symbols[k] == left && symbols[k + 1] == right;
+        symbols[out] = match ? joined : symbols[k];
+        if (match) ++k;
+      }
+      symbols.resize(out);
+    }
+    merges.emplace_back(names[left], names[right]);
+  }
+  return merges;
+}
+
+// "Ġbako", "Ġtelimu", ...: pronounceable and distinct for each n, so sampled text reads as words.
+std::string filler_word(std::size_t n) {
+  constexpr std::string_view consonants = "bdfgklmnprstvz", vowels = "aeiou";
+  constexpr std::size_t syllables = consonants.size() * vowels.size();
+  std::string word = byte_to_unicode(' ');
+  for (std::size_t v = n + syllables; v > 0; v /= syllables) {
+    word += consonants[v % syllables / vowels.size()];
+    word += vowels[v % vowels.size()];
+  }
+  return word;
+}
+
+constexpr std::string_view kLlama3ChatTemplate =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+
+}  // namespace
+
+std::string byte_to_unicode(std::uint8_t byte) { return utf8(byte_code_point(byte)); }
+
+Vocabulary make_byte_bpe_vocabulary(std::size_t size) {
+  if (size < kMinSyntheticVocabulary) {
+    throw std::invalid_argument("a byte-level BPE vocabulary needs at least " +
+                                std::to_string(kMinSyntheticVocabulary) + " tokens");
+  }
+  constexpr std::string_view specials[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                           "<|end_header_id|>", "<|eot_id|>"};
+  const std::size_t regular = size - std::size(specials);
+  Vocabulary v;
+  v.model = TokenizerModel::bpe;
+  v.pre = "llama-bpe";
+  std::vector<std::pair<std::uint32_t, std::uint8_t>> bytes;  // in code point order, GPT-2's ids
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(byte_code_point(static_cast<std::uint8_t>(b)), b);
+  std::sort(bytes.begin(), bytes.end());
+  for (auto [code_point, byte] : bytes) v.tokens.push_back(utf8(code_point));
+  std::unordered_set<std::string> known(v.tokens.begin(), v.tokens.end());
+  for (auto& [left, right] : learn_merges(regular - 256)) {
+    v.merges.push_back(left + " " + right);
+    if (known.insert(left + right).second) v.tokens.push_back(left + right);
+  }
+  for (std::size_t n = 0; v.tokens.size() < regular; ++n) {
+    if (known.insert(filler_word(n)).second) v.tokens.push_back(filler_word(n));
+  }
+  v.types.assign(v.tokens.size(), TokenType::normal);
+  for (auto special : specials) {
+    v.tokens.emplace_back(special);
+    v.types.push_back(TokenType::control);
+  }
+  v.bos = static_cast<std::int32_t>(regular);
+  v.eos = static_cast<std::int32_t>(regular + 1);
+  v.eot = static_cast<std::int32_t>(regular + 4);
+  v.add_bos = true;
+  v.chat_template = std::string(kLlama3ChatTemplate);
+  return v;
+}
+
+}  // namespace mqlm::model::gguf

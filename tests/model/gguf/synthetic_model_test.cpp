@@ -1,0 +1,165 @@
+// Models with random weights: the tiny preset loads in every weight type with llama.cpp's keys
+// and tensor names, its numbers are small and finite, the same seed gives the same bytes, and
+// the 8B preset has the size it should without being written.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/gguf/synthetic_model.hpp"
+#include "model/gguf/synthetic_vocabulary.hpp"
+#include "model/gguf/vocabulary_metadata.hpp"
+#include "tests/model/gguf/gguf_test_files.hpp"
+
+namespace mqlm::model::gguf {
+namespace {
+
+GgufFile load(const SyntheticModel& model) {
+  return test::expect_file(GgufFile::parse(model.writer.to_bytes()));
+}
+
+// Mean and standard deviation of a tensor's values.
+std::pair<double, double> moments(const GgufFile& file, const TensorInfo& t) {
+  auto type = std::get<gpu::WeightType>(weight_type(t));
+  auto values = gpu::dequantize(type, file.data(t), t.rows(), t.row_length());
+  double sum = 0, squares = 0;
+  for (float v : values) {
+    EXPECT_TRUE(std::isfinite(v)) << t.name;
+    sum += v;
+    squares += static_cast<double>(v) * v;
+  }
+  double mean = sum / static_cast<double>(values.size());
+  return {mean, std::sqrt(squares / static_cast<double>(values.size()) - mean * mean)};
+}
+
+TEST(SyntheticModel, TinyLoadsInEveryType) {
+  const ModelShape shape = *model_preset("tiny");
+  for (auto type : gpu::all_weight_types) {
+    SCOPED_TRACE(std::string(gpu::weight_type_name(type)));
+    SyntheticModel model = make_synthetic_model(shape, type, 7, "tiny");
+    EXPECT_TRUE(model.notes.empty());  // tiny's rows are whole Q4_K blocks
+    GgufFile file = load(model);
+    EXPECT_LT(file.file_size(), 10'000'000u);
+    EXPECT_EQ(file.get_string("general.architecture"), "llama");
+    EXPECT_EQ(file.get_uint("llama.block_count"), 2u);
+    EXPECT_EQ(file.get_uint("llama.embedding_length"), 256u);
+    EXPECT_EQ(file.get_uint("llama.feed_forward_length"), 768u);
+    EXPECT_EQ(file.get_uint("llama.attention.head_count"), 4u);
+    EXPECT_EQ(file.get_uint("llama.attention.head_count_kv"), 2u);
+    EXPECT_EQ(file.find("llama.attention.key_length"), nullptr);  // 256 / 4 = 64 already
+    EXPECT_EQ(file.get_float("llama.rope.freq_base"), 500000.0);
+    EXPECT_NEAR(*file.get_float("llama.attention.layer_norm_rms_epsilon"), 1e-5, 1e-12);
+    EXPECT_EQ(file.get_uint("llama.context_length"), 2048u);
+    ASSERT_EQ(file.tensors().size(), 1 + 2 * 9 + 2u);
+    for (const char* name : {"token_embd.weight", "blk.1.attn_q.weight", "blk.1.attn_k.weight", "blk.1.attn_v.weight",
+                             "blk.1.attn_output.weight", "blk.1.ffn_gate.weight", "blk.1.ffn_up.weight",
+                             "blk.1.ffn_down.weight", "output.weight"}) {
+      ASSERT_NE(file.tensor(name), nullptr) << name;
+      EXPECT_EQ(file.tensor(name)->type, to_tensor_type(type)) << name;
+    }
+    EXPECT_EQ(file.tensor("blk.0.attn_k.weight")->dims, (std::vector<std::uint64_t>{256, 128}));
+    EXPECT_EQ(file.tensor("blk.0.ffn_down.weight")->dims, (std::vector<std::uint64_t>{768, 256}));
+    EXPECT_EQ(file.tensor("token_embd.weight")->dims, (std::vector<std::uint64_t>{256, 1024}));
+    for (const char* name : {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"}) {
+      EXPECT_EQ(file.tensor(name)->type, TensorType::f32) << name;
+    }
+    auto [mean, std] = moments(file, *file.tensor("blk.0.ffn_up.weight"));
+    EXPECT_NEAR(mean, 0.0, 0.002);
+    EXPECT_NEAR(std, 0.02, 0.004);
+    auto [norm_mean, norm_std] = moments(file, *file.tensor("output_norm.weight"));
+    EXPECT_NEAR(norm_mean, 1.0, 0.01);
+    EXPECT_LT(norm_std, 0.05);
+
+    auto vocabulary = read_vocabulary(file);
+    ASSERT_TRUE(std::holds_alternative<Vocabulary>(vocabulary)) << std::get<GgufError>(vocabulary).message();
+    const Vocabulary& v = std::get<Vocabulary>(vocabulary);
+    EXPECT_EQ(v.tokens.size(), 1024u);
+    EXPECT_EQ(v.tokens, make_byte_bpe_vocabulary(1024).tokens);
+    EXPECT_EQ(v.tokens[static_cast<std::size_t>(v.bos)], "<|begin_of_text|>");
+  }
+}
+
+TEST(SyntheticModel, Architectures) {
+  ModelShape shape = *model_preset("tiny");
+  shape.arch = "qwen2";
+  GgufFile qwen2 = load(make_synthetic_model(shape, gpu::WeightType::q8_0, 1, "q2"));
+  EXPECT_EQ(qwen2.get_uint("qwen2.block_count"), 2u);
+  EXPECT_EQ(qwen2.tensor("blk.0.attn_q.bias")->dims, (std::vector<std::uint64_t>{256}));
+  EXPECT_EQ(qwen2.tensor("blk.1.attn_v.bias")->type, TensorType::f32);
+  EXPECT_EQ(qwen2.tensor("blk.0.attn_q_norm.weight"), nullptr);
+
+  shape.arch = "qwen3";
+  shape.head_dim = 128;  // head dim != hidden / heads: the key lengths are said
+  GgufFile qwen3 = load(make_synthetic_model(shape, gpu::WeightType::q8_0, 1, "q3"));
+  EXPECT_EQ(qwen3.get_uint("qwen3.attention.key_length"), 128u);
+  EXPECT_EQ(qwen3.get_uint("qwen3.attention.value_length"), 128u);
+  EXPECT_EQ(qwen3.tensor("blk.1.attn_k_norm.weight")->dims, (std::vector<std::uint64_t>{128}));
+  EXPECT_EQ(qwen3.tensor("blk.0.attn_q.weight")->dims, (std::vector<std::uint64_t>{256, 512}));
+  EXPECT_EQ(qwen3.tensor("blk.0.attn_output.weight")->dims, (std::vector<std::uint64_t>{512, 256}));
+  EXPECT_EQ(qwen3.tensor("blk.0.attn_q.bias"), nullptr);
+
+  shape = *model_preset("tiny");
+  shape.tied_embeddings = true;
+  GgufFile tied = load(make_synthetic_model(shape, gpu::WeightType::f16, 1, "tied"));
+  EXPECT_EQ(tied.tensor("output.weight"), nullptr);
+}
+
+TEST(SyntheticModel, SameSeedSameBytes) {
+  const ModelShape shape = *model_preset("tiny");
+  auto a = make_synthetic_model(shape, gpu::WeightType::q4_0, 5, "tiny").writer.to_bytes();
+  auto b = make_synthetic_model(shape, gpu::WeightType::q4_0, 5, "tiny").writer.to_bytes();
+  auto c = make_synthetic_model(shape, gpu::WeightType::q4_0, 6, "tiny").writer.to_bytes();
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(SyntheticModel, TensorsOfASmallModelDoNotRepeat) {
+  GgufFile file = load(make_synthetic_model(*model_preset("tiny"), gpu::WeightType::f16, 3, "tiny"));
+  auto up = file.data(*file.tensor("blk.0.ffn_up.weight")), gate = file.data(*file.tensor("blk.0.ffn_gate.weight"));
+  EXPECT_FALSE(std::equal(up.begin(), up.end(), gate.begin()));
+}
+
+TEST(SyntheticModel, FallsBackWhereQ4KBlocksDoNotFit) {
+  ModelShape shape = *model_preset("tiny");
+  shape.hidden = 320;  // 5 heads of 64: rows of 320 are not whole Q4_K blocks of 256
+  shape.heads = 5;
+  shape.kv_heads = 1;
+  SyntheticModel model = make_synthetic_model(shape, gpu::WeightType::q4_k, 1, "odd");
+  ASSERT_FALSE(model.notes.empty());
+  EXPECT_NE(model.notes[0].find("token_embd.weight is q8_0"), std::string::npos) << model.notes[0];
+  GgufFile file = load(model);
+  EXPECT_EQ(file.tensor("blk.0.attn_q.weight")->type, TensorType::q8_0);
+  EXPECT_EQ(file.tensor("blk.0.ffn_down.weight")->type, TensorType::q4_k);  // rows of 768
+}
+
+TEST(SyntheticModel, Llama3_8bPlan) {
+  const ModelShape shape = *model_preset("llama3-8b");
+  EXPECT_EQ(shape.hidden, 4096u);
+  EXPECT_EQ(shape.vocab, 128256u);
+  SyntheticModel model = make_synthetic_model(shape, gpu::WeightType::q4_0, 1, "llama3-8b");
+  EXPECT_TRUE(model.notes.empty());
+  // 8.03e9 parameters, of which 266k are F32 norms; Q4_0 is 18 bytes per 32.
+  std::uint64_t matrices = 2ull * 4096 * 128256 + 32ull * (4096ull * 4096 * 2 + 4096ull * 1024 * 2 + 3ull * 4096 * 14336);
+  std::uint64_t expected = matrices / 32 * 18 + (65ull * 4096) * 4;
+  EXPECT_GT(model.writer.file_size(), expected);
+  EXPECT_LT(model.writer.file_size(), expected + 8'000'000);  // metadata (the vocabulary) and padding
+}
+
+TEST(SyntheticModel, ShapeProblems) {
+  ModelShape shape = *model_preset("tiny");
+  EXPECT_EQ(shape_problem(shape), std::nullopt);
+  shape.kv_heads = 3;
+  EXPECT_EQ(shape_problem(shape), "4 heads do not share 3 KV heads evenly");
+  shape = *model_preset("tiny");
+  shape.vocab = 100;
+  EXPECT_NE(shape_problem(shape)->find("vocab must be between 261"), std::string::npos);
+  shape = *model_preset("tiny");
+  shape.arch = "gpt2";
+  EXPECT_NE(shape_problem(shape)->find("unknown architecture 'gpt2'"), std::string::npos);
+  shape = *model_preset("tiny");
+  shape.layers = 0;
+  EXPECT_NE(shape_problem(shape)->find("layers must be between 1"), std::string::npos);
+  EXPECT_EQ(model_preset("huge"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace mqlm::model::gguf

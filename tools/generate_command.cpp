@@ -1,0 +1,160 @@
+// `mqlm generate MODEL -p TEXT`: loads a GGUF model on the GPU, prefills the prompt in one step,
+// decodes token by token, prints the text as it comes, then prefill and decode speed.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "gpu/buffer_pool.hpp"
+#include "gpu/compute_queue.hpp"
+#include "gpu/device.hpp"
+#include "gpu/kernel_library.hpp"
+#include "model/gguf/gguf_file.hpp"
+#include "model/gguf/vocabulary_metadata.hpp"
+#include "model/llama/gguf_model.hpp"
+#include "model/llama/gpu_model.hpp"
+#include "model/sampling/sampler.hpp"
+#include "model/sampling/stop_matcher.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+#include "tools/commands.hpp"
+
+namespace mqlm::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  model::SamplingParams sampling;
+  bool parse_special = false;
+  bool quiet = false;
+  std::string device;
+  std::uint32_t page_size = 16;
+};
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+void generate(const GenerateOptions& o) {
+  auto opened = model::gguf::GgufFile::open(o.model);
+  if (auto* e = std::get_if<model::gguf::GgufError>(&opened)) throw CommandFailed(o.model + ": " + e->message(), 2);
+  const auto& file = std::get<model::gguf::GgufFile>(opened);
+  auto config_or = model::read_llama_config(file);
+  if (auto* e = std::get_if<std::string>(&config_or)) throw CommandFailed(o.model + ": " + *e, 2);
+  const model::LlamaConfig config = std::get<model::LlamaConfig>(config_or);
+  auto vocabulary = model::gguf::read_vocabulary(file);
+  if (auto* e = std::get_if<model::gguf::GgufError>(&vocabulary)) throw CommandFailed(o.model + ": " + e->message(), 2);
+  auto tokenizer_or = model::Tokenizer::create(std::get<model::Vocabulary>(vocabulary));
+  if (auto* e = std::get_if<model::TokenizerError>(&tokenizer_or)) throw CommandFailed(o.model + ": " + e->message, 2);
+  const model::Tokenizer& tokenizer = std::get<model::Tokenizer>(tokenizer_or);
+
+  std::vector<std::int32_t> prompt = tokenizer.encode(o.prompt, {true, o.parse_special});
+  if (prompt.empty()) throw CommandFailed("the prompt is empty", 2);
+  const std::uint64_t total = prompt.size() + static_cast<std::uint64_t>(o.sampling.max_tokens);
+  if (total > config.n_ctx_train) {
+    throw CommandFailed(fmt::format("{} prompt tokens and {} to generate exceed the model's context of {}",
+                                    prompt.size(), o.sampling.max_tokens, config.n_ctx_train), 2);
+  }
+  if (auto error = model::validate(o.sampling, {static_cast<std::int32_t>(config.n_vocab), o.sampling.max_tokens})) {
+    throw CommandFailed(error->field + ": " + error->message, 2);
+  }
+
+  gpu::Device device(gpu::DeviceOptions{o.device, false});
+  gpu::ComputeQueue queue(device);
+  gpu::BufferPool pool(queue);
+  gpu::KernelLibrary kernels(device);
+  model::GpuContext ctx{queue, pool, kernels};
+  auto load_start = Clock::now();
+  model::GpuModel gpu_model(ctx, config, model::gguf_tensor_source(file), "weights:" + o.model);
+  const double load_s = seconds(Clock::now() - load_start);
+  const auto pages = static_cast<std::uint32_t>((total + o.page_size - 1) / o.page_size);
+  model::GpuKvCache cache(ctx, config, pages, o.page_size);
+
+  model::StepBatch batch;
+  batch.block_tables.push_back({});
+  for (std::uint32_t p = 0; p < pages; ++p) batch.block_tables[0].push_back(p);
+  for (std::uint32_t i = 0; i < prompt.size(); ++i) {
+    batch.tokens.push_back({0, i, prompt[i], i + 1 == prompt.size()});
+  }
+
+  model::Sampler sampler(o.sampling, prompt);
+  std::vector<std::int32_t> stop_tokens;
+  for (std::int32_t id : {tokenizer.eos(), tokenizer.eot()}) {
+    if (id >= 0) stop_tokens.push_back(id);
+  }
+  model::StopMatcher stops = model::StopMatcher::for_request(o.sampling, stop_tokens);
+  model::StreamDecoder decoder(tokenizer, {false, false});
+
+  auto prefill_start = Clock::now();
+  std::vector<float> logits = gpu_model.forward(batch, cache);
+  const double prefill_s = seconds(Clock::now() - prefill_start);
+  auto decode_start = Clock::now();
+  std::uint32_t position = static_cast<std::uint32_t>(prompt.size());
+  std::uint32_t generated = 0;
+  std::string finish = "length";
+  // Some models (Qwen2) have more output rows than tokens: those rows can never be chosen.
+  auto mask_padding = [&] {
+    for (std::size_t id = tokenizer.size(); id < logits.size(); ++id) logits[id] = -INFINITY;
+  };
+  while (true) {
+    mask_padding();
+    model::SampledToken next = sampler.sample(logits);
+    ++generated;
+    std::string text = tokenizer.ends_generation(next.token) ? std::string{} : decoder.push(next.token);
+    model::StopStep step = stops.push(next.token, text);
+    if (!o.quiet) {
+      std::cout << step.text << std::flush;
+    }
+    if (step.finish) {
+      finish = *step.finish == model::FinishReason::stop ? "stop" : "length";
+      break;
+    }
+    batch.tokens = {{0, position++, next.token, true}};
+    logits = gpu_model.forward(batch, cache);
+  }
+  const double decode_s = seconds(Clock::now() - decode_start);
+  if (!o.quiet) std::cout << decoder.finish() << "\n";
+
+  // What a decode step reads: every weight but the embedding table, of which it reads one row
+  // (unless the output is tied to it, when all of it is read as the output matrix).
+  std::uint64_t weight_bytes = 0;
+  for (const auto& t : file.tensors()) {
+    if (t.name != "token_embd.weight" || config.tied_output) weight_bytes += t.bytes;
+  }
+  const double decode_rate = generated > 1 ? (generated - 1) / decode_s : 0.0;
+  std::cerr << fmt::format(
+      "model: {} ({} layers, {} hidden, {:.2f} GB of weights read per token), loaded in {:.1f} s on {}\n"
+      "prefill: {} tokens in {:.1f} ms, {:.1f} tokens/s\n"
+      "decode: {} tokens in {:.1f} ms, {:.2f} tokens/s, {:.0f} GB/s of weights read (finish: {})\n",
+      o.model, config.n_layers, config.n_embd, weight_bytes / 1e9, load_s, device.features().name, prompt.size(),
+      prefill_s * 1e3, prompt.size() / prefill_s, generated, decode_s * 1e3, decode_rate,
+      decode_rate * weight_bytes / 1e9, finish);
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  auto* cmd = app.add_subcommand("generate", "generate text from a GGUF model on the GPU");
+  cmd->add_option("model", o->model, "GGUF file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-p,--prompt", o->prompt, "the prompt")->required();
+  cmd->add_option("-n,--max-tokens", o->sampling.max_tokens, "tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", o->sampling.temperature, "0 is greedy")->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "0 is off");
+  cmd->add_option("--top-p", o->sampling.top_p, "1 is off");
+  cmd->add_option("--min-p", o->sampling.min_p, "0 is off");
+  cmd->add_option("--repeat-penalty", o->sampling.repetition_penalty, "1 is off");
+  cmd->add_option("--presence-penalty", o->sampling.presence_penalty);
+  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty);
+  cmd->add_option("--seed", o->sampling.seed, "the same seed and prompt give the same text");
+  cmd->add_option("--stop", o->sampling.stop, "a stop string (repeatable)");
+  cmd->add_flag("--parse-special", o->parse_special, "recognise special tokens written in the prompt");
+  cmd->add_flag("-q,--quiet", o->quiet, "print only the figures");
+  cmd->add_option("--device", o->device, "Vulkan device: index or name substring (default MQLM_VULKAN_DEVICE)");
+  cmd->callback([o] { generate(*o); });
+}
+
+}  // namespace mqlm::tools

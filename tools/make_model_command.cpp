@@ -1,0 +1,89 @@
+// `mqlm make-model`: a GGUF file with seeded random weights and a byte-level BPE vocabulary, of
+// a preset shape (or one adjusted by flags) in any weight type, for tests and benchmarks.
+#include <chrono>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "model/gguf/synthetic_model.hpp"
+#include "tools/commands.hpp"
+
+namespace mqlm::tools {
+
+namespace {
+
+struct MakeModelOptions {
+  std::string preset = "tiny", type = "f16", output, arch;
+  std::uint64_t seed = 1;
+  std::optional<std::uint32_t> layers, hidden, heads, kv_heads, head_dim, ffn, vocab, context;
+  std::optional<float> rope_base;
+  bool tied = false;
+};
+
+model::gguf::ModelShape shape_from(const MakeModelOptions& o) {
+  auto shape = model::gguf::model_preset(o.preset);
+  if (!shape) {
+    throw CommandFailed(fmt::format("no preset named '{}' (there are {})", o.preset,
+                                    fmt::join(model::gguf::model_preset_names(), ", ")), 2);
+  }
+  if (!o.arch.empty() && o.arch != shape->arch) {
+    shape->arch = o.arch;
+    if (o.arch != "llama") {  // Qwen's own values, unless a flag says otherwise
+      shape->rope_base = 1000000.0f;
+      shape->rms_epsilon = 1e-6f;
+    }
+  }
+  for (auto [field, value] : {std::pair{&model::gguf::ModelShape::layers, o.layers}, {&model::gguf::ModelShape::hidden, o.hidden},
+                              {&model::gguf::ModelShape::heads, o.heads}, {&model::gguf::ModelShape::kv_heads, o.kv_heads},
+                              {&model::gguf::ModelShape::head_dim, o.head_dim}, {&model::gguf::ModelShape::ffn, o.ffn},
+                              {&model::gguf::ModelShape::vocab, o.vocab}, {&model::gguf::ModelShape::context, o.context}}) {
+    if (value) (*shape).*field = *value;
+  }
+  if (o.rope_base) shape->rope_base = *o.rope_base;
+  if (o.tied) shape->tied_embeddings = true;
+  if (auto problem = model::gguf::shape_problem(*shape)) throw CommandFailed(*problem, 2);
+  return *shape;
+}
+
+void make_model(const MakeModelOptions& o) {
+  auto type = gpu::parse_weight_type(o.type);
+  if (!type) throw CommandFailed("unknown weight type '" + o.type + "' (f32, f16, bf16, q8_0, q4_0, q4_k)", 2);
+  model::gguf::ModelShape shape = shape_from(o);
+  auto start = std::chrono::steady_clock::now();
+  auto model = model::gguf::make_synthetic_model(shape, *type, o.seed, "mqlm " + o.preset);
+  for (const auto& note : model.notes) std::cerr << "note: " << note << "\n";
+  if (auto error = model.writer.write(o.output)) throw CommandFailed(error->detail);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::uint64_t bytes = model.writer.file_size();
+  std::cout << fmt::format(
+      "wrote {}: {} {} layers, hidden {}, {} heads ({} KV) of {}, FFN {}, vocab {}{}, {}; {:.1f} MB in {:.2f} s\n",
+      o.output, shape.arch, shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim, shape.ffn,
+      shape.vocab, shape.tied_embeddings ? " (tied)" : "", o.type, bytes / 1e6, seconds);
+}
+
+}  // namespace
+
+void add_make_model_command(CLI::App& app) {
+  auto options = std::make_shared<MakeModelOptions>();
+  auto* cmd = app.add_subcommand("make-model", "write a GGUF model with seeded random weights (tests, benchmarks)");
+  cmd->add_option("--preset", options->preset, "tiny, llama3-1b or llama3-8b")->capture_default_str();
+  cmd->add_option("--type", options->type, "weight type of the matrices: f32, f16, bf16, q8_0, q4_0, q4_k")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", options->output, "the GGUF file to write")->required();
+  cmd->add_option("--seed", options->seed, "same seed, same file")->capture_default_str();
+  cmd->add_option("--arch", options->arch, "llama, qwen2 (q/k/v biases) or qwen3 (q/k norms)")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3"}));
+  cmd->add_option("--layers", options->layers, "override the preset's layer count");
+  cmd->add_option("--hidden", options->hidden, "override the embedding length");
+  cmd->add_option("--heads", options->heads, "override the attention head count");
+  cmd->add_option("--kv-heads", options->kv_heads, "override the KV head count");
+  cmd->add_option("--head-dim", options->head_dim, "override the head dimension");
+  cmd->add_option("--ffn", options->ffn, "override the feed-forward length");
+  cmd->add_option("--vocab", options->vocab, "override the vocabulary size (at least 261)");
+  cmd->add_option("--context", options->context, "override the context length");
+  cmd->add_option("--rope-base", options->rope_base, "override the RoPE frequency base");
+  cmd->add_flag("--tied-embeddings", options->tied, "leave out output.weight (the output reuses token_embd)");
+  cmd->callback([options] { make_model(*options); });
+}
+
+}  // namespace mqlm::tools
