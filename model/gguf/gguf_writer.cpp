@@ -67,7 +67,8 @@ class FileSink {
 
   void write(std::span<const std::byte> bytes) {
     if (failed()) return;
-    if (buffer_.size() + bytes.size() > kBufferBytes) flush();
+    // What is buffered goes first: a large piece written straight through must not overtake it.
+    if (bytes.size() >= kDirectBytes || buffer_.size() + bytes.size() > kBufferBytes) flush();
     if (bytes.size() >= kDirectBytes) {
       write_all(bytes);
     } else {
