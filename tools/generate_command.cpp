@@ -1,5 +1,6 @@
 // `mqlm generate MODEL -p TEXT`: loads a GGUF model on the GPU, prefills the prompt in one step,
 // decodes token by token, prints the text as it comes, then prefill and decode speed.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,7 @@ struct GenerateOptions {
   model::SamplingParams sampling;
   bool parse_special = false;
   bool quiet = false;
+  bool profile = false;
   std::string device;
   std::uint32_t page_size = 16;
 };
@@ -88,8 +90,10 @@ void generate(const GenerateOptions& o) {
   model::StopMatcher stops = model::StopMatcher::for_request(o.sampling, stop_tokens);
   model::StreamDecoder decoder(tokenizer, {false, false});
 
+  model::StepProfile prefill_profile, decode_profile;
+  double sample_ms = 0;
   auto prefill_start = Clock::now();
-  std::vector<float> logits = gpu_model.forward(batch, cache);
+  std::vector<float> logits = gpu_model.forward(batch, cache, o.profile ? &prefill_profile : nullptr);
   const double prefill_s = seconds(Clock::now() - prefill_start);
   auto decode_start = Clock::now();
   std::uint32_t position = static_cast<std::uint32_t>(prompt.size());
@@ -100,8 +104,10 @@ void generate(const GenerateOptions& o) {
     for (std::size_t id = tokenizer.size(); id < logits.size(); ++id) logits[id] = -INFINITY;
   };
   while (true) {
+    const auto sample_start = Clock::now();
     mask_padding();
     model::SampledToken next = sampler.sample(logits);
+    sample_ms += seconds(Clock::now() - sample_start) * 1e3;
     ++generated;
     std::string text = tokenizer.ends_generation(next.token) ? std::string{} : decoder.push(next.token);
     model::StopStep step = stops.push(next.token, text);
@@ -113,7 +119,7 @@ void generate(const GenerateOptions& o) {
       break;
     }
     batch.tokens = {{0, position++, next.token, true}};
-    logits = gpu_model.forward(batch, cache);
+    logits = gpu_model.forward(batch, cache, o.profile ? &decode_profile : nullptr);
   }
   const double decode_s = seconds(Clock::now() - decode_start);
   if (!o.quiet) std::cout << decoder.finish() << "\n";
@@ -132,6 +138,23 @@ void generate(const GenerateOptions& o) {
       o.model, config.n_layers, config.n_embd, weight_bytes / 1e9, load_s, device.features().name, prompt.size(),
       prefill_s * 1e3, prompt.size() / prefill_s, generated, decode_s * 1e3, decode_rate,
       decode_rate * weight_bytes / 1e9, finish);
+  if (!o.profile) return;
+  auto report = [](const char* what, const model::StepProfile& p, double per) {
+    double gpu_total = 0;
+    for (const auto& [label, ms] : p.gpu_ms) gpu_total += ms;
+    std::cerr << fmt::format("{} (per {}): host records {:.3f} ms, waits {:.3f} ms; GPU {:.3f} ms:\n", what,
+                             per == 1 ? "step" : "token", p.record_ms / per, p.wait_ms / per, gpu_total / per);
+    std::vector<std::pair<double, std::string>> rows;
+    for (const auto& [label, ms] : p.gpu_ms) rows.emplace_back(ms, label);
+    std::sort(rows.rbegin(), rows.rend());
+    for (const auto& [ms, label] : rows) {
+      std::cerr << fmt::format("  {:<18} {:8.3f} ms  {:5.1f}%\n", label, ms / per, 100 * ms / gpu_total);
+    }
+  };
+  report("prefill", prefill_profile, 1);
+  const double steps = std::max<double>(1, static_cast<double>(decode_profile.steps));
+  report("decode", decode_profile, steps);
+  std::cerr << fmt::format("decode host sampling: {:.3f} ms per token\n", sample_ms / std::max(1u, generated));
 }
 
 }  // namespace
@@ -153,6 +176,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--stop", o->sampling.stop, "a stop string (repeatable)");
   cmd->add_flag("--parse-special", o->parse_special, "recognise special tokens written in the prompt");
   cmd->add_flag("-q,--quiet", o->quiet, "print only the figures");
+  cmd->add_flag("--profile", o->profile, "GPU time per kind of op and host time per step (timestamp queries)");
   cmd->add_option("--device", o->device, "Vulkan device: index or name substring (default MQLM_VULKAN_DEVICE)");
   cmd->callback([o] { generate(*o); });
 }

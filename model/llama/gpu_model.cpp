@@ -1,5 +1,6 @@
 #include "model/llama/gpu_model.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -87,7 +88,8 @@ GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& sourc
   config_.tied_output = !output_.buffer;
 }
 
-std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache) {
+std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile) {
+  const auto step_start = std::chrono::steady_clock::now();
   const LlamaConfig& c = config_;
   const auto n = static_cast<std::uint32_t>(batch.tokens.size());
   if (n == 0) return {};
@@ -143,6 +145,28 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache) 
              logits = scratch(std::uint64_t{std::max(n_out, 1u)} * c.n_vocab);
 
   gpu::Recording rec = q.begin();
+  // Profiling: a timestamp after each op, labelled with the kind of op it ends.
+  constexpr std::uint32_t kMaxStamps = 4096;
+  const bool profiling = profile != nullptr && q.device().features().timestamp_period_ns > 0;
+  std::vector<const char*> labels;
+  if (profiling && !timestamps_) {
+    VkQueryPoolCreateInfo info{};
+    info.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+    info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    info.queryCount = kMaxStamps;
+    VkQueryPool pool_handle = VK_NULL_HANDLE;
+    if (vkCreateQueryPool(q.device().get(), &info, nullptr, &pool_handle) != VK_SUCCESS) {
+      throw std::runtime_error("cannot create a timestamp query pool for profiling");
+    }
+    timestamps_ = {q.device().get(), pool_handle};
+  }
+  auto mark = [&](const char* label) {
+    if (!profiling || labels.size() >= kMaxStamps) return;
+    rec.write_timestamp(timestamps_.get(), static_cast<std::uint32_t>(labels.size()));
+    labels.push_back(label);
+  };
+  if (profiling) vkCmdResetQueryPool(rec.command_buffer(), timestamps_.get(), 0, kMaxStamps);
+  mark("start");
   auto matmul = [&](const GpuTensor& w, const PoolBuffer& in, PoolBuffer& out, std::uint32_t rows) {
     ops::matmul(rec, lib, w.type, w.buffer.range(), in.range(), false, out.range(), static_cast<std::uint32_t>(w.rows),
                 static_cast<std::uint32_t>(w.cols), rows);
@@ -155,7 +179,25 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache) 
     }
   };
 
+  auto finish = [&](gpu::Recording& r) {
+    const auto submit_at = std::chrono::steady_clock::now();
+    q.submit_and_wait(r);
+    if (profile == nullptr) return;
+    auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    profile->record_ms += ms(submit_at - step_start);
+    profile->wait_ms += ms(std::chrono::steady_clock::now() - submit_at);
+    ++profile->steps;
+    if (!profiling || labels.size() < 2) return;
+    std::vector<std::uint64_t> stamps(labels.size());
+    if (vkGetQueryPoolResults(q.device().get(), timestamps_.get(), 0, static_cast<std::uint32_t>(labels.size()),
+                              stamps.size() * 8, stamps.data(), 8, VK_QUERY_RESULT_64_BIT) != VK_SUCCESS) {
+      return;
+    }
+    const double period_ms = q.device().features().timestamp_period_ns / 1e6;
+    for (std::size_t i = 1; i < labels.size(); ++i) profile->gpu_ms[labels[i]] += (stamps[i] - stamps[i - 1]) * period_ms;
+  };
   ops::get_rows(rec, lib, token_embd_.type, token_embd_.buffer.range(), ids_buf.range(), x.range(), c.n_embd, n);
+  mark("embedding");
   ops::RopeShape rope{n, c.n_head, c.head_dim, 0, c.rope_base, 1.0f / c.rope_scale, c.rope_neox()};
   ops::RopeShape rope_k = rope;
   rope_k.heads = c.n_head_kv;
@@ -164,33 +206,46 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache) 
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
     ops::rms_norm(rec, lib, x.range(), L.attn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
+    mark("norm");
     matmul(L.wq, h, qb, n);
     matmul(L.wk, h, kb, n);
     matmul(L.wv, h, vb, n);
+    mark("matmul qkv");
     add_bias(L.bq, qb, c.q_dim());
     add_bias(L.bk, kb, c.kv_dim());
     add_bias(L.bv, vb, c.kv_dim());
+    mark("bias");
     if (c.qk_norm()) {
       ops::rms_norm(rec, lib, qb.range(), L.q_norm.buffer.range(), qb.range(), n * c.n_head, c.head_dim, c.rms_eps);
       ops::rms_norm(rec, lib, kb.range(), L.k_norm.buffer.range(), kb.range(), n * c.n_head_kv, c.head_dim, c.rms_eps);
     }
     ops::rope(rec, lib, qb.range(), pos_buf.range(), qb.range(), rope);
     ops::rope(rec, lib, kb.range(), pos_buf.range(), kb.range(), rope_k);
+    mark("qk norm, rope");
     ops::kv_write(rec, lib, kb.range(), vb.range(), cache.keys(l), cache.values(l), slots_buf.range(), n, c.kv_dim());
+    mark("kv write");
     ops::attention(rec, lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
                    attn.range(), attention);
+    mark("attention");
     matmul(L.wo, attn, proj, n);
+    mark("matmul out");
     ops::add(rec, lib, x.range(), proj.range(), x.range(), n * c.n_embd);
+    mark("add");
 
     ops::rms_norm(rec, lib, x.range(), L.ffn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
+    mark("norm");
     matmul(L.w_gate, h, gate, n);
     matmul(L.w_up, h, up, n);
+    mark("matmul gate, up");
     ops::silu_mul(rec, lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
+    mark("silu");
     matmul(L.w_down, gate, proj, n);
+    mark("matmul down");
     ops::add(rec, lib, x.range(), proj.range(), x.range(), n * c.n_embd);
+    mark("add");
   }
   if (n_out == 0) {
-    q.submit_and_wait(rec);
+    finish(rec);
     return {};
   }
   ops::rms_norm(rec, lib, x.range(), output_norm_.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
@@ -198,11 +253,12 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache) 
   ops::get_rows(rec, lib, gpu::WeightType::f32, h.range(), out_rows_buf.range(), picked.range(), c.n_embd, n_out);
   const GpuTensor& out = output_.buffer ? output_ : token_embd_;
   matmul(out, picked, logits, n_out);
+  mark("output");
   // The logits come back through host-visible memory, copied at the end of the same submission.
   const std::size_t logit_count = std::size_t{n_out} * c.n_vocab;
   PoolBuffer readback = pool.allocate(logit_count * 4, "scratch", gpu::MemoryKind::host);
   rec.copy(logits.range(0, logit_count * 4), readback.range());
-  q.submit_and_wait(rec);
+  finish(rec);
   std::vector<float> result(logit_count);
   std::memcpy(result.data(), readback.mapped(), logit_count * 4);
   return result;

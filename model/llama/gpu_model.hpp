@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "gpu/buffer_pool.hpp"
 #include "gpu/compute_queue.hpp"
+#include "gpu/device_handle.hpp"
 #include "gpu/kernel_library.hpp"
 #include "model/llama/reference_model.hpp"
 
@@ -58,6 +60,15 @@ struct StepBatch {
   std::vector<std::vector<std::uint32_t>> block_tables;
 };
 
+// Where a step's time goes: GPU time per kind of op (from timestamps written between ops) and
+// the host's time recording and waiting. Accumulates over the steps it is handed to.
+struct StepProfile {
+  std::map<std::string, double> gpu_ms;  // "matmul", "attention", ...
+  double record_ms = 0;  // building the step's inputs and command buffer on the host
+  double wait_ms = 0;    // from submit to the step's completion
+  std::uint64_t steps = 0;
+};
+
 class GpuModel {
  public:
   // Uploads every tensor; throws std::runtime_error naming a missing or misshapen one.
@@ -65,7 +76,7 @@ class GpuModel {
   const LlamaConfig& config() const { return config_; }
 
   // Runs the step; returns (outputs, n_vocab) logits, one row per token marked output, in order.
-  std::vector<float> forward(const StepBatch& batch, GpuKvCache& cache);
+  std::vector<float> forward(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr);
 
  private:
   struct Layer {
@@ -73,6 +84,7 @@ class GpuModel {
   };
   GpuTensor upload(const TensorSource& source, const TensorSpec& spec);
 
+  gpu::UniqueQueryPool timestamps_;  // made on the first profiled step
   GpuContext gpu_;
   LlamaConfig config_;
   std::string owner_;
