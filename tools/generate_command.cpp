@@ -34,6 +34,7 @@ struct GenerateOptions {
   bool parse_special = false;
   bool quiet = false;
   bool profile = false;
+  bool warmup = false;
   std::string device;
   std::uint32_t page_size = 16;
 };
@@ -90,6 +91,14 @@ void generate(const GenerateOptions& o) {
   model::StopMatcher stops = model::StopMatcher::for_request(o.sampling, stop_tokens);
   model::StreamDecoder decoder(tokenizer, {false, false});
 
+  if (o.warmup) {
+    // The first steps build the GPU pipelines; one untimed pass over the prompt (and one decode
+    // step) leaves the timed ones measuring the model alone. The cache is overwritten after.
+    gpu_model.forward(batch, cache);
+    model::StepBatch one = batch;
+    one.tokens = {{0, static_cast<std::uint32_t>(prompt.size()), prompt.back(), true}};
+    gpu_model.forward(one, cache);
+  }
   model::StepProfile prefill_profile, decode_profile;
   double sample_ms = 0;
   auto prefill_start = Clock::now();
@@ -176,6 +185,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--stop", o->sampling.stop, "a stop string (repeatable)");
   cmd->add_flag("--parse-special", o->parse_special, "recognise special tokens written in the prompt");
   cmd->add_flag("-q,--quiet", o->quiet, "print only the figures");
+  cmd->add_flag("--warmup", o->warmup, "run the prompt once untimed first, so pipeline creation is not timed");
   cmd->add_flag("--profile", o->profile, "GPU time per kind of op and host time per step (timestamp queries)");
   cmd->add_option("--device", o->device, "Vulkan device: index or name substring (default MQLM_VULKAN_DEVICE)");
   cmd->callback([o] { generate(*o); });
