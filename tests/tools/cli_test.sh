@@ -53,5 +53,23 @@ check "node with a malformed address" 2 "$mqlm" node --actor echo --address echo
 check "node with an unknown actor kind" 2 "$mqlm" node --actor x=teapot
 check "node with a bad option" 2 "$mqlm" node --actor prober --set prober.rounds=many
 
+# A model made on the spot, generated from on the GPU (lavapipe here).
+check "make a tiny model" 0 "$mqlm" make-model --preset tiny --type q8_0 -o "$dir/tiny.gguf"
+check "greedy generation" 0 "$mqlm" generate "$dir/tiny.gguf" -p "Once upon a time" -n 12 --temperature 0
+expect_output "speed is reported" "decode: 12 tokens in"
+cp "$dir/out" "$dir/greedy1"
+check "greedy generation again" 0 "$mqlm" generate "$dir/tiny.gguf" -p "Once upon a time" -n 12 --temperature 0
+cmp -s "$dir/out" "$dir/greedy1" || { echo "FAIL: greedy output differs between runs"; failures=$((failures + 1)); }
+check "sampling with a seed" 0 "$mqlm" generate "$dir/tiny.gguf" -p "Hello" -n 16 --temperature 1 --seed 7
+cp "$dir/out" "$dir/seeded1"
+check "the same seed" 0 "$mqlm" generate "$dir/tiny.gguf" -p "Hello" -n 16 --temperature 1 --seed 7
+cmp -s "$dir/out" "$dir/seeded1" || { echo "FAIL: the same seed gave other text"; failures=$((failures + 1)); }
+check "an absurd temperature" 2 "$mqlm" generate "$dir/tiny.gguf" -p "Hello" --temperature -1
+expect_output "the error names the field" "temperature"
+check "more tokens than the context" 2 "$mqlm" generate "$dir/tiny.gguf" -p "Hello" -n 100000
+head -c 5000 "$dir/tiny.gguf" >"$dir/cut.gguf"
+check "a truncated model" 2 "$mqlm" generate "$dir/cut.gguf" -p "Hello"
+expect_output "the error names the offset" "at byte [0-9]+"
+
 [[ $failures -eq 0 ]] && echo "all command-line checks passed"
 exit $((failures > 0))
