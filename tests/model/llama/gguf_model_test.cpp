@@ -1,0 +1,77 @@
+// The whole loading path: a model written as GGUF by make-model's generator, parsed, its
+// configuration read from the metadata, its tensors handed to both forward passes; the GPU's
+// logits then match the CPU reference's (bound as in gpu_model_test.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/gguf/synthetic_model.hpp"
+#include "model/llama/gguf_model.hpp"
+#include "model/llama/gpu_model.hpp"
+#include "tests/gpu/gpu_fixture.hpp"
+
+namespace mqlm::model {
+namespace {
+
+class GgufModelTest : public ::testing::TestWithParam<std::tuple<std::string, gpu::WeightType>> {};
+
+TEST_P(GgufModelTest, LoadsAndBothForwardPassesAgree) {
+  auto [arch, type] = GetParam();
+  gguf::ModelShape shape = *gguf::model_preset("tiny");
+  shape.arch = arch;
+  auto bytes = gguf::make_synthetic_model(shape, type, 5, "tiny").writer.to_bytes();
+  auto parsed = gguf::GgufFile::parse(std::move(bytes));
+  ASSERT_TRUE(std::holds_alternative<gguf::GgufFile>(parsed)) << std::get<gguf::GgufError>(parsed).message();
+  const auto& file = std::get<gguf::GgufFile>(parsed);
+  auto config_or = read_llama_config(file);
+  ASSERT_TRUE(std::holds_alternative<LlamaConfig>(config_or)) << std::get<std::string>(config_or);
+  LlamaConfig config = std::get<LlamaConfig>(config_or);
+  EXPECT_EQ(architecture_name(config.arch), arch);
+  EXPECT_EQ(config.n_layers, shape.layers);
+  EXPECT_EQ(config.n_embd, shape.hidden);
+  EXPECT_EQ(config.head_dim, shape.head_dim);
+
+  ReferenceModel reference = ReferenceModel::load(config, gguf_tensor_source(file));
+  auto& g = gpu::testing::shared_gpu();
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  GpuModel model(ctx, config, gguf_tensor_source(file), "weights:gguf-test");
+  GpuKvCache cache(ctx, config, 4, 16);
+
+  const std::vector<std::int32_t> prompt{1, 50, 300, 7, 1000, 2};
+  StepBatch batch;
+  batch.block_tables = {{2, 0, 3, 1}};
+  for (std::uint32_t i = 0; i < prompt.size(); ++i) batch.tokens.push_back({0, i, prompt[i], true});
+  auto gpu_logits = model.forward(batch, cache);
+  ReferenceSequence seq(reference);
+  auto ref_logits = seq.forward(prompt);
+  ASSERT_EQ(gpu_logits.size(), ref_logits.size());
+  double worst = 0, scale = 1e-6;
+  for (std::size_t i = 0; i < ref_logits.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(gpu_logits[i]));
+    worst = std::max(worst, std::abs(double(gpu_logits[i]) - ref_logits[i]));
+    scale = std::max(scale, std::abs(double(ref_logits[i])));
+  }
+  EXPECT_LT(worst / scale, 2e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(ArchitecturesAndTypes, GgufModelTest,
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3"),
+                                            ::testing::Values(gpu::WeightType::f16, gpu::WeightType::q4_0,
+                                                              gpu::WeightType::q4_k)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::string(gpu::weight_type_name(std::get<1>(info.param)));
+                         });
+
+TEST(GgufModelConfig, UnsupportedArchitectureIsNamed) {
+  gguf::GgufWriter writer;
+  writer.set("general.architecture", std::string("mamba"));
+  auto parsed = gguf::GgufFile::parse(writer.to_bytes());
+  ASSERT_TRUE(std::holds_alternative<gguf::GgufFile>(parsed));
+  auto config = read_llama_config(std::get<gguf::GgufFile>(parsed));
+  ASSERT_TRUE(std::holds_alternative<std::string>(config));
+  EXPECT_NE(std::get<std::string>(config).find("'mamba' is not supported"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mqlm::model
