@@ -252,14 +252,25 @@ void bench_attention(Bench& b, Table& table, const Model& m, std::uint32_t t) {
   });
   table.add({"kv_write", fmt::format("{}x{}", m.kv_heads, m.head_dim), t, "", us, 12.0 * t * row, 0, ""});
   ops::AttentionShape s{t, m.heads, m.kv_heads, m.head_dim, page, max_pages, 1.0f / std::sqrt(float(m.head_dim))};
-  us = b.time_us([&](Recording& rec) {
-    ops::attention(rec, b.kernels_, q.range(), kc.range(), vc.range(), bt.range(), sp.range(), out.range(), s);
-  });
   double keys = decode ? double(t) * length : double(t) * (t + 1) / 2;  // key positions seen, summed over tokens
   double kv_read = decode ? 4.0 * seqs * length * row : 4.0 * length * row;
-  table.add({decode ? "attention decode" : "attention prefill",
-             fmt::format("{}/{} heads d{} ctx {}", m.heads, m.kv_heads, m.head_dim, length), t, "", us,
-             kv_read + 8.0 * t * m.heads * m.head_dim, 4.0 * keys * m.heads * m.head_dim, ""});
+  // Both paths, the one `automatic` takes first, so that the crossover can be read off the table.
+  auto chosen = ops::plan_attention(s).path;
+  auto other = chosen == ops::AttentionPath::split ? ops::AttentionPath::one_pass : ops::AttentionPath::split;
+  for (auto path : {chosen, other}) {
+    s.path = path;
+    auto plan = ops::plan_attention(s);
+    auto scratch = b.pool_.allocate(ops::attention_scratch_bytes(s), "bench");
+    us = b.time_us([&](Recording& rec) {
+      ops::attention(rec, b.kernels_, q.range(), kc.range(), vc.range(), bt.range(), sp.range(), scratch.range(),
+                     out.range(), s);
+    });
+    std::string name = path == ops::AttentionPath::split ? fmt::format("split x{}", plan.splits) : "one-pass";
+    table.add({decode ? "attention decode" : "attention prefill",
+               fmt::format("{}/{} heads d{} ctx {}", m.heads, m.kv_heads, m.head_dim, length), t,
+               path == chosen ? name : name + " (not auto)", us, kv_read + 8.0 * t * m.heads * m.head_dim,
+               4.0 * keys * m.heads * m.head_dim, ""});
+  }
 }
 
 std::string utc_now() {
@@ -279,6 +290,8 @@ void add_kernel_bench(CLI::App& bench) {
     std::string out;
     double target_ms = 20;
     bool matmul_only = false;
+    bool attention_only = false;
+    std::uint32_t context = 0;
     std::string matvec_shape;
     DeviceOptions device;
   };
@@ -292,6 +305,8 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_flag("--validation", o->device.validation, "switch on the Khronos validation layers");
   cmd->add_option("--target-ms", o->target_ms, "GPU time to spend on each measurement");
   cmd->add_flag("--matmul-only", o->matmul_only, "only the matmuls (no elementwise, attention)");
+  cmd->add_flag("--attention-only", o->attention_only, "only kv_write and attention (both paths)");
+  cmd->add_option("--context", o->context, "context length of the attention decode rows (default: the preset's)");
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "THREADSxROWS: workgroup shape of the whole-block vector matmul for every type (default: tuned per type)");
   cmd->add_option("--out", o->out, "also write the table, with date, device, driver and command, to this file");
@@ -302,7 +317,8 @@ void add_kernel_bench(CLI::App& bench) {
       if (!type) throw CommandFailed("unknown weight type '" + name + "' (f32, f16, bf16, q8_0, q4_0, q4_k)");
       types.push_back(*type);
     }
-    const Model& model = o->preset == "tiny" ? tiny : llama3_8b;
+    Model model = o->preset == "tiny" ? tiny : llama3_8b;
+    if (o->context != 0) model.context = o->context;
     if (!o->matvec_shape.empty()) {
       ops::MatvecShape shape;
       char x = 0;
@@ -322,9 +338,9 @@ void add_kernel_bench(CLI::App& bench) {
     std::cerr << header;
     Table table(copy_gbs);
     for (auto t : o->tokens) {
-      bench_matmuls(b, table, model, t, types);
+      if (!o->attention_only) bench_matmuls(b, table, model, t, types);
       if (o->matmul_only) continue;
-      bench_elementwise(b, table, model, t);
+      if (!o->attention_only) bench_elementwise(b, table, model, t);
       bench_attention(b, table, model, t);
       b.pool_.trim();
     }
@@ -335,8 +351,10 @@ void add_kernel_bench(CLI::App& bench) {
     if (!o->out.empty()) {
       std::ofstream file(o->out);
       file << "# Kernel benchmark\n\n- date: " << utc_now() << "\n" << header
-           << fmt::format("- command: mqlm bench kernels --preset {} --tokens {} --types {}{}{}\n", o->preset,
+           << fmt::format("- command: mqlm bench kernels --preset {} --tokens {} --types {}{}{}{}{}\n", o->preset,
                           fmt::join(o->tokens, ","), fmt::join(o->types, ","), o->matmul_only ? " --matmul-only" : "",
+                          o->attention_only ? " --attention-only" : "",
+                          o->context != 0 ? fmt::format(" --context {}", o->context) : "",
                           o->matvec_shape.empty() ? "" : " --matvec-shape " + o->matvec_shape)
            << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
               " matmul paths: vector (few tokens), tiled, coopmat (tensor cores); check: vector and coopmat output vs tiled\n\n"

@@ -180,18 +180,85 @@ void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange
                tokens);
 }
 
-void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
-               BufferRange block_tables, BufferRange token_seq_pos, BufferRange out, const AttentionShape& s) {
+namespace {
+
+constexpr std::uint32_t attention_tile = 32;             // keys per tile of attention_split.comp
+constexpr std::uint32_t attention_split_max_tokens = 64;  // above: prefill, the one-pass kernel
+constexpr std::uint32_t attention_target_groups = 512;   // enough to fill 132 SMs a few times
+constexpr std::uint32_t attention_max_splits = 64;
+
+void check_attention_shape(const AttentionShape& s) {
   if (s.head_dim == 0 || s.head_dim > 128) throw GpuError(fmt::format("attention head_dim {} (supported: up to 128)", s.head_dim));
   if (s.kv_heads == 0 || s.heads % s.kv_heads != 0) {
     throw GpuError(fmt::format("attention: {} query heads are not a multiple of {} KV heads", s.heads, s.kv_heads));
   }
+}
+
+// Query heads per workgroup of the split path: all of a KV head's group when it has at most 8.
+std::uint32_t attention_head_group(const AttentionShape& s) {
+  std::uint32_t group = s.heads / s.kv_heads, hg = std::min(group, 8u);
+  while (group % hg != 0) --hg;
+  return hg;
+}
+
+}  // namespace
+
+AttentionPlan plan_attention(const AttentionShape& s) {
+  check_attention_shape(s);
+  if (s.path == AttentionPath::split && s.head_dim % 4 != 0) {
+    throw GpuError(fmt::format("split attention reads rows as vec4: head_dim {} is not a multiple of 4", s.head_dim));
+  }
+  bool split = s.path == AttentionPath::split || (s.path == AttentionPath::automatic &&
+                                                  s.tokens <= attention_split_max_tokens && s.head_dim % 4 == 0);
+  if (!split) return {AttentionPath::one_pass, 1};
+  if (s.splits != 0) return {AttentionPath::split, s.splits};
+  std::uint32_t groups = std::max(1u, s.heads / attention_head_group(s) * s.tokens);
+  std::uint32_t by_keys = std::max(1u, ceil_div(std::uint64_t{s.page_size} * s.max_pages, attention_tile));
+  return {AttentionPath::split,
+          std::clamp(ceil_div(attention_target_groups, groups), 1u, std::min(attention_max_splits, by_keys))};
+}
+
+std::uint64_t attention_scratch_bytes(const AttentionShape& s) {
+  auto plan = plan_attention(s);
+  if (plan.splits == 1) return 16;
+  return std::uint64_t{s.tokens} * s.heads * plan.splits * (s.head_dim + 2) * 4;
+}
+
+void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
+               BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,
+               const AttentionShape& s) {
+  auto plan = plan_attention(s);
+  if (plan.path == AttentionPath::one_pass) {
+    struct {
+      std::uint32_t heads, kv_heads, page_size, max_pages, tokens;
+      float scale;
+    } push{s.heads, s.kv_heads, s.page_size, s.max_pages, s.tokens, s.scale};
+    rec.dispatch(kernel(lib, "attention", 6, sizeof push, {s.head_dim}),
+                 {q, k_cache, v_cache, block_tables, token_seq_pos, out}, push, s.heads, s.tokens);
+    return;
+  }
+  if (s.tokens > max_groups || plan.splits > max_groups) {
+    throw GpuError(
+        fmt::format("split attention of {} tokens in {} splits: at most {} of each", s.tokens, plan.splits, max_groups));
+  }
+  if (scratch.size < attention_scratch_bytes(s)) {
+    throw GpuError(fmt::format("attention scratch of {} bytes, {} needed", scratch.size, attention_scratch_bytes(s)));
+  }
   struct {
     std::uint32_t heads, kv_heads, page_size, max_pages, tokens;
     float scale;
-  } push{s.heads, s.kv_heads, s.page_size, s.max_pages, s.tokens, s.scale};
-  rec.dispatch(kernel(lib, "attention", 6, sizeof push, {s.head_dim}), {q, k_cache, v_cache, block_tables, token_seq_pos, out},
-               push, s.heads, s.tokens);
+    std::uint32_t splits;
+  } push{s.heads, s.kv_heads, s.page_size, s.max_pages, s.tokens, s.scale, plan.splits};
+  std::uint32_t hg = attention_head_group(s);
+  rec.dispatch(kernel(lib, "attention_split", 7, sizeof push, {s.head_dim, hg}),
+               {q, k_cache, v_cache, block_tables, token_seq_pos, out, scratch}, push, s.heads / hg, s.tokens,
+               plan.splits);
+  if (plan.splits == 1) return;
+  struct {
+    std::uint32_t heads, tokens, splits;
+  } combine{s.heads, s.tokens, plan.splits};
+  rec.dispatch(kernel(lib, "attention_combine", 2, sizeof combine, {s.head_dim}), {scratch, out}, combine, s.heads,
+               s.tokens);
 }
 
 void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n) {

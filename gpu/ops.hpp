@@ -57,15 +57,31 @@ void set_matvec_shape(MatvecShape shape);
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,
               BufferRange v_cache, BufferRange slots, std::uint32_t tokens, std::uint32_t row);
 
+// one_pass: one workgroup per (token, head) over all its keys (prefill). split: flash-decoding,
+// the keys of each token cut into ranges handled by separate workgroups and merged (decode).
+enum class AttentionPath : std::uint8_t { automatic, one_pass, split };
 struct AttentionShape {
   std::uint32_t tokens = 0, heads = 0, kv_heads = 0, head_dim = 0;  // head_dim 64 or 128
   std::uint32_t page_size = 0, max_pages = 0;  // block tables are (sequences, max_pages)
   float scale = 0;                             // usually 1 / sqrt(head_dim)
+  AttentionPath path = AttentionPath::automatic;  // tests and benchmarks force one
+  std::uint32_t splits = 0;                       // key ranges per token of the split path; 0: chosen
 };
+struct AttentionPlan {
+  AttentionPath path = AttentionPath::one_pass;
+  std::uint32_t splits = 1;
+};
+// What attention() runs for this shape: `automatic` takes the split path for up to 64 tokens,
+// with enough key ranges (from max_pages * page_size) for a few hundred workgroups.
+AttentionPlan plan_attention(const AttentionShape& shape);
+// The scratch attention() needs for the partial results of the split path (at least 16 bytes).
+std::uint64_t attention_scratch_bytes(const AttentionShape& shape);
 // q, out: (tokens, heads, head_dim); token_seq_pos: (tokens) pairs of uint32 (sequence, position);
-// a token sees positions 0 .. its own of its sequence, through block_tables.
+// a token sees positions 0 .. its own of its sequence, through block_tables. scratch: at least
+// attention_scratch_bytes(shape).
 void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
-               BufferRange block_tables, BufferRange token_seq_pos, BufferRange out, const AttentionShape& shape);
+               BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,
+               const AttentionShape& shape);
 
 // out: (rows) uint32, the index of each row's largest value (the lowest on ties).
 void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n);

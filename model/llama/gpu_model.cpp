@@ -203,6 +203,7 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, 
   rope_k.heads = c.n_head_kv;
   ops::AttentionShape attention{n, c.n_head, c.n_head_kv, c.head_dim, page_size, max_pages,
                                 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  PoolBuffer attn_scratch = pool.allocate(ops::attention_scratch_bytes(attention), "scratch");
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
     ops::rms_norm(rec, lib, x.range(), L.attn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
@@ -225,7 +226,7 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, 
     ops::kv_write(rec, lib, kb.range(), vb.range(), cache.keys(l), cache.values(l), slots_buf.range(), n, c.kv_dim());
     mark("kv write");
     ops::attention(rec, lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
-                   attn.range(), attention);
+                   attn_scratch.range(), attn.range(), attention);
     mark("attention");
     matmul(L.wo, attn, proj, n);
     mark("matmul out");

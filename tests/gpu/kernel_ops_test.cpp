@@ -245,24 +245,43 @@ void add_attention_cases(std::vector<OpCase>& cases) {
     std::uint32_t heads, kv_heads, head_dim;
     std::vector<std::uint32_t> lengths;           // of each sequence in the cache
     std::vector<std::pair<std::uint32_t, std::uint32_t>> queries;  // (sequence, position)
+    ops::AttentionPath path = ops::AttentionPath::automatic;
+    std::uint32_t splits = 0;
   };
+  using Path = ops::AttentionPath;
   std::vector<AttnCase> table;
   for (std::uint32_t d : {64u, 128u}) {
     table.push_back({fmt::format("decode_4seqs_d{}", d), 8, 2, d, {1, 17, 40, 130}, {{0, 0}, {1, 16}, {2, 39}, {3, 129}}});
     std::vector<std::pair<std::uint32_t, std::uint32_t>> chunk;
     for (std::uint32_t p = 16; p < 37; ++p) chunk.push_back({1, p});
     table.push_back({fmt::format("prefill_chunk_d{}", d), 4, 4, d, {5, 37}, chunk});
+    table.push_back({fmt::format("prefill_chunk_one_pass_d{}", d), 4, 4, d, {5, 37}, chunk, Path::one_pass});
+    // Decode of sequences 1, 17, 300 and 2000 long: the split path (most splits of the short
+    // ones are empty), the same with fixed split counts (1 writes the output directly), and the
+    // one-pass kernel.
+    for (auto [heads, kv_heads] : {std::pair{4u, 4u}, {8u, 2u}}) {
+      std::string name = fmt::format("decode_ctx1_17_300_2000_gqa{}_d{}", heads / kv_heads, d);
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> decode{{0, 0}, {1, 16}, {2, 299}, {3, 1999}};
+      table.push_back({name, heads, kv_heads, d, {1, 17, 300, 2000}, decode});
+      table.push_back({name + "_split1", heads, kv_heads, d, {1, 17, 300, 2000}, decode, Path::split, 1});
+      table.push_back({name + "_split7", heads, kv_heads, d, {1, 17, 300, 2000}, decode, Path::split, 7});
+      table.push_back({name + "_one_pass", heads, kv_heads, d, {1, 17, 300, 2000}, decode, Path::one_pass});
+    }
   }
+  table.push_back({"decode_ctx2000_gqa8_d128", 16, 2, 128, {2000}, {{0, 1999}}});
+  table.push_back({"decode_ctx33_gqa3_d64", 6, 2, 64, {40}, {{0, 32}}, Path::split, 2});
   std::vector<std::pair<std::uint32_t, std::uint32_t>> full;
   for (std::uint32_t p = 0; p < 150; ++p) full.push_back({0, p});
   table.push_back({"prefill_150_gqa8_d64", 8, 1, 64, {150}, full});
+  table.push_back({"prefill_150_gqa8_d64_split3", 8, 1, 64, {150}, full, Path::split, 3});
 
   for (const auto& c : table) {
     cases.push_back({"attention_" + c.name, 1e-9, [c](Gpu& gpu) {
                        const std::uint32_t page_size = 16;
                        auto cache = build_cache(gpu, c.lengths, c.kv_heads * c.head_dim, page_size);
                        ops::AttentionShape s{static_cast<std::uint32_t>(c.queries.size()), c.heads, c.kv_heads, c.head_dim,
-                                             page_size, cache.max_pages, 1.0f / std::sqrt(float(c.head_dim))};
+                                             page_size, cache.max_pages, 1.0f / std::sqrt(float(c.head_dim)), c.path,
+                                             c.splits};
                        auto q = random_vec(s.tokens * s.heads * s.head_dim, 13);
                        std::vector<std::uint32_t> seq_pos, seq, pos;
                        for (auto [sq, p] : c.queries) {
@@ -271,9 +290,10 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                          pos.push_back(p);
                        }
                        auto bq = gpu.up(q), bsp = gpu.up(seq_pos), out = gpu.scratch(q.size() * 4);
+                       auto scratch = gpu.scratch(ops::attention_scratch_bytes(s));
                        run_step(gpu, [&](Recording& rec) {
                          ops::attention(rec, gpu.kernels, r(bq), r(cache.k_cache), r(cache.v_cache), r(cache.tables), r(bsp),
-                                        r(out), s);
+                                        r(scratch), r(out), s);
                        });
                        auto want = doubles(reference::attention(q, cache.logical, seq, pos, s));
                        auto got = doubles(gpu.down<float>(out, q.size()));
@@ -343,6 +363,20 @@ TEST_P(KernelOps, MatchesTheCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, KernelOps, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+
+// Decode takes the split path with enough workgroups to fill a large GPU; prefill the one-pass kernel.
+TEST(AttentionPlan, SplitsDecodeAndNotPrefill) {
+  ops::AttentionShape decode{1, 32, 8, 128, 16, 41, 0.088f};  // Llama-3-8B, 656 keys
+  auto plan = ops::plan_attention(decode);
+  EXPECT_EQ(plan.path, ops::AttentionPath::split);
+  EXPECT_EQ(plan.splits, 21u);  // one 32-key tile each: 168 workgroups
+  EXPECT_GE(ops::attention_scratch_bytes(decode), std::uint64_t{32} * 21 * 130 * 4);
+  ops::AttentionShape batch{32, 32, 8, 128, 16, 41, 0.088f};
+  EXPECT_EQ(ops::plan_attention(batch).splits, 2u);
+  ops::AttentionShape prefill{512, 32, 8, 128, 16, 32, 0.088f};
+  EXPECT_EQ(ops::plan_attention(prefill).path, ops::AttentionPath::one_pass);
+  EXPECT_EQ(ops::plan_attention(ops::AttentionShape{1, 4, 4, 64, 16, 1, 0.125f}).splits, 1u);
+}
 
 // The reference must itself be able to fail: a wrong answer is caught by the same bound.
 TEST(KernelOpsHarness, ACorruptedResultFailsTheBound) {
