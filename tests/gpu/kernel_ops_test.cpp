@@ -364,7 +364,8 @@ TEST_P(KernelOps, MatchesTheCpuReference) {
 INSTANTIATE_TEST_SUITE_P(AllOps, KernelOps, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
 
-// Decode takes the split path with enough workgroups to fill a large GPU; prefill the one-pass kernel.
+// Decode takes the split path with enough workgroups to fill a large GPU; a long prefill fills it
+// without splitting the keys; head dims that are not a multiple of 4 take the one-pass kernel.
 TEST(AttentionPlan, SplitsDecodeAndNotPrefill) {
   ops::AttentionShape decode{1, 32, 8, 128, 16, 41, 0.088f};  // Llama-3-8B, 656 keys
   auto plan = ops::plan_attention(decode);
@@ -374,7 +375,9 @@ TEST(AttentionPlan, SplitsDecodeAndNotPrefill) {
   ops::AttentionShape batch{32, 32, 8, 128, 16, 41, 0.088f};
   EXPECT_EQ(ops::plan_attention(batch).splits, 2u);
   ops::AttentionShape prefill{512, 32, 8, 128, 16, 32, 0.088f};
-  EXPECT_EQ(ops::plan_attention(prefill).path, ops::AttentionPath::one_pass);
+  EXPECT_EQ(ops::plan_attention(prefill).path, ops::AttentionPath::split);
+  EXPECT_EQ(ops::plan_attention(prefill).splits, 1u);
+  EXPECT_EQ(ops::plan_attention(ops::AttentionShape{512, 4, 4, 62, 16, 32, 0.1f}).path, ops::AttentionPath::one_pass);
   EXPECT_EQ(ops::plan_attention(ops::AttentionShape{1, 4, 4, 64, 16, 1, 0.125f}).splits, 1u);
 }
 
