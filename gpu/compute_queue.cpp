@@ -1,5 +1,8 @@
 #include "gpu/compute_queue.hpp"
 
+#include <array>
+#include <utility>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -14,7 +17,8 @@ Recording::Recording(Recording&& other) noexcept
     : queue_(std::exchange(other.queue_, nullptr)),
       slot_(other.slot_),
       command_buffer_(other.command_buffer_),
-      has_commands_(other.has_commands_) {}
+      has_commands_(other.has_commands_),
+      skip_barrier_(other.skip_barrier_) {}
 
 Recording::~Recording() {
   if (queue_ != nullptr) queue_->drop(slot_);
@@ -22,7 +26,7 @@ Recording::~Recording() {
 
 void Recording::barrier_if_needed() {
   if (queue_ == nullptr) throw GpuError("recording into a step that was already submitted");
-  if (has_commands_) {
+  if (has_commands_ && !std::exchange(skip_barrier_, false)) {
     VkMemoryBarrier barrier{};
     barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
     barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
@@ -40,23 +44,25 @@ void Recording::dispatch(const Kernel& kernel, std::initializer_list<BufferRange
     throw GpuError(fmt::format("kernel {} binds {} buffers, {} given", kernel.spec().shader, kernel.spec().buffers,
                                buffers.size()));
   }
+  constexpr std::size_t kMaxBuffers = 16;  // on the stack: this runs hundreds of times a step
+  if (buffers.size() > kMaxBuffers) throw GpuError(fmt::format("kernel {} binds more than 16 buffers", kernel.spec().shader));
   barrier_if_needed();
-  std::vector<VkDescriptorBufferInfo> infos;
-  std::vector<VkWriteDescriptorSet> writes;
-  infos.reserve(buffers.size());
-  for (const auto& b : buffers) infos.push_back({b.buffer, b.offset, b.size});
-  for (std::uint32_t i = 0; i < infos.size(); ++i) {
-    VkWriteDescriptorSet w{};
+  std::array<VkDescriptorBufferInfo, kMaxBuffers> infos{};
+  std::array<VkWriteDescriptorSet, kMaxBuffers> writes{};
+  std::uint32_t count = 0;
+  for (const auto& b : buffers) {
+    infos[count] = {b.buffer, b.offset, b.size};
+    VkWriteDescriptorSet& w = writes[count];
     w.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-    w.dstBinding = i;
+    w.dstBinding = count;
     w.descriptorCount = 1;
     w.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    w.pBufferInfo = &infos[i];
-    writes.push_back(w);
+    w.pBufferInfo = &infos[count];
+    ++count;
   }
   vkCmdBindPipeline(command_buffer_, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline());
-  queue_->device_.push_descriptor_set()(command_buffer_, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.layout(), 0,
-                                        static_cast<std::uint32_t>(writes.size()), writes.data());
+  queue_->device_.push_descriptor_set()(command_buffer_, VK_PIPELINE_BIND_POINT_COMPUTE, kernel.layout(), 0, count,
+                                        writes.data());
   if (kernel.spec().push_bytes > 0) {
     vkCmdPushConstants(command_buffer_, kernel.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, kernel.spec().push_bytes, push);
   }

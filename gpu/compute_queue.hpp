@@ -46,6 +46,12 @@ class Recording {
     dispatch(kernel, buffers, static_cast<const void*>(&push), x, y, z);
   }
   void copy(BufferRange src, BufferRange dst);
+  // The first command of this recording waits for the work submitted before it (a step split
+  // into several submissions, so the host records the next part while the GPU runs this one).
+  void after_previous_submissions() { has_commands_ = true; }
+  // The next dispatch may run alongside the previous one: it neither reads what that one writes
+  // nor writes what it reads or writes (q, k and v projections of the same input, say).
+  void next_runs_alongside() { skip_barrier_ = true; }
   void write_timestamp(VkQueryPool pool, std::uint32_t query);
   VkCommandBuffer command_buffer() const { return command_buffer_; }
 
@@ -58,6 +64,7 @@ class Recording {
   std::size_t slot_;
   VkCommandBuffer command_buffer_;
   bool has_commands_ = false;
+  bool skip_barrier_ = false;
 };
 
 class ComputeQueue {

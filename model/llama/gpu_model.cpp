@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "gpu/ops.hpp"
@@ -144,7 +145,10 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, 
              up = scratch(std::uint64_t{n} * c.n_ff), picked = scratch(std::uint64_t{n_out + 1} * c.n_embd),
              logits = scratch(std::uint64_t{std::max(n_out, 1u)} * c.n_vocab);
 
-  gpu::Recording rec = q.begin();
+  // A step goes to the GPU in parts of a few layers: the host records the next part while the
+  // GPU runs the one before (each part begins with a barrier on what came before it).
+  std::optional<gpu::Recording> current(q.begin());
+  auto rec_of = [&]() -> gpu::Recording& { return *current; };
   // Profiling: a timestamp after each op, labelled with the kind of op it ends.
   constexpr std::uint32_t kMaxStamps = 4096;
   const bool profiling = profile != nullptr && q.device().features().timestamp_period_ns > 0;
@@ -162,20 +166,20 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, 
   }
   auto mark = [&](const char* label) {
     if (!profiling || labels.size() >= kMaxStamps) return;
-    rec.write_timestamp(timestamps_.get(), static_cast<std::uint32_t>(labels.size()));
+    rec_of().write_timestamp(timestamps_.get(), static_cast<std::uint32_t>(labels.size()));
     labels.push_back(label);
   };
-  if (profiling) vkCmdResetQueryPool(rec.command_buffer(), timestamps_.get(), 0, kMaxStamps);
+  if (profiling) vkCmdResetQueryPool(rec_of().command_buffer(), timestamps_.get(), 0, kMaxStamps);
   mark("start");
   auto matmul = [&](const GpuTensor& w, const PoolBuffer& in, PoolBuffer& out, std::uint32_t rows) {
-    ops::matmul(rec, lib, w.type, w.buffer.range(), in.range(), false, out.range(), static_cast<std::uint32_t>(w.rows),
+    ops::matmul(rec_of(), lib, w.type, w.buffer.range(), in.range(), false, out.range(), static_cast<std::uint32_t>(w.rows),
                 static_cast<std::uint32_t>(w.cols), rows);
   };
   auto add_bias = [&](const GpuTensor& bias, PoolBuffer& io, std::uint32_t width) {
     if (!bias.buffer) return;
     for (std::uint32_t t = 0; t < n; ++t) {  // one row at a time: ops::add does not broadcast
       BufferRange row = rows_of(io, t, 1, std::uint64_t{width} * 4);
-      ops::add(rec, lib, row, bias.buffer.range(), row, width);
+      ops::add(rec_of(), lib, row, bias.buffer.range(), row, width);
     }
   };
 
@@ -196,7 +200,7 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, 
     const double period_ms = q.device().features().timestamp_period_ns / 1e6;
     for (std::size_t i = 1; i < labels.size(); ++i) profile->gpu_ms[labels[i]] += (stamps[i] - stamps[i - 1]) * period_ms;
   };
-  ops::get_rows(rec, lib, token_embd_.type, token_embd_.buffer.range(), ids_buf.range(), x.range(), c.n_embd, n);
+  ops::get_rows(rec_of(), lib, token_embd_.type, token_embd_.buffer.range(), ids_buf.range(), x.range(), c.n_embd, n);
   mark("embedding");
   ops::RopeShape rope{n, c.n_head, c.head_dim, 0, c.rope_base, 1.0f / c.rope_scale, c.rope_neox()};
   ops::RopeShape rope_k = rope;
@@ -206,10 +210,12 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, 
   PoolBuffer attn_scratch = pool.allocate(ops::attention_scratch_bytes(attention), "scratch");
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
-    ops::rms_norm(rec, lib, x.range(), L.attn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
+    ops::rms_norm(rec_of(), lib, x.range(), L.attn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
     mark("norm");
     matmul(L.wq, h, qb, n);
+    rec_of().next_runs_alongside();  // q, k and v read the same input and write apart
     matmul(L.wk, h, kb, n);
+    rec_of().next_runs_alongside();
     matmul(L.wv, h, vb, n);
     mark("matmul qkv");
     add_bias(L.bq, qb, c.q_dim());
@@ -217,49 +223,55 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, 
     add_bias(L.bv, vb, c.kv_dim());
     mark("bias");
     if (c.qk_norm()) {
-      ops::rms_norm(rec, lib, qb.range(), L.q_norm.buffer.range(), qb.range(), n * c.n_head, c.head_dim, c.rms_eps);
-      ops::rms_norm(rec, lib, kb.range(), L.k_norm.buffer.range(), kb.range(), n * c.n_head_kv, c.head_dim, c.rms_eps);
+      ops::rms_norm(rec_of(), lib, qb.range(), L.q_norm.buffer.range(), qb.range(), n * c.n_head, c.head_dim, c.rms_eps);
+      ops::rms_norm(rec_of(), lib, kb.range(), L.k_norm.buffer.range(), kb.range(), n * c.n_head_kv, c.head_dim, c.rms_eps);
     }
-    ops::rope(rec, lib, qb.range(), pos_buf.range(), qb.range(), rope);
-    ops::rope(rec, lib, kb.range(), pos_buf.range(), kb.range(), rope_k);
+    ops::rope(rec_of(), lib, qb.range(), pos_buf.range(), qb.range(), rope);
+    ops::rope(rec_of(), lib, kb.range(), pos_buf.range(), kb.range(), rope_k);
     mark("qk norm, rope");
-    ops::kv_write(rec, lib, kb.range(), vb.range(), cache.keys(l), cache.values(l), slots_buf.range(), n, c.kv_dim());
+    ops::kv_write(rec_of(), lib, kb.range(), vb.range(), cache.keys(l), cache.values(l), slots_buf.range(), n, c.kv_dim());
     mark("kv write");
-    ops::attention(rec, lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
+    ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
                    attn_scratch.range(), attn.range(), attention);
     mark("attention");
     matmul(L.wo, attn, proj, n);
     mark("matmul out");
-    ops::add(rec, lib, x.range(), proj.range(), x.range(), n * c.n_embd);
+    ops::add(rec_of(), lib, x.range(), proj.range(), x.range(), n * c.n_embd);
     mark("add");
 
-    ops::rms_norm(rec, lib, x.range(), L.ffn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
+    ops::rms_norm(rec_of(), lib, x.range(), L.ffn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
     mark("norm");
     matmul(L.w_gate, h, gate, n);
+    rec_of().next_runs_alongside();
     matmul(L.w_up, h, up, n);
     mark("matmul gate, up");
-    ops::silu_mul(rec, lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
+    ops::silu_mul(rec_of(), lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
     mark("silu");
     matmul(L.w_down, gate, proj, n);
     mark("matmul down");
-    ops::add(rec, lib, x.range(), proj.range(), x.range(), n * c.n_embd);
+    ops::add(rec_of(), lib, x.range(), proj.range(), x.range(), n * c.n_embd);
     mark("add");
+    if ((l + 1) % layers_per_submission_ == 0 && l + 1 < c.n_layers) {
+      q.submit(rec_of());
+      current.emplace(q.begin());
+      rec_of().after_previous_submissions();
+    }
   }
   if (n_out == 0) {
-    finish(rec);
+    finish(rec_of());
     return {};
   }
-  ops::rms_norm(rec, lib, x.range(), output_norm_.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
+  ops::rms_norm(rec_of(), lib, x.range(), output_norm_.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
   // Only the rows whose logits are wanted go through the output matrix.
-  ops::get_rows(rec, lib, gpu::WeightType::f32, h.range(), out_rows_buf.range(), picked.range(), c.n_embd, n_out);
+  ops::get_rows(rec_of(), lib, gpu::WeightType::f32, h.range(), out_rows_buf.range(), picked.range(), c.n_embd, n_out);
   const GpuTensor& out = output_.buffer ? output_ : token_embd_;
   matmul(out, picked, logits, n_out);
   mark("output");
   // The logits come back through host-visible memory, copied at the end of the same submission.
   const std::size_t logit_count = std::size_t{n_out} * c.n_vocab;
   PoolBuffer readback = pool.allocate(logit_count * 4, "scratch", gpu::MemoryKind::host);
-  rec.copy(logits.range(0, logit_count * 4), readback.range());
-  finish(rec);
+  rec_of().copy(logits.range(0, logit_count * 4), readback.range());
+  finish(rec_of());
   std::vector<float> result(logit_count);
   std::memcpy(result.data(), readback.mapped(), logit_count * 4);
   return result;

@@ -5,6 +5,7 @@
 // logits or as argmax token ids.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -74,6 +75,9 @@ class GpuModel {
   // Uploads every tensor; throws std::runtime_error naming a missing or misshapen one.
   GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& source, std::string owner);
   const LlamaConfig& config() const { return config_; }
+  // A step is submitted in parts of this many layers, so the host records a part while the GPU
+  // runs the one before; any value gives the same results.
+  void set_layers_per_submission(std::uint32_t layers) { layers_per_submission_ = std::max(1u, layers); }
 
   // Runs the step; returns (outputs, n_vocab) logits, one row per token marked output, in order.
   std::vector<float> forward(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr);
@@ -90,6 +94,7 @@ class GpuModel {
   std::string owner_;
   GpuTensor token_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
+  std::uint32_t layers_per_submission_ = 8;
 };
 
 }  // namespace mqlm::model

@@ -111,6 +111,42 @@ INSTANTIATE_TEST_SUITE_P(
              std::string(gpu::weight_type_name(std::get<1>(info.param)));
     });
 
+// Deeper than one submission's worth of layers: the step goes to the GPU in parts, each waiting
+// for the one before; the logits are the same bits as from one submission, and near the reference
+// (19 layers of random weights let the F16 KV cache's rounding grow: the bound is looser here).
+TEST(GpuModelDeep, StepsSplitIntoSeveralSubmissionsGiveTheSameLogits) {
+  LlamaConfig config = tiny(Architecture::llama, 64);
+  config.n_layers = 19;
+  config.n_vocab = 120;
+  auto weights = random_model(config, WeightType::f16, 4);
+  ReferenceModel reference = ReferenceModel::load(config, weights.source());
+  auto& g = gpu::testing::shared_gpu();
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  GpuModel model(ctx, config, weights.source(), "weights:deep");
+  const std::vector<std::int32_t> prompt{3, 1, 4, 1, 5, 9, 2, 6};
+  auto run = [&](std::uint32_t layers_per_submission) {
+    model.set_layers_per_submission(layers_per_submission);
+    GpuKvCache cache(ctx, config, 4, 8);
+    StepBatch batch;
+    batch.block_tables = {{1, 3, 0, 2}};
+    for (std::uint32_t i = 0; i < prompt.size(); ++i) batch.tokens.push_back({0, i, prompt[i], true});
+    auto logits = model.forward(batch, cache);
+    batch.tokens = {{0, 8, 7, true}};
+    auto next = model.forward(batch, cache);
+    logits.insert(logits.end(), next.begin(), next.end());
+    return logits;
+  };
+  auto whole = run(1000);
+  EXPECT_EQ(run(3), whole);
+  EXPECT_EQ(run(8), whole);
+  ReferenceSequence seq(reference);
+  auto expected = seq.forward(prompt);
+  const std::int32_t seven = 7;
+  auto next = seq.forward(std::span(&seven, 1));
+  expected.insert(expected.end(), next.begin(), next.end());
+  EXPECT_LT(normalised_error(whole, expected), 0.15);
+}
+
 TEST(GpuModelLoad, RefusesHeadSizesTheAttentionKernelLacks) {
   LlamaConfig config = tiny(Architecture::llama, 16);
   auto weights = random_model(config, WeightType::f32, 1);
