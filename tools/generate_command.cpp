@@ -112,10 +112,20 @@ void generate(const GenerateOptions& o) {
   auto mask_padding = [&] {
     for (std::size_t id = tokenizer.size(); id < logits.size(); ++id) logits[id] = -INFINITY;
   };
+  // Plain greedy decoding needs no logits on the host: the GPU hands back the chosen token.
+  const model::SamplingParams& sp = o.sampling;
+  const bool gpu_greedy = sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
+                          sp.frequency_penalty == 0 && !sp.logprobs && tokenizer.size() == config.n_vocab;
+  std::int32_t greedy_next = -1;
   while (true) {
     const auto sample_start = Clock::now();
-    mask_padding();
-    model::SampledToken next = sampler.sample(logits);
+    model::SampledToken next;
+    if (gpu_greedy && greedy_next >= 0) {
+      next.token = greedy_next;
+    } else {
+      mask_padding();
+      next = sampler.sample(logits);
+    }
     sample_ms += seconds(Clock::now() - sample_start) * 1e3;
     ++generated;
     std::string text = tokenizer.ends_generation(next.token) ? std::string{} : decoder.push(next.token);
@@ -128,7 +138,11 @@ void generate(const GenerateOptions& o) {
       break;
     }
     batch.tokens = {{0, position++, next.token, true}};
-    logits = gpu_model.forward(batch, cache, o.profile ? &decode_profile : nullptr);
+    if (gpu_greedy) {
+      greedy_next = gpu_model.forward_argmax(batch, cache, o.profile ? &decode_profile : nullptr).at(0);
+    } else {
+      logits = gpu_model.forward(batch, cache, o.profile ? &decode_profile : nullptr);
+    }
   }
   const double decode_s = seconds(Clock::now() - decode_start);
   if (!o.quiet) std::cout << decoder.finish() << "\n";

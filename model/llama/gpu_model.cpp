@@ -90,10 +90,23 @@ GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& sourc
 }
 
 std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile) {
+  std::vector<float> logits;
+  run(batch, cache, profile, &logits, nullptr);
+  return logits;
+}
+
+std::vector<std::int32_t> GpuModel::forward_argmax(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile) {
+  std::vector<std::int32_t> ids;
+  run(batch, cache, profile, nullptr, &ids);
+  return ids;
+}
+
+void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile, std::vector<float>* logits_out,
+                   std::vector<std::int32_t>* argmax_out) {
   const auto step_start = std::chrono::steady_clock::now();
   const LlamaConfig& c = config_;
   const auto n = static_cast<std::uint32_t>(batch.tokens.size());
-  if (n == 0) return {};
+  if (n == 0) return;
   const std::uint32_t page_size = cache.page_size();
   std::uint32_t max_pages = 1;
   for (const auto& table : batch.block_tables) max_pages = std::max<std::uint32_t>(max_pages, table.size());
@@ -259,7 +272,7 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, 
   }
   if (n_out == 0) {
     finish(rec_of());
-    return {};
+    return;
   }
   ops::rms_norm(rec_of(), lib, x.range(), output_norm_.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
   // Only the rows whose logits are wanted go through the output matrix.
@@ -267,14 +280,23 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, 
   const GpuTensor& out = output_.buffer ? output_ : token_embd_;
   matmul(out, picked, logits, n_out);
   mark("output");
-  // The logits come back through host-visible memory, copied at the end of the same submission.
-  const std::size_t logit_count = std::size_t{n_out} * c.n_vocab;
-  PoolBuffer readback = pool.allocate(logit_count * 4, "scratch", gpu::MemoryKind::host);
-  rec_of().copy(logits.range(0, logit_count * 4), readback.range());
+  // What is asked for comes back through host-visible memory, copied at the end of the submission:
+  // all the logits, or only each row's argmax (4 bytes instead of a vocabulary's worth).
+  const std::size_t count = argmax_out != nullptr ? n_out : std::size_t{n_out} * c.n_vocab;
+  PoolBuffer readback = pool.allocate(count * 4, "scratch", gpu::MemoryKind::host);
+  if (argmax_out != nullptr) {
+    PoolBuffer ids = pool.allocate(count * 4, "scratch");
+    ops::argmax(rec_of(), lib, logits.range(), ids.range(), n_out, c.n_vocab);
+    rec_of().copy(ids.range(), readback.range());
+    finish(rec_of());
+    argmax_out->resize(count);
+    std::memcpy(argmax_out->data(), readback.mapped(), count * 4);
+    return;
+  }
+  rec_of().copy(logits.range(0, count * 4), readback.range());
   finish(rec_of());
-  std::vector<float> result(logit_count);
-  std::memcpy(result.data(), readback.mapped(), logit_count * 4);
-  return result;
+  logits_out->resize(count);
+  std::memcpy(logits_out->data(), readback.mapped(), count * 4);
 }
 
 }  // namespace mqlm::model

@@ -81,12 +81,17 @@ class GpuModel {
 
   // Runs the step; returns (outputs, n_vocab) logits, one row per token marked output, in order.
   std::vector<float> forward(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr);
+  // The same step, returning only each output row's most likely token (lowest id on ties),
+  // chosen on the GPU: greedy decoding without copying the logits back.
+  std::vector<std::int32_t> forward_argmax(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr);
 
  private:
   struct Layer {
     GpuTensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
   };
   GpuTensor upload(const TensorSource& source, const TensorSpec& spec);
+  void run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile, std::vector<float>* logits,
+           std::vector<std::int32_t>* argmax);
 
   gpu::UniqueQueryPool timestamps_;  // made on the first profiled step
   GpuContext gpu_;

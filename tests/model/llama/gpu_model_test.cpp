@@ -147,6 +147,27 @@ TEST(GpuModelDeep, StepsSplitIntoSeveralSubmissionsGiveTheSameLogits) {
   EXPECT_LT(normalised_error(whole, expected), 0.15);
 }
 
+// Greedy decoding picks on the GPU what the host would pick from the logits.
+TEST(GpuModelArgmax, MatchesTheArgmaxOfTheLogits) {
+  LlamaConfig config = tiny(Architecture::qwen3, 64);
+  config.n_vocab = 500;
+  auto weights = random_model(config, WeightType::q8_0, 8);
+  auto& g = gpu::testing::shared_gpu();
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  GpuModel model(ctx, config, weights.source(), "weights:argmax");
+  GpuKvCache cache(ctx, config, 8, 4);
+  StepBatch batch;
+  batch.block_tables = {{0, 1, 2}, {5, 4, 3}};
+  batch.tokens = {{0, 0, 10, true}, {0, 1, 11, true}, {1, 0, 499, false}, {1, 1, 0, true}};
+  auto logits = model.forward(batch, cache);
+  auto ids = model.forward_argmax(batch, cache);  // the same step again writes the same K and V
+  ASSERT_EQ(ids.size(), 3u);
+  for (std::size_t r = 0; r < ids.size(); ++r) {
+    auto row = std::span(logits).subspan(r * config.n_vocab, config.n_vocab);
+    EXPECT_EQ(ids[r], std::max_element(row.begin(), row.end()) - row.begin()) << "row " << r;
+  }
+}
+
 TEST(GpuModelLoad, RefusesHeadSizesTheAttentionKernelLacks) {
   LlamaConfig config = tiny(Architecture::llama, 16);
   auto weights = random_model(config, WeightType::f32, 1);
