@@ -52,6 +52,13 @@ struct MatvecShape {
 };
 void set_matvec_shape(MatvecShape shape);
 
+// out(n, m) += acts(n, k) x weights(m, k)^T: the vector path with the residual add fused in (out
+// is read and written by the same thread, so it may be the residual stream itself). Only where
+// matvec_can_accumulate says so (at most 8 columns, weights the block kernel reads).
+bool matvec_can_accumulate(WeightType type, std::uint32_t k, std::uint32_t n);
+void matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
+                       bool acts_f16, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n);
+
 // k_new, v_new: (tokens, row) F32 with row = kv_heads * head_dim; the caches: (slots, row) F16;
 // slots: (tokens) uint32, page * page_size + offset.
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,

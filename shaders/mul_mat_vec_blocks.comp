@@ -15,8 +15,9 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 2;
 layout(constant_id = 2) const uint NCOLS = 1;
+layout(constant_id = 3) const uint ACCUMULATE = 0;  // 1: out += the product (a residual add, fused)
 layout(push_constant) uniform Params { uint M; uint K; uint ncols; } p;
-layout(binding = 2) writeonly buffer Out { float out_data[]; };
+layout(binding = 2) buffer Out { float out_data[]; };
 
 // Activation quads: elements 4q .. 4q+3 of column c.
 #if defined(B_F16)
@@ -193,7 +194,8 @@ void main() {
     if (row0 + r < p.M) {
       float s = 0.0;
       for (uint g = 0; g < gl_NumSubgroups; ++g) s += partials[i][g];
-      out_data[c * p.M + row0 + r] = s;
+      uint o = c * p.M + row0 + r;
+      out_data[o] = ACCUMULATE != 0u ? out_data[o] + s : s;
     }
   }
 }

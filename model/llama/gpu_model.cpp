@@ -188,6 +188,17 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     ops::matmul(rec_of(), lib, w.type, w.buffer.range(), in.range(), false, out.range(), static_cast<std::uint32_t>(w.rows),
                 static_cast<std::uint32_t>(w.cols), rows);
   };
+  // x += w * in: fused into the mat-vec where it can be (decode), else a product and an add.
+  auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
+    const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
+    if (ops::choose_matmul_path(q.device().features(), n) == ops::MatmulPath::vector &&
+        ops::matvec_can_accumulate(w.type, k, n)) {
+      ops::matvec_accumulate(rec_of(), lib, w.type, w.buffer.range(), in.range(), false, x.range(), rows, k, n);
+      return;
+    }
+    matmul(w, in, proj, n);
+    ops::add(rec_of(), lib, x.range(), proj.range(), x.range(), n * c.n_embd);
+  };
   auto add_bias = [&](const GpuTensor& bias, PoolBuffer& io, std::uint32_t width) {
     if (!bias.buffer) return;
     for (std::uint32_t t = 0; t < n; ++t) {  // one row at a time: ops::add does not broadcast
@@ -247,10 +258,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
                    attn_scratch.range(), attn.range(), attention);
     mark("attention");
-    matmul(L.wo, attn, proj, n);
+    residual_matmul(L.wo, attn);
     mark("matmul out");
-    ops::add(rec_of(), lib, x.range(), proj.range(), x.range(), n * c.n_embd);
-    mark("add");
 
     ops::rms_norm(rec_of(), lib, x.range(), L.ffn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
     mark("norm");
@@ -260,10 +269,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     mark("matmul gate, up");
     ops::silu_mul(rec_of(), lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
     mark("silu");
-    matmul(L.w_down, gate, proj, n);
+    residual_matmul(L.w_down, gate);
     mark("matmul down");
-    ops::add(rec_of(), lib, x.range(), proj.range(), x.range(), n * c.n_embd);
-    mark("add");
     if ((l + 1) % layers_per_submission_ == 0 && l + 1 < c.n_layers) {
       q.submit(rec_of());
       current.emplace(q.begin());

@@ -13,7 +13,7 @@
 
 #include "gpu/ops.hpp"
 #include "gpu_fixture.hpp"
-#include "reference_ops.hpp"
+#include "gpu/reference_ops.hpp"
 
 namespace mqlm::gpu {
 namespace {
@@ -382,6 +382,35 @@ TEST(AttentionPlan, SplitsDecodeAndNotPrefill) {
 }
 
 // The reference must itself be able to fail: a wrong answer is caught by the same bound.
+// The accumulating mat-vec adds the product to what the output held (the residual stream).
+TEST(MatvecAccumulate, AddsTheProductToTheOutput) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t m = 37, k = 512;
+  for (WeightType type : all_weight_types) {
+    for (std::uint32_t n : {1u, 3u, 8u}) {
+      ASSERT_TRUE(ops::matvec_can_accumulate(type, k, n));
+      auto bytes = random_weights(type, m, k, 17 + n);
+      Vec weights = dequantize(type, bytes, m, k);
+      std::mt19937_64 rng(n);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      Vec acts(std::size_t{n} * k), residual(std::size_t{n} * m);
+      for (auto& v : acts) v = dist(rng);
+      for (auto& v : residual) v = dist(rng);
+      PoolBuffer w = g.up(std::vector<std::byte>(bytes)), a = g.up(acts), out = g.up(residual);
+      auto rec = g.queue.begin();
+      ops::matvec_accumulate(rec, g.kernels, type, w.range(), a.range(), false, out.range(), m, k, n);
+      g.queue.submit_and_wait(rec);
+      Vec got = g.down<float>(out, residual.size());
+      Vec product = reference::matmul(weights, acts, m, k, n);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], residual[i] + product[i], 1e-3 * (1 + std::abs(product[i])))
+            << weight_type_name(type) << " n " << n << " at " << i;
+      }
+    }
+  }
+  EXPECT_FALSE(ops::matvec_can_accumulate(WeightType::f16, 512, 9));  // more columns than the vector path takes
+}
+
 TEST(KernelOpsHarness, ACorruptedResultFailsTheBound) {
   Vec want = random_vec(1000, 16), got = want;
   got[500] += 0.5f;
