@@ -248,9 +248,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     mark("bias");
     if (c.qk_norm()) {
       ops::rms_norm(rec_of(), lib, qb.range(), L.q_norm.buffer.range(), qb.range(), n * c.n_head, c.head_dim, c.rms_eps);
+      rec_of().next_runs_alongside();  // q and k are normalised apart
       ops::rms_norm(rec_of(), lib, kb.range(), L.k_norm.buffer.range(), kb.range(), n * c.n_head_kv, c.head_dim, c.rms_eps);
     }
     ops::rope(rec_of(), lib, qb.range(), pos_buf.range(), qb.range(), rope);
+    rec_of().next_runs_alongside();  // q and k rotate apart
     ops::rope(rec_of(), lib, kb.range(), pos_buf.range(), kb.range(), rope_k);
     mark("qk norm, rope");
     ops::kv_write(rec_of(), lib, kb.range(), vb.range(), cache.keys(l), cache.values(l), slots_buf.range(), n, c.kv_dim());
