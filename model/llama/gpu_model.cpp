@@ -34,19 +34,8 @@ GpuKvCache::GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t 
 }
 
 GpuTensor GpuModel::upload(const TensorSource& source, const TensorSpec& spec) {
-  auto tensor = source(spec.name);
-  if (!tensor) {
-    if (spec.optional) return {};
-    throw std::runtime_error("the model has no tensor " + spec.name);
-  }
-  if (tensor->rows != spec.rows || tensor->cols != spec.cols) {
-    throw std::runtime_error(spec.name + " is " + std::to_string(tensor->rows) + " x " + std::to_string(tensor->cols) +
-                             ", the configuration needs " + std::to_string(spec.rows) + " x " +
-                             std::to_string(spec.cols));
-  }
-  if (!spec.matrix && tensor->type != gpu::WeightType::f32) {
-    throw std::runtime_error(spec.name + " must be F32, it is " + std::string(gpu::weight_type_name(tensor->type)));
-  }
+  auto tensor = find_tensor(source, spec);
+  if (!tensor) return {};
   GpuTensor t{tensor->type, tensor->rows, tensor->cols, {}};
   t.buffer = gpu::upload_new(gpu_.queue, gpu_.pool, tensor->bytes, owner_);
   return t;

@@ -13,19 +13,8 @@ using Vec = std::vector<float>;
 namespace {
 
 Vec load_tensor(const TensorSource& source, const TensorSpec& spec) {
-  auto tensor = source(spec.name);
-  if (!tensor) {
-    if (spec.optional) return {};
-    throw std::runtime_error("the model has no tensor " + spec.name);
-  }
-  if (tensor->rows != spec.rows || tensor->cols != spec.cols) {
-    throw std::runtime_error(spec.name + " is " + std::to_string(tensor->rows) + " x " + std::to_string(tensor->cols) +
-                             ", the configuration needs " + std::to_string(spec.rows) + " x " +
-                             std::to_string(spec.cols));
-  }
-  if (!spec.matrix && tensor->type != gpu::WeightType::f32) {
-    throw std::runtime_error(spec.name + " must be F32, it is " + std::string(gpu::weight_type_name(tensor->type)));
-  }
+  auto tensor = find_tensor(source, spec);
+  if (!tensor) return {};
   return gpu::dequantize(tensor->type, tensor->bytes, spec.rows, spec.cols);
 }
 
@@ -36,6 +25,23 @@ void add_bias(Vec& x, const Vec& bias) {
 }
 
 }  // namespace
+
+std::optional<TensorBytes> find_tensor(const TensorSource& source, const TensorSpec& spec) {
+  auto tensor = source(spec.name);
+  if (!tensor) {
+    if (spec.optional) return std::nullopt;
+    throw std::runtime_error("the model has no tensor " + spec.name);
+  }
+  if (tensor->rows != spec.rows || tensor->cols != spec.cols) {
+    throw std::runtime_error(spec.name + " is " + std::to_string(tensor->rows) + " x " + std::to_string(tensor->cols) +
+                             ", the configuration needs " + std::to_string(spec.rows) + " x " +
+                             std::to_string(spec.cols));
+  }
+  if (!spec.matrix && tensor->type != gpu::WeightType::f32) {
+    throw std::runtime_error(spec.name + " must be F32, it is " + std::string(gpu::weight_type_name(tensor->type)));
+  }
+  return tensor;
+}
 
 ReferenceModel ReferenceModel::load(LlamaConfig config, const TensorSource& source) {
   if (std::string why = config.check(); !why.empty()) throw std::runtime_error("bad model configuration: " + why);

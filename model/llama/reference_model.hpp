@@ -24,6 +24,10 @@ struct TensorBytes {
 // Finds a tensor by name; nothing if the model has none of that name.
 using TensorSource = std::function<std::optional<TensorBytes>(const std::string& name)>;
 
+// The tensor the spec asks for, checked against it; nothing when it is optional and absent.
+// Throws std::runtime_error naming a missing tensor, a wrong shape, or a norm or bias not in F32.
+std::optional<TensorBytes> find_tensor(const TensorSource& source, const TensorSpec& spec);
+
 struct ReferenceLayer {
   std::vector<float> attn_norm;                // (n_embd)
   std::vector<float> wq, wk, wv;               // (q_dim, n_embd), (kv_dim, n_embd) x2
