@@ -172,19 +172,32 @@ bool matvec_can_accumulate(WeightType type, std::uint32_t k, std::uint32_t n) {
   return n >= 1 && n <= matvec_max_cols && k % block_elements(type) == 0 && matvec_blocks(type, k);
 }
 
-void matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
-                       bool acts_f16, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+namespace {
+void record_matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType type, const std::string& acts_name,
+                              std::initializer_list<BufferRange> buffers, std::uint32_t m, std::uint32_t k,
+                              std::uint32_t n) {
   if (!matvec_can_accumulate(type, k, n)) {
     throw GpuError(fmt::format("no accumulating mat-vec for {} with k {} and {} columns", weight_type_name(type), k, n));
   }
   struct {
     std::uint32_t m, k, n;
   } push{m, k, n};
-  std::string suffix = fmt::format("{}_{}", weight_type_name(type), acts_f16 ? "b16" : "b32");
   auto shape = matvec_shape(type);
   auto [gx, gy] = spread(ceil_div(m, shape.rows));
-  rec.dispatch(kernel(lib, "mul_mat_vec_blocks_" + suffix, 3, sizeof push, {shape.threads, shape.rows, n, 1}),
-               {weights, acts, out}, push, gx, gy);
+  rec.dispatch(kernel(lib, fmt::format("mul_mat_vec_blocks_{}_{}", weight_type_name(type), acts_name),
+                      static_cast<std::uint32_t>(buffers.size()), sizeof push, {shape.threads, shape.rows, n, 1}),
+               buffers, push, gx, gy);
+}
+}  // namespace
+
+void matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
+                       bool acts_f16, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+  record_matvec_accumulate(rec, lib, type, acts_f16 ? "b16" : "b32", {weights, acts, out}, m, k, n);
+}
+
+void matvec_accumulate_silu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange gate,
+                            BufferRange up, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+  record_matvec_accumulate(rec, lib, type, "silu", {weights, gate, out, up}, m, k, n);
 }
 
 void set_matvec_shape(MatvecShape shape) { matvec_override = shape; }

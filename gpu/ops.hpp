@@ -58,6 +58,10 @@ void set_matvec_shape(MatvecShape shape);
 bool matvec_can_accumulate(WeightType type, std::uint32_t k, std::uint32_t n);
 void matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
                        bool acts_f16, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n);
+// The same with F32 activations silu(gate) * up, computed as the kernel loads them (the
+// feed-forward's down projection with silu_mul and the residual add fused in).
+void matvec_accumulate_silu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange gate,
+                            BufferRange up, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n);
 
 // k_new, v_new: (tokens, row) F32 with row = kv_heads * head_dim; the caches: (slots, row) F16;
 // slots: (tokens) uint32, page * page_size + offset.

@@ -20,7 +20,15 @@ layout(push_constant) uniform Params { uint M; uint K; uint ncols; } p;
 layout(binding = 2) buffer Out { float out_data[]; };
 
 // Activation quads: elements 4q .. 4q+3 of column c.
-#if defined(B_F16)
+#if defined(B_SILU)
+// The activations are silu(gate) * up (binding 1 gate, binding 3 up), made as they are loaded.
+layout(binding = 1) readonly buffer Gate { vec4 gate4[]; };
+layout(binding = 3) readonly buffer Up { vec4 up4[]; };
+vec4 load_x4(uint c, uint q) {
+  vec4 g = gate4[c * (p.K / 4) + q];
+  return g / (1.0 + exp(-g)) * up4[c * (p.K / 4) + q];
+}
+#elif defined(B_F16)
 layout(binding = 1) readonly buffer ActsF16 { uvec2 b_h4[]; };
 vec4 load_x4(uint c, uint q) {
   uvec2 h = b_h4[c * (p.K / 4) + q];

@@ -178,10 +178,14 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
                 static_cast<std::uint32_t>(w.cols), rows);
   };
   // x += w * in: fused into the mat-vec where it can be (decode), else a product and an add.
+  // Decode steps take the mat-vec path, which can fold the residual add (and silu) into it.
+  auto fused_decode = [&](const GpuTensor& w) {
+    return ops::choose_matmul_path(q.device().features(), n) == ops::MatmulPath::vector &&
+           ops::matvec_can_accumulate(w.type, static_cast<std::uint32_t>(w.cols), n);
+  };
   auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
-    if (ops::choose_matmul_path(q.device().features(), n) == ops::MatmulPath::vector &&
-        ops::matvec_can_accumulate(w.type, k, n)) {
+    if (fused_decode(w)) {
       ops::matvec_accumulate(rec_of(), lib, w.type, w.buffer.range(), in.range(), false, x.range(), rows, k, n);
       return;
     }
@@ -258,9 +262,15 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     rec_of().next_runs_alongside();
     matmul(L.w_up, h, up, n);
     mark("matmul gate, up");
-    ops::silu_mul(rec_of(), lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
-    mark("silu");
-    residual_matmul(L.w_down, gate);
+    if (fused_decode(L.w_down)) {  // x += down * (silu(gate) * up), one kernel
+      ops::matvec_accumulate_silu(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), gate.range(), up.range(),
+                                  x.range(), static_cast<std::uint32_t>(L.w_down.rows),
+                                  static_cast<std::uint32_t>(L.w_down.cols), n);
+    } else {
+      ops::silu_mul(rec_of(), lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
+      mark("silu");
+      residual_matmul(L.w_down, gate);
+    }
     mark("matmul down");
     if ((l + 1) % layers_per_submission_ == 0 && l + 1 < c.n_layers) {
       q.submit(rec_of());

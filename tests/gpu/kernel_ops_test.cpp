@@ -411,6 +411,32 @@ TEST(MatvecAccumulate, AddsTheProductToTheOutput) {
   EXPECT_FALSE(ops::matvec_can_accumulate(WeightType::f16, 512, 9));  // more columns than the vector path takes
 }
 
+// The down projection's fused form: out += W * (silu(gate) * up).
+TEST(MatvecAccumulate, SiluOfTheGateTimesUpIsTheInput) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t m = 29, k = 768;
+  for (WeightType type : {WeightType::f16, WeightType::q8_0, WeightType::q4_0, WeightType::q4_k}) {
+    for (std::uint32_t n : {1u, 4u}) {
+      auto bytes = random_weights(type, m, k, 5 + n);
+      Vec weights = dequantize(type, bytes, m, k);
+      std::mt19937_64 rng(n + 100);
+      std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+      Vec gate(std::size_t{n} * k), up(std::size_t{n} * k), residual(std::size_t{n} * m);
+      for (auto* v : {&gate, &up, &residual}) for (auto& x : *v) x = dist(rng);
+      PoolBuffer w = g.up(std::vector<std::byte>(bytes)), gb = g.up(gate), ub = g.up(up), out = g.up(residual);
+      auto rec = g.queue.begin();
+      ops::matvec_accumulate_silu(rec, g.kernels, type, w.range(), gb.range(), ub.range(), out.range(), m, k, n);
+      g.queue.submit_and_wait(rec);
+      Vec got = g.down<float>(out, residual.size());
+      Vec product = reference::matmul(weights, reference::silu_mul(gate, up), m, k, n);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], residual[i] + product[i], 2e-3 * (1 + std::abs(product[i])))
+            << weight_type_name(type) << " n " << n << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(KernelOpsHarness, ACorruptedResultFailsTheBound) {
   Vec want = random_vec(1000, 16), got = want;
   got[500] += 0.5f;
