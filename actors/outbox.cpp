@@ -27,7 +27,9 @@ Outbox::Peer* Outbox::peer(const std::string& name) {
   if (!endpoint) return nullptr;
   zmq::socket_t socket(context_, zmq::socket_type::push);
   socket.set(zmq::sockopt::sndhwm, topology_.send_capacity);
-  socket.set(zmq::sockopt::linger, 0);
+  // Messages already handed to ZeroMQ (a last Pong, a StopAck) still leave over tcp/ipc when the
+  // actor stops; a peer that is gone holds the shutdown up at most this long.
+  socket.set(zmq::sockopt::linger, 500);
   socket.connect(*endpoint);
   return &peers_.emplace(name, Peer{std::move(socket), {}}).first->second;
 }
