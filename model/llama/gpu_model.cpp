@@ -36,6 +36,13 @@ GpuKvCache::GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t 
 GpuTensor GpuModel::upload(const TensorSource& source, const TensorSpec& spec) {
   auto tensor = find_tensor(source, spec);
   if (!tensor) return {};
+  // A kernel binds a whole weight matrix as one storage buffer range.
+  const std::uint64_t limit = gpu_.queue.device().features().max_storage_buffer_range;
+  if (limit != 0 && tensor->bytes.size() > limit) {
+    throw std::runtime_error(spec.name + " takes " + std::to_string(tensor->bytes.size() >> 20) + " MiB, more than the " +
+                             std::to_string(limit >> 20) + " MiB one buffer binding can reach on " +
+                             gpu_.queue.device().features().name);
+  }
   GpuTensor t{tensor->type, tensor->rows, tensor->cols, {}};
   t.buffer = gpu::upload_new(gpu_.queue, gpu_.pool, tensor->bytes, owner_);
   return t;
