@@ -200,6 +200,23 @@ void matvec_accumulate_silu(Recording& rec, KernelLibrary& lib, WeightType type,
   record_matvec_accumulate(rec, lib, type, "silu", {weights, gate, out, up}, m, k, n);
 }
 
+void matvec_rms_norm(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange x,
+                     BufferRange norm_weight, float eps, BufferRange out, std::uint32_t m, std::uint32_t k,
+                     std::uint32_t n) {
+  if (!matvec_can_accumulate(type, k, n) || k % 4 != 0) {
+    throw GpuError(fmt::format("no normalising mat-vec for {} with k {} and {} columns", weight_type_name(type), k, n));
+  }
+  struct {
+    std::uint32_t m, k, n;
+    float eps;
+  } push{m, k, n, eps};
+  auto shape = matvec_shape(type);
+  auto [gx, gy] = spread(ceil_div(m, shape.rows));
+  rec.dispatch(kernel(lib, fmt::format("mul_mat_vec_blocks_{}_rmsnorm", weight_type_name(type)), 4, sizeof push,
+                      {shape.threads, shape.rows, n, 0}),
+               {weights, x, out, norm_weight}, push, gx, gy);
+}
+
 void set_matvec_shape(MatvecShape shape) { matvec_override = shape; }
 
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,

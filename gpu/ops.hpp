@@ -63,6 +63,13 @@ void matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType type, Buff
 void matvec_accumulate_silu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange gate,
                             BufferRange up, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n);
 
+// out(n, m) = rmsnorm(x, norm_weight, eps)(n, k) x weights(m, k)^T: the vector path normalising
+// its input as it loads it (each workgroup computes the row scales itself). Where
+// matvec_can_accumulate says the vector path applies.
+void matvec_rms_norm(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange x,
+                     BufferRange norm_weight, float eps, BufferRange out, std::uint32_t m, std::uint32_t k,
+                     std::uint32_t n);
+
 // k_new, v_new: (tokens, row) F32 with row = kv_heads * head_dim; the caches: (slots, row) F16;
 // slots: (tokens) uint32, page * page_size + offset.
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,

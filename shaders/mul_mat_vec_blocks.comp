@@ -16,11 +16,22 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 2;
 layout(constant_id = 2) const uint NCOLS = 1;
 layout(constant_id = 3) const uint ACCUMULATE = 0;  // 1: out += the product (a residual add, fused)
+#if defined(B_RMSNORM)
+layout(push_constant) uniform Params { uint M; uint K; uint ncols; float eps; } p;
+#else
 layout(push_constant) uniform Params { uint M; uint K; uint ncols; } p;
+#endif
 layout(binding = 2) buffer Out { float out_data[]; };
 
 // Activation quads: elements 4q .. 4q+3 of column c.
-#if defined(B_SILU)
+#if defined(B_RMSNORM)
+// The activations are rmsnorm(x) * norm weight (binding 1 x, binding 3 the weight): each
+// workgroup finds the row's scale itself (x is small and in L2), sparing a dispatch and a barrier.
+layout(binding = 1) readonly buffer ActsX { vec4 x4[]; };
+layout(binding = 3) readonly buffer NormW { vec4 nw4[]; };
+shared float inv_rms[NCOLS];
+vec4 load_x4(uint c, uint q) { return x4[c * (p.K / 4) + q] * inv_rms[c] * nw4[q]; }
+#elif defined(B_SILU)
 // The activations are silu(gate) * up (binding 1 gate, binding 3 up), made as they are loaded.
 layout(binding = 1) readonly buffer Gate { vec4 gate4[]; };
 layout(binding = 3) readonly buffer Up { vec4 up4[]; };
@@ -176,9 +187,34 @@ void accumulate(uint r, uint row, uint u) {
 // One partial sum per (row, column, subgroup); subgroups are at least 4 wide.
 shared float partials[ROWS * NCOLS][gl_WorkGroupSize.x / 4];
 
+#if defined(B_RMSNORM)
+shared float norm_partials[NCOLS][gl_WorkGroupSize.x / 4];
+void find_row_scales(uint tid) {
+  for (uint c = 0; c < NCOLS; ++c) {
+    float ss = 0.0;
+    for (uint q = tid; q < p.K / 4; q += gl_WorkGroupSize.x) {
+      vec4 v = x4[c * (p.K / 4) + q];
+      ss += dot(v, v);
+    }
+    ss = subgroupAdd(ss);
+    if (subgroupElect()) norm_partials[c][gl_SubgroupID] = ss;
+  }
+  barrier();
+  if (tid < NCOLS) {
+    float total = 0.0;
+    for (uint g = 0; g < gl_NumSubgroups; ++g) total += norm_partials[tid][g];
+    inv_rms[tid] = inversesqrt(total / float(p.K) + p.eps);
+  }
+  barrier();
+}
+#endif
+
 void main() {
   uint row0 = flat_group() * ROWS;
   uint tid = gl_LocalInvocationIndex;
+#if defined(B_RMSNORM)
+  find_row_scales(tid);
+#endif
   for (uint r = 0; r < ROWS; ++r)
     for (uint c = 0; c < NCOLS; ++c) acc[r][c] = 0.0;
 

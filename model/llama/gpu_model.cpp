@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <utility>
 #include <stdexcept>
 
 #include "gpu/ops.hpp"
@@ -190,6 +191,26 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     return ops::choose_matmul_path(q.device().features(), n) == ops::MatmulPath::vector &&
            ops::matvec_can_accumulate(w.type, static_cast<std::uint32_t>(w.cols), n);
   };
+  // out_i = w_i * rmsnorm(x): in decode each mat-vec normalises x as it loads it; otherwise the
+  // norm is its own dispatch into h. The projections run without barriers between them.
+  auto normed_projections = [&](const GpuTensor& norm, std::initializer_list<std::pair<const GpuTensor*, PoolBuffer*>> outs) {
+    bool fused = true;
+    for (const auto& [w, out] : outs) fused = fused && fused_decode(*w);
+    if (!fused) {
+      ops::rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
+      mark("norm");
+    }
+    bool first = true;
+    for (const auto& [w, out] : outs) {
+      if (!std::exchange(first, false)) rec_of().next_runs_alongside();
+      if (fused) {
+        ops::matvec_rms_norm(rec_of(), lib, w->type, w->buffer.range(), x.range(), norm.buffer.range(), c.rms_eps,
+                             out->range(), static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
+      } else {
+        matmul(*w, h, *out, n);
+      }
+    }
+  };
   auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
     if (fused_decode(w)) {
@@ -234,13 +255,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   PoolBuffer attn_scratch = pool.allocate(ops::attention_scratch_bytes(attention), "scratch");
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
-    ops::rms_norm(rec_of(), lib, x.range(), L.attn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
-    mark("norm");
-    matmul(L.wq, h, qb, n);
-    rec_of().next_runs_alongside();  // q, k and v read the same input and write apart
-    matmul(L.wk, h, kb, n);
-    rec_of().next_runs_alongside();
-    matmul(L.wv, h, vb, n);
+    // q, k and v read the same input and write apart: no barriers between them.
+    normed_projections(L.attn_norm, {{&L.wq, &qb}, {&L.wk, &kb}, {&L.wv, &vb}});
     mark("matmul qkv");
     add_bias(L.bq, qb, c.q_dim());
     add_bias(L.bk, kb, c.kv_dim());
@@ -263,11 +279,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     residual_matmul(L.wo, attn);
     mark("matmul out");
 
-    ops::rms_norm(rec_of(), lib, x.range(), L.ffn_norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
-    mark("norm");
-    matmul(L.w_gate, h, gate, n);
-    rec_of().next_runs_alongside();
-    matmul(L.w_up, h, up, n);
+    normed_projections(L.ffn_norm, {{&L.w_gate, &gate}, {&L.w_up, &up}});
     mark("matmul gate, up");
     if (fused_decode(L.w_down)) {  // x += down * (silu(gate) * up), one kernel
       ops::matvec_accumulate_silu(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), gate.range(), up.range(),

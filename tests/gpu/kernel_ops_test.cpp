@@ -411,6 +411,34 @@ TEST(MatvecAccumulate, AddsTheProductToTheOutput) {
   EXPECT_FALSE(ops::matvec_can_accumulate(WeightType::f16, 512, 9));  // more columns than the vector path takes
 }
 
+// The q/k/v and gate/up inputs' fused form: out = W * rmsnorm(x) * norm weight.
+TEST(MatvecAccumulate, RmsNormOfTheInputIsTheInput) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t m = 45, k = 1024;
+  for (WeightType type : {WeightType::f32, WeightType::f16, WeightType::q8_0, WeightType::q4_0, WeightType::q4_k}) {
+    for (std::uint32_t n : {1u, 5u}) {
+      auto bytes = random_weights(type, m, k, 9 + n);
+      Vec weights = dequantize(type, bytes, m, k);
+      std::mt19937_64 rng(n + 200);
+      std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+      Vec x(std::size_t{n} * k), norm(k);
+      for (auto& v : x) v = dist(rng);
+      for (auto& v : norm) v = 1.0f + 0.25f * dist(rng);
+      PoolBuffer w = g.up(std::vector<std::byte>(bytes)), xb = g.up(x), nb = g.up(norm);
+      PoolBuffer out = g.scratch(std::uint64_t{n} * m * 4);
+      auto rec = g.queue.begin();
+      ops::matvec_rms_norm(rec, g.kernels, type, w.range(), xb.range(), nb.range(), 1e-5f, out.range(), m, k, n);
+      g.queue.submit_and_wait(rec);
+      Vec got = g.down<float>(out, std::size_t{n} * m);
+      Vec expected = reference::matmul(weights, reference::rms_norm(x, norm, n, k, 1e-5f), m, k, n);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], expected[i], 2e-3 * (1 + std::abs(expected[i])))
+            << weight_type_name(type) << " n " << n << " at " << i;
+      }
+    }
+  }
+}
+
 // The down projection's fused form: out += W * (silu(gate) * up).
 TEST(MatvecAccumulate, SiluOfTheGateTimesUpIsTheInput) {
   Gpu& g = shared_gpu();

@@ -37,7 +37,8 @@ TEST_P(GgufModelTest, LoadsAndBothForwardPassesAgree) {
   GpuModel model(ctx, config, gguf_tensor_source(file), "weights:gguf-test");
   GpuKvCache cache(ctx, config, 4, 16);
 
-  const std::vector<std::int32_t> prompt{1, 50, 300, 7, 1000, 2};
+  // More tokens than the mat-vec path takes: the tiled matmuls and the separate norm run too.
+  const std::vector<std::int32_t> prompt{1, 50, 300, 7, 1000, 2, 5, 6, 7, 8, 9, 10};
   StepBatch batch;
   batch.block_tables = {{2, 0, 3, 1}};
   for (std::uint32_t i = 0; i < prompt.size(); ++i) batch.tokens.push_back({0, i, prompt[i], true});
