@@ -62,24 +62,7 @@ GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& sourc
   token_embd_ = next();
   layers_.resize(config_.n_layers);
   for (auto& layer : layers_) {
-    layer.attn_norm = next();
-    layer.wq = next();
-    layer.wk = next();
-    layer.wv = next();
-    layer.wo = next();
-    if (config_.qkv_bias()) {
-      layer.bq = next();
-      layer.bk = next();
-      layer.bv = next();
-    }
-    if (config_.qk_norm()) {
-      layer.q_norm = next();
-      layer.k_norm = next();
-    }
-    layer.ffn_norm = next();
-    layer.w_gate = next();
-    layer.w_up = next();
-    layer.w_down = next();
+    assign_layer_tensors(config_, layer, next);
   }
   output_norm_ = next();
   output_ = next();

@@ -48,4 +48,28 @@ struct TensorSpec {
 };
 std::vector<TensorSpec> tensor_specs(const LlamaConfig& config);
 
+// Fills one layer's tensors in the order tensor_specs() lists them, next() giving each in turn;
+// any layer type with these member names (the CPU reference's, the GPU model's) will do.
+template <typename Layer, typename Next>
+void assign_layer_tensors(const LlamaConfig& config, Layer& layer, Next&& next) {
+  layer.attn_norm = next();
+  layer.wq = next();
+  layer.wk = next();
+  layer.wv = next();
+  layer.wo = next();
+  if (config.qkv_bias()) {
+    layer.bq = next();
+    layer.bk = next();
+    layer.bv = next();
+  }
+  if (config.qk_norm()) {
+    layer.q_norm = next();
+    layer.k_norm = next();
+  }
+  layer.ffn_norm = next();
+  layer.w_gate = next();
+  layer.w_up = next();
+  layer.w_down = next();
+}
+
 }  // namespace mqlm::model

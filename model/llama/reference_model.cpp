@@ -53,24 +53,7 @@ ReferenceModel ReferenceModel::load(LlamaConfig config, const TensorSource& sour
   m.token_embd = next();
   m.layers.resize(config.n_layers);
   for (auto& layer : m.layers) {
-    layer.attn_norm = next();
-    layer.wq = next();
-    layer.wk = next();
-    layer.wv = next();
-    layer.wo = next();
-    if (config.qkv_bias()) {
-      layer.bq = next();
-      layer.bk = next();
-      layer.bv = next();
-    }
-    if (config.qk_norm()) {
-      layer.q_norm = next();
-      layer.k_norm = next();
-    }
-    layer.ffn_norm = next();
-    layer.w_gate = next();
-    layer.w_up = next();
-    layer.w_down = next();
+    assign_layer_tensors(config, layer, next);
   }
   m.output_norm = next();
   m.output = next();
