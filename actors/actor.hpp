@@ -13,6 +13,8 @@
 #include <memory>
 #include <string>
 
+#include <zmq.hpp>
+
 #include "actors/outbox.hpp"
 #include "messages/codec.hpp"
 
@@ -42,6 +44,14 @@ class Context {
   virtual void set_timer(std::uint32_t timer_id, std::chrono::milliseconds interval, bool repeat) = 0;
   virtual void cancel_timer(std::uint32_t timer_id) = 0;
 
+  // A socket outside the runtime's mailboxes (the gateway's client-facing ROUTER), made from
+  // this context and owned by the actor: the live loop polls it beside the inbox and calls
+  // Actor::on_readable(ctx, id) when it has input. What arrives there is not in the trace, so
+  // actors that watch sockets are not replayable (replay's context has no ZeroMQ context).
+  virtual zmq::context_t* zmq_context() { return nullptr; }
+  virtual void watch(zmq::socket_ref, std::uint32_t /*id*/) {}
+  virtual void unwatch(std::uint32_t /*id*/) {}
+
  protected:
   virtual SendStatus deliver(const std::string& to, messages::Frames frames,
                              messages::WhenFull when_full) = 0;
@@ -54,6 +64,8 @@ class Actor {
   virtual void on_message(Context& ctx, messages::Message& message) = 0;
   // Called after Stop was taken from the inbox, i.e. after everything queued before it.
   virtual void on_stop(Context&) {}
+  // A watched socket (Context::watch) has input; read it without blocking.
+  virtual void on_readable(Context&, std::uint32_t /*watch_id*/) {}
 };
 
 // Counters every actor's runtime keeps.

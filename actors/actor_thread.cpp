@@ -50,11 +50,23 @@ class ActorLoop final : public Context {
   void run() {
     while (true) {
       std::vector<zmq::pollitem_t> items{{inbox_.handle(), 0, ZMQ_POLLIN, 0}};
+      for (auto& [id, socket] : watched_) items.push_back(zmq::pollitem_t{socket.handle(), 0, ZMQ_POLLIN, 0});
+      const std::size_t first_pending = items.size();
       auto pending = outbox_.pending_poll_items();
       items.insert(items.end(), pending.begin(), pending.end());
       zmq::poll(items.data(), items.size(), poll_timeout());
-      if (items.size() > 1) outbox_.flush();
+      if (items.size() > first_pending) outbox_.flush();
       fire_due_timers();
+      std::size_t index = 1;
+      std::vector<std::uint32_t> readable;
+      for (const auto& [id, socket] : watched_) {
+        if ((items[index++].revents & ZMQ_POLLIN) != 0) readable.push_back(id);
+      }
+      for (std::uint32_t id : readable) {
+        if (!watched_.contains(id)) continue;  // unwatched by an earlier handler
+        now_ns_ = monotonic_ns();
+        actor_.on_readable(*this, id);
+      }
       if ((items[0].revents & ZMQ_POLLIN) != 0 && drain_inbox()) return;
     }
   }
@@ -88,6 +100,9 @@ class ActorLoop final : public Context {
     timer.due_ns = monotonic_ns() + std::chrono::nanoseconds(timer.interval).count();
   }
   void cancel_timer(std::uint32_t timer_id) override { timers_.erase(timer_id); }
+  zmq::context_t* zmq_context() override { return &context_; }
+  void watch(zmq::socket_ref socket, std::uint32_t id) override { watched_[id] = socket; }
+  void unwatch(std::uint32_t id) override { watched_.erase(id); }
 
  protected:
   SendStatus deliver(const std::string& to, Frames frames, WhenFull when_full) override {
@@ -174,6 +189,7 @@ class ActorLoop final : public Context {
   Dispatcher dispatcher_;
   std::optional<TraceTap> tap_;
   std::map<std::uint32_t, TimerState> timers_;
+  std::map<std::uint32_t, zmq::socket_ref> watched_;
   std::int64_t now_ns_ = 0;
 };
 

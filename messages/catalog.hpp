@@ -17,6 +17,8 @@
 
 #include <msgpack.hpp>
 
+#include "messages/serving.hpp"
+
 namespace mqlm::messages {
 
 // What a sender's runtime does when the recipient's mailbox is full (ZeroMQ high-water mark).
@@ -128,6 +130,8 @@ struct ProbeReport {
   MSGPACK_DEFINE(target, pongs, mismatches, rejected, elapsed_ns, rtt_p50_ns, rtt_p99_ns, rtt_max_ns);
 };
 
+// ---- serving: front ends, scheduler, executor (messages/serving.hpp) -------------------------
+
 // X(kind byte, type, schema version, policy when the recipient's mailbox is full)
 #define MQLM_MESSAGE_CATALOG(X)                         \
   X(1, Error, 1, WhenFull::drop)                        \
@@ -140,7 +144,19 @@ struct ProbeReport {
   X(8, ActorFailed, 1, WhenFull::defer)                 \
   X(16, Ping, 1, WhenFull::reject)                      \
   X(17, Pong, 1, WhenFull::defer)                       \
-  X(18, ProbeReport, 1, WhenFull::defer)
+  X(18, ProbeReport, 1, WhenFull::defer)               \
+  X(32, Submit, 1, WhenFull::reject)                    \
+  X(33, Abort, 1, WhenFull::defer)                      \
+  X(34, TokenEvent, 1, WhenFull::defer)                 \
+  X(35, FinalEvent, 1, WhenFull::defer)                 \
+  X(36, StatusQuery, 1, WhenFull::reject)               \
+  X(37, StatusReport, 1, WhenFull::defer)               \
+  X(38, StepPlan, 1, WhenFull::defer)                   \
+  X(39, StepResult, 1, WhenFull::defer)                 \
+  X(40, ExecutorQuery, 1, WhenFull::defer)              \
+  X(41, ExecutorReport, 1, WhenFull::defer)             \
+  X(42, Drain, 1, WhenFull::defer)                      \
+  X(43, Drained, 1, WhenFull::defer)
 
 enum class Kind : std::uint8_t {
 #define MQLM_KIND_ENUM(byte, type, version, policy) type = byte,

@@ -103,6 +103,19 @@ std::string validate(const ActorFailed& f) {
   return f.failure == 1 || f.failure == 2 ? std::string{} : "ActorFailed.failure out of range";
 }
 
+std::string validate(const Submit& s) {
+  return s.prompt_kind >= 1 && s.prompt_kind <= 3 ? std::string{} : "Submit.prompt_kind out of range";
+}
+
+std::string validate(const Abort& a) {
+  return a.reason >= 1 && a.reason <= 3 ? std::string{} : "Abort.reason out of range";
+}
+
+std::string validate(const FinalEvent& f) {
+  if (f.finish < 1 || f.finish > 4) return "FinalEvent.finish out of range";
+  return f.error <= 9 ? std::string{} : "FinalEvent.error out of range";
+}
+
 template <typename T>
 std::variant<Payload, DecodeError> convert_payload(const msgpack::object& obj) {
   if (obj.type != msgpack::type::ARRAY) {

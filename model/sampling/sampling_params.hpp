@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <msgpack.hpp>
+
 namespace mqlm::model {
 
 struct SamplingParams {
@@ -25,6 +27,9 @@ struct SamplingParams {
   std::vector<std::int32_t> stop_token_ids;  // in addition to the model's end-of-turn tokens
   bool logprobs = false;             // report the chosen token's logprob
   std::int32_t top_logprobs = 0;     // and this many alternatives', 0..20 (needs logprobs)
+  // The wire form (the serving messages carry it): a positional array of the fields above.
+  MSGPACK_DEFINE(temperature, top_k, top_p, min_p, repetition_penalty, repetition_last_n, presence_penalty,
+                 frequency_penalty, seed, max_tokens, stop, stop_token_ids, logprobs, top_logprobs);
 };
 
 // What validation measures against; the engine knows the model and the room left in the context.

@@ -495,6 +495,9 @@ std::vector<std::string> wrong_types_for(const std::string& field) {
   msgpack::object_handle handle = msgpack::unpack(field.data(), field.size());
   std::vector<std::string> wrong{nil(), packed(0.5), packed(std::vector<int>{1}), packed(std::map<int, int>{{1, 1}})};
   switch (handle.get().type) {
+    // Arrays (lists and nested structs) and maps: scalars of each kind, and the other container.
+    case msgpack::type::ARRAY: return {nil(), packed(0.5), packed(7), packed("7"s), packed(std::map<int, int>{{1, 1}})};
+    case msgpack::type::MAP: return {nil(), packed(0.5), packed(7), packed("7"s), packed(std::vector<int>{1})};
     case msgpack::type::STR: wrong.push_back(packed(7)); wrong.push_back(packed(true)); break;
     case msgpack::type::BOOLEAN: wrong.push_back(packed(1)); wrong.push_back(packed("true"s)); break;
     default: wrong.push_back(packed("7"s)); wrong.push_back(packed(true)); break;  // integers

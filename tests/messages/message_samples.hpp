@@ -43,6 +43,58 @@ inline ProbeReport sample(std::type_identity<ProbeReport>) {
   return {"echo", 1000, 3, 2, 5'000'000'000, 12'345, 67'890, std::numeric_limits<std::int64_t>::max()};
 }
 
+inline model::SamplingParams sample_sampling() {
+  model::SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 40;
+  p.top_p = 0.9f;
+  p.min_p = 0.05f;
+  p.repetition_penalty = 1.1f;
+  p.repetition_last_n = 32;
+  p.presence_penalty = -0.5f;
+  p.frequency_penalty = 0.25f;
+  p.seed = 0xDEAD'BEEF'0000'0001ULL;
+  p.max_tokens = 77;
+  p.stop = {"\n\n", "</s>"};
+  p.stop_token_ids = {2, 128009};
+  p.logprobs = true;
+  p.top_logprobs = 5;
+  return p;
+}
+inline TokenLogprobs sample_logprobs() { return {128000, -0.25f, {128000, 13, 7}, {-0.25f, -1.5f, -3.0f}}; }
+inline PoolStatsWire sample_pool() {
+  return {1ULL << 33, 1ULL << 20, 1ULL << 34, (1ULL << 34) + 5, 7, {{"weights:tiny", 1ULL << 33}, {"kv", 4096}}};
+}
+inline Submit sample(std::type_identity<Submit>) {
+  return {"llama3-8b", static_cast<std::uint8_t>(PromptKind::chat), "Hello \xe4\xb8\x96", {1, 2, 3},
+          {{"system", "be brief"}, {"user", "hi"}}, sample_sampling()};
+}
+inline Abort sample(std::type_identity<Abort>) { return {static_cast<std::uint8_t>(AbortReason::client_gone)}; }
+inline TokenEvent sample(std::type_identity<TokenEvent>) {
+  return {{128000, 13}, "caf\xc3\xa9", {sample_logprobs(), sample_logprobs()}};
+}
+inline FinalEvent sample(std::type_identity<FinalEvent>) {
+  return {static_cast<std::uint8_t>(FinishReason::error), static_cast<std::uint16_t>(RequestError::gpu),
+          "device lost", "held", "\n\n", 602, 128, 592, 1'000, 20'000'000, 900'000'000};
+}
+inline StatusQuery sample(std::type_identity<StatusQuery>) { return {true}; }
+inline StatusReport sample(std::type_identity<StatusReport>) {
+  return {{"tiny", "llama3-8b"}, 3, 1, 2, 1ULL << 40, 99, 4, 123456, 4096, 512, 17, 9, 33, 2, true, sample_pool()};
+}
+inline StepPlan sample(std::type_identity<StepPlan>) {
+  return {7, "tiny", {{42, sample_sampling(), {1, 2, 3}}}, {{42, 16, {5, 6}, {3, 9}, true}}, {41, 40}, true};
+}
+inline StepResult sample(std::type_identity<StepResult>) {
+  return {7, {{42, 13, true, sample_logprobs()}}, static_cast<std::uint16_t>(RequestError::gpu), "out of memory",
+          true, 3, true, sample_pool(), 5'000'000};
+}
+inline ExecutorQuery sample(std::type_identity<ExecutorQuery>) { return {true}; }
+inline ExecutorReport sample(std::type_identity<ExecutorReport>) {
+  return {{{"tiny", 512, 16, 4096, 32000}}, 2, sample_pool(), "NVIDIA H100 80GB HBM3"};
+}
+inline Drain sample(std::type_identity<Drain>) { return {true}; }
+inline Drained sample(std::type_identity<Drained>) { return {2000}; }
+
 template <typename T>
 T sample() {
   return sample(std::type_identity<T>{});

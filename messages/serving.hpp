@@ -1,0 +1,251 @@
+// The serving messages: what the gateway (and http) say to the scheduler about client requests,
+// and what the scheduler and the executor say to each other about steps. Listed in the catalog
+// (messages/catalog.hpp) like every other message.
+//
+//   client ──▶ gateway ──Submit / Abort / StatusQuery──▶ scheduler ──StepPlan / ExecutorQuery──▶ executor
+//   client ◀── gateway ◀──TokenEvent / FinalEvent / StatusReport── scheduler ◀──StepResult / ExecutorReport── executor
+//
+// A request is named by the envelope's request_id, chosen by the front end that submitted it
+// (gateway or http) and unique among its requests; the scheduler keys requests by (front end,
+// request_id) and answers to that front end with the same request_id. Sequences (the scheduler's
+// and executor's name for a request being computed) have ids of the scheduler's own.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <msgpack.hpp>
+
+#include "model/sampling/sampling_params.hpp"
+
+namespace mqlm::messages {
+
+// ---- front end <-> scheduler --------------------------------------------------------------
+
+struct ChatTurn {
+  std::string role;
+  std::string content;
+  MSGPACK_DEFINE(role, content);
+};
+
+enum class PromptKind : std::uint8_t {
+  text = 1,    // tokenized by the scheduler, with the model's BOS when it wants one
+  tokens = 2,  // token ids, used exactly as given
+  chat = 3,    // rendered with the model's chat template, then tokenized
+};
+
+// A request to generate. Answered by TokenEvents (each sampled token, whether or not the client
+// streams: front ends gather them for clients that do not) and one FinalEvent.
+struct Submit {
+  std::string model;  // "" : the server's default model
+  std::uint8_t prompt_kind = 1;  // PromptKind
+  std::string text;
+  std::vector<std::int32_t> tokens;
+  std::vector<ChatTurn> chat;
+  model::SamplingParams sampling;
+  MSGPACK_DEFINE(model, prompt_kind, text, tokens, chat, sampling);
+};
+
+enum class AbortReason : std::uint8_t {
+  client = 1,       // the client asked
+  client_gone = 2,  // the client disconnected
+  shutdown = 3,     // the server is stopping and not finishing requests
+};
+
+// Ends the request named by the envelope's request_id (at the next step boundary); its
+// FinalEvent says finish abort. Unknown ids are ignored (the request may have just finished).
+struct Abort {
+  std::uint8_t reason = 1;  // AbortReason
+  MSGPACK_DEFINE(reason);
+};
+
+// The logprob of one chosen token and the top alternatives (most likely first).
+struct TokenLogprobs {
+  std::int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<std::int32_t> top_tokens;
+  std::vector<float> top_logprobs;
+  MSGPACK_DEFINE(token, logprob, top_tokens, top_logprobs);
+};
+
+// New output of a request: the tokens sampled since the last event and the text they make
+// (whole UTF-8 characters; text that may begin a stop string is held back until it cannot).
+struct TokenEvent {
+  std::vector<std::int32_t> tokens;
+  std::string text;
+  std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for logprobs
+  MSGPACK_DEFINE(tokens, text, logprobs);
+};
+
+enum class FinishReason : std::uint8_t { stop = 1, length = 2, abort = 3, error = 4 };
+
+// Why a request failed (FinishReason::error), for clients to act on.
+enum class RequestError : std::uint16_t {
+  none = 0,
+  invalid_request = 1,   // a parameter out of range, an empty prompt, an unknown prompt kind
+  unknown_model = 2,
+  prompt_too_long = 3,   // prompt plus max_tokens exceed the model's context or the KV cache
+  busy = 4,              // the server's queues are full; try again later
+  unavailable = 5,       // the scheduler or executor is not answering (process died, stopping)
+  gpu = 6,               // the step that computed this request failed on the GPU
+  internal = 7,          // a bug: the message says what
+  shutting_down = 8,     // the server is draining and takes no new requests
+  malformed = 9,         // the client's frame could not be decoded (gateway only)
+};
+
+// The last message of every request, whatever ended it.
+struct FinalEvent {
+  std::uint8_t finish = 1;   // FinishReason
+  std::uint16_t error = 0;   // RequestError when finish is error
+  std::string message;       // for errors: what was wrong and what to do
+  std::string text;          // text held back until the end (a stop string's possible start)
+  std::string stop;          // the stop string that ended the request, if one did
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t completion_tokens = 0;
+  std::uint32_t cached_tokens = 0;  // prompt tokens taken from the prefix cache, not computed
+  std::int64_t queue_ns = 0;        // submit to first scheduled
+  std::int64_t ttft_ns = 0;         // submit to first token (0: none)
+  std::int64_t total_ns = 0;        // submit to end
+  MSGPACK_DEFINE(finish, error, message, text, stop, prompt_tokens, completion_tokens, cached_tokens, queue_ns,
+                 ttft_ns, total_ns);
+};
+
+// The buffer pool's statistics (gpu::PoolStats on the wire).
+struct PoolStatsWire {
+  std::uint64_t active_bytes = 0;
+  std::uint64_t cached_bytes = 0;
+  std::uint64_t peak_active_bytes = 0;
+  std::uint64_t held_bytes = 0;
+  std::uint32_t blocks = 0;
+  std::map<std::string, std::uint64_t> active_by_owner;
+  MSGPACK_DEFINE(active_bytes, cached_bytes, peak_active_bytes, held_bytes, blocks, active_by_owner);
+};
+
+// Asks the scheduler for its tables and the executor's pool; trim: have the executor trim its
+// pool first (the figures are then after the trim).
+struct StatusQuery {
+  bool trim = false;
+  MSGPACK_DEFINE(trim);
+};
+
+struct StatusReport {
+  std::vector<std::string> models;
+  std::uint32_t requests = 0;   // in the request table
+  std::uint32_t waiting = 0;
+  std::uint32_t running = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t finished = 0;   // requests ended, for any reason
+  std::uint64_t preemptions = 0;
+  std::uint64_t computed_tokens = 0;   // prompt and recomputed tokens run through the model
+  std::uint64_t prefix_hit_tokens = 0; // prompt tokens taken from the prefix cache instead
+  std::uint32_t kv_pages = 0;
+  std::uint32_t kv_pages_in_use = 0;
+  std::uint32_t kv_pages_cached = 0;
+  std::uint64_t kv_references = 0;     // the sum of every page's reference count
+  std::uint32_t executor_slots = 0;    // sequences the executor holds state for
+  bool executor_ready = false;
+  PoolStatsWire pool;
+  MSGPACK_DEFINE(models, requests, waiting, running, steps, finished, preemptions, computed_tokens,
+                 prefix_hit_tokens, kv_pages, kv_pages_in_use, kv_pages_cached, kv_references, executor_slots,
+                 executor_ready, pool);
+};
+
+// Tells a front end the server is stopping: from now on new requests get shutting_down; with
+// abort_running, its open requests are aborted (else they run to their end). It answers Drained
+// once none of its requests is open (at once if none is).
+struct Drain {
+  bool abort_running = false;
+  MSGPACK_DEFINE(abort_running);
+};
+
+struct Drained {
+  std::uint64_t requests_served = 0;  // requests that reached their final event in its life
+  MSGPACK_DEFINE(requests_served);
+};
+
+// ---- scheduler <-> executor -----------------------------------------------------------------
+
+// A sequence the executor has not seen: its sampler is made from these (and lives until the
+// sequence is released, across preemptions, so recomputing it draws the same tokens).
+struct SequenceStart {
+  std::uint64_t sequence = 0;
+  model::SamplingParams sampling;
+  std::vector<std::int32_t> prompt;  // what the repetition penalty sees
+  MSGPACK_DEFINE(sequence, sampling, prompt);
+};
+
+// One sequence's share of a step: tokens at positions position, position + 1, ... whose K and V
+// go to the pages of block_table (page i holds positions i * page_size ...). output: sample a
+// token after the last of them.
+struct PlanSequence {
+  std::uint64_t sequence = 0;
+  std::uint32_t position = 0;
+  std::vector<std::int32_t> tokens;
+  std::vector<std::uint32_t> block_table;
+  bool output = false;
+  MSGPACK_DEFINE(sequence, position, tokens, block_table, output);
+};
+
+// One step of one model. released: sequences whose executor state is to be dropped (before the
+// step runs). A plan with no sequences only releases (and trims when asked).
+struct StepPlan {
+  std::uint64_t step = 0;
+  std::string model;
+  std::vector<SequenceStart> starts;
+  std::vector<PlanSequence> sequences;
+  std::vector<std::uint64_t> released;
+  bool trim = false;  // trim the pool after the step
+  MSGPACK_DEFINE(step, model, starts, sequences, released, trim);
+};
+
+struct OutputToken {
+  std::uint64_t sequence = 0;
+  std::int32_t token = -1;
+  bool has_logprobs = false;
+  TokenLogprobs logprobs;
+  MSGPACK_DEFINE(sequence, token, has_logprobs, logprobs);
+};
+
+// The answer to a StepPlan: a token for each sequence that asked for output, or an error
+// (RequestError::gpu or internal) that fails every sequence of the step. kv_lost: the KV cache's
+// contents are gone (the device was recreated), so every computed page must be recomputed.
+struct StepResult {
+  std::uint64_t step = 0;
+  std::vector<OutputToken> tokens;
+  std::uint16_t error = 0;
+  std::string message;
+  bool kv_lost = false;
+  std::uint32_t slots = 0;   // sequences the executor holds state for, after the step
+  bool has_pool = false;     // pool statistics ride along now and then, and after a trim
+  PoolStatsWire pool;
+  std::int64_t gpu_ns = 0;   // time the step took in the executor
+  MSGPACK_DEFINE(step, tokens, error, message, kv_lost, slots, has_pool, pool, gpu_ns);
+};
+
+struct ExecutorQuery {
+  bool trim = false;
+  MSGPACK_DEFINE(trim);
+};
+
+// What the executor has: sent in answer to ExecutorQuery (the scheduler asks when it starts, and
+// plans nothing before the answer: it learns the KV cache's shape from it).
+struct ModelInfo {
+  std::string name;
+  std::uint32_t kv_pages = 0;
+  std::uint32_t page_size = 0;
+  std::uint32_t n_ctx = 0;      // the longest sequence the model takes
+  std::uint32_t n_vocab = 0;
+  MSGPACK_DEFINE(name, kv_pages, page_size, n_ctx, n_vocab);
+};
+
+struct ExecutorReport {
+  std::vector<ModelInfo> models;
+  std::uint32_t slots = 0;
+  PoolStatsWire pool;
+  std::string device;
+  MSGPACK_DEFINE(models, slots, pool, device);
+};
+
+}  // namespace mqlm::messages
