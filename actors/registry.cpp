@@ -3,6 +3,15 @@
 #include <stdexcept>
 
 #include "actors/probe_actors.hpp"
+#if MQLM_HAS_SCHEDULER
+#include "actors/scheduler/scheduler.hpp"
+#endif
+#if MQLM_HAS_EXECUTOR
+#include "actors/executor/executor.hpp"
+#endif
+#if MQLM_HAS_GATEWAY
+#include "actors/gateway/gateway.hpp"
+#endif
 
 namespace mqlm::actors {
 
@@ -36,7 +45,19 @@ void check_known(const std::string& kind, const ActorOptions& options, const std
 
 }  // namespace
 
-std::vector<std::string> actor_kinds() { return {"echo", "prober"}; }
+std::vector<std::string> actor_kinds() {
+  std::vector<std::string> kinds{"echo", "prober"};
+#if MQLM_HAS_SCHEDULER
+  kinds.push_back("scheduler");
+#endif
+#if MQLM_HAS_EXECUTOR
+  kinds.push_back("executor");
+#endif
+#if MQLM_HAS_GATEWAY
+  kinds.push_back("gateway");
+#endif
+  return kinds;
+}
 
 std::unique_ptr<Actor> make_actor(const std::string& kind, const ActorOptions& options) {
   if (kind == "echo") {
@@ -55,7 +76,18 @@ std::unique_ptr<Actor> make_actor(const std::string& kind, const ActorOptions& o
     if (config.blob_bytes > (std::uint64_t{1} << 30)) throw std::invalid_argument("prober blob_bytes is over 1 GiB");
     return std::make_unique<ProberActor>(config);
   }
-  throw std::invalid_argument("unknown actor kind '" + kind + "' (known: echo, prober)");
+#if MQLM_HAS_SCHEDULER
+  if (kind == "scheduler") return make_scheduler(options);
+#endif
+#if MQLM_HAS_EXECUTOR
+  if (kind == "executor") return make_executor(options);
+#endif
+#if MQLM_HAS_GATEWAY
+  if (kind == "gateway") return make_gateway(options);
+#endif
+  std::string known;
+  for (const auto& k : actor_kinds()) known += (known.empty() ? "" : ", ") + k;
+  throw std::invalid_argument("unknown actor kind '" + kind + "' (known: " + known + ")");
 }
 
 bool parse_option(const std::string& text, std::string& key, std::string& value) {

@@ -10,9 +10,12 @@ void add_node_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_client_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 // `mqlm bench NAME`: each benchmark adds itself to the bench subcommand (code in bench/).
 void add_runtime_bench(CLI::App& bench);
 void add_kernel_bench(CLI::App& bench);
+void add_serve_bench(CLI::App& bench);
 
 // A command's failure: the message goes to stderr and the process exits with code.
 struct CommandFailed : std::runtime_error {

@@ -24,10 +24,13 @@ int main(int argc, char** argv) {
   mqlm::tools::add_trace_command(app);
   mqlm::tools::add_make_model_command(app);
   mqlm::tools::add_generate_command(app);
+  mqlm::tools::add_client_command(app);
+  mqlm::tools::add_serve_command(app);
   auto* bench = app.add_subcommand("bench", "benchmarks (figures that matter are measured on the H100)");
   bench->require_subcommand(1);
   mqlm::tools::add_runtime_bench(*bench);
   mqlm::tools::add_kernel_bench(*bench);
+  mqlm::tools::add_serve_bench(*bench);
 
   try {
     app.parse(argc, argv);

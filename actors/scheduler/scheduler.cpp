@@ -1,0 +1,578 @@
+#include "actors/scheduler/scheduler.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include "model/gguf/gguf_file.hpp"
+#include "model/gguf/vocabulary_metadata.hpp"
+
+namespace mqlm::actors {
+
+using namespace messages;
+
+namespace {
+
+constexpr std::uint32_t kWatchdogTimer = 1;
+constexpr auto kWatchdogInterval = std::chrono::milliseconds(500);
+
+std::uint32_t parse_count(const ActorOptions& options, const std::string& key, std::uint32_t fallback,
+                          std::uint32_t low, std::uint32_t high) {
+  auto it = options.find(key);
+  if (it == options.end()) return fallback;
+  std::uint32_t value = 0;
+  const auto& text = it->second;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size() || value < low || value > high) {
+    throw std::invalid_argument(fmt::format("scheduler option {}={}: want a whole number from {} to {}", key, text,
+                                            low, high));
+  }
+  return value;
+}
+
+std::int64_t elapsed(std::int64_t from_ns, std::int64_t to_ns) { return from_ns > 0 ? to_ns - from_ns : 0; }
+
+}  // namespace
+
+// What the scheduler knows of a model: enough to turn prompts into tokens and tokens into text.
+struct Scheduler::ServedModel {
+  std::string name;
+  std::uint64_t key = 0;  // mixed into prefix-cache keys, so models never share pages
+  model::Vocabulary vocabulary;
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::optional<model::ChatTemplate> chat;
+  std::vector<std::int32_t> stop_tokens;  // EOS, EOT and the chat family's end-of-turn tokens
+  std::uint32_t n_ctx = 0;
+  std::uint32_t n_vocab = 0;  // ids that may appear in a prompt or be sampled
+};
+
+struct Scheduler::Request {
+  std::string front;             // the front end that submitted it (gateway, http)
+  std::uint64_t client_request = 0;  // its request id there
+  std::uint64_t sequence = 0;
+  std::vector<std::int32_t> history;  // prompt, then generated tokens
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t computed = 0;         // tokens of history whose K and V are in the cache
+  std::uint32_t cached_tokens = 0;    // prompt tokens the prefix cache gave at first admission
+  bool admitted_once = false;
+  bool running = false;
+  bool executor_has_it = false;       // the executor holds its sampler
+  model::SamplingParams sampling;
+  std::optional<model::StreamDecoder> decoder;
+  std::optional<model::StopMatcher> stops;
+  std::int64_t submitted_ns = 0, scheduled_ns = 0, first_token_ns = 0;
+
+  std::uint32_t generated() const { return static_cast<std::uint32_t>(history.size()) - prompt_tokens; }
+};
+
+SchedulerConfig scheduler_config(const ActorOptions& options) {
+  static const std::vector<std::string> known{"model", "name", "executor", "max_sequences", "token_budget",
+                                              "max_waiting", "step_timeout_ms"};
+  for (const auto& [key, value] : options) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      throw std::invalid_argument("scheduler: unknown option '" + key + "'");
+    }
+  }
+  SchedulerConfig c;
+  auto model = options.find("model");
+  if (model == options.end() || model->second.empty()) {
+    throw std::invalid_argument("scheduler: model=PATH (a GGUF file) is required");
+  }
+  c.model_path = model->second;
+  if (auto name = options.find("name"); name != options.end()) c.model_name = name->second;
+  if (auto executor = options.find("executor"); executor != options.end()) c.executor = executor->second;
+  c.max_sequences = parse_count(options, "max_sequences", c.max_sequences, 1, 4096);
+  c.token_budget = parse_count(options, "token_budget", c.token_budget, 1, 1 << 20);
+  c.max_waiting = parse_count(options, "max_waiting", c.max_waiting, 1, 1 << 24);
+  c.step_timeout_ms = parse_count(options, "step_timeout_ms", c.step_timeout_ms, 10, 3'600'000);
+  return c;
+}
+
+std::unique_ptr<Actor> make_scheduler(const ActorOptions& options) {
+  return std::make_unique<Scheduler>(scheduler_config(options));
+}
+
+Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), model_(std::make_unique<ServedModel>()) {
+  auto opened = model::gguf::GgufFile::open(config_.model_path);
+  if (auto* e = std::get_if<model::gguf::GgufError>(&opened)) {
+    throw std::invalid_argument(config_.model_path + ": " + e->message());
+  }
+  const auto& file = std::get<model::gguf::GgufFile>(opened);
+  auto vocabulary = model::gguf::read_vocabulary(file);
+  if (auto* e = std::get_if<model::gguf::GgufError>(&vocabulary)) {
+    throw std::invalid_argument(config_.model_path + ": " + e->message());
+  }
+  ServedModel& m = *model_;
+  m.vocabulary = std::get<model::Vocabulary>(std::move(vocabulary));
+  auto tokenizer = model::Tokenizer::create(m.vocabulary);
+  if (auto* e = std::get_if<model::TokenizerError>(&tokenizer)) {
+    throw std::invalid_argument(config_.model_path + ": " + e->message);
+  }
+  m.tokenizer = std::make_unique<model::Tokenizer>(std::get<model::Tokenizer>(std::move(tokenizer)));
+  m.name = !config_.model_name.empty() ? config_.model_name
+                                       : std::filesystem::path(config_.model_path).stem().string();
+  m.key = XXH3_64bits(m.name.data(), m.name.size());
+  m.n_vocab = static_cast<std::uint32_t>(m.tokenizer->size());
+  if (const auto* arch = file.get<std::string>("general.architecture")) {
+    if (const auto* ctx = file.get<std::uint32_t>(*arch + ".context_length")) m.n_ctx = *ctx;
+  }
+  auto chat = model::chat_template_for(m.vocabulary);
+  if (auto* t = std::get_if<model::ChatTemplate>(&chat)) {
+    m.chat = *t;
+    m.stop_tokens = model::end_of_turn_token_ids(t->family, m.vocabulary);
+  } else {
+    for (std::int32_t id : {m.tokenizer->eos(), m.tokenizer->eot()}) {
+      if (id >= 0) m.stop_tokens.push_back(id);
+    }
+  }
+}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::on_start(Context& ctx) {
+  // The executor says how many KV pages it has; nothing is planned before it answers.
+  ctx.send(config_.executor, ExecutorQuery{false});
+  ctx.set_timer(kWatchdogTimer, kWatchdogInterval, true);
+}
+
+void Scheduler::on_message(Context& ctx, Message& message) {
+  if (const auto* submit = message.as<Submit>()) {
+    on_submit(ctx, message, *submit);
+  } else if (const auto* abort = message.as<Abort>()) {
+    on_abort(ctx, message, *abort);
+  } else if (const auto* result = message.as<StepResult>()) {
+    on_step_result(ctx, *result);
+  } else if (const auto* report = message.as<ExecutorReport>()) {
+    on_executor_report(ctx, *report);
+  } else if (const auto* query = message.as<StatusQuery>()) {
+    on_status(ctx, message, *query);
+  } else if (message.as<Timer>() != nullptr) {
+    on_timer(ctx);
+  } else if (const auto* error = message.as<Error>()) {
+    spdlog::warn("{}: {} answered an error: {}", ctx.self(), message.envelope.from, error->message);
+  }
+}
+
+void Scheduler::on_stop(Context& ctx) {
+  // Whatever is still open ends now, so every front end gets its final events.
+  std::vector<std::uint64_t> open;
+  for (const auto& [sequence, request] : requests_) open.push_back(sequence);
+  for (std::uint64_t sequence : open) {
+    end_request(ctx, sequence, FinishReason::abort, RequestError::none, "the scheduler stopped");
+  }
+}
+
+std::optional<std::string> Scheduler::prompt_for(const ServedModel& m, const Submit& submit,
+                                                 std::vector<std::int32_t>& prompt) const {
+  switch (static_cast<PromptKind>(submit.prompt_kind)) {
+    case PromptKind::text:
+      prompt = m.tokenizer->encode(submit.text, {true, false});
+      return std::nullopt;
+    case PromptKind::tokens:
+      for (std::size_t i = 0; i < submit.tokens.size(); ++i) {
+        if (submit.tokens[i] < 0 || static_cast<std::uint32_t>(submit.tokens[i]) >= m.n_vocab) {
+          return fmt::format("tokens[{}] = {} is not a token id of {} (0 to {})", i, submit.tokens[i], m.name,
+                             m.n_vocab - 1);
+        }
+      }
+      prompt = submit.tokens;
+      return std::nullopt;
+    case PromptKind::chat: {
+      if (!m.chat) return "model " + m.name + " has no chat template it recognises: send a prompt instead";
+      std::vector<model::ChatMessage> turns;
+      for (const auto& t : submit.chat) turns.push_back({t.role, t.content});
+      auto rendered = model::render_chat(*m.chat, turns, true);
+      if (auto* e = std::get_if<model::ChatTemplateError>(&rendered)) return "messages: " + e->message;
+      // The template writes the special tokens as text; BOS is added where the model wants it,
+      // unless the template wrote it already.
+      prompt = m.tokenizer->encode(std::get<std::string>(rendered), {false, true});
+      if (m.vocabulary.add_bos && m.tokenizer->bos() >= 0 && (prompt.empty() || prompt[0] != m.tokenizer->bos())) {
+        prompt.insert(prompt.begin(), m.tokenizer->bos());
+      }
+      return std::nullopt;
+    }
+  }
+  return "unknown prompt kind";
+}
+
+void Scheduler::on_submit(Context& ctx, const Message& message, const Submit& submit) {
+  const auto client_key = std::make_pair(message.envelope.from, message.envelope.request_id);
+  auto fail_now = [&](RequestError error, std::string text) {
+    FinalEvent final;
+    final.finish = static_cast<std::uint8_t>(FinishReason::error);
+    final.error = static_cast<std::uint16_t>(error);
+    final.message = std::move(text);
+    ctx.send(message.envelope.from, final, {0, message.envelope.request_id, {}});
+    ++finished_;
+  };
+  // A request id already open from that front end cannot be told apart from it: refused
+  // without touching the open one.
+  if (by_client_.contains(client_key)) {
+    fail_now(RequestError::invalid_request, fmt::format("request id {} is already open", client_key.second));
+    return;
+  }
+
+  auto request = std::make_unique<Request>();
+  Request& r = *request;
+  r.front = message.envelope.from;
+  r.client_request = message.envelope.request_id;
+  r.sequence = next_sequence_++;
+  r.submitted_ns = ctx.now_ns();
+  r.sampling = submit.sampling;
+  requests_.emplace(r.sequence, std::move(request));
+  by_client_.emplace(client_key, r.sequence);
+
+  const ServedModel& m = *model_;
+  if (!submit.model.empty() && submit.model != m.name) {
+    end_request(ctx, r.sequence, FinishReason::error, RequestError::unknown_model,
+                fmt::format("no model named '{}' here (this server has '{}')", submit.model, m.name));
+    return;
+  }
+  if (waiting_.size() >= config_.max_waiting) {
+    end_request(ctx, r.sequence, FinishReason::error, RequestError::busy,
+                fmt::format("{} requests are waiting already: try again later", waiting_.size()));
+    return;
+  }
+  std::vector<std::int32_t> prompt;
+  if (auto why = prompt_for(m, submit, prompt)) {
+    end_request(ctx, r.sequence, FinishReason::error, RequestError::invalid_request, *why);
+    return;
+  }
+  if (prompt.empty()) {
+    end_request(ctx, r.sequence, FinishReason::error, RequestError::invalid_request, "the prompt is empty");
+    return;
+  }
+  const std::uint64_t longest = std::min<std::uint64_t>(m.n_ctx > 0 ? m.n_ctx : UINT32_MAX,
+                                                        kv_capacity_tokens_ > 0 ? kv_capacity_tokens_ : UINT32_MAX);
+  if (prompt.size() + static_cast<std::uint64_t>(std::max(1, submit.sampling.max_tokens)) > longest) {
+    end_request(ctx, r.sequence, FinishReason::error, RequestError::prompt_too_long,
+                fmt::format("{} prompt tokens and max_tokens {} exceed the {} tokens a sequence may have here",
+                            prompt.size(), submit.sampling.max_tokens, longest));
+    return;
+  }
+  model::SamplingLimits limits{static_cast<std::int32_t>(m.n_vocab),
+                               static_cast<std::int32_t>(longest - prompt.size())};
+  if (auto error = model::validate(submit.sampling, limits)) {
+    end_request(ctx, r.sequence, FinishReason::error, RequestError::invalid_request,
+                error->field + ": " + error->message);
+    return;
+  }
+  r.history = std::move(prompt);
+  r.prompt_tokens = static_cast<std::uint32_t>(r.history.size());
+  r.decoder.emplace(*m.tokenizer, model::DecodeOptions{false, false});
+  r.stops.emplace(model::StopMatcher::for_request(r.sampling, m.stop_tokens));
+  waiting_.push_back(r.sequence);
+  schedule(ctx);
+}
+
+void Scheduler::on_abort(Context& ctx, const Message& message, const Abort& abort) {
+  auto it = by_client_.find({message.envelope.from, message.envelope.request_id});
+  if (it == by_client_.end()) return;  // already ended: its final event is on its way
+  pending_aborts_.emplace_back(it->second, static_cast<AbortReason>(abort.reason));
+  if (!in_flight_) {
+    apply_pending_aborts(ctx);
+    schedule(ctx);
+  }
+}
+
+void Scheduler::apply_pending_aborts(Context& ctx) {
+  auto aborts = std::move(pending_aborts_);
+  pending_aborts_.clear();
+  for (const auto& [sequence, reason] : aborts) {
+    if (!requests_.contains(sequence)) continue;
+    const char* why = reason == AbortReason::client_gone ? "the client disconnected"
+                      : reason == AbortReason::shutdown  ? "the server is shutting down"
+                                                         : "aborted by the client";
+    end_request(ctx, sequence, FinishReason::abort, RequestError::none, why);
+  }
+}
+
+void Scheduler::on_executor_report(Context& ctx, const ExecutorReport& report) {
+  executor_slots_ = report.slots;
+  pool_ = report.pool;
+  if (!executor_ready_) {
+    auto it = std::find_if(report.models.begin(), report.models.end(),
+                           [&](const ModelInfo& info) { return info.name == model_->name; });
+    if (it == report.models.end() || it->kv_pages == 0 || it->page_size == 0) {
+      spdlog::error("{}: the executor does not serve model '{}' (or has no KV pages for it)", ctx.self(),
+                    model_->name);
+    } else {
+      if (!pages_) pages_.emplace(it->kv_pages, it->page_size);
+      kv_capacity_tokens_ = it->kv_pages * it->page_size;
+      if (it->n_ctx > 0) model_->n_ctx = model_->n_ctx > 0 ? std::min(model_->n_ctx, it->n_ctx) : it->n_ctx;
+      executor_ready_ = true;
+      spdlog::info("{}: executor ready on {}: model {}, {} KV pages of {} tokens", ctx.self(), report.device,
+                   model_->name, it->kv_pages, it->page_size);
+    }
+  }
+  answer_status(ctx, &report.pool);
+  schedule(ctx);
+}
+
+// ---- planning -------------------------------------------------------------------------------
+
+void Scheduler::preempt(Request& r) {
+  pages_->release(r.sequence);
+  r.computed = 0;
+  r.running = false;
+  std::erase(running_, r.sequence);
+  waiting_.push_front(r.sequence);
+  ++preemptions_;
+}
+
+// Adds up to `budget` of the request's uncomputed tokens to the plan, taking the pages they need
+// (preempting the newest running sequences when there are none). False when it could not.
+bool Scheduler::plan_sequence(Request& r, std::uint32_t budget, StepPlan& plan) {
+  const auto total = static_cast<std::uint32_t>(r.history.size());
+  const std::uint32_t n = std::min(total - r.computed, budget);
+  if (n == 0) return false;
+  while (!pages_->reserve(r.sequence, r.computed + n)) {
+    // The newest running sequence gives way; if that is this one, it waits.
+    if (running_.empty()) return false;
+    Request& newest = *requests_.at(running_.back());
+    if (&newest == &r) return false;
+    preempt(newest);
+    // Its tokens may already be in this plan: take them out again.
+    std::erase_if(plan.sequences, [&](const PlanSequence& s) { return s.sequence == newest.sequence; });
+  }
+  PlanSequence s;
+  s.sequence = r.sequence;
+  s.position = r.computed;
+  s.tokens.assign(r.history.begin() + r.computed, r.history.begin() + r.computed + n);
+  s.block_table = pages_->block_table(r.sequence);
+  s.output = r.computed + n == total;
+  plan.sequences.push_back(std::move(s));
+  return true;
+}
+
+void Scheduler::schedule(Context& ctx) {
+  if (in_flight_ || !executor_ready_ || !pages_) return;
+  StepPlan plan;
+  plan.model = model_->name;
+  std::uint32_t budget = config_.token_budget;
+
+  // Running sequences first, oldest first: each decodes a token or continues its prompt.
+  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Request& r = *requests_.at(running_[i]);
+    if (!r.running) continue;  // preempted by an older one's page needs during this plan
+    if (!plan_sequence(r, budget, plan)) {
+      if (!r.running) break;
+      preempt(r);  // no pages even after every newer one gave way
+      break;
+    }
+    budget -= static_cast<std::uint32_t>(plan.sequences.back().tokens.size());
+  }
+  // Then waiting ones, first come first served, while budget and the sequence limit allow.
+  while (!waiting_.empty() && budget > 0 && running_.size() < config_.max_sequences) {
+    Request& r = *requests_.at(waiting_.front());
+    const auto longest = static_cast<std::uint64_t>(r.prompt_tokens) + static_cast<std::uint64_t>(r.sampling.max_tokens);
+    if (longest > kv_capacity_tokens_) {
+      waiting_.pop_front();
+      end_request(ctx, r.sequence, FinishReason::error, RequestError::prompt_too_long,
+                  fmt::format("{} prompt tokens and max_tokens {} do not fit in the KV cache's {} tokens",
+                              r.prompt_tokens, r.sampling.max_tokens, kv_capacity_tokens_));
+      continue;
+    }
+    if (!pages_->has(r.sequence)) {
+      const std::uint32_t reused = pages_->begin(r.sequence, model_->key, r.history);
+      r.computed = reused;
+      prefix_hit_tokens_ += reused;
+      if (!r.admitted_once) r.cached_tokens = std::min(reused, r.prompt_tokens);
+    }
+    // A waiting sequence never preempts a running one: it waits for pages instead.
+    const std::uint32_t n = std::min(static_cast<std::uint32_t>(r.history.size()) - r.computed, budget);
+    if (!pages_->reserve(r.sequence, r.computed + n)) {
+      pages_->release(r.sequence);  // gives back the prefix pages it took, until its turn
+      r.computed = 0;
+      break;
+    }
+    waiting_.pop_front();
+    r.running = true;
+    running_.push_back(r.sequence);
+    if (!r.admitted_once) {
+      r.admitted_once = true;
+      r.scheduled_ns = ctx.now_ns();
+    }
+    if (!r.executor_has_it) {
+      plan.starts.push_back({r.sequence, r.sampling, {r.history.begin(), r.history.begin() + r.prompt_tokens}});
+      r.executor_has_it = true;
+    }
+    plan_sequence(r, budget, plan);
+    budget -= static_cast<std::uint32_t>(plan.sequences.back().tokens.size());
+  }
+
+  if (plan.sequences.empty() && to_release_.empty()) return;
+  plan.step = next_step_++;
+  plan.released = std::move(to_release_);
+  to_release_.clear();
+  for (const auto& s : plan.sequences) computed_tokens_ += s.tokens.size();
+  ctx.send(config_.executor, plan);
+  in_flight_ = std::move(plan);
+  in_flight_since_ns_ = ctx.now_ns();
+}
+
+// ---- results --------------------------------------------------------------------------------
+
+void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
+  if (!in_flight_ || result.step != in_flight_->step) {
+    spdlog::warn("{}: a result for step {} that is not the one in flight: ignored", ctx.self(), result.step);
+    return;
+  }
+  StepPlan plan = std::move(*in_flight_);
+  in_flight_.reset();
+  executor_slots_ = result.slots;
+  if (result.has_pool) pool_ = result.pool;
+  if (!plan.sequences.empty()) ++steps_;
+
+  apply_pending_aborts(ctx);
+  if (result.error != 0) {
+    spdlog::warn("{}: step {} failed: {}", ctx.self(), result.step, result.message);
+    for (const auto& s : plan.sequences) {
+      if (auto it = requests_.find(s.sequence); it != requests_.end()) {
+        it->second->executor_has_it = false;  // the executor dropped the state of the step's sequences
+        end_request(ctx, s.sequence, FinishReason::error, static_cast<RequestError>(result.error),
+                    "the step computing this request failed: " + result.message);
+      }
+    }
+    if (result.kv_lost) {
+      // Nothing computed survives: every running sequence starts over, and no page is shared.
+      for (std::uint64_t sequence : std::vector<std::uint64_t>(running_)) preempt(*requests_.at(sequence));
+      const auto stats = pages_->stats();
+      pages_.emplace(stats.total, pages_->page_size());
+    }
+  } else {
+    for (const auto& s : plan.sequences) {
+      auto it = requests_.find(s.sequence);
+      if (it == requests_.end()) continue;  // ended while the step ran
+      Request& r = *it->second;
+      r.computed = s.position + static_cast<std::uint32_t>(s.tokens.size());
+      pages_->computed(r.sequence, std::span<const std::int32_t>(r.history.data(), r.computed));
+    }
+    for (const auto& output : result.tokens) {
+      auto it = requests_.find(output.sequence);
+      if (it == requests_.end()) continue;
+      deliver_token(ctx, *it->second, output);
+    }
+  }
+  schedule(ctx);
+}
+
+void Scheduler::deliver_token(Context& ctx, Request& r, const OutputToken& output) {
+  if (r.first_token_ns == 0) r.first_token_ns = ctx.now_ns();
+  r.history.push_back(output.token);
+  const model::Tokenizer& tokenizer = *model_->tokenizer;
+  std::string text = tokenizer.ends_generation(output.token) ? std::string{} : r.decoder->push(output.token);
+  model::StopStep step = r.stops->push(output.token, text);
+  TokenEvent event;
+  event.tokens = {output.token};
+  event.text = std::move(step.text);
+  if (output.has_logprobs) event.logprobs.push_back(output.logprobs);
+  ctx.send(r.front, event, {0, r.client_request, {}});
+  if (step.finish) {
+    end_request(ctx, r.sequence, *step.finish == model::FinishReason::stop ? FinishReason::stop : FinishReason::length,
+                RequestError::none, {}, step.stop_string);
+  } else if (model_->n_ctx > 0 && r.history.size() >= model_->n_ctx) {
+    end_request(ctx, r.sequence, FinishReason::length, RequestError::none, "the model's context is full");
+  }
+}
+
+// The one way a request ends.
+void Scheduler::end_request(Context& ctx, std::uint64_t sequence, FinishReason finish, RequestError error,
+                            std::string message, std::string stop) {
+  auto it = requests_.find(sequence);
+  if (it == requests_.end()) return;
+  Request& r = *it->second;
+  std::erase(waiting_, sequence);
+  std::erase(running_, sequence);
+  if (pages_) pages_->release(sequence);
+  if (r.executor_has_it) to_release_.push_back(sequence);
+
+  FinalEvent final;
+  final.finish = static_cast<std::uint8_t>(finish);
+  final.error = static_cast<std::uint16_t>(error);
+  final.message = std::move(message);
+  final.stop = std::move(stop);
+  // Text held back (a stop string's possible start, a character's first bytes) is the client's
+  // unless a stop string ended the request, in which case the matcher has dropped it already.
+  if (r.stops && !r.stops->finished()) {
+    final.text = (r.decoder ? r.decoder->finish() : std::string{});
+    final.text = r.stops->release() + final.text;
+  }
+  final.prompt_tokens = r.prompt_tokens;
+  final.completion_tokens = r.history.empty() ? 0 : r.generated();
+  final.cached_tokens = r.cached_tokens;
+  final.queue_ns = elapsed(r.submitted_ns, r.scheduled_ns);
+  final.ttft_ns = elapsed(r.submitted_ns, r.first_token_ns);
+  final.total_ns = ctx.now_ns() - r.submitted_ns;
+  ctx.send(r.front, final, {0, r.client_request, {}});
+
+  by_client_.erase({r.front, r.client_request});
+  requests_.erase(it);
+  ++finished_;
+}
+
+// ---- status and the watchdog ----------------------------------------------------------------
+
+void Scheduler::on_status(Context& ctx, const Message& message, const StatusQuery& query) {
+  if (query.trim && executor_ready_) {
+    // Answered when the executor has trimmed (its report follows any step already sent).
+    status_waiters_.push_back({message.envelope.from, message.envelope.correlation_id});
+    ctx.send(config_.executor, ExecutorQuery{true});
+    return;
+  }
+  ctx.reply(message, status());
+}
+
+void Scheduler::answer_status(Context& ctx, const PoolStatsWire* pool) {
+  if (pool) pool_ = *pool;
+  for (const auto& waiter : status_waiters_) ctx.send(waiter.to, status(), {waiter.correlation_id, 0, {}});
+  status_waiters_.clear();
+}
+
+StatusReport Scheduler::status() const {
+  StatusReport s;
+  s.models = {model_->name};
+  s.requests = static_cast<std::uint32_t>(requests_.size());
+  s.waiting = static_cast<std::uint32_t>(waiting_.size());
+  s.running = static_cast<std::uint32_t>(running_.size());
+  s.steps = steps_;
+  s.finished = finished_;
+  s.preemptions = preemptions_;
+  s.computed_tokens = computed_tokens_;
+  s.prefix_hit_tokens = prefix_hit_tokens_;
+  if (pages_) {
+    const PageTableStats p = pages_->stats();
+    s.kv_pages = p.total;
+    s.kv_pages_in_use = p.in_use;
+    s.kv_pages_cached = p.cached;
+    s.kv_references = p.references;
+  }
+  s.executor_slots = executor_slots_;
+  s.executor_ready = executor_ready_;
+  s.pool = pool_;
+  return s;
+}
+
+void Scheduler::on_timer(Context& ctx) {
+  if (!in_flight_) return;
+  const std::int64_t waited_ms = (ctx.now_ns() - in_flight_since_ns_) / 1'000'000;
+  if (waited_ms < config_.step_timeout_ms) return;
+  // The executor is gone or stuck: its requests fail instead of hanging, and nothing more is
+  // planned until it answers again.
+  spdlog::error("{}: step {} unanswered for {} ms: failing its requests", ctx.self(), in_flight_->step, waited_ms);
+  StepPlan plan = std::move(*in_flight_);
+  in_flight_.reset();
+  executor_ready_ = false;
+  for (const auto& s : plan.sequences) {
+    end_request(ctx, s.sequence, FinishReason::error, RequestError::unavailable,
+                "the executor did not answer within " + std::to_string(config_.step_timeout_ms) + " ms");
+  }
+  ctx.send(config_.executor, ExecutorQuery{false});
+}
+
+}  // namespace mqlm::actors

@@ -1,0 +1,115 @@
+// The scheduler actor: turns requests into steps. It owns the request table, the waiting and
+// running queues and the KV cache's page table; the executor owns the GPU and runs one StepPlan
+// at a time.
+//
+// Every step is one batch: first the running sequences (a decode token each, or the next chunk of
+// a prompt still being prefilled), then waiting sequences admitted in arrival order while the
+// token budget and the sequence limit allow (chunked prefill). When pages run out, the newest
+// running sequence is preempted: its pages go back (full ones stay in the prefix cache) and it
+// waits at the head of the queue to be recomputed; the executor keeps its sampler, so the
+// recomputed sequence draws the same tokens.
+//
+// One function, end_request(), ends a request whatever ended it; it removes the request from
+// every table, releases its pages, queues its executor slot for release and sends the final
+// event. Aborts are messages applied at the next step boundary.
+//
+// The scheduler follows the replay rule (docs/architecture.md): time from ctx.now_ns() only, no
+// randomness, and the tokenizers it needs are read when it is built. A trace of it replays.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/actor.hpp"
+#include "actors/registry.hpp"
+#include "actors/scheduler/kv_page_table.hpp"
+#include "model/chat/chat_template.hpp"
+#include "model/sampling/stop_matcher.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+
+namespace mqlm::actors {
+
+struct SchedulerConfig {
+  std::string model_path;            // GGUF: its vocabulary, chat template and context length
+  std::string model_name;            // default: the file name without .gguf
+  std::string executor = "executor";
+  std::uint32_t max_sequences = 64;  // running at once
+  std::uint32_t token_budget = 512;  // tokens computed per step, decode and prefill together
+  std::uint32_t max_waiting = 4096;  // queued requests; beyond, new ones are told busy
+  std::uint32_t step_timeout_ms = 30000;  // a step unanswered this long fails its requests
+};
+
+// Options: model=PATH (required), name=, executor=, max_sequences=, token_budget=, max_waiting=,
+// step_timeout_ms=. Throws std::invalid_argument naming a bad one.
+SchedulerConfig scheduler_config(const ActorOptions& options);
+std::unique_ptr<Actor> make_scheduler(const ActorOptions& options);
+
+class Scheduler final : public Actor {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+  ~Scheduler() override;
+
+  void on_start(Context& ctx) override;
+  void on_message(Context& ctx, messages::Message& message) override;
+  void on_stop(Context& ctx) override;
+
+ private:
+  struct ServedModel;
+  struct Request;
+
+  void on_submit(Context& ctx, const messages::Message& message, const messages::Submit& submit);
+  void on_abort(Context& ctx, const messages::Message& message, const messages::Abort& abort);
+  void on_status(Context& ctx, const messages::Message& message, const messages::StatusQuery& query);
+  void on_executor_report(Context& ctx, const messages::ExecutorReport& report);
+  void on_step_result(Context& ctx, const messages::StepResult& result);
+  void on_timer(Context& ctx);
+
+  // Prompt tokens for a submit, or the error that rejects it.
+  std::optional<std::string> prompt_for(const ServedModel& model, const messages::Submit& submit,
+                                        std::vector<std::int32_t>& prompt) const;
+  void schedule(Context& ctx);
+  bool plan_sequence(Request& request, std::uint32_t budget, messages::StepPlan& plan);
+  void preempt(Request& request);
+  void deliver_token(Context& ctx, Request& request, const messages::OutputToken& output);
+  void end_request(Context& ctx, std::uint64_t sequence, messages::FinishReason finish,
+                   messages::RequestError error = messages::RequestError::none, std::string message = {},
+                   std::string stop = {});
+  void apply_pending_aborts(Context& ctx);
+  messages::StatusReport status() const;
+  void answer_status(Context& ctx, const messages::PoolStatsWire* pool);
+
+  SchedulerConfig config_;
+  std::unique_ptr<ServedModel> model_;
+  std::optional<KvPageTable> pages_;  // made when the executor says how many it has
+  std::uint32_t kv_capacity_tokens_ = 0;
+  bool executor_ready_ = false;
+
+  std::map<std::uint64_t, std::unique_ptr<Request>> requests_;           // by sequence id
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> by_client_;  // (front end, request id)
+  std::deque<std::uint64_t> waiting_;
+  std::vector<std::uint64_t> running_;  // in admission order: the newest is last
+  std::vector<std::uint64_t> to_release_;  // executor slots to drop with the next plan
+  std::vector<std::pair<std::uint64_t, messages::AbortReason>> pending_aborts_;
+  std::uint64_t next_sequence_ = 1;
+
+  std::optional<messages::StepPlan> in_flight_;
+  std::int64_t in_flight_since_ns_ = 0;
+  std::uint64_t next_step_ = 1;
+
+  struct StatusWaiter {
+    std::string to;
+    std::uint64_t correlation_id = 0;
+  };
+  std::vector<StatusWaiter> status_waiters_;  // answered when the executor's trim report comes
+  messages::PoolStatsWire pool_;
+  std::uint32_t executor_slots_ = 0;
+
+  std::uint64_t steps_ = 0, finished_ = 0, preemptions_ = 0, computed_tokens_ = 0, prefix_hit_tokens_ = 0;
+};
+
+}  // namespace mqlm::actors

@@ -1,0 +1,169 @@
+// `mqlm serve MODEL.gguf`: the server. Runs the executor, the scheduler and the gateway in this
+// process, or some of them (--run) with the addresses of the others (--address), so the same
+// deployment splits over processes or hosts by configuration alone. SIGINT or SIGTERM drains:
+// the gateway refuses new requests, aborts the running ones (or lets them finish with
+// --finish-running), and once none is open the actors stop in reverse order.
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/mailbox.hpp"
+#include "actors/node.hpp"
+#include "actors/registry.hpp"
+#include "tools/commands.hpp"
+
+namespace mqlm::tools {
+
+using namespace actors;
+
+namespace {
+
+constexpr const char* kServeMailbox = "serve";
+
+struct ServeOptions {
+  std::string model;
+  std::string name;
+  std::string listen = "tcp://127.0.0.1:5555";
+  std::vector<std::string> run{"executor", "scheduler", "gateway"};
+  std::vector<std::string> addresses;
+  std::string device;
+  std::uint32_t kv_pages = 1024;
+  std::uint32_t page_size = 16;
+  std::uint32_t max_sequences = 64;
+  std::uint32_t token_budget = 512;
+  std::uint32_t max_waiting = 4096;
+  std::string trace;
+  bool trace_without_blobs = false;
+  bool finish_running = false;
+  int drain_timeout_s = 60;
+  int heartbeat_timeout_ms = 10000;
+};
+
+NodeConfig serve_config(const ServeOptions& o) {
+  NodeConfig config;
+  for (const auto& a : o.addresses) {
+    std::string name, endpoint;
+    if (!parse_address(a, name, endpoint)) {
+      throw CommandFailed("--address wants NAME=ENDPOINT (like scheduler=ipc:///tmp/mqlm-scheduler), not '" + a + "'", 2);
+    }
+    config.topology.add(name, endpoint);
+  }
+  for (const char* name : {"gateway", "scheduler", "executor", kServeMailbox}) config.topology.add(name);
+
+  const std::string name = !o.name.empty() ? o.name : std::filesystem::path(o.model).stem().string();
+  std::map<std::string, ActorOptions> options;
+  options["executor"] = {{"model", o.model}, {"name", name}, {"kv_pages", std::to_string(o.kv_pages)},
+                         {"page_size", std::to_string(o.page_size)}};
+  if (!o.device.empty()) options["executor"]["device"] = o.device;
+  options["scheduler"] = {{"model", o.model},
+                          {"name", name},
+                          {"max_sequences", std::to_string(o.max_sequences)},
+                          {"token_budget", std::to_string(o.token_budget)},
+                          {"max_waiting", std::to_string(o.max_waiting)}};
+  options["gateway"] = {{"listen", o.listen}};
+  // Start order: what others depend on first; stopping goes in reverse.
+  for (const char* kind : {"executor", "scheduler", "gateway"}) {
+    if (std::find(o.run.begin(), o.run.end(), kind) == o.run.end()) continue;
+    ActorOptions actor_options = options[kind];
+    try {
+      if (std::string(kind) != "executor") make_actor(kind, actor_options);  // bad options fail now
+    } catch (const std::invalid_argument& e) {
+      throw CommandFailed(e.what(), 2);
+    }
+    config.actors.push_back({kind, [kind, actor_options] { return make_actor(kind, actor_options); }, {}});
+  }
+  for (const auto& r : o.run) {
+    if (r != "executor" && r != "scheduler" && r != "gateway") {
+      throw CommandFailed("--run takes executor, scheduler and gateway, not '" + r + "'", 2);
+    }
+  }
+  config.trace_file = o.trace;
+  config.topology.trace_blobs = !o.trace_without_blobs;
+  // Loading a model takes a while inside on_start; the heartbeat must not call that a hang.
+  config.supervisor.heartbeat_timeout = std::chrono::milliseconds(o.heartbeat_timeout_ms);
+  return config;
+}
+
+void serve(const ServeOptions& o) {
+  NodeConfig config = serve_config(o);
+  const bool has_gateway = std::find(o.run.begin(), o.run.end(), "gateway") != o.run.end();
+
+  // Signals are taken synchronously by this thread; every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  Node node(std::move(config));
+  Mailbox control(node.context(), node.topology(), kServeMailbox);
+  try {
+    node.start();
+  } catch (const std::exception& e) {
+    throw CommandFailed(std::string("could not start: ") + e.what(), 1);
+  }
+  if (has_gateway) {
+    spdlog::info("serving {} on {}", o.model, o.listen);
+    std::cout << "ready: listening on " << o.listen << std::endl;
+  } else {
+    std::cout << "ready" << std::endl;
+  }
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::cout << "draining" << std::endl;
+  if (has_gateway) {
+    control.send("gateway", messages::Drain{!o.finish_running});
+    // A second signal stops at once; otherwise wait for the gateway's last request to end.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.drain_timeout_s);
+    bool drained = false;
+    while (!drained && std::chrono::steady_clock::now() < deadline) {
+      if (auto message = control.receive(std::chrono::milliseconds(100))) {
+        drained = message->as<messages::Drained>() != nullptr;
+      }
+      timespec none{0, 0};
+      if (sigtimedwait(&signals, nullptr, &none) > 0) break;
+    }
+    if (!drained) spdlog::warn("stopping with requests still open");
+  }
+  node.stop();
+  std::cout << "stopped" << std::endl;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  auto* cmd = app.add_subcommand("serve", "serve a GGUF model over the ZeroMQ client protocol (docs/protocol.md)");
+  cmd->add_option("model", o->model, "GGUF file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--name", o->name, "the model's name for clients (default: the file name without .gguf)");
+  cmd->add_option("--listen", o->listen, "where clients connect: tcp://HOST:PORT or ipc://PATH")->capture_default_str();
+  cmd->add_option("--run", o->run, "which actors this process runs (default all: executor scheduler gateway)")
+      ->delimiter(',');
+  cmd->add_option("--address", o->addresses,
+                  "NAME=ENDPOINT where an actor's inbox is, here or in another process (default inproc://mqlm/NAME)");
+  cmd->add_option("--device", o->device, "Vulkan device: index or name substring (default MQLM_VULKAN_DEVICE)");
+  cmd->add_option("--kv-pages", o->kv_pages, "KV cache pages")->capture_default_str()->check(CLI::Range(1u, 1u << 24));
+  cmd->add_option("--page-size", o->page_size, "tokens per KV page")->capture_default_str()->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--max-sequences", o->max_sequences, "sequences in a step at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--token-budget", o->token_budget, "tokens computed per step at most (decode and prefill chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("--max-waiting", o->max_waiting, "queued requests before new ones are told busy")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 24));
+  cmd->add_option("--trace", o->trace, "record every message of this process's actors to this file");
+  cmd->add_flag("--trace-without-blobs", o->trace_without_blobs, "record blob frames by size only");
+  cmd->add_flag("--finish-running", o->finish_running, "on SIGINT / SIGTERM let running requests finish (default: abort them)");
+  cmd->add_option("--drain-timeout-s", o->drain_timeout_s, "longest wait for open requests when stopping")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
+  cmd->callback([o] { serve(*o); });
+}
+
+}  // namespace mqlm::tools
