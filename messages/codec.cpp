@@ -154,6 +154,11 @@ zmq::message_t to_frame(const msgpack::sbuffer& buffer) {
 
 }  // namespace
 
+std::variant<msgpack::object_handle, DecodeError> unpack_untrusted(std::span<const std::byte> bytes,
+                                                                  std::string_view what) {
+  return unpack_whole(reinterpret_cast<const char*>(bytes.data()), bytes.size(), what);
+}
+
 std::string_view error_code_name(ErrorCode code) {
   switch (code) {
     case ErrorCode::malformed: return "malformed";

@@ -90,4 +90,11 @@ std::string payload_to_text(const Payload& payload);
 
 std::string_view error_code_name(ErrorCode code);
 
+// Unpacks exactly one msgpack object spanning the whole buffer, with the defences decode()
+// uses (declared element counts bounded by the bytes, nesting at most 8 deep), so what it
+// allocates stays proportional to the buffer. For other untrusted msgpack: the gateway's
+// client frames. `what` names the buffer in the error's detail.
+std::variant<msgpack::object_handle, DecodeError> unpack_untrusted(std::span<const std::byte> bytes,
+                                                                  std::string_view what);
+
 }  // namespace mqlm::messages

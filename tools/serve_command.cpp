@@ -64,7 +64,8 @@ NodeConfig serve_config(const ServeOptions& o) {
                           {"max_sequences", std::to_string(o.max_sequences)},
                           {"token_budget", std::to_string(o.token_budget)},
                           {"max_waiting", std::to_string(o.max_waiting)}};
-  options["gateway"] = {{"listen", o.listen}};
+  // A backend process that dies is noticed within about 0.6 s: clients hear within a second.
+  options["gateway"] = {{"listen", o.listen}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
   // Start order: what others depend on first; stopping goes in reverse.
   for (const char* kind : {"executor", "scheduler", "gateway"}) {
     if (std::find(o.run.begin(), o.run.end(), kind) == o.run.end()) continue;

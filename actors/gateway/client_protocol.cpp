@@ -1,0 +1,666 @@
+#include "actors/gateway/client_protocol.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "model/sampling/sampling_params.hpp"
+
+namespace mqlm::actors::client_protocol {
+
+using messages::RequestError;
+
+namespace {
+
+// ---- parsing --------------------------------------------------------------------------------
+
+struct Failure {
+  RequestError code = RequestError::malformed;
+  std::string message;
+};
+
+using Check = std::optional<Failure>;
+
+Failure malformed(std::string message) { return {RequestError::malformed, std::move(message)}; }
+Failure invalid(std::string message) { return {RequestError::invalid_request, std::move(message)}; }
+
+std::string_view type_name(const msgpack::object& o) {
+  switch (o.type) {
+    case msgpack::type::NIL: return "nil";
+    case msgpack::type::BOOLEAN: return "a boolean";
+    case msgpack::type::POSITIVE_INTEGER:
+    case msgpack::type::NEGATIVE_INTEGER: return "an integer";
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: return "a float";
+    case msgpack::type::STR: return "a string";
+    case msgpack::type::BIN: return "binary";
+    case msgpack::type::ARRAY: return "an array";
+    case msgpack::type::MAP: return "a map";
+    case msgpack::type::EXT: return "an extension";
+  }
+  return "an unknown type";
+}
+
+Failure wrong_type(std::string_view key, std::string_view expected, const msgpack::object& o) {
+  return malformed("'" + std::string(key) + "' must be " + std::string(expected) + ", not " +
+                   std::string(type_name(o)));
+}
+
+bool is_integer(const msgpack::object& o) {
+  return o.type == msgpack::type::POSITIVE_INTEGER || o.type == msgpack::type::NEGATIVE_INTEGER;
+}
+
+// The integer's value as text, whatever its width (for messages about out-of-range values).
+std::string integer_text(const msgpack::object& o) {
+  return o.type == msgpack::type::POSITIVE_INTEGER ? std::to_string(o.via.u64) : std::to_string(o.via.i64);
+}
+
+Check read_bool(const msgpack::object& o, std::string_view key, bool& out) {
+  if (o.type != msgpack::type::BOOLEAN) return wrong_type(key, "true or false", o);
+  out = o.via.boolean;
+  return std::nullopt;
+}
+
+// Integers are numbers too: clients in languages without a separate float type send 1 for 1.0.
+// Values beyond float's range become infinities, which model::validate rejects by name.
+Check read_float(const msgpack::object& o, std::string_view key, float& out) {
+  switch (o.type) {
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: out = static_cast<float>(o.via.f64); return std::nullopt;
+    case msgpack::type::POSITIVE_INTEGER: out = static_cast<float>(o.via.u64); return std::nullopt;
+    case msgpack::type::NEGATIVE_INTEGER: out = static_cast<float>(o.via.i64); return std::nullopt;
+    default: return wrong_type(key, "a number", o);
+  }
+}
+
+Check read_int32(const msgpack::object& o, std::string_view key, std::int32_t& out) {
+  if (!is_integer(o)) return wrong_type(key, "an integer", o);
+  constexpr auto kMin = std::numeric_limits<std::int32_t>::min();
+  constexpr auto kMax = std::numeric_limits<std::int32_t>::max();
+  bool fits = o.type == msgpack::type::POSITIVE_INTEGER ? o.via.u64 <= static_cast<std::uint64_t>(kMax)
+                                                        : o.via.i64 >= kMin;
+  if (!fits) {
+    return invalid(std::string(key) + " is " + integer_text(o) + ": it must be a 32-bit integer");
+  }
+  out = o.type == msgpack::type::POSITIVE_INTEGER ? static_cast<std::int32_t>(o.via.u64)
+                                                  : static_cast<std::int32_t>(o.via.i64);
+  return std::nullopt;
+}
+
+Check read_uint64(const msgpack::object& o, std::string_view key, std::uint64_t& out) {
+  if (!is_integer(o)) return wrong_type(key, "an integer", o);
+  if (o.type == msgpack::type::NEGATIVE_INTEGER) {
+    return invalid(std::string(key) + " is " + integer_text(o) + ": it must be >= 0");
+  }
+  out = o.via.u64;
+  return std::nullopt;
+}
+
+Check read_string(const msgpack::object& o, std::string_view key, std::size_t max_bytes, std::string& out) {
+  if (o.type != msgpack::type::STR) return wrong_type(key, "a string", o);
+  if (o.via.str.size > max_bytes) {
+    return invalid(std::string(key) + " is " + std::to_string(o.via.str.size) + " bytes long: at most " +
+                   std::to_string(max_bytes) + " are accepted");
+  }
+  out.assign(o.via.str.ptr, o.via.str.size);
+  return std::nullopt;
+}
+
+// Token ids are checked >= 0 here; against the vocabulary by the scheduler, which knows it.
+Check read_token_ids(const msgpack::object& o, std::string_view key, std::size_t max_count,
+                     std::vector<std::int32_t>& out) {
+  if (o.type != msgpack::type::ARRAY) return wrong_type(key, "an array of integers", o);
+  if (o.via.array.size > max_count) {
+    return invalid(std::string(key) + " has " + std::to_string(o.via.array.size) + " ids: at most " +
+                   std::to_string(max_count) + " are accepted");
+  }
+  out.clear();
+  out.reserve(o.via.array.size);
+  for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+    const msgpack::object& item = o.via.array.ptr[i];
+    std::string field = std::string(key) + "[" + std::to_string(i) + "]";
+    std::int32_t id = 0;
+    if (auto failure = read_int32(item, field, id)) return failure;
+    if (id < 0) return invalid(field + " is " + std::to_string(id) + ": a token id must be >= 0");
+    out.push_back(id);
+  }
+  return std::nullopt;
+}
+
+// Counts and lengths are left to model::validate, which names the limits; the frame's own bound
+// already bounds what this allocates.
+Check read_strings(const msgpack::object& o, std::string_view key, std::vector<std::string>& out) {
+  if (o.type != msgpack::type::ARRAY) return wrong_type(key, "an array of strings", o);
+  out.clear();
+  out.reserve(o.via.array.size);
+  for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+    const msgpack::object& item = o.via.array.ptr[i];
+    std::string field = std::string(key) + "[" + std::to_string(i) + "]";
+    if (item.type != msgpack::type::STR) return wrong_type(field, "a string", item);
+    out.emplace_back(item.via.str.ptr, item.via.str.size);
+  }
+  return std::nullopt;
+}
+
+Check read_chat_turn(const msgpack::object& o, const std::string& field, messages::ChatTurn& out) {
+  if (o.type != msgpack::type::MAP) return wrong_type(field, "a map with role and content", o);
+  bool has_role = false;
+  bool has_content = false;
+  for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+    const msgpack::object_kv& kv = o.via.map.ptr[i];
+    std::string_view name = kv.key.type == msgpack::type::STR
+                                ? std::string_view(kv.key.via.str.ptr, kv.key.via.str.size)
+                                : std::string_view();
+    if (name == "role" && !has_role) {
+      has_role = true;
+      if (auto failure = read_string(kv.val, field + ".role", kMaxRoleBytes, out.role)) return failure;
+    } else if (name == "content" && !has_content) {
+      has_content = true;
+      if (auto failure = read_string(kv.val, field + ".content", kMaxFrameBytes, out.content)) return failure;
+    } else if (name == "role" || name == "content") {
+      return malformed(field + " has the key '" + std::string(name) + "' twice");
+    } else {
+      return malformed(field + " has a key other than role and content" +
+                       (name.empty() ? std::string() : ": '" + std::string(name.substr(0, kMaxKeyBytes)) + "'"));
+    }
+  }
+  if (!has_role || !has_content) {
+    return malformed(field + " lacks " + (has_role ? "content" : "role") + ": each message is {role, content}");
+  }
+  if (out.role.empty()) return invalid(field + ".role is empty");
+  return std::nullopt;
+}
+
+Check read_chat(const msgpack::object& o, std::vector<messages::ChatTurn>& out) {
+  if (o.type != msgpack::type::ARRAY) return wrong_type("messages", "an array of {role, content} maps", o);
+  if (o.via.array.size > kMaxChatTurns) {
+    return invalid("messages has " + std::to_string(o.via.array.size) + " entries: at most " +
+                   std::to_string(kMaxChatTurns) + " are accepted");
+  }
+  out.clear();
+  out.reserve(o.via.array.size);
+  for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+    messages::ChatTurn turn;
+    if (auto failure = read_chat_turn(o.via.array.ptr[i], "messages[" + std::to_string(i) + "]", turn)) {
+      return failure;
+    }
+    out.push_back(std::move(turn));
+  }
+  return std::nullopt;
+}
+
+// A generate request while its keys are read: which prompt keys appeared.
+struct GenerateDraft {
+  GenerateRequest request;
+  int prompts_given = 0;
+};
+
+using KeyReader = Check (*)(const msgpack::object&, GenerateDraft&);
+
+struct GenerateKey {
+  std::string_view name;
+  KeyReader read;
+};
+
+model::SamplingParams& sampling(GenerateDraft& d) { return d.request.submit.sampling; }
+
+// Every key generate takes, and where its value goes. op and id are read before these.
+const GenerateKey kGenerateKeys[] = {
+    {"op", [](const msgpack::object&, GenerateDraft&) -> Check { return std::nullopt; }},
+    {"id", [](const msgpack::object&, GenerateDraft&) -> Check { return std::nullopt; }},
+    {"model",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       return read_string(o, "model", kMaxModelNameBytes, d.request.submit.model);
+     }},
+    {"prompt",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       ++d.prompts_given;
+       d.request.submit.prompt_kind = static_cast<std::uint8_t>(messages::PromptKind::text);
+       return read_string(o, "prompt", kMaxFrameBytes, d.request.submit.text);
+     }},
+    {"tokens",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       ++d.prompts_given;
+       d.request.submit.prompt_kind = static_cast<std::uint8_t>(messages::PromptKind::tokens);
+       return read_token_ids(o, "tokens", kMaxPromptTokens, d.request.submit.tokens);
+     }},
+    {"messages",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       ++d.prompts_given;
+       d.request.submit.prompt_kind = static_cast<std::uint8_t>(messages::PromptKind::chat);
+       return read_chat(o, d.request.submit.chat);
+     }},
+    {"stream", [](const msgpack::object& o, GenerateDraft& d) { return read_bool(o, "stream", d.request.stream); }},
+    {"max_tokens",
+     [](const msgpack::object& o, GenerateDraft& d) { return read_int32(o, "max_tokens", sampling(d).max_tokens); }},
+    {"temperature",
+     [](const msgpack::object& o, GenerateDraft& d) { return read_float(o, "temperature", sampling(d).temperature); }},
+    {"top_k", [](const msgpack::object& o, GenerateDraft& d) { return read_int32(o, "top_k", sampling(d).top_k); }},
+    {"top_p", [](const msgpack::object& o, GenerateDraft& d) { return read_float(o, "top_p", sampling(d).top_p); }},
+    {"min_p", [](const msgpack::object& o, GenerateDraft& d) { return read_float(o, "min_p", sampling(d).min_p); }},
+    {"repetition_penalty",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       return read_float(o, "repetition_penalty", sampling(d).repetition_penalty);
+     }},
+    {"repetition_last_n",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       return read_int32(o, "repetition_last_n", sampling(d).repetition_last_n);
+     }},
+    {"presence_penalty",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       return read_float(o, "presence_penalty", sampling(d).presence_penalty);
+     }},
+    {"frequency_penalty",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       return read_float(o, "frequency_penalty", sampling(d).frequency_penalty);
+     }},
+    {"seed", [](const msgpack::object& o, GenerateDraft& d) { return read_uint64(o, "seed", sampling(d).seed); }},
+    {"stop", [](const msgpack::object& o, GenerateDraft& d) { return read_strings(o, "stop", sampling(d).stop); }},
+    {"stop_token_ids",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       return read_token_ids(o, "stop_token_ids", std::numeric_limits<std::uint32_t>::max(),
+                             sampling(d).stop_token_ids);
+     }},
+    {"logprobs",
+     [](const msgpack::object& o, GenerateDraft& d) { return read_bool(o, "logprobs", sampling(d).logprobs); }},
+    {"top_logprobs",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       return read_int32(o, "top_logprobs", sampling(d).top_logprobs);
+     }},
+};
+
+// The frame's map, its keys checked: strings, short, each once.
+struct Entries {
+  std::vector<std::pair<std::string_view, const msgpack::object*>> items;
+  std::vector<std::string_view> repeated;
+  std::optional<Failure> problem;  // the first problem with the keys
+
+  const msgpack::object* find(std::string_view name) const {
+    for (const auto& [key, value] : items) {
+      if (key == name) return value;
+    }
+    return nullptr;
+  }
+  bool is_repeated(std::string_view name) const {
+    return std::find(repeated.begin(), repeated.end(), name) != repeated.end();
+  }
+};
+
+Entries read_entries(const msgpack::object& map) {
+  Entries entries;
+  entries.items.reserve(map.via.map.size);
+  for (std::uint32_t i = 0; i < map.via.map.size; ++i) {
+    const msgpack::object_kv& kv = map.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) {
+      if (!entries.problem) {
+        entries.problem = malformed("a key is " + std::string(type_name(kv.key)) + ": keys are strings such as \"op\"");
+      }
+      continue;
+    }
+    std::string_view name(kv.key.via.str.ptr, kv.key.via.str.size);
+    if (name.size() > kMaxKeyBytes) {
+      if (!entries.problem) {
+        entries.problem = malformed("a key is " + std::to_string(name.size()) + " bytes long: no key is over " +
+                                    std::to_string(kMaxKeyBytes));
+      }
+      continue;
+    }
+    if (entries.find(name) != nullptr) {
+      if (!entries.is_repeated(name)) entries.repeated.push_back(name);
+      if (!entries.problem) entries.problem = malformed("the key '" + std::string(name) + "' appears twice");
+      continue;
+    }
+    entries.items.emplace_back(name, &kv.val);
+  }
+  return entries;
+}
+
+// The id, or why it is unusable.
+std::variant<ClientId, Failure> read_id(const msgpack::object& o) {
+  switch (o.type) {
+    case msgpack::type::STR:
+      if (o.via.str.size > kMaxIdBytes) {
+        return malformed("'id' is " + std::to_string(o.via.str.size) + " bytes long: at most " +
+                         std::to_string(kMaxIdBytes) + " are accepted");
+      }
+      return ClientId{std::string(o.via.str.ptr, o.via.str.size)};
+    case msgpack::type::POSITIVE_INTEGER:
+      if (o.via.u64 > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        return malformed("'id' is " + std::to_string(o.via.u64) + ": integer ids are 64-bit signed");
+      }
+      return ClientId{static_cast<std::int64_t>(o.via.u64)};
+    case msgpack::type::NEGATIVE_INTEGER: return ClientId{o.via.i64};
+    default: return wrong_type("id", "a string or an integer", o);
+  }
+}
+
+RequestProblem problem(Failure failure, std::optional<ClientId> id = std::nullopt, bool generate = false) {
+  return RequestProblem{failure.code, std::move(failure.message), std::move(id), generate};
+}
+
+ClientRequest parse_generate(const Entries& entries, ClientId id) {
+  GenerateDraft draft;
+  draft.request.id = id;
+  for (const auto& [name, value] : entries.items) {
+    const GenerateKey* key = nullptr;
+    for (const auto& candidate : kGenerateKeys) {
+      if (candidate.name == name) key = &candidate;
+    }
+    if (key == nullptr) {
+      return problem(malformed("generate has no key '" + std::string(name) + "'"), id, true);
+    }
+    if (auto failure = key->read(*value, draft)) return problem(std::move(*failure), id, true);
+  }
+  const messages::Submit& submit = draft.request.submit;
+  if (draft.prompts_given != 1) {
+    return problem(invalid(draft.prompts_given == 0 ? "no prompt: give one of prompt, tokens or messages"
+                                                    : "several prompts: give only one of prompt, tokens or messages"),
+                   id, true);
+  }
+  bool empty = submit.text.empty() && submit.tokens.empty() && submit.chat.empty();
+  if (empty) {
+    static constexpr std::string_view kKeys[] = {"", "prompt", "tokens", "messages"};
+    return problem(invalid(std::string(kKeys[submit.prompt_kind]) + " is empty"), id, true);
+  }
+  if (auto error = model::validate(submit.sampling)) return problem(invalid(error->message), id, true);
+  return std::move(draft.request);
+}
+
+ClientRequest parse_status(const Entries& entries, std::optional<ClientId> id) {
+  StatusRequest request{std::move(id), false};
+  for (const auto& [name, value] : entries.items) {
+    if (name == "op" || name == "id") continue;
+    if (name != "trim") return problem(malformed("status has no key '" + std::string(name) + "'"), request.id);
+    if (auto failure = read_bool(*value, "trim", request.trim)) return problem(std::move(*failure), request.id);
+  }
+  return request;
+}
+
+ClientRequest parse_abort(const Entries& entries, ClientId id) {
+  for (const auto& [name, value] : entries.items) {
+    if (name != "op" && name != "id") return problem(malformed("abort has no key '" + std::string(name) + "'"), id);
+  }
+  return AbortRequest{std::move(id)};
+}
+
+// ---- encoding -------------------------------------------------------------------------------
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+void pack_text(Packer& pk, std::string_view text) {
+  pk.pack_str(static_cast<std::uint32_t>(text.size()));
+  pk.pack_str_body(text.data(), static_cast<std::uint32_t>(text.size()));
+}
+
+void pack_id(Packer& pk, const ClientId& id) {
+  if (const auto* number = std::get_if<std::int64_t>(&id)) {
+    pk.pack_int64(*number);
+  } else {
+    pack_text(pk, std::get<std::string>(id));
+  }
+}
+
+void pack_tokens(Packer& pk, const std::vector<std::int32_t>& tokens) {
+  pk.pack_array(static_cast<std::uint32_t>(tokens.size()));
+  for (std::int32_t token : tokens) pk.pack_int32(token);
+}
+
+void pack_logprobs(Packer& pk, const std::vector<messages::TokenLogprobs>& logprobs) {
+  pk.pack_array(static_cast<std::uint32_t>(logprobs.size()));
+  for (const auto& entry : logprobs) {
+    pk.pack_map(3);
+    pack_text(pk, "token");
+    pk.pack_int32(entry.token);
+    pack_text(pk, "logprob");
+    pk.pack_float(entry.logprob);
+    pack_text(pk, "top");
+    std::size_t top = std::min(entry.top_tokens.size(), entry.top_logprobs.size());
+    pk.pack_array(static_cast<std::uint32_t>(top));
+    for (std::size_t i = 0; i < top; ++i) {
+      pk.pack_array(2);
+      pk.pack_int32(entry.top_tokens[i]);
+      pk.pack_float(entry.top_logprobs[i]);
+    }
+  }
+}
+
+std::string to_string(const msgpack::sbuffer& buffer) { return std::string(buffer.data(), buffer.size()); }
+
+double to_ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+}  // namespace
+
+ClientRequest parse_request(std::span<const std::byte> frame) {
+  if (frame.size() > kMaxFrameBytes) {
+    return problem(malformed("the frame is " + std::to_string(frame.size()) + " bytes: at most " +
+                             std::to_string(kMaxFrameBytes) + " are accepted"));
+  }
+  auto unpacked = messages::unpack_untrusted(frame, "frame");
+  if (auto* error = std::get_if<messages::DecodeError>(&unpacked)) {
+    return problem(malformed("the frame is not one msgpack map (" + error->detail + ")"));
+  }
+  const msgpack::object& root = std::get<msgpack::object_handle>(unpacked).get();
+  if (root.type != msgpack::type::MAP) {
+    return problem(malformed("the frame is " + std::string(type_name(root)) + ", not a map"));
+  }
+  if (root.via.map.size > kMaxKeys) {
+    return problem(malformed("the map has " + std::to_string(root.via.map.size) + " keys: no request has over " +
+                             std::to_string(kMaxKeys)));
+  }
+  Entries entries = read_entries(root);
+
+  // The id first, so that every later error can name the request it is about.
+  std::optional<ClientId> id;
+  std::optional<Failure> id_problem;
+  if (entries.is_repeated("id")) {
+    id_problem = malformed("the key 'id' appears twice");
+  } else if (const msgpack::object* id_value = entries.find("id")) {
+    auto read = read_id(*id_value);
+    if (auto* failure = std::get_if<Failure>(&read)) {
+      id_problem = std::move(*failure);
+    } else {
+      id = std::get<ClientId>(std::move(read));
+    }
+  }
+
+  const msgpack::object* op_value = entries.find("op");
+  if (entries.is_repeated("op")) return problem(malformed("the key 'op' appears twice"), id);
+  if (op_value == nullptr) return problem(malformed("'op' is missing: generate, abort or status"), id);
+  if (op_value->type != msgpack::type::STR) return problem(wrong_type("op", "a string", *op_value), id);
+  std::string_view op(op_value->via.str.ptr, op_value->via.str.size);
+  bool generate = op == "generate";
+  if (!generate && op != "abort" && op != "status") {
+    return problem(malformed("unknown op '" + std::string(op.substr(0, kMaxKeyBytes)) +
+                             "': generate, abort or status"),
+                   id);
+  }
+  if (id_problem) return problem(std::move(*id_problem));
+  if (!id && op != "status") return problem(malformed("'id' is missing: " + std::string(op) + " needs one"));
+  if (entries.problem) return problem(std::move(*entries.problem), id, generate);
+
+  if (generate) return parse_generate(entries, *id);
+  if (op == "abort") return parse_abort(entries, *id);
+  return parse_status(entries, std::move(id));
+}
+
+std::string_view error_code_name(RequestError code) {
+  switch (code) {
+    case RequestError::none: return "none";
+    case RequestError::invalid_request: return "invalid_request";
+    case RequestError::unknown_model: return "unknown_model";
+    case RequestError::prompt_too_long: return "prompt_too_long";
+    case RequestError::busy: return "busy";
+    case RequestError::unavailable: return "unavailable";
+    case RequestError::gpu: return "gpu";
+    case RequestError::internal: return "internal";
+    case RequestError::shutting_down: return "shutting_down";
+    case RequestError::malformed: return "malformed";
+  }
+  return "internal";
+}
+
+std::string_view finish_reason_name(messages::FinishReason reason) {
+  switch (reason) {
+    case messages::FinishReason::stop: return "stop";
+    case messages::FinishReason::length: return "length";
+    case messages::FinishReason::abort: return "abort";
+    case messages::FinishReason::error: return "error";
+  }
+  return "error";
+}
+
+void GatheredOutput::append(messages::TokenEvent event) {
+  tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
+  text += event.text;
+  for (auto& entry : event.logprobs) logprobs.push_back(std::move(entry));
+}
+
+std::string encode_token_event(const ClientId& id, const messages::TokenEvent& event, bool with_logprobs) {
+  msgpack::sbuffer buffer;
+  Packer pk(buffer);
+  pk.pack_map(with_logprobs ? 5 : 4);
+  pack_text(pk, "event");
+  pack_text(pk, "token");
+  pack_text(pk, "id");
+  pack_id(pk, id);
+  pack_text(pk, "tokens");
+  pack_tokens(pk, event.tokens);
+  pack_text(pk, "text");
+  pack_text(pk, event.text);
+  if (with_logprobs) {
+    pack_text(pk, "logprobs");
+    pack_logprobs(pk, event.logprobs);
+  }
+  return to_string(buffer);
+}
+
+std::string encode_final_event(const ClientId& id, const messages::FinalEvent& final_event,
+                               const GatheredOutput& gathered, bool with_logprobs) {
+  auto reason = static_cast<messages::FinishReason>(final_event.finish);
+  bool is_error = reason == messages::FinishReason::error;
+  bool has_stop = !final_event.stop.empty();
+  msgpack::sbuffer buffer;
+  Packer pk(buffer);
+  pk.pack_map(7 + (with_logprobs ? 1 : 0) + (has_stop ? 1 : 0) + (is_error ? 1 : 0));
+  pack_text(pk, "event");
+  pack_text(pk, "final");
+  pack_text(pk, "id");
+  pack_id(pk, id);
+  pack_text(pk, "finish_reason");
+  pack_text(pk, finish_reason_name(reason));
+  pack_text(pk, "text");
+  pack_text(pk, gathered.text + final_event.text);
+  pack_text(pk, "tokens");
+  pack_tokens(pk, gathered.tokens);
+  if (with_logprobs) {
+    pack_text(pk, "logprobs");
+    pack_logprobs(pk, gathered.logprobs);
+  }
+  if (has_stop) {
+    pack_text(pk, "stop");
+    pack_text(pk, final_event.stop);
+  }
+  pack_text(pk, "usage");
+  pk.pack_map(3);
+  pack_text(pk, "prompt_tokens");
+  pk.pack_uint32(final_event.prompt_tokens);
+  pack_text(pk, "completion_tokens");
+  pk.pack_uint32(final_event.completion_tokens);
+  pack_text(pk, "cached_tokens");
+  pk.pack_uint32(final_event.cached_tokens);
+  pack_text(pk, "timings");
+  pk.pack_map(3);
+  pack_text(pk, "queue_ms");
+  pk.pack_double(to_ms(final_event.queue_ns));
+  pack_text(pk, "ttft_ms");
+  pk.pack_double(to_ms(final_event.ttft_ns));
+  pack_text(pk, "total_ms");
+  pk.pack_double(to_ms(final_event.total_ns));
+  if (is_error) {
+    pack_text(pk, "error");
+    pk.pack_map(2);
+    pack_text(pk, "code");
+    pack_text(pk, error_code_name(static_cast<RequestError>(final_event.error)));
+    pack_text(pk, "message");
+    pack_text(pk, final_event.message);
+  }
+  return to_string(buffer);
+}
+
+std::string encode_error_event(RequestError code, std::string_view message, const std::optional<ClientId>& id) {
+  msgpack::sbuffer buffer;
+  Packer pk(buffer);
+  pk.pack_map(id ? 4 : 3);
+  pack_text(pk, "event");
+  pack_text(pk, "error");
+  if (id) {
+    pack_text(pk, "id");
+    pack_id(pk, *id);
+  }
+  pack_text(pk, "code");
+  pack_text(pk, error_code_name(code));
+  pack_text(pk, "message");
+  pack_text(pk, message);
+  return to_string(buffer);
+}
+
+std::string encode_status_event(const std::optional<ClientId>& id, const messages::StatusReport& report,
+                                std::uint64_t gateway_requests) {
+  msgpack::sbuffer buffer;
+  Packer pk(buffer);
+  pk.pack_map(id ? 19 : 18);
+  pack_text(pk, "event");
+  pack_text(pk, "status");
+  if (id) {
+    pack_text(pk, "id");
+    pack_id(pk, *id);
+  }
+  pack_text(pk, "models");
+  pk.pack_array(static_cast<std::uint32_t>(report.models.size()));
+  for (const auto& model : report.models) pack_text(pk, model);
+  auto number = [&](std::string_view key, std::uint64_t value) {
+    pack_text(pk, key);
+    pk.pack_uint64(value);
+  };
+  number("requests", report.requests);
+  number("waiting", report.waiting);
+  number("running", report.running);
+  number("steps", report.steps);
+  number("finished", report.finished);
+  number("preemptions", report.preemptions);
+  number("computed_tokens", report.computed_tokens);
+  number("prefix_hit_tokens", report.prefix_hit_tokens);
+  number("kv_pages", report.kv_pages);
+  number("kv_pages_in_use", report.kv_pages_in_use);
+  number("kv_pages_cached", report.kv_pages_cached);
+  number("kv_references", report.kv_references);
+  number("executor_slots", report.executor_slots);
+  pack_text(pk, "executor_ready");
+  pk.pack(report.executor_ready);
+  pack_text(pk, "pool");
+  pk.pack_map(6);
+  number("active_bytes", report.pool.active_bytes);
+  number("cached_bytes", report.pool.cached_bytes);
+  number("peak_active_bytes", report.pool.peak_active_bytes);
+  number("held_bytes", report.pool.held_bytes);
+  number("blocks", report.pool.blocks);
+  pack_text(pk, "active_by_owner");
+  pk.pack_map(static_cast<std::uint32_t>(report.pool.active_by_owner.size()));
+  for (const auto& [owner, bytes] : report.pool.active_by_owner) number(owner, bytes);
+  number("gateway_requests", gateway_requests);
+  return to_string(buffer);
+}
+
+messages::FinalEvent error_final(RequestError code, std::string message) {
+  messages::FinalEvent event;
+  event.finish = static_cast<std::uint8_t>(messages::FinishReason::error);
+  event.error = static_cast<std::uint16_t>(code);
+  event.message = std::move(message);
+  return event;
+}
+
+std::string describe(const ClientId& id) {
+  if (const auto* number = std::get_if<std::int64_t>(&id)) return std::to_string(*number);
+  return "\"" + std::get<std::string>(id) + "\"";
+}
+
+}  // namespace mqlm::actors::client_protocol

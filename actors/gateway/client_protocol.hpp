@@ -1,0 +1,95 @@
+// The client side of the gateway (docs/protocol.md): a client's frame, a msgpack map, parsed
+// into a typed request or an error value; and the events the gateway sends back, encoded as
+// msgpack maps. Frames come from anyone who can connect, so parsing bounds every size, checks
+// every type and rejects unknown and repeated keys; it never throws on input.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "messages/codec.hpp"
+#include "messages/serving.hpp"
+
+namespace mqlm::actors::client_protocol {
+
+// A request frame is at most this long: a Submit made from it stays under the payload limit of
+// the scheduler's decoder (messages::DecodeLimits::max_payload_bytes, 1 MiB).
+inline constexpr std::size_t kMaxFrameBytes = 1'000'000;
+inline constexpr std::size_t kMaxKeys = 32;             // a generate has 21 known keys
+inline constexpr std::size_t kMaxKeyBytes = 64;
+inline constexpr std::size_t kMaxIdBytes = 256;
+inline constexpr std::size_t kMaxModelNameBytes = 256;
+inline constexpr std::size_t kMaxPromptTokens = std::size_t{1} << 18;
+inline constexpr std::size_t kMaxChatTurns = 4096;
+inline constexpr std::size_t kMaxRoleBytes = 64;
+
+static_assert(kMaxFrameBytes + 16 * 1024 <= messages::DecodeLimits{}.max_payload_bytes,
+              "a Submit built from the largest client frame must still decode at the scheduler");
+
+// The client's name for a request, an integer or a string, echoed as the client gave it.
+using ClientId = std::variant<std::int64_t, std::string>;
+
+struct GenerateRequest {
+  ClientId id;
+  bool stream = true;
+  messages::Submit submit;  // prompt kind, prompt, model and validated sampling parameters
+};
+
+struct AbortRequest {
+  ClientId id;
+};
+
+struct StatusRequest {
+  std::optional<ClientId> id;
+  bool trim = false;
+};
+
+// A frame that is no usable request. code is RequestError::malformed (not a map of known keys
+// and types) or invalid_request (a value out of range, a missing or ambiguous prompt).
+struct RequestProblem {
+  messages::RequestError code = messages::RequestError::malformed;
+  std::string message;         // says what was wrong, naming the key
+  std::optional<ClientId> id;  // the frame's id, when it had a usable one
+  bool generate = false;       // the frame was a generate: with an id, it is answered by a final
+};
+
+using ClientRequest = std::variant<GenerateRequest, AbortRequest, StatusRequest, RequestProblem>;
+
+ClientRequest parse_request(std::span<const std::byte> frame);
+
+// The client-facing names of the wire enums ("malformed", "length", ...).
+std::string_view error_code_name(messages::RequestError code);
+std::string_view finish_reason_name(messages::FinishReason reason);
+
+// A request's output, gathered for a client that does not stream.
+struct GatheredOutput {
+  std::vector<std::int32_t> tokens;
+  std::string text;
+  std::vector<messages::TokenLogprobs> logprobs;
+
+  void append(messages::TokenEvent event);
+};
+
+// The event encoders; each returns one frame's bytes.
+std::string encode_token_event(const ClientId& id, const messages::TokenEvent& event, bool with_logprobs);
+// gathered: what a client that does not stream has not seen yet (empty for streaming clients).
+std::string encode_final_event(const ClientId& id, const messages::FinalEvent& final_event,
+                               const GatheredOutput& gathered, bool with_logprobs);
+std::string encode_error_event(messages::RequestError code, std::string_view message,
+                               const std::optional<ClientId>& id);
+std::string encode_status_event(const std::optional<ClientId>& id, const messages::StatusReport& report,
+                                std::uint64_t gateway_requests);
+
+// A FinalEvent for a request the gateway ends itself (refused, or its scheduler went silent).
+messages::FinalEvent error_final(messages::RequestError code, std::string message);
+
+// The id as a person reads it in a message: 7 or "abc".
+std::string describe(const ClientId& id);
+
+}  // namespace mqlm::actors::client_protocol

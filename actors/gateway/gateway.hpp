@@ -1,0 +1,29 @@
+// The gateway: the actor that speaks the client protocol (docs/protocol.md) on a ZeroMQ ROUTER
+// socket and turns it into the serving messages (messages/serving.hpp). It owns the map from a
+// client's (connection, id) to the request id it gave the scheduler, streams or gathers each
+// request's output, and ends every request it opened with exactly one final event: the
+// scheduler's, or its own when the client went away, the scheduler fell silent or the server
+// stops. Client input never ends or crashes it.
+//
+// Options (key=value, as `mqlm node` passes them):
+//   listen=ADDRESS      where clients connect (tcp:// or ipc://); default tcp://127.0.0.1:5555
+//   scheduler=NAME      the scheduler actor; default scheduler
+//   max_requests=N      requests open across all clients; beyond, a final with busy; default 4096
+//   keepalive_ms=N      an empty frame to a client with requests open that was sent nothing for
+//                       this long, to learn whether it is still there; default 250
+//   heartbeat_ms=N      how often the scheduler is sent a Heartbeat; default 200
+//   unavailable_ms=N    open requests fail with unavailable when the scheduler said nothing for
+//                       this long (more than heartbeat_ms); default 800
+#pragma once
+
+#include <memory>
+
+#include "actors/actor.hpp"
+#include "actors/registry.hpp"
+
+namespace mqlm::actors {
+
+// Throws std::invalid_argument naming an unknown option or a bad value.
+std::unique_ptr<Actor> make_gateway(const ActorOptions& options);
+
+}  // namespace mqlm::actors

@@ -1,0 +1,387 @@
+// The client protocol on its own: frames (msgpack, built with nlohmann::json as a foreign
+// client would) parsed into requests or error values, and events encoded and read back.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/gateway/client_protocol.hpp"
+
+namespace mqlm::actors::client_protocol {
+namespace {
+
+using messages::RequestError;
+using nlohmann::json;
+
+ClientRequest parse_bytes(const std::string& bytes) {
+  return parse_request(std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+}
+
+ClientRequest parse(const json& request) {
+  auto bytes = json::to_msgpack(request);
+  return parse_request(std::as_bytes(std::span(bytes)));
+}
+
+std::string packed(const json& value) {
+  auto bytes = json::to_msgpack(value);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+json read(const std::string& event) { return json::from_msgpack(event); }
+
+TEST(ClientProtocolTest, GenerateTakesEveryKey) {
+  auto parsed = parse({{"op", "generate"},
+                       {"id", "req-1"},
+                       {"model", "qwen"},
+                       {"prompt", "Hello"},
+                       {"stream", false},
+                       {"max_tokens", 17},
+                       {"temperature", 0.5},
+                       {"top_k", 40},
+                       {"top_p", 0.9},
+                       {"min_p", 0.05},
+                       {"repetition_penalty", 1.1},
+                       {"repetition_last_n", 32},
+                       {"presence_penalty", -0.5},
+                       {"frequency_penalty", 1.5},
+                       {"seed", 18446744073709551615ull},
+                       {"stop", {"\n\n", "END"}},
+                       {"stop_token_ids", {2, 7}},
+                       {"logprobs", true},
+                       {"top_logprobs", 3}});
+  auto* request = std::get_if<GenerateRequest>(&parsed);
+  ASSERT_NE(request, nullptr) << std::get<RequestProblem>(parsed).message;
+  EXPECT_EQ(request->id, ClientId{std::string("req-1")});
+  EXPECT_FALSE(request->stream);
+  const messages::Submit& submit = request->submit;
+  EXPECT_EQ(submit.model, "qwen");
+  EXPECT_EQ(submit.prompt_kind, static_cast<std::uint8_t>(messages::PromptKind::text));
+  EXPECT_EQ(submit.text, "Hello");
+  const model::SamplingParams& s = submit.sampling;
+  EXPECT_EQ(s.max_tokens, 17);
+  EXPECT_FLOAT_EQ(s.temperature, 0.5f);
+  EXPECT_EQ(s.top_k, 40);
+  EXPECT_FLOAT_EQ(s.top_p, 0.9f);
+  EXPECT_FLOAT_EQ(s.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.1f);
+  EXPECT_EQ(s.repetition_last_n, 32);
+  EXPECT_FLOAT_EQ(s.presence_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty, 1.5f);
+  EXPECT_EQ(s.seed, 18446744073709551615ull);
+  EXPECT_EQ(s.stop, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_EQ(s.stop_token_ids, (std::vector<std::int32_t>{2, 7}));
+  EXPECT_TRUE(s.logprobs);
+  EXPECT_EQ(s.top_logprobs, 3);
+}
+
+TEST(ClientProtocolTest, OmittedKeysTakeTheDocumentedDefaults) {
+  auto parsed = parse({{"op", "generate"}, {"id", -5}, {"tokens", {1, 2, 3}}, {"temperature", 0}});
+  auto* request = std::get_if<GenerateRequest>(&parsed);
+  ASSERT_NE(request, nullptr) << std::get<RequestProblem>(parsed).message;
+  EXPECT_EQ(request->id, ClientId{std::int64_t{-5}});
+  EXPECT_TRUE(request->stream);
+  EXPECT_EQ(request->submit.model, "");
+  EXPECT_EQ(request->submit.prompt_kind, static_cast<std::uint8_t>(messages::PromptKind::tokens));
+  EXPECT_EQ(request->submit.tokens, (std::vector<std::int32_t>{1, 2, 3}));
+  model::SamplingParams defaults;
+  defaults.temperature = 0.0f;  // an integer is a number too
+  EXPECT_EQ(messages::pack_payload(messages::Submit{"", 2, "", {1, 2, 3}, {}, defaults}),
+            messages::pack_payload(request->submit));
+}
+
+TEST(ClientProtocolTest, MessagesBecomeAChat) {
+  auto parsed = parse({{"op", "generate"},
+                       {"id", 1},
+                       {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"content", "Hi"}, {"role", "user"}}}}});
+  auto* request = std::get_if<GenerateRequest>(&parsed);
+  ASSERT_NE(request, nullptr) << std::get<RequestProblem>(parsed).message;
+  EXPECT_EQ(request->submit.prompt_kind, static_cast<std::uint8_t>(messages::PromptKind::chat));
+  ASSERT_EQ(request->submit.chat.size(), 2u);
+  EXPECT_EQ(request->submit.chat[0].role, "system");
+  EXPECT_EQ(request->submit.chat[0].content, "Be brief.");
+  EXPECT_EQ(request->submit.chat[1].role, "user");
+  EXPECT_EQ(request->submit.chat[1].content, "Hi");
+}
+
+TEST(ClientProtocolTest, AbortAndStatus) {
+  auto abort = parse({{"op", "abort"}, {"id", "x"}});
+  ASSERT_NE(std::get_if<AbortRequest>(&abort), nullptr);
+  EXPECT_EQ(std::get<AbortRequest>(abort).id, ClientId{std::string("x")});
+
+  auto status = parse({{"op", "status"}});
+  ASSERT_NE(std::get_if<StatusRequest>(&status), nullptr);
+  EXPECT_FALSE(std::get<StatusRequest>(status).id.has_value());
+  EXPECT_FALSE(std::get<StatusRequest>(status).trim);
+
+  status = parse({{"op", "status"}, {"id", 9}, {"trim", true}});
+  ASSERT_NE(std::get_if<StatusRequest>(&status), nullptr);
+  EXPECT_EQ(std::get<StatusRequest>(status).id, ClientId{std::int64_t{9}});
+  EXPECT_TRUE(std::get<StatusRequest>(status).trim);
+}
+
+// A map header (fixmap of n pairs) followed by the given packed keys and values, so tests can
+// write what a json object cannot hold: repeated keys, keys that are not strings.
+std::string raw_map(std::uint8_t pairs, const std::vector<json>& items) {
+  std::string out(1, static_cast<char>(0x80 | pairs));
+  for (const auto& item : items) out += packed(item);
+  return out;
+}
+
+struct BadFrame {
+  std::string name;
+  std::string bytes;
+  RequestError code;
+  std::string mentions;           // the message names this
+  std::optional<ClientId> id;     // the id the problem carries
+  bool generate = false;
+};
+
+std::vector<BadFrame> bad_frames() {
+  const json ok = {{"op", "generate"}, {"id", 1}, {"prompt", "x"}};
+  auto with = [&](const std::string& key, json value) {
+    json request = ok;
+    request[key] = std::move(value);
+    return packed(request);
+  };
+  auto without = [&](const std::string& key) {
+    json request = ok;
+    request.erase(key);
+    return packed(request);
+  };
+  const ClientId one{std::int64_t{1}};
+  std::string deep = "\x81\xa2op";  // {"op": [[[[...]]]]}
+  deep += std::string(20, '\x91') + '\x01';
+  std::string huge_declared = raw_map(3, {"op", "generate", "id", 1, "tokens"});
+  huge_declared += "\xdd\xff\xff\xff\xff";  // an array claiming 4 billion elements, with none
+  json many_keys = ok;
+  for (int i = 0; i < 40; ++i) many_keys["k" + std::to_string(i)] = i;
+  return {
+      {"not msgpack", "\xc1", RequestError::malformed, "msgpack", std::nullopt},
+      {"truncated", "\x83\xa2op", RequestError::malformed, "msgpack", std::nullopt},
+      {"trailing bytes", packed(ok) + "\x01", RequestError::malformed, "trailing", std::nullopt},
+      {"an array", packed(json::array({"generate", 1})), RequestError::malformed, "not a map", std::nullopt},
+      {"a string", packed("generate"), RequestError::malformed, "not a map", std::nullopt},
+      {"integer key", raw_map(3, {"op", "generate", "id", 1, 5, "x"}), RequestError::malformed, "key is an integer",
+       one, true},
+      {"too many keys", packed(many_keys), RequestError::malformed, "keys", std::nullopt},
+      {"huge declared array", huge_declared, RequestError::malformed, "msgpack", std::nullopt},
+      {"deep nesting", deep, RequestError::malformed, "msgpack", std::nullopt},
+      {"frame over the limit", with("prompt", std::string(kMaxFrameBytes, 'a')), RequestError::malformed,
+       "at most 1000000", std::nullopt},
+      {"no op", without("op"), RequestError::malformed, "'op' is missing", one},
+      {"op not a string", with("op", 3), RequestError::malformed, "'op' must be a string", one},
+      {"unknown op", with("op", "explode"), RequestError::malformed, "unknown op 'explode'", one},
+      {"repeated op", raw_map(3, {"op", "generate", "op", "abort", "id", 1}), RequestError::malformed,
+       "'op' appears twice", one},
+      {"no id", without("id"), RequestError::malformed, "'id' is missing", std::nullopt},
+      {"id an array", with("id", {1}), RequestError::malformed, "'id' must be a string or an integer", std::nullopt},
+      {"id too long", with("id", std::string(300, 'i')), RequestError::malformed, "'id' is 300 bytes",
+       std::nullopt},
+      {"id over int64", with("id", 18446744073709551615ull), RequestError::malformed, "64-bit", std::nullopt},
+      {"repeated id", raw_map(4, {"op", "generate", "id", 1, "id", 2, "prompt", "x"}), RequestError::malformed,
+       "'id' appears twice", std::nullopt},
+      {"repeated key", raw_map(4, {"op", "generate", "id", 1, "prompt", "x", "prompt", "y"}),
+       RequestError::malformed, "'prompt' appears twice", one, true},
+      {"unknown key", with("temprature", 0.5), RequestError::malformed, "'temprature'", one, true},
+      {"temperature a string", with("temperature", "hot"), RequestError::malformed,
+       "'temperature' must be a number, not a string", one, true},
+      {"stream a string", with("stream", "yes"), RequestError::malformed, "'stream' must be true or false", one,
+       true},
+      {"max_tokens a float", with("max_tokens", 1.5), RequestError::malformed, "'max_tokens' must be an integer",
+       one, true},
+      {"model too long", with("model", std::string(300, 'm')), RequestError::invalid_request, "model is 300 bytes",
+       one, true},
+      {"temperature out of range", with("temperature", -1), RequestError::invalid_request, "temperature is -1", one,
+       true},
+      {"max_tokens zero", with("max_tokens", 0), RequestError::invalid_request, "max_tokens is 0", one, true},
+      {"max_tokens over 32 bits", with("max_tokens", 1099511627776ll), RequestError::invalid_request,
+       "max_tokens is 1099511627776", one, true},
+      {"seed negative", with("seed", -1), RequestError::invalid_request, "seed is -1", one, true},
+      {"top_logprobs without logprobs", with("top_logprobs", 2), RequestError::invalid_request, "top_logprobs", one,
+       true},
+      {"too many stop strings", with("stop", std::vector<std::string>(17, "s")), RequestError::invalid_request,
+       "stop has 17 strings", one, true},
+      {"stop not strings", with("stop", {"a", 1}), RequestError::malformed, "'stop[1]' must be a string", one, true},
+      {"negative token", packed({{"op", "generate"}, {"id", 1}, {"tokens", {5, -1}}}), RequestError::invalid_request,
+       "tokens[1] is -1", one, true},
+      {"token a string", packed({{"op", "generate"}, {"id", 1}, {"tokens", {"a"}}}), RequestError::malformed,
+       "'tokens[0]' must be an integer", one, true},
+      {"too many tokens", packed({{"op", "generate"}, {"id", 1}, {"tokens", std::vector<int>(kMaxPromptTokens + 1, 1)}}),
+       RequestError::invalid_request, "tokens has 262145 ids", one, true},
+      {"message without content", packed({{"op", "generate"}, {"id", 1}, {"messages", {{{"role", "user"}}}}}),
+       RequestError::malformed, "messages[0] lacks content", one, true},
+      {"message with another key",
+       packed({{"op", "generate"}, {"id", 1}, {"messages", {{{"role", "user"}, {"content", "a"}, {"name", "b"}}}}}),
+       RequestError::malformed, "'name'", one, true},
+      {"message not a map", packed({{"op", "generate"}, {"id", 1}, {"messages", {"hi"}}}), RequestError::malformed,
+       "'messages[0]' must be a map", one, true},
+      {"no prompt", without("prompt"), RequestError::invalid_request, "no prompt", one, true},
+      {"two prompts", with("tokens", {1}), RequestError::invalid_request, "several prompts", one, true},
+      {"empty prompt", with("prompt", ""), RequestError::invalid_request, "prompt is empty", one, true},
+      {"empty messages", packed({{"op", "generate"}, {"id", 1}, {"messages", json::array()}}),
+       RequestError::invalid_request, "messages is empty", one, true},
+      {"abort with another key", packed({{"op", "abort"}, {"id", 1}, {"now", true}}), RequestError::malformed,
+       "abort has no key 'now'", one},
+      {"abort without id", packed({{"op", "abort"}}), RequestError::malformed, "'id' is missing", std::nullopt},
+      {"status trim not bool", packed({{"op", "status"}, {"trim", 1}}), RequestError::malformed,
+       "'trim' must be true or false", std::nullopt},
+      {"status with another key", packed({{"op", "status"}, {"id", 1}, {"verbose", true}}), RequestError::malformed,
+       "status has no key 'verbose'", one},
+  };
+}
+
+TEST(ClientProtocolTest, EveryBadFrameIsAnErrorValueNamingTheProblem) {
+  for (const BadFrame& bad : bad_frames()) {
+    SCOPED_TRACE(bad.name);
+    auto parsed = parse_bytes(bad.bytes);
+    auto* problem = std::get_if<RequestProblem>(&parsed);
+    ASSERT_NE(problem, nullptr);
+    EXPECT_EQ(error_code_name(problem->code), error_code_name(bad.code));
+    EXPECT_NE(problem->message.find(bad.mentions), std::string::npos) << problem->message;
+    EXPECT_EQ(problem->id, bad.id);
+    EXPECT_EQ(problem->generate, bad.generate);
+  }
+}
+
+// Random edits of good frames: every result is a request that validates or a problem that says
+// something, never a crash (the sanitizer builds make this test bite).
+TEST(ClientProtocolTest, MutatedFramesAreRequestsOrProblemsNeverCrashes) {
+  const std::vector<std::string> seeds = {
+      packed({{"op", "generate"}, {"id", "a"}, {"prompt", "Hello"}, {"temperature", 0.7}, {"stop", {"x", "y"}},
+              {"stop_token_ids", {1, 2}}, {"logprobs", true}, {"top_logprobs", 2}, {"seed", 99}}),
+      packed({{"op", "generate"}, {"id", 7}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"stream", false}}),
+      packed({{"op", "generate"}, {"id", -1}, {"tokens", {1, 300, 70000}}, {"max_tokens", 4}}),
+      packed({{"op", "abort"}, {"id", "a"}}),
+      packed({{"op", "status"}, {"id", 3}, {"trim", true}}),
+  };
+  std::mt19937 rng(20240611);
+  int requests = 0;
+  for (int i = 0; i < 50000; ++i) {
+    std::string bytes = seeds[i % seeds.size()];
+    for (int edits = 1 + static_cast<int>(rng() % 4); edits > 0 && !bytes.empty(); --edits) {
+      std::size_t at = rng() % bytes.size();
+      switch (rng() % 4) {
+        case 0: bytes[at] = static_cast<char>(rng()); break;
+        case 1: bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(at), static_cast<char>(rng())); break;
+        case 2: bytes.erase(at, 1); break;
+        default: bytes[at] = static_cast<char>(bytes[at] ^ (1 << (rng() % 8))); break;
+      }
+    }
+    auto parsed = parse_bytes(bytes);
+    if (auto* problem = std::get_if<RequestProblem>(&parsed)) {
+      ASSERT_FALSE(problem->message.empty());
+    } else if (auto* generate = std::get_if<GenerateRequest>(&parsed)) {
+      ++requests;
+      ASSERT_FALSE(model::validate(generate->submit.sampling).has_value());
+    } else {
+      ++requests;
+    }
+  }
+  EXPECT_GT(requests, 0);  // some edits leave a good request (a changed letter of the prompt)
+}
+
+TEST(ClientProtocolTest, TokenEventCarriesIdTokensTextAndLogprobs) {
+  messages::TokenEvent event{{5, 6}, "Hi", {{5, -0.25f, {5, 9}, {-0.25f, -2.0f}}, {6, -0.5f, {}, {}}}};
+  json plain = read(encode_token_event(ClientId{std::string("a")}, event, false));
+  EXPECT_EQ(plain, (json{{"event", "token"}, {"id", "a"}, {"tokens", {5, 6}}, {"text", "Hi"}}));
+
+  json with = read(encode_token_event(ClientId{std::int64_t{3}}, event, true));
+  EXPECT_EQ(with["id"], 3);
+  ASSERT_EQ(with["logprobs"].size(), 2u);
+  EXPECT_EQ(with["logprobs"][0]["token"], 5);
+  EXPECT_DOUBLE_EQ(with["logprobs"][0]["logprob"].get<double>(), -0.25);
+  EXPECT_EQ(with["logprobs"][0]["top"], (json{{5, -0.25}, {9, -2.0}}));
+  EXPECT_EQ(with["logprobs"][1]["top"], json::array());
+}
+
+TEST(ClientProtocolTest, FinalEventJoinsGatheredOutputAndConvertsTimings) {
+  messages::FinalEvent event;
+  event.finish = static_cast<std::uint8_t>(messages::FinishReason::stop);
+  event.text = "!";
+  event.stop = "END";
+  event.prompt_tokens = 4;
+  event.completion_tokens = 3;
+  event.cached_tokens = 2;
+  event.queue_ns = 1'500'000;
+  event.ttft_ns = 2'000'000;
+  event.total_ns = 12'250'000;
+  GatheredOutput gathered;
+  gathered.append({{7}, "Hel", {{7, -0.5f, {}, {}}}});
+  gathered.append({{8, 9}, "lo", {{8, -1.0f, {}, {}}, {9, -1.5f, {}, {}}}});
+  json final_event = read(encode_final_event(ClientId{std::string("r")}, event, gathered, true));
+  EXPECT_EQ(final_event["event"], "final");
+  EXPECT_EQ(final_event["id"], "r");
+  EXPECT_EQ(final_event["finish_reason"], "stop");
+  EXPECT_EQ(final_event["text"], "Hello!");
+  EXPECT_EQ(final_event["tokens"], (json{7, 8, 9}));
+  EXPECT_EQ(final_event["logprobs"].size(), 3u);
+  EXPECT_EQ(final_event["stop"], "END");
+  EXPECT_EQ(final_event["usage"], (json{{"prompt_tokens", 4}, {"completion_tokens", 3}, {"cached_tokens", 2}}));
+  EXPECT_DOUBLE_EQ(final_event["timings"]["queue_ms"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(final_event["timings"]["ttft_ms"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(final_event["timings"]["total_ms"].get<double>(), 12.25);
+  EXPECT_FALSE(final_event.contains("error"));
+
+  json failed = read(encode_final_event(ClientId{std::int64_t{1}}, error_final(RequestError::busy, "try later"), {}, false));
+  EXPECT_EQ(failed["finish_reason"], "error");
+  EXPECT_EQ(failed["error"], (json{{"code", "busy"}, {"message", "try later"}}));
+  EXPECT_EQ(failed["tokens"], json::array());
+  EXPECT_FALSE(failed.contains("logprobs"));
+  EXPECT_FALSE(failed.contains("stop"));
+}
+
+TEST(ClientProtocolTest, ErrorAndStatusEvents) {
+  EXPECT_EQ(read(encode_error_event(RequestError::malformed, "bad", std::nullopt)),
+            (json{{"event", "error"}, {"code", "malformed"}, {"message", "bad"}}));
+  EXPECT_EQ(read(encode_error_event(RequestError::unavailable, "gone", ClientId{std::int64_t{4}})),
+            (json{{"event", "error"}, {"id", 4}, {"code", "unavailable"}, {"message", "gone"}}));
+
+  messages::StatusReport report;
+  report.models = {"m"};
+  report.requests = 3;
+  report.waiting = 1;
+  report.running = 2;
+  report.steps = 100;
+  report.finished = 7;
+  report.preemptions = 1;
+  report.computed_tokens = 1000;
+  report.prefix_hit_tokens = 50;
+  report.kv_pages = 64;
+  report.kv_pages_in_use = 10;
+  report.kv_pages_cached = 4;
+  report.kv_references = 12;
+  report.executor_slots = 2;
+  report.executor_ready = true;
+  report.pool = {1024, 2048, 4096, 8192, 3, {{"kv", 512}, {"weights:m", 512}}};
+  json status = read(encode_status_event(ClientId{std::string("s")}, report, 5));
+  EXPECT_EQ(status, (json{{"event", "status"},
+                          {"id", "s"},
+                          {"models", {"m"}},
+                          {"requests", 3},
+                          {"waiting", 1},
+                          {"running", 2},
+                          {"steps", 100},
+                          {"finished", 7},
+                          {"preemptions", 1},
+                          {"computed_tokens", 1000},
+                          {"prefix_hit_tokens", 50},
+                          {"kv_pages", 64},
+                          {"kv_pages_in_use", 10},
+                          {"kv_pages_cached", 4},
+                          {"kv_references", 12},
+                          {"executor_slots", 2},
+                          {"executor_ready", true},
+                          {"pool",
+                           {{"active_bytes", 1024},
+                            {"cached_bytes", 2048},
+                            {"peak_active_bytes", 4096},
+                            {"held_bytes", 8192},
+                            {"blocks", 3},
+                            {"active_by_owner", {{"kv", 512}, {"weights:m", 512}}}}},
+                          {"gateway_requests", 5}}));
+  EXPECT_FALSE(read(encode_status_event(std::nullopt, report, 0)).contains("id"));
+}
+
+}  // namespace
+}  // namespace mqlm::actors::client_protocol
