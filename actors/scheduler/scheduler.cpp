@@ -35,7 +35,8 @@ std::uint32_t parse_count(const ActorOptions& options, const std::string& key, s
   return value;
 }
 
-std::int64_t elapsed(std::int64_t from_ns, std::int64_t to_ns) { return from_ns > 0 ? to_ns - from_ns : 0; }
+// 0 when the later moment never came (a request refused before it was scheduled).
+std::int64_t elapsed(std::int64_t from_ns, std::int64_t to_ns) { return to_ns > 0 ? to_ns - from_ns : 0; }
 
 }  // namespace
 

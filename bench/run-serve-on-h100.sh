@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# `mqlm bench serve` against `mqlm serve` with the llama3-8b preset in Q4_0 on the H100, in one
+# command: concurrency 1, 8, 32 and 64 (llama.cpp's comparison point: 128-token prompts and
+# outputs). Writes $OUT/serve-h100.txt and one JSON per concurrency.
+# Here: cmake --build build && ../shared/tools/devpack -o .devrun build/mqlm && strip .devrun/bin/mqlm
+# There (carry .devrun): bench/run-serve-on-h100.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:?set OUT to the folder the results go to}"
+source .devrun/env.sh || true  # its last test fails where there is no NVIDIA driver
+log=$OUT/serve-h100.txt
+{ date -u +"date: %Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } >"$log"
+type=${TYPE:-q4_0}
+mqlm make-model --preset llama3-8b --type "$type" -o /tmp/m.gguf >>"$log"
+listen=tcp://127.0.0.1:5555
+mqlm serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-2048} --max-sequences 64 \
+  --token-budget ${TOKEN_BUDGET:-2048} --log-level info >$OUT/serve-stdout.txt 2>$OUT/serve-log.txt &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for i in $(seq 1 600); do grep -q ready $OUT/serve-stdout.txt 2>/dev/null && break; sleep 0.5; done
+for c in ${CONCURRENCY:-1 8 32 64}; do
+  n=$((c * ${ROUNDS:-4}))
+  cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --warmup $c --json $OUT/serve-c$c.json"
+  echo "command: $cmd" >>"$log"
+  $cmd >>"$log" 2>&1 || echo "bench serve at concurrency $c failed" >>"$log"
+done
+kill -TERM $server; wait $server || true
+tail -5 $OUT/serve-log.txt >>"$log"
+cat "$log"

@@ -1,0 +1,423 @@
+// The whole server on the tiny model: gateway, scheduler and executor as real actors (the
+// executor on lavapipe), real ZeroMQ clients speaking docs/protocol.md, and, for the split
+// deployment, real `mqlm serve` processes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "actors/node.hpp"
+#include "actors/registry.hpp"
+#include "actors/replay.hpp"
+#include "model/gguf/synthetic_model.hpp"
+#include "tests/actors/child_process.hpp"
+#include "tools/serve_client.hpp"
+
+namespace mqlm {
+namespace {
+
+using namespace std::chrono_literals;
+using actors::ActorOptions;
+using tools::GenerateRequest;
+using tools::RequestId;
+using tools::ServeClient;
+using tools::ServeEvent;
+
+constexpr std::uint32_t kPageSize = 16;
+
+std::filesystem::path work_dir() {
+  static const std::filesystem::path dir = [] {
+    auto d = std::filesystem::temp_directory_path() / ("mqlm-server-test-" + std::to_string(getpid()));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+// The tiny preset in F32, so that batched and single-sequence kernels agree to rounding.
+const std::filesystem::path& model_path() {
+  static const std::filesystem::path path = [] {
+    auto p = work_dir() / "tiny.gguf";
+    auto model = model::gguf::make_synthetic_model(*model::gguf::model_preset("tiny"), gpu::WeightType::f32, 7, "tiny");
+    if (auto error = model.writer.write(p)) throw std::runtime_error(error->message());
+    return p;
+  }();
+  return path;
+}
+
+std::string free_tcp_endpoint() { return actors::make_endpoint(actors::Transport::tcp, "gateway-listen"); }
+
+struct ServerOptions {
+  std::uint32_t kv_pages = 256;
+  std::uint32_t max_sequences = 64;
+  std::uint32_t token_budget = 512;
+  std::filesystem::path trace;
+};
+
+// One process's deployment, as `mqlm serve` builds it.
+class Server {
+ public:
+  explicit Server(ServerOptions o = {}) : endpoint_(free_tcp_endpoint()) {
+    actors::NodeConfig config;
+    for (const char* name : {"gateway", "scheduler", "executor"}) config.topology.add(name);
+    const std::string model = model_path().string();
+    ActorOptions executor{{"model", model}, {"name", "tiny"}, {"kv_pages", std::to_string(o.kv_pages)},
+                          {"page_size", std::to_string(kPageSize)}};
+    ActorOptions scheduler{{"model", model},
+                           {"name", "tiny"},
+                           {"max_sequences", std::to_string(o.max_sequences)},
+                           {"token_budget", std::to_string(o.token_budget)}};
+    scheduler_options_ = scheduler;
+    ActorOptions gateway{{"listen", endpoint_}};
+    for (auto& [kind, options] : std::vector<std::pair<std::string, ActorOptions>>{
+             {"executor", executor}, {"scheduler", scheduler}, {"gateway", gateway}}) {
+      config.actors.push_back({kind, [kind, options] { return actors::make_actor(kind, options); }, {}});
+    }
+    config.supervisor.heartbeat_timeout = 60s;  // lavapipe steps are slow; no test here is about hangs
+    config.trace_file = o.trace;
+    node_ = std::make_unique<actors::Node>(std::move(config));
+    node_->start();
+  }
+  void stop() { node_->stop(); }
+  const std::string& endpoint() const { return endpoint_; }
+  const ActorOptions& scheduler_options() const { return scheduler_options_; }
+
+ private:
+  std::string endpoint_;
+  ActorOptions scheduler_options_;
+  std::unique_ptr<actors::Node> node_;
+};
+
+ServeClient connect(const std::string& endpoint) {
+  auto client = ServeClient::connect(endpoint);
+  if (auto* error = std::get_if<std::string>(&client)) throw std::runtime_error(*error);
+  return std::get<ServeClient>(std::move(client));
+}
+
+GenerateRequest greedy(RequestId id, tools::Prompt prompt, std::int32_t max_tokens) {
+  GenerateRequest r;
+  r.id = std::move(id);
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = max_tokens;
+  return r;
+}
+
+struct Outcome {
+  std::vector<std::int32_t> tokens;
+  std::string text;
+  ServeEvent final;
+};
+
+// Collects events until every named request has its final event.
+std::map<std::string, Outcome> collect(ServeClient& client, std::size_t requests,
+                                       std::chrono::milliseconds patience = 60s) {
+  std::map<std::string, Outcome> out;
+  std::size_t finals = 0;
+  while (finals < requests) {
+    auto received = client.receive(patience);
+    if (std::holds_alternative<tools::NoEvent>(received)) throw std::runtime_error("no event within the patience");
+    if (auto* bad = std::get_if<tools::BadEvent>(&received)) throw std::runtime_error("bad event: " + bad->reason);
+    auto& event = std::get<ServeEvent>(received);
+    if (!event.id) continue;
+    Outcome& o = out[tools::to_string(*event.id)];
+    o.tokens.insert(o.tokens.end(), event.tokens.begin(), event.tokens.end());
+    o.text += event.text;
+    if (event.kind == tools::EventKind::final) {
+      o.final = event;
+      ++finals;
+    }
+  }
+  return out;
+}
+
+Outcome run_one(const std::string& endpoint, const GenerateRequest& request) {
+  ServeClient client = connect(endpoint);
+  EXPECT_TRUE(client.send_generate(request));
+  return collect(client, 1).begin()->second;
+}
+
+nlohmann::json status(const std::string& endpoint, bool trim = false) {
+  ServeClient client = connect(endpoint);
+  EXPECT_TRUE(client.send_status({std::nullopt, trim}));
+  while (true) {
+    auto received = client.receive(30s);
+    if (!std::holds_alternative<ServeEvent>(received)) throw std::runtime_error("no status answer");
+    auto& event = std::get<ServeEvent>(received);
+    if (event.kind == tools::EventKind::status) return event.fields;
+  }
+}
+
+std::vector<std::int32_t> prompt_tokens(std::mt19937& rng, std::size_t length) {
+  std::uniform_int_distribution<std::int32_t> id(300, 1000);  // ordinary BPE tokens of the tiny vocabulary
+  std::vector<std::int32_t> tokens(length);
+  for (auto& t : tokens) t = id(rng);
+  return tokens;
+}
+
+TEST(Server, GreedyOutputIsTheSameAloneAndBatchedWithFifteenOthers) {
+  Server server;
+  const std::string prompt = "The quick brown fox jumps over the lazy dog";
+  Outcome alone = run_one(server.endpoint(), greedy("alone", prompt, 12));
+  ASSERT_EQ(alone.final.finish_reason, tools::FinishReason::length) << alone.final.error_message;
+  ASSERT_EQ(alone.tokens.size(), 12u);
+
+  ServeClient client = connect(server.endpoint());
+  std::mt19937 rng(3);
+  ASSERT_TRUE(client.send_generate(greedy("target", prompt, 12)));
+  for (int i = 0; i < 15; ++i) {
+    ASSERT_TRUE(client.send_generate(greedy("other-" + std::to_string(i), prompt_tokens(rng, 5 + 7 * i), 12)));
+  }
+  auto outcomes = collect(client, 16);
+  EXPECT_EQ(outcomes["target"].tokens, alone.tokens);
+  EXPECT_EQ(outcomes["target"].text, alone.text);
+  for (const auto& [id, o] : outcomes) EXPECT_EQ(o.final.finish_reason, tools::FinishReason::length) << id;
+}
+
+TEST(Server, PrefixCacheHitsSkipRecomputationAndGiveTheSameOutput) {
+  Server server;
+  std::mt19937 rng(11);
+  const std::vector<std::int32_t> prompt = prompt_tokens(rng, 5 * kPageSize + 3);  // 5 full pages and a bit
+  Outcome first = run_one(server.endpoint(), greedy(1, prompt, 8));
+  const nlohmann::json after_first = status(server.endpoint());
+  Outcome second = run_one(server.endpoint(), greedy(2, prompt, 8));
+  const nlohmann::json after_second = status(server.endpoint());
+
+  EXPECT_EQ(second.tokens, first.tokens);
+  ASSERT_TRUE(second.final.usage);
+  EXPECT_EQ(first.final.usage->cached_tokens, 0);
+  EXPECT_EQ(second.final.usage->cached_tokens, 5 * kPageSize);
+  EXPECT_EQ(after_second["prefix_hit_tokens"].get<std::int64_t>() - after_first["prefix_hit_tokens"].get<std::int64_t>(),
+            5 * kPageSize);
+  // The second request computed only what the cache did not have: 3 prompt tokens and 7 decodes.
+  const auto computed_first = after_first["computed_tokens"].get<std::int64_t>();
+  const auto computed_second = after_second["computed_tokens"].get<std::int64_t>() - computed_first;
+  EXPECT_EQ(computed_first, static_cast<std::int64_t>(prompt.size()) + 7);
+  EXPECT_EQ(computed_second, 3 + 7);
+}
+
+TEST(Server, MalformedFramesAndBadRequestsGetTheirErrorsAndTheServerGoesOn) {
+  Server server;
+  {
+    zmq::context_t context;
+    zmq::socket_t raw(context, zmq::socket_type::dealer);
+    raw.set(zmq::sockopt::linger, 0);
+    raw.connect(server.endpoint());
+    for (std::string frame : {std::string("\xc1 not msgpack"), std::string("\x93\x01\x02\x03"),
+                              std::string("\x81\xa2op\xa4nope")}) {
+      raw.send(zmq::buffer(frame));
+      zmq::message_t answer;
+      ASSERT_TRUE(raw.recv(answer));
+      // An error event, whatever the exact wording.
+      EXPECT_NE(answer.to_string().find("error"), std::string::npos);
+    }
+  }
+  ServeClient client = connect(server.endpoint());
+  auto expect_error = [&](GenerateRequest request, const std::string& code) {
+    ASSERT_TRUE(client.send_generate(request));
+    auto outcome = collect(client, 1).begin()->second;
+    EXPECT_EQ(outcome.final.finish_reason, tools::FinishReason::error);
+    EXPECT_EQ(outcome.final.error_code, code) << outcome.final.error_message;
+    EXPECT_FALSE(outcome.final.error_message.empty());
+  };
+  GenerateRequest unknown_model = greedy("m", "hello", 4);
+  unknown_model.model = "no-such-model";
+  expect_error(unknown_model, "unknown_model");
+  expect_error(greedy("empty", std::vector<std::int32_t>{}, 4), "invalid_request");
+  expect_error(greedy("range", std::vector<std::int32_t>{5, 1 << 20}, 4), "invalid_request");
+  expect_error(greedy("long", std::vector<std::int32_t>(5000, 300), 4), "prompt_too_long");
+  GenerateRequest hot = greedy("hot", "hello", 4);
+  hot.sampling.temperature = -1;
+  expect_error(hot, "invalid_request");
+  GenerateRequest many = greedy("many", "hello", 2047);  // within the sampling limits, beyond the context
+  expect_error(many, "prompt_too_long");
+
+  Outcome fine = run_one(server.endpoint(), greedy("fine", "hello there", 4));
+  EXPECT_EQ(fine.final.finish_reason, tools::FinishReason::length);
+  EXPECT_EQ(fine.tokens.size(), 4u);
+}
+
+// 2,000 requests of random lengths; a fifth aborted after their first token, a tenth from
+// clients that close their socket mid-request. Afterwards nothing may be left anywhere.
+TEST(Server, BurstWithAbortsAndVanishingClientsLeavesNoState) {
+  Server server;
+  const nlohmann::json baseline = status(server.endpoint(), true);
+  const auto baseline_held = baseline["pool"]["held_bytes"].get<std::int64_t>();
+  ASSERT_GT(baseline_held, 0);
+
+  std::mt19937 rng(2026);
+  constexpr int kRequests = 2000;
+  ServeClient main_client = connect(server.endpoint());
+  std::set<std::string> to_abort;
+  std::vector<ServeClient> vanishing;
+  int sent_main = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    GenerateRequest r = greedy(i, prompt_tokens(rng, 1 + rng() % 48), 1 + static_cast<std::int32_t>(rng() % 12));
+    if (u < 0.1) {
+      vanishing.push_back(connect(server.endpoint()));
+      ASSERT_TRUE(vanishing.back().send_generate(r));
+    } else {
+      if (u < 0.3) to_abort.insert(std::to_string(i));
+      ASSERT_TRUE(main_client.send_generate(r));
+      ++sent_main;
+    }
+    // Vanishing clients go in small groups once their requests are surely in.
+    if (vanishing.size() == 10) {
+      std::this_thread::sleep_for(20ms);
+      vanishing.clear();
+    }
+  }
+  std::this_thread::sleep_for(20ms);
+  vanishing.clear();
+
+  int finals = 0, aborted = 0;
+  std::set<std::string> abort_sent;
+  while (finals < sent_main) {
+    auto received = main_client.receive(120s);
+    ASSERT_TRUE(std::holds_alternative<ServeEvent>(received)) << "the server stopped answering";
+    auto& event = std::get<ServeEvent>(received);
+    ASSERT_TRUE(event.id);
+    const std::string id = tools::to_string(*event.id);
+    if (event.kind == tools::EventKind::token && to_abort.contains(id) && !abort_sent.contains(id)) {
+      abort_sent.insert(id);
+      ASSERT_TRUE(main_client.send_abort(*event.id));
+    }
+    if (event.kind == tools::EventKind::final) {
+      ++finals;
+      ASSERT_NE(event.finish_reason, tools::FinishReason::error) << id << ": " << event.error_message;
+      if (event.finish_reason == tools::FinishReason::abort) ++aborted;
+    }
+  }
+  EXPECT_GT(aborted, 0);
+
+  // The vanished clients' requests end by abort; wait for the tables to empty.
+  nlohmann::json after;
+  for (int i = 0; i < 600; ++i) {
+    after = status(server.endpoint());
+    if (after["requests"] == 0 && after["executor_slots"] == 0) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  after = status(server.endpoint(), true);
+  EXPECT_EQ(after["requests"], 0);
+  EXPECT_EQ(after["waiting"], 0);
+  EXPECT_EQ(after["running"], 0);
+  EXPECT_EQ(after["kv_pages_in_use"], 0);
+  EXPECT_EQ(after["kv_references"], 0);
+  EXPECT_EQ(after["executor_slots"], 0);
+  // Every request of the main client ended; a vanishing client's request may be lost with its
+  // socket before it leaves (that is ZeroMQ's linger), never after.
+  EXPECT_GE(after["finished"].get<std::int64_t>(), sent_main);
+  EXPECT_LE(after["finished"].get<std::int64_t>(), kRequests);
+  EXPECT_EQ(after["gateway_requests"], 0);
+  EXPECT_EQ(after["pool"]["held_bytes"].get<std::int64_t>(), baseline_held);
+}
+
+TEST(Server, TraceOfFiftyRequestsReplaysTheSchedulerWithoutDifference) {
+  const auto trace = work_dir() / "serve.trace";
+  ActorOptions scheduler_options;
+  {
+    ServerOptions o;
+    o.trace = trace;
+    o.max_sequences = 8;  // so requests queue, get admitted in chunks and mix prefill with decode
+    o.token_budget = 64;
+    Server server(o);
+    scheduler_options = server.scheduler_options();
+    ServeClient client = connect(server.endpoint());
+    std::mt19937 rng(50);
+    for (int i = 0; i < 50; ++i) {
+      GenerateRequest r = greedy(i, prompt_tokens(rng, 1 + rng() % 40), 1 + static_cast<std::int32_t>(rng() % 10));
+      if (i % 3 == 0) {
+        r.sampling.temperature = 0.8f;
+        r.sampling.seed = static_cast<std::uint64_t>(i);
+      }
+      ASSERT_TRUE(client.send_generate(r));
+    }
+    ASSERT_TRUE(client.send_abort(std::int64_t{49}));
+    collect(client, 50);
+    server.stop();
+  }
+  auto records = actors::read_trace(trace);
+  ASSERT_TRUE(std::holds_alternative<std::vector<actors::TraceRecord>>(records));
+  auto scheduler = actors::make_actor("scheduler", scheduler_options);
+  actors::ReplayReport report =
+      actors::replay_actor(std::get<std::vector<actors::TraceRecord>>(records), "scheduler", *scheduler);
+  EXPECT_GT(report.inbox_messages, 100u);
+  EXPECT_EQ(report.replayed_sends, report.recorded_sends);
+  EXPECT_TRUE(report.same()) << (report.differences.empty() ? "" : report.differences.front());
+}
+
+// ---- the split deployment: two OS processes --------------------------------------------------
+
+std::vector<std::string> serve_args(const std::vector<std::string>& extra) {
+  std::vector<std::string> args{MQLM_BINARY, "serve", model_path().string(), "--name", "tiny", "--kv-pages", "256",
+                                "--page-size", std::to_string(kPageSize)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+void wait_for_ready(actors::testing::ChildProcess& child) {
+  for (std::string line = child.read_line(); line.rfind("ready", 0) != 0; line = child.read_line()) {
+    if (line.empty()) throw std::runtime_error("mqlm serve ended before it was ready");
+  }
+}
+
+TEST(Server, SplitDeploymentServesTheSameOutputAndFailsFastWhenTheBackendDies) {
+  const std::string prompt = "Once upon a time";
+  std::vector<std::int32_t> single_tokens;
+  {
+    const std::string listen = free_tcp_endpoint();
+    actors::testing::ChildProcess single(serve_args({"--listen", listen}));
+    wait_for_ready(single);
+    single_tokens = run_one(listen, greedy("x", prompt, 10)).tokens;
+    EXPECT_EQ(single.terminate(SIGTERM), 0);
+  }
+  ASSERT_EQ(single_tokens.size(), 10u);
+
+  const std::string listen = free_tcp_endpoint();
+  const std::vector<std::string> addresses{
+      "--address", "gateway=" + actors::make_endpoint(actors::Transport::ipc, "split-gateway"),
+      "--address", "scheduler=" + actors::make_endpoint(actors::Transport::ipc, "split-scheduler")};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), addresses.begin(), addresses.end());
+    return serve_args(args);
+  };
+  actors::testing::ChildProcess backend(with({"--run", "executor,scheduler"}));
+  wait_for_ready(backend);
+  actors::testing::ChildProcess front(with({"--run", "gateway", "--listen", listen}));
+  wait_for_ready(front);
+  EXPECT_EQ(run_one(listen, greedy("x", prompt, 10)).tokens, single_tokens);
+
+  // Long requests in flight, then the backend dies: every client hears within a second.
+  std::vector<ServeClient> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(connect(listen));
+    ASSERT_TRUE(clients.back().send_generate(greedy(i, prompt, 2000)));
+  }
+  for (auto& c : clients) {  // each has started
+    auto first = c.receive(30s);
+    ASSERT_TRUE(std::holds_alternative<ServeEvent>(first));
+  }
+  backend.terminate(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  for (auto& c : clients) {
+    while (true) {
+      auto received = c.receive(2s);
+      ASSERT_TRUE(std::holds_alternative<ServeEvent>(received)) << "no final event after the backend died";
+      auto& event = std::get<ServeEvent>(received);
+      if (event.kind != tools::EventKind::final) continue;
+      EXPECT_EQ(event.finish_reason, tools::FinishReason::error);
+      EXPECT_EQ(event.error_code, "unavailable");
+      break;
+    }
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 1s);
+  EXPECT_EQ(front.terminate(SIGTERM), 0);
+}
+
+}  // namespace
+}  // namespace mqlm
