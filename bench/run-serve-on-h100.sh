@@ -13,16 +13,20 @@ log=$OUT/serve-h100.txt
 type=${TYPE:-q4_0}
 mqlm make-model --preset llama3-8b --type "$type" -o /tmp/m.gguf >>"$log"
 listen=tcp://127.0.0.1:5555
-mqlm serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-2048} --max-sequences 64 \
-  --token-budget ${TOKEN_BUDGET:-2048} --log-level info >$OUT/serve-stdout.txt 2>$OUT/serve-log.txt &
+mqlm --log-level info serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-2048} \
+  --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} >$OUT/serve-stdout.txt 2>$OUT/serve-log.txt &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
-for i in $(seq 1 600); do grep -q ready $OUT/serve-stdout.txt 2>/dev/null && break; sleep 0.5; done
+for i in $(seq 1 600); do
+  grep -q ready $OUT/serve-stdout.txt 2>/dev/null && break
+  kill -0 $server 2>/dev/null || { echo "mqlm serve ended before it was ready" >>"$log"; cat $OUT/serve-log.txt >>"$log"; exit 1; }
+  sleep 0.5
+done
 for c in ${CONCURRENCY:-1 8 32 64}; do
   n=$((c * ${ROUNDS:-4}))
   cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --warmup $c --json $OUT/serve-c$c.json"
   echo "command: $cmd" >>"$log"
-  $cmd >>"$log" 2>&1 || echo "bench serve at concurrency $c failed" >>"$log"
+  $cmd >>"$log" 2>&1 || { echo "bench serve at concurrency $c failed" >>"$log"; break; }
 done
 kill -TERM $server; wait $server || true
 tail -5 $OUT/serve-log.txt >>"$log"
