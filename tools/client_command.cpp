@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "tools/command_options.hpp"
 #include "tools/commands.hpp"
 #include "tools/serve_client.hpp"
 
@@ -204,17 +205,7 @@ void add_client_command(CLI::App& app) {
   o->tokens_option = cmd->add_option("--tokens", o->tokens, "the prompt as token ids: 1,2,3")->delimiter(',');
   o->chat_option = cmd->add_option("--chat-user", o->chat_user, "the prompt as a chat: the user's message");
   o->system_option = cmd->add_option("--system", o->system, "with --chat-user: a system message first");
-  cmd->add_option("-n,--max-tokens", o->sampling.max_tokens, "tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", o->sampling.temperature, "0 is greedy")->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "0 is off");
-  cmd->add_option("--top-p", o->sampling.top_p, "1 is off");
-  cmd->add_option("--min-p", o->sampling.min_p, "0 is off");
-  cmd->add_option("--repeat-penalty", o->sampling.repetition_penalty, "1 is off");
-  cmd->add_option("--repeat-last-n", o->sampling.repetition_last_n, "tokens the penalty looks back over");
-  cmd->add_option("--presence-penalty", o->sampling.presence_penalty);
-  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty);
-  cmd->add_option("--seed", o->sampling.seed, "the same seed and prompt give the same text");
-  cmd->add_option("--stop", o->sampling.stop, "a stop string (repeatable)");
+  add_sampling_flags(*cmd, o->sampling);
   cmd->add_option("--stop-token", o->sampling.stop_token_ids, "a token id that ends the output (repeatable)");
   cmd->add_flag("--logprobs", o->sampling.logprobs, "the chosen tokens' logprobs (printed on stderr)");
   cmd->add_option("--top-logprobs", o->sampling.top_logprobs, "and this many alternatives (needs --logprobs)");

@@ -19,6 +19,7 @@
 #include "model/sampling/sampler.hpp"
 #include "model/sampling/stop_matcher.hpp"
 #include "model/tokenizer/tokenizer.hpp"
+#include "tools/command_options.hpp"
 #include "tools/commands.hpp"
 
 namespace mqlm::tools {
@@ -187,16 +188,7 @@ void add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "generate text from a GGUF model on the GPU");
   cmd->add_option("model", o->model, "GGUF file")->required()->check(CLI::ExistingFile);
   cmd->add_option("-p,--prompt", o->prompt, "the prompt")->required();
-  cmd->add_option("-n,--max-tokens", o->sampling.max_tokens, "tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", o->sampling.temperature, "0 is greedy")->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "0 is off");
-  cmd->add_option("--top-p", o->sampling.top_p, "1 is off");
-  cmd->add_option("--min-p", o->sampling.min_p, "0 is off");
-  cmd->add_option("--repeat-penalty", o->sampling.repetition_penalty, "1 is off");
-  cmd->add_option("--presence-penalty", o->sampling.presence_penalty);
-  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty);
-  cmd->add_option("--seed", o->sampling.seed, "the same seed and prompt give the same text");
-  cmd->add_option("--stop", o->sampling.stop, "a stop string (repeatable)");
+  add_sampling_flags(*cmd, o->sampling);
   cmd->add_flag("--parse-special", o->parse_special, "recognise special tokens written in the prompt");
   cmd->add_flag("-q,--quiet", o->quiet, "print only the figures");
   cmd->add_flag("--warmup", o->warmup, "run the prompt once untimed first, so pipeline creation is not timed");

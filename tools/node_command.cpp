@@ -5,6 +5,7 @@
 
 #include "actors/node.hpp"
 #include "actors/registry.hpp"
+#include "tools/command_options.hpp"
 #include "tools/commands.hpp"
 
 namespace mqlm::tools {
@@ -27,13 +28,7 @@ struct NodeOptions {
 
 NodeConfig node_config(const NodeOptions& o) {
   NodeConfig config;
-  for (const auto& a : o.addresses) {
-    std::string name, endpoint;
-    if (!parse_address(a, name, endpoint)) {
-      throw CommandFailed("--address wants NAME=ENDPOINT (like echo=tcp://127.0.0.1:5601), not '" + a + "'", 2);
-    }
-    config.topology.add(name, endpoint);
-  }
+  add_addresses(config.topology, o.addresses, "echo=tcp://127.0.0.1:5601");
   std::map<std::string, ActorOptions> settings;
   for (const auto& s : o.settings) {
     std::string key, value;

@@ -14,6 +14,7 @@
 #include "actors/mailbox.hpp"
 #include "actors/node.hpp"
 #include "actors/registry.hpp"
+#include "tools/command_options.hpp"
 #include "tools/commands.hpp"
 
 namespace mqlm::tools {
@@ -45,13 +46,7 @@ struct ServeOptions {
 
 NodeConfig serve_config(const ServeOptions& o) {
   NodeConfig config;
-  for (const auto& a : o.addresses) {
-    std::string name, endpoint;
-    if (!parse_address(a, name, endpoint)) {
-      throw CommandFailed("--address wants NAME=ENDPOINT (like scheduler=ipc:///tmp/mqlm-scheduler), not '" + a + "'", 2);
-    }
-    config.topology.add(name, endpoint);
-  }
+  add_addresses(config.topology, o.addresses, "scheduler=ipc:///tmp/mqlm-scheduler");
   for (const char* name : {"gateway", "scheduler", "executor", kServeMailbox}) config.topology.add(name);
 
   const std::string name = !o.name.empty() ? o.name : std::filesystem::path(o.model).stem().string();

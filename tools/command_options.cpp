@@ -1,0 +1,31 @@
+#include "tools/command_options.hpp"
+
+#include "tools/commands.hpp"
+
+namespace mqlm::tools {
+
+void add_sampling_flags(CLI::App& cmd, model::SamplingParams& sampling) {
+  cmd.add_option("-n,--max-tokens", sampling.max_tokens, "tokens to generate")->capture_default_str();
+  cmd.add_option("--temperature", sampling.temperature, "0 is greedy")->capture_default_str();
+  cmd.add_option("--top-k", sampling.top_k, "0 is off");
+  cmd.add_option("--top-p", sampling.top_p, "1 is off");
+  cmd.add_option("--min-p", sampling.min_p, "0 is off");
+  cmd.add_option("--repeat-penalty", sampling.repetition_penalty, "1 is off");
+  cmd.add_option("--repeat-last-n", sampling.repetition_last_n, "tokens the penalty looks back over");
+  cmd.add_option("--presence-penalty", sampling.presence_penalty);
+  cmd.add_option("--frequency-penalty", sampling.frequency_penalty);
+  cmd.add_option("--seed", sampling.seed, "the same seed and prompt give the same text");
+  cmd.add_option("--stop", sampling.stop, "a stop string (repeatable)");
+}
+
+void add_addresses(actors::Topology& topology, const std::vector<std::string>& addresses, const std::string& example) {
+  for (const auto& a : addresses) {
+    std::string name, endpoint;
+    if (!actors::parse_address(a, name, endpoint)) {
+      throw CommandFailed("--address wants NAME=ENDPOINT (like " + example + "), not '" + a + "'", 2);
+    }
+    topology.add(name, endpoint);
+  }
+}
+
+}  // namespace mqlm::tools

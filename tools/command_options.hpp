@@ -1,0 +1,22 @@
+// Flags that several subcommands share, defined once so they read the same everywhere.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "actors/topology.hpp"
+#include "model/sampling/sampling_params.hpp"
+
+namespace mqlm::tools {
+
+// -n, --temperature, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
+// --presence-penalty, --frequency-penalty, --seed and --stop, into `sampling`.
+void add_sampling_flags(CLI::App& cmd, model::SamplingParams& sampling);
+
+// Adds each NAME=ENDPOINT of --address to the topology; a malformed one is a CommandFailed
+// (exit 2) whose message shows `example`.
+void add_addresses(actors::Topology& topology, const std::vector<std::string>& addresses, const std::string& example);
+
+}  // namespace mqlm::tools
