@@ -15,36 +15,6 @@
 
 namespace mqlm::actors {
 
-namespace {
-
-std::uint64_t number_option(const ActorOptions& options, const std::string& key, std::uint64_t fallback) {
-  auto it = options.find(key);
-  if (it == options.end()) return fallback;
-  try {
-    std::size_t used = 0;
-    std::uint64_t value = std::stoull(it->second, &used);
-    if (used != it->second.size()) throw std::invalid_argument(key);
-    return value;
-  } catch (const std::exception&) {
-    throw std::invalid_argument("option " + key + "=" + it->second + " is not a whole number");
-  }
-}
-
-std::string text_option(const ActorOptions& options, const std::string& key, std::string fallback) {
-  auto it = options.find(key);
-  return it == options.end() ? fallback : it->second;
-}
-
-void check_known(const std::string& kind, const ActorOptions& options, const std::vector<std::string>& known) {
-  for (const auto& [key, value] : options) {
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
-      throw std::invalid_argument("actor " + kind + " has no option '" + key + "'");
-    }
-  }
-}
-
-}  // namespace
-
 std::vector<std::string> actor_kinds() {
   std::vector<std::string> kinds{"echo", "prober"};
 #if MQLM_HAS_SCHEDULER
@@ -61,18 +31,18 @@ std::vector<std::string> actor_kinds() {
 
 std::unique_ptr<Actor> make_actor(const std::string& kind, const ActorOptions& options) {
   if (kind == "echo") {
-    check_known(kind, options, {});
+    check_option_names(kind, options, {});
     return std::make_unique<EchoActor>();
   }
   if (kind == "prober") {
-    check_known(kind, options, {"target", "report_to", "rounds", "window", "blob_bytes", "seed"});
+    check_option_names(kind, options, {"target", "report_to", "rounds", "window", "blob_bytes", "seed"});
     ProberConfig config;
     config.target = text_option(options, "target", config.target);
     config.report_to = text_option(options, "report_to", config.report_to);
-    config.rounds = number_option(options, "rounds", config.rounds);
-    config.window = std::max<std::uint64_t>(1, number_option(options, "window", config.window));
-    config.blob_bytes = number_option(options, "blob_bytes", config.blob_bytes);
-    config.seed = number_option(options, "seed", config.seed);
+    config.rounds = number_option(kind, options, "rounds", config.rounds);
+    config.window = std::max<std::uint64_t>(1, number_option(kind, options, "window", config.window));
+    config.blob_bytes = number_option(kind, options, "blob_bytes", config.blob_bytes);
+    config.seed = number_option(kind, options, "seed", config.seed);
     if (config.blob_bytes > (std::uint64_t{1} << 30)) throw std::invalid_argument("prober blob_bytes is over 1 GiB");
     return std::make_unique<ProberActor>(config);
   }

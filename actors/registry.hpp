@@ -1,16 +1,14 @@
 // The actors this binary can run by kind name, for `mqlm node` and `mqlm trace replay`.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "actors/actor.hpp"
+#include "actors/actor_options.hpp"
 
 namespace mqlm::actors {
-
-using ActorOptions = std::map<std::string, std::string>;
 
 // Throws std::invalid_argument naming the unknown kind or the bad option.
 std::unique_ptr<Actor> make_actor(const std::string& kind, const ActorOptions& options);

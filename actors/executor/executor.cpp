@@ -1,7 +1,6 @@
 #include "actors/executor/executor.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -57,13 +56,7 @@ struct ExecutorOptions {
 constexpr std::uint64_t kMaxUint32 = std::numeric_limits<std::uint32_t>::max();
 
 std::uint64_t parse_number(std::string_view key, std::string_view text, std::uint64_t max) {
-  std::uint64_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc{} || end != text.data() + text.size() || value < 1 || value > max) {
-    throw std::invalid_argument(
-        fmt::format("executor option {}={}: expected a whole number from 1 to {}", key, text, max));
-  }
-  return value;
+  return parse_number_option("executor", key, text, 1, max);
 }
 
 std::set<std::uint64_t> parse_step_list(std::string_view key, std::string_view text) {

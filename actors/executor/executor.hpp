@@ -25,7 +25,7 @@
 #include <memory>
 
 #include "actors/actor.hpp"
-#include "actors/registry.hpp"
+#include "actors/actor_options.hpp"
 
 namespace mqlm::actors {
 

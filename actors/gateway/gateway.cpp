@@ -524,33 +524,12 @@ class Gateway final : public Actor {
   std::uint64_t dropped_events_ = 0;
 };
 
-std::uint64_t number_option(const ActorOptions& options, const std::string& key, std::uint64_t fallback) {
-  auto it = options.find(key);
-  if (it == options.end()) return fallback;
-  std::size_t used = 0;
-  std::uint64_t value = 0;
-  try {
-    value = std::stoull(it->second, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != it->second.size() || value == 0) {
-    throw std::invalid_argument("gateway option " + key + "=" + it->second + " is not a positive whole number");
-  }
-  return value;
-}
 
 }  // namespace
 
 std::unique_ptr<Actor> make_gateway(const ActorOptions& options) {
-  static const std::set<std::string> kKnown = {"listen", "scheduler", "max_requests", "keepalive_ms", "heartbeat_ms",
-                                               "unavailable_ms"};
-  for (const auto& [key, value] : options) {
-    if (!kKnown.contains(key)) {
-      throw std::invalid_argument("actor gateway has no option '" + key +
-                                  "' (known: listen, scheduler, max_requests, keepalive_ms, heartbeat_ms, unavailable_ms)");
-    }
-  }
+  check_option_names("gateway", options,
+                     {"listen", "scheduler", "max_requests", "keepalive_ms", "heartbeat_ms", "unavailable_ms"});
   GatewayConfig config;
   if (auto it = options.find("listen"); it != options.end()) config.listen = it->second;
   if (auto it = options.find("scheduler"); it != options.end()) config.scheduler = it->second;
@@ -558,9 +537,11 @@ std::unique_ptr<Actor> make_gateway(const ActorOptions& options) {
     throw std::invalid_argument("gateway option listen=" + config.listen + " is not an address such as tcp://127.0.0.1:5555");
   }
   if (config.scheduler.empty()) throw std::invalid_argument("gateway option scheduler= names no actor");
-  config.max_requests = number_option(options, "max_requests", config.max_requests);
+  // Every count and interval is at least 1.
+  config.max_requests = number_option("gateway", options, "max_requests", config.max_requests, 1);
   auto ms = [&](const std::string& key, std::chrono::milliseconds fallback) {
-    return std::chrono::milliseconds(number_option(options, key, static_cast<std::uint64_t>(fallback.count())));
+    return std::chrono::milliseconds(
+        number_option("gateway", options, key, static_cast<std::uint64_t>(fallback.count()), 1));
   };
   config.keepalive = ms("keepalive_ms", config.keepalive);
   config.heartbeat = ms("heartbeat_ms", config.heartbeat);

@@ -19,7 +19,7 @@
 #include <memory>
 
 #include "actors/actor.hpp"
-#include "actors/registry.hpp"
+#include "actors/actor_options.hpp"
 
 namespace mqlm::actors {
 

@@ -1,7 +1,6 @@
 #include "actors/scheduler/scheduler.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <stdexcept>
 
@@ -20,20 +19,6 @@ namespace {
 
 constexpr std::uint32_t kWatchdogTimer = 1;
 constexpr auto kWatchdogInterval = std::chrono::milliseconds(500);
-
-std::uint32_t parse_count(const ActorOptions& options, const std::string& key, std::uint32_t fallback,
-                          std::uint32_t low, std::uint32_t high) {
-  auto it = options.find(key);
-  if (it == options.end()) return fallback;
-  std::uint32_t value = 0;
-  const auto& text = it->second;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size() || value < low || value > high) {
-    throw std::invalid_argument(fmt::format("scheduler option {}={}: want a whole number from {} to {}", key, text,
-                                            low, high));
-  }
-  return value;
-}
 
 // 0 when the later moment never came (a request refused before it was scheduled).
 std::int64_t elapsed(std::int64_t from_ns, std::int64_t to_ns) { return to_ns > 0 ? to_ns - from_ns : 0; }
@@ -72,13 +57,8 @@ struct Scheduler::Request {
 };
 
 SchedulerConfig scheduler_config(const ActorOptions& options) {
-  static const std::vector<std::string> known{"model", "name", "executor", "max_sequences", "token_budget",
-                                              "max_waiting", "step_timeout_ms"};
-  for (const auto& [key, value] : options) {
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
-      throw std::invalid_argument("scheduler: unknown option '" + key + "'");
-    }
-  }
+  check_option_names("scheduler", options,
+                     {"model", "name", "executor", "max_sequences", "token_budget", "max_waiting", "step_timeout_ms"});
   SchedulerConfig c;
   auto model = options.find("model");
   if (model == options.end() || model->second.empty()) {
@@ -87,10 +67,13 @@ SchedulerConfig scheduler_config(const ActorOptions& options) {
   c.model_path = model->second;
   if (auto name = options.find("name"); name != options.end()) c.model_name = name->second;
   if (auto executor = options.find("executor"); executor != options.end()) c.executor = executor->second;
-  c.max_sequences = parse_count(options, "max_sequences", c.max_sequences, 1, 4096);
-  c.token_budget = parse_count(options, "token_budget", c.token_budget, 1, 1 << 20);
-  c.max_waiting = parse_count(options, "max_waiting", c.max_waiting, 1, 1 << 24);
-  c.step_timeout_ms = parse_count(options, "step_timeout_ms", c.step_timeout_ms, 10, 3'600'000);
+  auto count = [&](const std::string& key, std::uint32_t fallback, std::uint32_t low, std::uint32_t high) {
+    return static_cast<std::uint32_t>(number_option("scheduler", options, key, fallback, low, high));
+  };
+  c.max_sequences = count("max_sequences", c.max_sequences, 1, 4096);
+  c.token_budget = count("token_budget", c.token_budget, 1, 1 << 20);
+  c.max_waiting = count("max_waiting", c.max_waiting, 1, 1 << 24);
+  c.step_timeout_ms = count("step_timeout_ms", c.step_timeout_ms, 10, 3'600'000);
   return c;
 }
 

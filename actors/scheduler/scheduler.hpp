@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "actors/actor.hpp"
-#include "actors/registry.hpp"
+#include "actors/actor_options.hpp"
 #include "actors/scheduler/kv_page_table.hpp"
 #include "model/chat/chat_template.hpp"
 #include "model/sampling/stop_matcher.hpp"

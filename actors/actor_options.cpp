@@ -1,0 +1,43 @@
+#include "actors/actor_options.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace mqlm::actors {
+
+void check_option_names(std::string_view kind, const ActorOptions& options,
+                        std::initializer_list<std::string_view> known) {
+  for (const auto& [key, value] : options) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      throw std::invalid_argument(fmt::format("actor {} has no option '{}' (it takes: {})", kind, key,
+                                              known.size() == 0 ? "none" : fmt::format("{}", fmt::join(known, ", "))));
+    }
+  }
+}
+
+std::uint64_t parse_number_option(std::string_view kind, std::string_view key, std::string_view text,
+                                  std::uint64_t low, std::uint64_t high) {
+  std::uint64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc{} || end != text.data() + text.size() || value < low || value > high) {
+    throw std::invalid_argument(
+        fmt::format("{} option {}={}: want a whole number from {} to {}", kind, key, text, low, high));
+  }
+  return value;
+}
+
+std::uint64_t number_option(std::string_view kind, const ActorOptions& options, const std::string& key,
+                            std::uint64_t fallback, std::uint64_t low, std::uint64_t high) {
+  auto it = options.find(key);
+  return it == options.end() ? fallback : parse_number_option(kind, key, it->second, low, high);
+}
+
+std::string text_option(const ActorOptions& options, const std::string& key, std::string fallback) {
+  auto it = options.find(key);
+  return it == options.end() ? fallback : it->second;
+}
+
+}  // namespace mqlm::actors
