@@ -53,6 +53,20 @@ struct DecodeLimits {
   std::size_t max_blob_bytes = std::size_t{1} << 32;  // per blob frame
 };
 
+// The codes decode() can give; the others (mailbox_full, unknown_actor) belong to the runtime.
+constexpr bool is_decode_error_code(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::malformed:
+    case ErrorCode::unknown_kind:
+    case ErrorCode::bad_version:
+    case ErrorCode::too_large:
+    case ErrorCode::invalid:
+      return true;
+    default:
+      return false;
+  }
+}
+
 struct DecodeError {
   ErrorCode code = ErrorCode::malformed;
   std::string detail;

@@ -674,15 +674,8 @@ testing::AssertionResult well_formed_outcome(DecodeResult& result) {
     return testing::AssertionSuccess();
   }
   const auto& error = std::get<DecodeError>(result);
-  switch (error.code) {
-    case ErrorCode::malformed:
-    case ErrorCode::unknown_kind:
-    case ErrorCode::bad_version:
-    case ErrorCode::too_large:
-    case ErrorCode::invalid:
-      break;
-    default:
-      return testing::AssertionFailure() << "decode() returned " << error_code_name(error.code);
+  if (!is_decode_error_code(error.code)) {
+    return testing::AssertionFailure() << "decode() returned " << error_code_name(error.code);
   }
   if (error.detail.empty()) return testing::AssertionFailure() << "an error without detail";
   return testing::AssertionSuccess();
