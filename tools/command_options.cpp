@@ -18,6 +18,15 @@ void add_sampling_flags(CLI::App& cmd, model::SamplingParams& sampling) {
   cmd.add_option("--stop", sampling.stop, "a stop string (repeatable)");
 }
 
+sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
 void add_addresses(actors::Topology& topology, const std::vector<std::string>& addresses, const std::string& example) {
   for (const auto& a : addresses) {
     std::string name, endpoint;

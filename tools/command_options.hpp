@@ -1,6 +1,7 @@
 // Flags that several subcommands share, defined once so they read the same everywhere.
 #pragma once
 
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,10 @@ namespace mqlm::tools {
 // -n, --temperature, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, --seed and --stop, into `sampling`.
 void add_sampling_flags(CLI::App& cmd, model::SamplingParams& sampling);
+
+// Blocks SIGINT and SIGTERM in this thread (and so in every thread it starts later) and returns
+// them as a set for sigwait: a long-running command takes its stop signal synchronously.
+sigset_t block_stop_signals();
 
 // Adds each NAME=ENDPOINT of --address to the topology; a malformed one is a CommandFailed
 // (exit 2) whose message shows `example`.

@@ -81,12 +81,7 @@ void add_node_command(CLI::App& app) {
     } catch (const std::invalid_argument& e) {
       throw CommandFailed(e.what(), 2);
     }
-    // Signals are taken synchronously by this thread; every thread started later inherits the mask.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    sigset_t signals = block_stop_signals();
 
     Node node(std::move(config));
     node.start();

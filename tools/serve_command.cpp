@@ -88,12 +88,7 @@ void serve(const ServeOptions& o) {
   NodeConfig config = serve_config(o);
   const bool has_gateway = std::find(o.run.begin(), o.run.end(), "gateway") != o.run.end();
 
-  // Signals are taken synchronously by this thread; every thread started later inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  sigset_t signals = block_stop_signals();
 
   Node node(std::move(config));
   Mailbox control(node.context(), node.topology(), kServeMailbox);
