@@ -294,7 +294,7 @@ void Scheduler::on_executor_report(Context& ctx, const ExecutorReport& report) {
                    model_->name, it->kv_pages, it->page_size);
     }
   }
-  answer_status(ctx, &report.pool);
+  answer_status(ctx);
   schedule(ctx);
 }
 
@@ -512,8 +512,8 @@ void Scheduler::on_status(Context& ctx, const Message& message, const StatusQuer
   ctx.reply(message, status());
 }
 
-void Scheduler::answer_status(Context& ctx, const PoolStatsWire* pool) {
-  if (pool) pool_ = *pool;
+// Answers the status queries that waited for the executor's report (pool_ holds its figures).
+void Scheduler::answer_status(Context& ctx) {
   for (const auto& waiter : status_waiters_) ctx.send(waiter.to, status(), {waiter.correlation_id, 0, {}});
   status_waiters_.clear();
 }

@@ -81,7 +81,7 @@ class Scheduler final : public Actor {
                    std::string stop = {});
   void apply_pending_aborts(Context& ctx);
   messages::StatusReport status() const;
-  void answer_status(Context& ctx, const messages::PoolStatsWire* pool);
+  void answer_status(Context& ctx);
 
   SchedulerConfig config_;
   std::unique_ptr<ServedModel> model_;
