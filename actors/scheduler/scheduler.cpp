@@ -310,14 +310,15 @@ void Scheduler::preempt(Request& r) {
 }
 
 // Adds up to `budget` of the request's uncomputed tokens to the plan, taking the pages they need
-// (preempting the newest running sequences when there are none). False when it could not.
-bool Scheduler::plan_sequence(Request& r, std::uint32_t budget, StepPlan& plan) {
+// (when there are none and may_preempt, the newest running sequences give theirs). False when it
+// could not.
+bool Scheduler::plan_sequence(Request& r, std::uint32_t budget, bool may_preempt, StepPlan& plan) {
   const auto total = static_cast<std::uint32_t>(r.history.size());
   const std::uint32_t n = std::min(total - r.computed, budget);
   if (n == 0) return false;
   while (!pages_->reserve(r.sequence, r.computed + n)) {
     // The newest running sequence gives way; if that is this one, it waits.
-    if (running_.empty()) return false;
+    if (!may_preempt || running_.empty()) return false;
     Request& newest = *requests_.at(running_.back());
     if (&newest == &r) return false;
     preempt(newest);
@@ -344,7 +345,7 @@ void Scheduler::schedule(Context& ctx) {
   for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Request& r = *requests_.at(running_[i]);
     if (!r.running) continue;  // preempted by an older one's page needs during this plan
-    if (!plan_sequence(r, budget, plan)) {
+    if (!plan_sequence(r, budget, true, plan)) {
       if (!r.running) break;
       preempt(r);  // no pages even after every newer one gave way
       break;
@@ -362,31 +363,29 @@ void Scheduler::schedule(Context& ctx) {
                               r.prompt_tokens, r.sampling.max_tokens, kv_capacity_tokens_));
       continue;
     }
-    if (!pages_->has(r.sequence)) {
-      const std::uint32_t reused = pages_->begin(r.sequence, model_->key, r.history);
-      r.computed = reused;
-      prefix_hit_tokens_ += reused;
-      if (!r.admitted_once) r.cached_tokens = std::min(reused, r.prompt_tokens);
-    }
+    // Waiting sequences hold no pages (preemption and a failed admission release them), so each
+    // admission starts from the prefix cache.
+    const std::uint32_t reused = pages_->begin(r.sequence, model_->key, r.history);
+    r.computed = reused;
     // A waiting sequence never preempts a running one: it waits for pages instead.
-    const std::uint32_t n = std::min(static_cast<std::uint32_t>(r.history.size()) - r.computed, budget);
-    if (!pages_->reserve(r.sequence, r.computed + n)) {
+    if (!plan_sequence(r, budget, false, plan)) {
       pages_->release(r.sequence);  // gives back the prefix pages it took, until its turn
       r.computed = 0;
       break;
     }
+    prefix_hit_tokens_ += reused;
     waiting_.pop_front();
     r.running = true;
     running_.push_back(r.sequence);
     if (!r.admitted_once) {
       r.admitted_once = true;
       r.scheduled_ns = ctx.now_ns();
+      r.cached_tokens = std::min(reused, r.prompt_tokens);
     }
     if (!r.executor_has_it) {
       plan.starts.push_back({r.sequence, r.sampling, {r.history.begin(), r.history.begin() + r.prompt_tokens}});
       r.executor_has_it = true;
     }
-    plan_sequence(r, budget, plan);
     budget -= static_cast<std::uint32_t>(plan.sequences.back().tokens.size());
   }
 

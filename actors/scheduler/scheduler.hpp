@@ -73,7 +73,7 @@ class Scheduler final : public Actor {
   std::optional<std::string> prompt_for(const ServedModel& model, const messages::Submit& submit,
                                         std::vector<std::int32_t>& prompt) const;
   void schedule(Context& ctx);
-  bool plan_sequence(Request& request, std::uint32_t budget, messages::StepPlan& plan);
+  bool plan_sequence(Request& request, std::uint32_t budget, bool may_preempt, messages::StepPlan& plan);
   void preempt(Request& request);
   void deliver_token(Context& ctx, Request& request, const messages::OutputToken& output);
   void end_request(Context& ctx, std::uint64_t sequence, messages::FinishReason finish,
