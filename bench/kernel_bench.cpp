@@ -188,6 +188,33 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
         table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
                    std::string(ops::matmul_path_name(path)), us, traffic, 2.0 * s.rows * s.k * tokens, check});
       }
+      // The narrow path (tensor cores for decode batches) from F16 activations made untimed, as the
+      // forward pass makes them once for several matmuls.
+      const auto& features = b.device_.features();
+      if (tokens > 1 && ops::narrow_matmul_applies(features, type, s.rows, s.k)) {
+        const std::uint32_t padded = ops::narrow_padded_columns(features, tokens);
+        auto acts16 = b.pool_.allocate(std::uint64_t{padded} * s.k * 2, "bench");
+        {
+          auto rec = b.queue_.begin();
+          ops::to_f16(rec, b.kernels_, acts.range(), acts16.range(), tokens, s.k, padded);
+          b.queue_.submit_and_wait(rec);
+        }
+        std::string name = "narrow";
+        double us = NAN;
+        std::string check;
+        try {
+          us = b.time_us([&](Recording& rec) {
+            const PoolBuffer& w = weight_copies[next_copy++ % copies];
+            ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens, false);
+          });
+          check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
+        } catch (const GpuError& e) {
+          check = std::string("failed: ") + e.what();
+        }
+        double traffic = double(bytes.size()) + 2.0 * padded * s.k + 4.0 * tokens * s.rows;
+        table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
+                   name, us, traffic, 2.0 * s.rows * s.k * tokens, check});
+      }
     }
     b.pool_.trim();
   }
@@ -302,6 +329,7 @@ void add_kernel_bench(CLI::App& bench) {
     bool attention_only = false;
     std::uint32_t context = 0;
     std::string matvec_shape;
+    std::string narrow_shape;
     DeviceOptions device;
   };
   auto o = std::make_shared<Options>();
@@ -318,6 +346,9 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_option("--context", o->context, "context length of the attention decode rows (default: the preset's)");
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "THREADSxROWS: workgroup shape of the whole-block vector matmul for every type (default: tuned per type)");
+  cmd->add_option("--narrow-shape", o->narrow_shape,
+                  "TILESxGROUPSxSPLITSxBLOCKS: the narrow (tensor-core decode) matmul's 16-row tiles per subgroup, "
+                  "row groups and subgroups splitting K per workgroup, blocks of 32 per iteration (default: tuned)");
   cmd->add_option("--out", o->out, "also write the table, with date, device, driver and command, to this file");
   cmd->callback([o] {
     std::vector<WeightType> types;
@@ -336,6 +367,19 @@ void add_kernel_bench(CLI::App& bench) {
         throw CommandFailed("--matvec-shape wants THREADSxROWS, e.g. 128x4, not '" + o->matvec_shape + "'");
       }
       ops::set_matvec_shape(shape);
+    }
+    if (!o->narrow_shape.empty()) {
+      ops::NarrowShape shape;
+      char x1 = 0, x2 = 0, x3 = 0;
+      std::istringstream in(o->narrow_shape);
+      if (!(in >> shape.row_tiles >> x1 >> shape.row_groups >> x2 >> shape.k_splits >> x3 >> shape.blocks) ||
+          x1 != 'x' || x2 != 'x' || x3 != 'x') {
+        throw CommandFailed("--narrow-shape wants TILESxGROUPSxSPLITSxBLOCKS, e.g. 4x1x4x1, not '" + o->narrow_shape + "'");
+      }
+      if (auto problem = ops::narrow_shape_problem(shape); !problem.empty()) {
+        throw CommandFailed("--narrow-shape " + o->narrow_shape + ": " + problem);
+      }
+      ops::set_narrow_shape(shape);
     }
     Bench b(o->device, o->target_ms);
     std::string header = fmt::format("- device: {}\n", b.device_.features().summary());

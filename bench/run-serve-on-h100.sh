@@ -22,6 +22,8 @@ for i in $(seq 1 600); do
   kill -0 $server 2>/dev/null || { echo "mqlm serve ended before it was ready" >>"$log"; cat $OUT/serve-log.txt >>"$log"; exit 1; }
   sleep 0.5
 done
+# The batched (tensor-core) path must give the lone request's greedy tokens before it is timed.
+bench/check-batched-greedy.sh $listen 16 32 >>"$log" 2>&1 || echo "the batched greedy check failed" >>"$log"
 for c in ${CONCURRENCY:-1 8 32 64}; do
   n=$((c * ${ROUNDS:-4}))
   cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --warmup $c --json $OUT/serve-c$c.json"

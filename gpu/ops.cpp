@@ -126,6 +126,99 @@ MatmulPath choose_matmul_path(const DeviceFeatures& features, std::uint32_t n) {
   return features.cooperative_matrix ? MatmulPath::cooperative : MatmulPath::tiled;
 }
 
+namespace {
+
+NarrowShape narrow_override;
+
+NarrowShape narrow_shape() {
+  if (narrow_override.row_tiles != 0) return narrow_override;
+  return {2, 1, 4, 2};
+}
+
+// Column tiles per workgroup (64 columns at most) and workgroups along y for n columns.
+std::pair<std::uint32_t, std::uint32_t> narrow_tiles(const DeviceFeatures& features, std::uint32_t n) {
+  const std::uint32_t width = features.cooperative_matrix->n;
+  const std::uint32_t tiles = ceil_div(std::max(n, 1u), width);
+  const std::uint32_t per_group = std::min(tiles, 64 / width);
+  return {per_group, ceil_div(tiles, per_group)};
+}
+
+}  // namespace
+
+std::string narrow_shape_problem(NarrowShape s) {
+  if (s.row_tiles < 1 || s.row_tiles > 4) return "the row tiles per subgroup are 1 to 4";
+  if (s.row_groups == 0 || s.k_splits == 0 || s.blocks == 0) return "every count is at least 1";
+  const std::uint64_t subgroups = std::uint64_t{s.row_groups} * s.k_splits;
+  if (subgroups > 32) return "a workgroup has at most 32 subgroups";
+  // The kernel's shared memory: dequantized rows (F16, padded) and one row tile of sums per subgroup.
+  const std::uint64_t bytes = subgroups * 16 * s.row_tiles * (32 * s.blocks + 8) * 2 + subgroups * 16 * 64 * 4;
+  if (bytes > 48 * 1024) return fmt::format("it needs {} bytes of shared memory, more than 48 KiB", bytes);
+  return "";
+}
+
+void set_narrow_shape(NarrowShape shape) {
+  if (shape.row_tiles != 0) {
+    if (auto problem = narrow_shape_problem(shape); !problem.empty()) throw GpuError("narrow matmul shape: " + problem);
+  }
+  narrow_override = shape;
+}
+
+bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k) {
+  const auto& cm = features.cooperative_matrix;
+  if (!cm || cm->m != 16 || cm->k != 16 || (cm->n != 16 && cm->n != 8) || features.subgroup_size != 32) return false;
+  if (k % 32 != 0 || m == 0) return false;
+  switch (type) {
+    case WeightType::f16: return m % 16 == 0;
+    case WeightType::q8_0:
+    case WeightType::q4_0: return true;
+    default: return false;
+  }
+}
+
+bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
+                             std::uint32_t n) {
+  return n > matvec_max_cols && narrow_matmul_applies(features, type, m, k);
+}
+
+std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n) {
+  if (!features.cooperative_matrix) return n;
+  auto [per_group, groups] = narrow_tiles(features, n);
+  return per_group * groups * features.cooperative_matrix->n;
+}
+
+void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
+                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate) {
+  const auto& features = lib.device().features();
+  if (!narrow_matmul_applies(features, type, m, k)) {
+    throw GpuError(fmt::format("the narrow matmul does not take {} weights of {}x{} on {}", weight_type_name(type), m, k,
+                               features.name));
+  }
+  if (acts16.size < std::uint64_t{narrow_padded_columns(features, n)} * k * 2) {
+    throw GpuError(fmt::format("the narrow matmul needs {} padded F16 activation rows", narrow_padded_columns(features, n)));
+  }
+  const auto& cm = *features.cooperative_matrix;
+  const NarrowShape shape = narrow_shape();
+  auto [per_group, groups_y] = narrow_tiles(features, n);
+  struct {
+    std::uint32_t m, k, n;
+  } push{m, k, n};
+  rec.dispatch(kernel(lib, fmt::format("mul_mm_narrow_{}_{}x{}x{}", weight_type_name(type), cm.m, cm.n, cm.k), 3,
+                      sizeof push,
+                      {32 * shape.row_groups * shape.k_splits, shape.row_groups, shape.k_splits, per_group, shape.blocks,
+                       accumulate ? 1u : 0u, shape.row_tiles},
+                      32),
+               {weights, acts16, out}, push, ceil_div(m, 16 * shape.row_tiles * shape.row_groups), groups_y);
+}
+
+void to_f16(Recording& rec, KernelLibrary& lib, BufferRange in, BufferRange out, std::uint32_t rows, std::uint32_t n,
+            std::uint32_t padded_rows) {
+  struct {
+    std::uint32_t count, total;
+  } push{rows * n, padded_rows * n};
+  auto [gx, gy] = spread(ceil_div(push.total, 256));
+  rec.dispatch(kernel(lib, "to_f16", 2, sizeof push), {in, out}, push, gx, gy);
+}
+
 MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts, bool acts_f16,
                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, MatmulPath path) {
   const auto& features = lib.device().features();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "gpu/compute_queue.hpp"
 #include "gpu/kernel_library.hpp"
@@ -51,6 +52,35 @@ struct MatvecShape {
   std::uint32_t threads = 0, rows = 0;
 };
 void set_matvec_shape(MatvecShape shape);
+
+// The narrow path: tensor cores for decode batches (a few to 64 columns; more take further
+// workgroups). Each weight block is read from memory once per 64 columns, dequantized to F16 in
+// shared memory; the activations are F16 with their columns padded to whole tiles. Needs
+// VK_NV_cooperative_matrix with 16-row, 16-deep tiles and subgroups of 32; takes F16, Q8_0 and
+// Q4_0 weights with K % 32 == 0 (and M % 16 == 0 for F16).
+bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k);
+// Whether callers should take the narrow path for n columns: where it applies, past the vector
+// path's columns (it beats the tiled paths up to 512 columns and more on the H100 and H200).
+bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
+                             std::uint32_t n);
+// The activation rows (columns of the product) the narrow path reads for n: n rounded up to its tiles.
+std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n);
+// out(n, m) = acts16(n, k) x weights(m, k)^T, or out += it with accumulate (the residual add);
+// acts16: F16 with narrow_padded_columns(n) rows (what to_f16 writes).
+void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
+                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate);
+// The narrow kernel's workgroup: 16-row tiles per subgroup (1 to 4: each activation fragment
+// loaded is used by all of them), row groups, subgroups splitting K per group, blocks of 32 per
+// iteration. All 0 (the default) uses the tuned shape; benchmarks set others to tune.
+struct NarrowShape {
+  std::uint32_t row_tiles = 0, row_groups = 0, k_splits = 0, blocks = 0;
+};
+// Why the shape cannot run (too many subgroups, too much shared memory), or "" if it can.
+std::string narrow_shape_problem(NarrowShape shape);
+void set_narrow_shape(NarrowShape shape);
+// out(padded_rows, n) F16 = in(rows, n) F32, the rows past `rows` zero.
+void to_f16(Recording& rec, KernelLibrary& lib, BufferRange in, BufferRange out, std::uint32_t rows, std::uint32_t n,
+            std::uint32_t padded_rows);
 
 // out(n, m) += acts(n, k) x weights(m, k)^T: the vector path with the residual add fused in (out
 // is read and written by the same thread, so it may be the residual stream itself). Only where

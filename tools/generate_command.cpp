@@ -38,9 +38,73 @@ struct GenerateOptions {
   bool warmup = false;
   std::string device;
   std::uint32_t page_size = 16;
+  std::uint32_t batch = 1;
 };
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Where the GPU time of `per` steps went, by kind of op, largest first.
+void report(const char* what, const model::StepProfile& p, double per) {
+  double gpu_total = 0;
+  for (const auto& [label, ms] : p.gpu_ms) gpu_total += ms;
+  std::cerr << fmt::format("{} (per {}): host records {:.3f} ms, waits {:.3f} ms; GPU {:.3f} ms:\n", what,
+                           per == 1 ? "step" : "token", p.record_ms / per, p.wait_ms / per, gpu_total / per);
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [label, ms] : p.gpu_ms) rows.emplace_back(ms, label);
+  std::sort(rows.rbegin(), rows.rend());
+  for (const auto& [ms, label] : rows) {
+    std::cerr << fmt::format("  {:<18} {:8.3f} ms  {:5.1f}%\n", label, ms / per, 100 * ms / gpu_total);
+  }
+}
+
+// --batch: `batch` copies of the prompt decoded greedily side by side, as a server's batch of
+// sequences is, for max_tokens steps: the aggregate rate, and with --profile where a batched step's
+// time goes. Prints sequence 0's text (every copy computes the same).
+void generate_batched(const GenerateOptions& o, model::GpuModel& gpu_model, model::GpuContext& ctx,
+                      const model::LlamaConfig& config, const model::Tokenizer& tokenizer,
+                      const std::vector<std::int32_t>& prompt) {
+  const std::uint32_t b = o.batch;
+  const std::uint64_t total = prompt.size() + static_cast<std::uint64_t>(o.sampling.max_tokens);
+  const auto pages = static_cast<std::uint32_t>((total + o.page_size - 1) / o.page_size);
+  model::GpuKvCache cache(ctx, config, pages * b, o.page_size);
+  model::StepBatch batch;
+  for (std::uint32_t s = 0; s < b; ++s) {
+    batch.block_tables.emplace_back();
+    for (std::uint32_t p = 0; p < pages; ++p) batch.block_tables[s].push_back(s * pages + p);
+    for (std::uint32_t i = 0; i < prompt.size(); ++i) batch.tokens.push_back({s, i, prompt[i], i + 1 == prompt.size()});
+  }
+  auto decode_batch = [&](const std::vector<std::int32_t>& next, std::uint32_t position) {
+    model::StepBatch step{{}, batch.block_tables};
+    for (std::uint32_t s = 0; s < b; ++s) step.tokens.push_back({s, position, next[s], true});
+    return step;
+  };
+  if (o.warmup) {
+    auto first = gpu_model.forward_argmax(batch, cache);
+    gpu_model.forward_argmax(decode_batch(first, static_cast<std::uint32_t>(prompt.size())), cache);
+  }
+  model::StepProfile prefill_profile, decode_profile;
+  auto prefill_start = Clock::now();
+  std::vector<std::int32_t> next = gpu_model.forward_argmax(batch, cache, o.profile ? &prefill_profile : nullptr);
+  const double prefill_s = seconds(Clock::now() - prefill_start);
+  model::StreamDecoder decoder(tokenizer, {false, false});
+  auto decode_start = Clock::now();
+  std::uint32_t steps = 0;
+  for (auto position = static_cast<std::uint32_t>(prompt.size()); steps + 1 < static_cast<std::uint32_t>(o.sampling.max_tokens);
+       ++position, ++steps) {
+    if (!o.quiet) std::cout << decoder.push(next[0]) << std::flush;
+    next = gpu_model.forward_argmax(decode_batch(next, position), cache, o.profile ? &decode_profile : nullptr);
+  }
+  const double decode_s = seconds(Clock::now() - decode_start);
+  if (!o.quiet) std::cout << decoder.push(next[0]) << decoder.finish() << "\n";
+  std::cerr << fmt::format(
+      "prefill: {} sequences of {} tokens in {:.1f} ms, {:.1f} tokens/s\n"
+      "decode: {} steps of {} sequences in {:.1f} ms, {:.2f} ms per step, {:.1f} tokens/s in all\n",
+      b, prompt.size(), prefill_s * 1e3, b * prompt.size() / prefill_s, steps, b, decode_s * 1e3,
+      steps ? decode_s * 1e3 / steps : 0.0, steps ? b * steps / decode_s : 0.0);
+  if (!o.profile) return;
+  report("prefill", prefill_profile, 1);
+  report("decode", decode_profile, std::max<double>(1, static_cast<double>(decode_profile.steps)));
+}
 
 void generate(const GenerateOptions& o) {
   auto opened = model::gguf::GgufFile::open(o.model);
@@ -66,6 +130,11 @@ void generate(const GenerateOptions& o) {
     throw CommandFailed(error->field + ": " + error->message, 2);
   }
 
+  const model::SamplingParams& sp = o.sampling;
+  if (o.batch > 1 && !(sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
+                       sp.frequency_penalty == 0 && sp.stop.empty() && !sp.logprobs)) {
+    throw CommandFailed("--batch decodes greedily: give --temperature 0 and no penalties or stop strings", 2);
+  }
   gpu::Device device(gpu::DeviceOptions{o.device, false});
   gpu::ComputeQueue queue(device);
   gpu::BufferPool pool(queue);
@@ -74,6 +143,10 @@ void generate(const GenerateOptions& o) {
   auto load_start = Clock::now();
   model::GpuModel gpu_model(ctx, config, model::gguf_tensor_source(file), "weights:" + o.model);
   const double load_s = seconds(Clock::now() - load_start);
+  if (o.batch > 1) {
+    generate_batched(o, gpu_model, ctx, config, tokenizer, prompt);
+    return;
+  }
   const auto pages = static_cast<std::uint32_t>((total + o.page_size - 1) / o.page_size);
   model::GpuKvCache cache(ctx, config, pages, o.page_size);
 
@@ -114,7 +187,6 @@ void generate(const GenerateOptions& o) {
     for (std::size_t id = tokenizer.size(); id < logits.size(); ++id) logits[id] = -INFINITY;
   };
   // Plain greedy decoding needs no logits on the host: the GPU hands back the chosen token.
-  const model::SamplingParams& sp = o.sampling;
   const bool gpu_greedy = sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
                           sp.frequency_penalty == 0 && !sp.logprobs && tokenizer.size() == config.n_vocab;
   std::int32_t greedy_next = -1;
@@ -163,18 +235,6 @@ void generate(const GenerateOptions& o) {
       prefill_s * 1e3, prompt.size() / prefill_s, generated, decode_s * 1e3, decode_rate,
       decode_rate * weight_bytes / 1e9, finish);
   if (!o.profile) return;
-  auto report = [](const char* what, const model::StepProfile& p, double per) {
-    double gpu_total = 0;
-    for (const auto& [label, ms] : p.gpu_ms) gpu_total += ms;
-    std::cerr << fmt::format("{} (per {}): host records {:.3f} ms, waits {:.3f} ms; GPU {:.3f} ms:\n", what,
-                             per == 1 ? "step" : "token", p.record_ms / per, p.wait_ms / per, gpu_total / per);
-    std::vector<std::pair<double, std::string>> rows;
-    for (const auto& [label, ms] : p.gpu_ms) rows.emplace_back(ms, label);
-    std::sort(rows.rbegin(), rows.rend());
-    for (const auto& [ms, label] : rows) {
-      std::cerr << fmt::format("  {:<18} {:8.3f} ms  {:5.1f}%\n", label, ms / per, 100 * ms / gpu_total);
-    }
-  };
   report("prefill", prefill_profile, 1);
   const double steps = std::max<double>(1, static_cast<double>(decode_profile.steps));
   report("decode", decode_profile, steps);
@@ -194,6 +254,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--warmup", o->warmup, "run the prompt once untimed first, so pipeline creation is not timed");
   cmd->add_flag("--profile", o->profile, "GPU time per kind of op and host time per step (timestamp queries)");
   cmd->add_option("--device", o->device, "Vulkan device: index or name substring (default MQLM_VULKAN_DEVICE)");
+  cmd->add_option("--batch", o->batch, "decode this many copies of the prompt side by side (greedy), as a server's batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1024u));
   cmd->callback([o] { generate(*o); });
 }
 

@@ -164,7 +164,32 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   };
   if (profiling) vkCmdResetQueryPool(rec_of().command_buffer(), timestamps_.get(), 0, kMaxStamps);
   mark("start");
+  // Batches too wide for the vector path take the tensor cores' narrow path where the device and
+  // the weights allow it: its F16 input is made once (into acts16) for every matmul that reads it.
+  const auto& features = q.device().features();
+  auto narrow = [&](const GpuTensor& w, std::uint32_t columns) {
+    return ops::narrow_matmul_preferred(features, w.type, static_cast<std::uint32_t>(w.rows),
+                                        static_cast<std::uint32_t>(w.cols), columns);
+  };
+  PoolBuffer acts16;
+  auto to_f16 = [&](const PoolBuffer& in, std::uint32_t rows, std::uint32_t width) {
+    const std::uint32_t padded = ops::narrow_padded_columns(features, rows);
+    if (!acts16) {
+      const std::uint64_t widest = std::max({c.n_embd, c.q_dim(), c.n_ff});
+      acts16 = pool.allocate(std::uint64_t{ops::narrow_padded_columns(features, n)} * widest * 2, "scratch");
+    }
+    ops::to_f16(rec_of(), lib, in.range(), acts16.range(), rows, width, padded);
+  };
+  auto matmul_narrow = [&](const GpuTensor& w, PoolBuffer& out, std::uint32_t rows, bool accumulate) {
+    ops::matmul_narrow(rec_of(), lib, w.type, w.buffer.range(), acts16.range(), out.range(),
+                       static_cast<std::uint32_t>(w.rows), static_cast<std::uint32_t>(w.cols), rows, accumulate);
+  };
   auto matmul = [&](const GpuTensor& w, const PoolBuffer& in, PoolBuffer& out, std::uint32_t rows) {
+    if (narrow(w, rows)) {
+      to_f16(in, rows, static_cast<std::uint32_t>(w.cols));
+      matmul_narrow(w, out, rows, false);
+      return;
+    }
     ops::matmul(rec_of(), lib, w.type, w.buffer.range(), in.range(), false, out.range(), static_cast<std::uint32_t>(w.rows),
                 static_cast<std::uint32_t>(w.cols), rows);
   };
@@ -179,9 +204,12 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   auto normed_projections = [&](const GpuTensor& norm, std::initializer_list<std::pair<const GpuTensor*, PoolBuffer*>> outs) {
     bool fused = true;
     for (const auto& [w, out] : outs) fused = fused && fused_decode(*w);
+    bool narrowed = false;
     if (!fused) {
       ops::rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
       mark("norm");
+      for (const auto& [w, out] : outs) narrowed = narrowed || narrow(*w, n);
+      if (narrowed) to_f16(h, n, c.n_embd);
     }
     bool first = true;
     for (const auto& [w, out] : outs) {
@@ -189,8 +217,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       if (fused) {
         ops::matvec_rms_norm(rec_of(), lib, w->type, w->buffer.range(), x.range(), norm.buffer.range(), c.rms_eps,
                              out->range(), static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
+      } else if (narrowed && narrow(*w, n)) {
+        matmul_narrow(*w, *out, n, false);
       } else {
-        matmul(*w, h, *out, n);
+        ops::matmul(rec_of(), lib, w->type, w->buffer.range(), h.range(), false, out->range(),
+                    static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
       }
     }
   };
@@ -198,6 +229,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
     if (fused_decode(w)) {
       ops::matvec_accumulate(rec_of(), lib, w.type, w.buffer.range(), in.range(), false, x.range(), rows, k, n);
+      return;
+    }
+    if (narrow(w, n)) {  // x += w * in, the add fused into the product
+      to_f16(in, n, k);
+      matmul_narrow(w, x, n, true);
       return;
     }
     matmul(w, in, proj, n);

@@ -381,6 +381,45 @@ TEST(AttentionPlan, SplitsDecodeAndNotPrefill) {
   EXPECT_EQ(ops::plan_attention(ops::AttentionShape{1, 4, 4, 64, 16, 1, 0.125f}).splits, 1u);
 }
 
+// The narrow (tensor-core) path is chosen only where it can run: tiles of 16 x 16 x 16 or 16 x 8
+// x 16, subgroups of 32, whole blocks; its activations are padded to whole column tiles, 64
+// columns per workgroup. (Its output is checked on the H100 by `mqlm bench kernels` against the
+// tiled path, and end to end by bench/check-batched-greedy.sh: lavapipe has no tensor cores.)
+TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
+  DeviceFeatures lavapipe;
+  lavapipe.subgroup_size = 8;
+  EXPECT_FALSE(ops::narrow_matmul_applies(lavapipe, WeightType::q4_0, 4096, 4096));
+  EXPECT_FALSE(ops::narrow_matmul_preferred(lavapipe, WeightType::q4_0, 4096, 4096, 32));
+  EXPECT_EQ(ops::narrow_padded_columns(lavapipe, 13), 13u);
+
+  DeviceFeatures h100;
+  h100.subgroup_size = 32;
+  h100.cooperative_matrix = CooperativeMatrixShape{16, 16, 16};
+  EXPECT_TRUE(ops::narrow_matmul_applies(h100, WeightType::q4_0, 6144, 4096));
+  EXPECT_TRUE(ops::narrow_matmul_applies(h100, WeightType::q8_0, 100, 4096));   // rows past M are clamped
+  EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::f16, 100, 4096));   // F16 tiles are loaded whole
+  EXPECT_TRUE(ops::narrow_matmul_applies(h100, WeightType::f16, 4096, 4096));
+  EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::q4_k, 4096, 4096));
+  EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::q4_0, 4096, 4080));  // not whole blocks
+  EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 8));  // the vector path's
+  EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 9));
+  for (auto [n, padded] : std::vector<std::pair<std::uint32_t, std::uint32_t>>{
+           {1, 16}, {16, 16}, {17, 32}, {33, 48}, {64, 64}, {65, 128}, {100, 128}, {129, 192}}) {
+    EXPECT_EQ(ops::narrow_padded_columns(h100, n), padded) << n;
+  }
+  h100.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
+  EXPECT_EQ(ops::narrow_padded_columns(h100, 9), 16u);
+  EXPECT_EQ(ops::narrow_padded_columns(h100, 65), 128u);
+  h100.subgroup_size = 64;
+  EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::q4_0, 4096, 4096));
+
+  EXPECT_EQ(ops::narrow_shape_problem({2, 1, 4, 2}), "");
+  EXPECT_NE(ops::narrow_shape_problem({5, 1, 1, 1}), "");
+  EXPECT_NE(ops::narrow_shape_problem({4, 1, 8, 1}), "");  // 72 KiB of shared memory
+  EXPECT_NE(ops::narrow_shape_problem({1, 0, 1, 1}), "");
+  EXPECT_THROW(ops::set_narrow_shape({1, 64, 1, 1}), GpuError);
+}
+
 // The reference must itself be able to fail: a wrong answer is caught by the same bound.
 // The accumulating mat-vec adds the product to what the output held (the residual stream).
 TEST(MatvecAccumulate, AddsTheProductToTheOutput) {

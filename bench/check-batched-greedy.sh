@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Greedy output of one request alone against the same request among BATCH-1 others, on a running
+# `mqlm serve`: on the GPU alone decodes through the vector matmuls, batched through the tensor-core
+# ones, so this checks the batched path end to end where the tests (lavapipe) cannot.
+# Usage: bench/check-batched-greedy.sh SERVER [BATCH] [TOKENS]; prints how many batched outputs
+# equal the lone one, and the first token where the others part from it.
+set -euo pipefail
+server=$1 batch=${2:-16} n=${3:-32}
+work=$(mktemp -d)
+ask() { mqlm client --server "$server" --json --temperature 0 -n "$n" -p "$1" | grep -o '"tokens":\[[0-9,]*\]' | tr -dc '0-9,\n' | paste -sd, -; }
+prompt="The quick brown fox jumps over the lazy dog and then"
+ask "$prompt" >"$work/alone"
+for i in $(seq 1 "$batch"); do ask "$prompt" >"$work/b$i" & done
+wait
+same=0
+for i in $(seq 1 "$batch"); do
+  if cmp -s "$work/alone" "$work/b$i"; then
+    same=$((same + 1))
+  else
+    python3 - "$work/alone" "$work/b$i" <<'PY' 2>/dev/null || echo "request $i differs"
+import sys
+a, b = (open(f).read().strip().split(",") for f in sys.argv[1:3])
+first = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+print(f"request differs from token {first} of {len(a)}")
+PY
+  fi
+done
+echo "batched greedy: $same of $batch equal the lone request ($n tokens)"
+rm -rf "$work"
