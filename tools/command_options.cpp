@@ -1,5 +1,7 @@
 #include "tools/command_options.hpp"
 
+#include <filesystem>
+
 #include "tools/commands.hpp"
 
 namespace mqlm::tools {
@@ -35,6 +37,19 @@ void add_addresses(actors::Topology& topology, const std::vector<std::string>& a
     }
     topology.add(name, endpoint);
   }
+}
+
+void add_model_positional(CLI::App& cmd, std::string& model) {
+  cmd.add_option("model", model, "GGUF file (default: the bundled demo model, " MQLM_DEFAULT_MODEL ")")
+      ->check(CLI::ExistingFile);
+}
+
+std::string resolve_model(const std::string& model) {
+  if (!model.empty()) return model;
+  if (!std::filesystem::exists(MQLM_DEFAULT_MODEL)) {
+    throw CommandFailed(std::string("no model given, and the bundled demo model is not at ") + MQLM_DEFAULT_MODEL, 2);
+  }
+  return MQLM_DEFAULT_MODEL;
 }
 
 }  // namespace mqlm::tools

@@ -246,7 +246,7 @@ void generate(const GenerateOptions& o) {
 void add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   auto* cmd = app.add_subcommand("generate", "generate text from a GGUF model on the GPU");
-  cmd->add_option("model", o->model, "GGUF file")->required()->check(CLI::ExistingFile);
+  add_model_positional(*cmd, o->model);
   cmd->add_option("-p,--prompt", o->prompt, "the prompt")->required();
   add_sampling_flags(*cmd, o->sampling);
   cmd->add_flag("--parse-special", o->parse_special, "recognise special tokens written in the prompt");
@@ -257,7 +257,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--batch", o->batch, "decode this many copies of the prompt side by side (greedy), as a server's batch")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));
-  cmd->callback([o] { generate(*o); });
+  cmd->callback([o] {
+    o->model = resolve_model(o->model);
+    generate(*o);
+  });
 }
 
 }  // namespace mqlm::tools
