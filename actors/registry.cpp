@@ -12,6 +12,9 @@
 #if MQLM_HAS_GATEWAY
 #include "actors/gateway/gateway.hpp"
 #endif
+#if MQLM_HAS_HTTP
+#include "actors/http/http.hpp"
+#endif
 
 namespace mqlm::actors {
 
@@ -25,6 +28,9 @@ std::vector<std::string> actor_kinds() {
 #endif
 #if MQLM_HAS_GATEWAY
   kinds.push_back("gateway");
+#endif
+#if MQLM_HAS_HTTP
+  kinds.push_back("http");
 #endif
   return kinds;
 }
@@ -54,6 +60,9 @@ std::unique_ptr<Actor> make_actor(const std::string& kind, const ActorOptions& o
 #endif
 #if MQLM_HAS_GATEWAY
   if (kind == "gateway") return make_gateway(options);
+#endif
+#if MQLM_HAS_HTTP
+  if (kind == "http") return make_http(options);
 #endif
   std::string known;
   for (const auto& k : actor_kinds()) known += (known.empty() ? "" : ", ") + k;

@@ -61,13 +61,17 @@ struct Abort {
   MSGPACK_DEFINE(reason);
 };
 
-// The logprob of one chosen token and the top alternatives (most likely first).
+// The logprob of one chosen token and the top alternatives (most likely first). The texts are
+// each token's own bytes (special tokens written as their text), filled by the scheduler, which
+// has the tokenizer: a piece may be part of a UTF-8 character, so it is bytes, not always text.
 struct TokenLogprobs {
   std::int32_t token = -1;
   float logprob = 0.0f;
   std::vector<std::int32_t> top_tokens;
   std::vector<float> top_logprobs;
-  MSGPACK_DEFINE(token, logprob, top_tokens, top_logprobs);
+  std::string text{};                    // the chosen token's piece
+  std::vector<std::string> top_texts{};  // one per top token
+  MSGPACK_DEFINE(token, logprob, top_tokens, top_logprobs, text, top_texts);
 };
 
 // New output of a request: the tokens sampled since the last event and the text they make

@@ -10,7 +10,14 @@ packages=(
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-zmq python3-msgpack
+  libcpp-httplib-dev jq curl python3-prometheus-client
 )
+# The http tests drive the server with the `openai` npm package (installed by the tests with
+# `npm ci`), so they need Node.js and npm. A machine that has them (Node 20 on ours) keeps its
+# own; one without gets Debian's (Node 18, on which the tests have not been run).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,8 +1,9 @@
-// `mqlm serve MODEL.gguf`: the server. Runs the executor, the scheduler and the gateway in this
-// process, or some of them (--run) with the addresses of the others (--address), so the same
-// deployment splits over processes or hosts by configuration alone. SIGINT or SIGTERM drains:
-// the gateway refuses new requests, aborts the running ones (or lets them finish with
-// --finish-running), and once none is open the actors stop in reverse order.
+// `mqlm serve [MODEL.gguf]`: the server (of the bundled demo model when no model is named). Runs the executor, the scheduler and the gateway (and,
+// with --http, the http actor: the OpenAI API) in this process, or some of them (--run) with the
+// addresses of the others (--address), so the same deployment splits over processes or hosts by
+// configuration alone. SIGINT or SIGTERM drains: the front ends refuse new requests, abort the
+// running ones (or let them finish with --finish-running), and once none is open the actors stop
+// in reverse order.
 #include <csignal>
 #include <ctime>
 #include <filesystem>
@@ -24,11 +25,16 @@ using namespace actors;
 namespace {
 
 constexpr const char* kServeMailbox = "serve";
+constexpr const char* kDefaultHttp = "127.0.0.1:8080";
+// Every kind serve runs, in start order: what others depend on first; stopping goes in reverse.
+constexpr const char* kServeKinds[] = {"executor", "scheduler", "gateway", "http"};
 
 struct ServeOptions {
   std::string model;
   std::string name;
   std::string listen = "tcp://127.0.0.1:5555";
+  std::string http;     // HOST:PORT of the http actor; "" : not run (unless --run names it)
+  std::string api_key;  // the http actor's; "" : none
   std::vector<std::string> run{"executor", "scheduler", "gateway"};
   std::vector<std::string> addresses;
   std::string device;
@@ -44,10 +50,14 @@ struct ServeOptions {
   int heartbeat_timeout_ms = 10000;
 };
 
+bool runs(const ServeOptions& o, const std::string& kind) {
+  return std::find(o.run.begin(), o.run.end(), kind) != o.run.end();
+}
+
 NodeConfig serve_config(const ServeOptions& o) {
   NodeConfig config;
   add_addresses(config.topology, o.addresses, "scheduler=ipc:///tmp/mqlm-scheduler");
-  for (const char* name : {"gateway", "scheduler", "executor", kServeMailbox}) config.topology.add(name);
+  for (const char* name : {"gateway", "http", "scheduler", "executor", kServeMailbox}) config.topology.add(name);
 
   const std::string name = !o.name.empty() ? o.name : std::filesystem::path(o.model).stem().string();
   std::map<std::string, ActorOptions> options;
@@ -61,9 +71,11 @@ NodeConfig serve_config(const ServeOptions& o) {
                           {"max_waiting", std::to_string(o.max_waiting)}};
   // A backend process that dies is noticed within about 0.6 s: clients hear within a second.
   options["gateway"] = {{"listen", o.listen}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
-  // Start order: what others depend on first; stopping goes in reverse.
-  for (const char* kind : {"executor", "scheduler", "gateway"}) {
-    if (std::find(o.run.begin(), o.run.end(), kind) == o.run.end()) continue;
+  options["http"] = {{"listen", o.http.empty() ? kDefaultHttp : o.http}, {"heartbeat_ms", "100"},
+                     {"unavailable_ms", "500"}};
+  if (!o.api_key.empty()) options["http"]["api_key"] = o.api_key;
+  for (const char* kind : kServeKinds) {
+    if (!runs(o, kind)) continue;
     ActorOptions actor_options = options[kind];
     try {
       if (std::string(kind) != "executor") make_actor(kind, actor_options);  // bad options fail now
@@ -73,8 +85,8 @@ NodeConfig serve_config(const ServeOptions& o) {
     config.actors.push_back({kind, [kind, actor_options] { return make_actor(kind, actor_options); }, {}});
   }
   for (const auto& r : o.run) {
-    if (r != "executor" && r != "scheduler" && r != "gateway") {
-      throw CommandFailed("--run takes executor, scheduler and gateway, not '" + r + "'", 2);
+    if (std::find(std::begin(kServeKinds), std::end(kServeKinds), r) == std::end(kServeKinds)) {
+      throw CommandFailed("--run takes executor, scheduler, gateway and http, not '" + r + "'", 2);
     }
   }
   config.trace_file = o.trace;
@@ -84,9 +96,14 @@ NodeConfig serve_config(const ServeOptions& o) {
   return config;
 }
 
-void serve(const ServeOptions& o) {
+void serve(ServeOptions o) {
+  // --http alone adds the http actor to the default actors.
+  if (!o.http.empty() && !runs(o, "http")) o.run.push_back("http");
   NodeConfig config = serve_config(o);
-  const bool has_gateway = std::find(o.run.begin(), o.run.end(), "gateway") != o.run.end();
+  std::vector<std::string> front_ends;
+  for (const char* kind : {"gateway", "http"}) {
+    if (runs(o, kind)) front_ends.push_back(kind);
+  }
 
   sigset_t signals = block_stop_signals();
 
@@ -97,28 +114,31 @@ void serve(const ServeOptions& o) {
   } catch (const std::exception& e) {
     throw CommandFailed(std::string("could not start: ") + e.what(), 1);
   }
-  if (has_gateway) {
-    spdlog::info("serving {} on {}", o.model, o.listen);
-    std::cout << "ready: listening on " << o.listen << std::endl;
+  std::vector<std::string> listening;
+  if (runs(o, "gateway")) listening.push_back(o.listen);
+  if (runs(o, "http")) listening.push_back("http://" + (o.http.empty() ? std::string(kDefaultHttp) : o.http));
+  if (!listening.empty()) {
+    spdlog::info("serving {} on {}", o.model, fmt::join(listening, " and "));
+    std::cout << "ready: listening on " << fmt::format("{}", fmt::join(listening, " and ")) << std::endl;
   } else {
     std::cout << "ready" << std::endl;
   }
   int signal = 0;
   sigwait(&signals, &signal);
   std::cout << "draining" << std::endl;
-  if (has_gateway) {
-    control.send("gateway", messages::Drain{!o.finish_running});
-    // A second signal stops at once; otherwise wait for the gateway's last request to end.
+  if (!front_ends.empty()) {
+    for (const auto& front_end : front_ends) control.send(front_end, messages::Drain{!o.finish_running});
+    // A second signal stops at once; otherwise wait for each front end's last request to end.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.drain_timeout_s);
-    bool drained = false;
-    while (!drained && std::chrono::steady_clock::now() < deadline) {
+    std::size_t drained = 0;
+    while (drained < front_ends.size() && std::chrono::steady_clock::now() < deadline) {
       if (auto message = control.receive(std::chrono::milliseconds(100))) {
-        drained = message->as<messages::Drained>() != nullptr;
+        if (message->as<messages::Drained>() != nullptr) ++drained;
       }
       timespec none{0, 0};
       if (sigtimedwait(&signals, nullptr, &none) > 0) break;
     }
-    if (!drained) spdlog::warn("stopping with requests still open");
+    if (drained < front_ends.size()) spdlog::warn("stopping with requests still open");
   }
   node.stop();
   std::cout << "stopped" << std::endl;
@@ -128,11 +148,19 @@ void serve(const ServeOptions& o) {
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
-  auto* cmd = app.add_subcommand("serve", "serve a GGUF model over the ZeroMQ client protocol (docs/protocol.md)");
-  cmd->add_option("model", o->model, "GGUF file")->required()->check(CLI::ExistingFile);
+  auto* cmd = app.add_subcommand("serve",
+                                 "serve a GGUF model over the ZeroMQ client protocol (docs/protocol.md) and, with "
+                                 "--http, the OpenAI API");
+  add_model_positional(*cmd, o->model);
   cmd->add_option("--name", o->name, "the model's name for clients (default: the file name without .gguf)");
   cmd->add_option("--listen", o->listen, "where clients connect: tcp://HOST:PORT or ipc://PATH")->capture_default_str();
-  cmd->add_option("--run", o->run, "which actors this process runs (default all: executor scheduler gateway)")
+  cmd->add_option("--http", o->http,
+                  "also serve the OpenAI API over HTTP at HOST:PORT, e.g. 127.0.0.1:8080");
+  cmd->add_option("--api-key", o->api_key,
+                  "the HTTP API's key: clients send Authorization: Bearer KEY (all endpoints but /health)")
+      ->envname("MQLM_API_KEY");
+  cmd->add_option("--run", o->run,
+                  "which actors this process runs (default: executor scheduler gateway, and http with --http)")
       ->delimiter(',');
   cmd->add_option("--address", o->addresses,
                   "NAME=ENDPOINT where an actor's inbox is, here or in another process (default inproc://mqlm/NAME)");
@@ -154,7 +182,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--drain-timeout-s", o->drain_timeout_s, "longest wait for open requests when stopping")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600));
-  cmd->callback([o] { serve(*o); });
+  cmd->callback([o] {
+    o->model = resolve_model(o->model);
+    serve(*o);
+  });
 }
 
 }  // namespace mqlm::tools

@@ -23,6 +23,21 @@ constexpr auto kWatchdogInterval = std::chrono::milliseconds(500);
 // 0 when the later moment never came (a request refused before it was scheduled).
 std::int64_t elapsed(std::int64_t from_ns, std::int64_t to_ns) { return to_ns > 0 ? to_ns - from_ns : 0; }
 
+// One token's bytes as it stands in generated text: not at a sequence's start (so SentencePiece
+// keeps its leading space), special tokens as their text (an end-of-turn token is not nothing).
+std::string token_piece(const model::Tokenizer& tokenizer, std::int32_t token) {
+  if (token < 0 || static_cast<std::size_t>(token) >= tokenizer.size()) return {};
+  return tokenizer.decode(std::span<const std::int32_t>(&token, 1), model::DecodeOptions{true, false});
+}
+
+// The executor's logprobs with the texts that front ends show (OpenAI's logprobs are by text).
+TokenLogprobs with_token_texts(const model::Tokenizer& tokenizer, TokenLogprobs logprobs) {
+  logprobs.text = token_piece(tokenizer, logprobs.token);
+  logprobs.top_texts.clear();
+  for (std::int32_t token : logprobs.top_tokens) logprobs.top_texts.push_back(token_piece(tokenizer, token));
+  return logprobs;
+}
+
 }  // namespace
 
 // What the scheduler knows of a model: enough to turn prompts into tokens and tokens into text.
@@ -454,7 +469,7 @@ void Scheduler::deliver_token(Context& ctx, Request& r, const OutputToken& outpu
   TokenEvent event;
   event.tokens = {output.token};
   event.text = std::move(step.text);
-  if (output.has_logprobs) event.logprobs.push_back(output.logprobs);
+  if (output.has_logprobs) event.logprobs.push_back(with_token_texts(tokenizer, output.logprobs));
   ctx.send(r.front, event, {0, r.client_request, {}});
   if (step.finish) {
     end_request(ctx, r.sequence, *step.finish == model::FinishReason::stop ? FinishReason::stop : FinishReason::length,

@@ -1,0 +1,63 @@
+// The inproc bridge between the http actor and cpp-httplib's handler threads. The threads share
+// nothing with the actor: each HTTP request that needs the scheduler opens its own DEALER socket
+// to the actor's ROUTER and talks in these frames; the actor owns every table.
+//
+//   handler ──open / gone / status──▶ http actor ──Submit / Abort / StatusQuery──▶ scheduler
+//   handler ◀──accepted / token / final / status── http actor ◀──TokenEvent / FinalEvent / StatusReport──
+//
+// A message is a one-byte tag frame, then a msgpack body frame when the tag has one. Both ends
+// are this process's own code, but bodies are still decoded without trusting them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <msgpack.hpp>
+#include <zmq.hpp>
+
+#include "actors/http/http_status.hpp"
+#include "messages/serving.hpp"
+
+namespace mqlm::actors::http_bridge {
+
+enum class Tag : std::uint8_t {
+  // handler -> actor
+  open = 1,    // body: messages::Submit. One request per handler socket.
+  gone = 2,    // the HTTP client went away (or the handler gave up): abort the request
+  status = 3,  // answered with status_answer
+  // actor -> handler
+  accepted = 11,       // the scheduler took the request into its queue (no error can come first now)
+  token = 12,          // body: messages::TokenEvent
+  final = 13,          // body: messages::FinalEvent; the request's last message
+  status_answer = 14,  // body: StatusAnswer
+};
+
+// The answer to a status: the scheduler's report and the actor's figures, or why there is none.
+struct StatusAnswer {
+  bool ok = false;
+  messages::FinalEvent failure;  // when not ok: finish error with the code and message
+  messages::StatusReport report;
+  http_status::HttpFigures figures;
+  MSGPACK_DEFINE(ok, failure, report, figures);
+};
+
+template <typename T>
+std::string pack(const T& value) {
+  msgpack::sbuffer buffer;
+  msgpack::pack(buffer, value);
+  return std::string(buffer.data(), buffer.size());
+}
+
+// nullopt when the bytes are not a T.
+template <typename T>
+std::optional<T> unpack(const zmq::message_t& frame) {
+  try {
+    msgpack::object_handle handle = msgpack::unpack(static_cast<const char*>(frame.data()), frame.size());
+    return handle.get().as<T>();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace mqlm::actors::http_bridge

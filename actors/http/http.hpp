@@ -1,0 +1,34 @@
+// The http actor: the OpenAI API over HTTP (cpp-httplib), turned into the same serving messages
+// as the ZeroMQ gateway speaks (messages/serving.hpp). The HTTP server's handler threads reach
+// the actor only through an inproc ROUTER it watches (actors/http/bridge.hpp); the actor owns
+// the request table (handler socket <-> the request id it gave the scheduler), sends Submit /
+// Abort / StatusQuery, keeps the request counters and latency histograms, and ends every request
+// it opened with exactly one final: the scheduler's, or its own when the client went away, the
+// scheduler fell silent or the server stops. It answers Drain like the gateway.
+//
+// Options (key=value, as `mqlm node` passes them):
+//   listen=HOST:PORT     where HTTP clients connect; default 127.0.0.1:8080 (port 0: any free one)
+//   scheduler=NAME       the scheduler actor; default scheduler
+//   api_key=KEY          when set, every endpoint but /health wants Authorization: Bearer KEY
+//   max_body_bytes=N     larger request bodies get 413; default and most 1000000 (the scheduler
+//                        decodes Submits of up to 1 MiB)
+//   max_requests=N       requests open at once; beyond, 503; default 4096
+//   threads=N            HTTP connections served at once (a streaming request holds one); default 64
+//   keepalive_ms=N       an SSE comment to a stream that was sent nothing for this long, so that
+//                        a vanished client is noticed; default 250
+//   heartbeat_ms=N       how often the scheduler is sent a Heartbeat; default 200
+//   unavailable_ms=N     open requests fail with 503 when the scheduler said nothing for this
+//                        long (more than heartbeat_ms); default 800
+#pragma once
+
+#include <memory>
+
+#include "actors/actor.hpp"
+#include "actors/actor_options.hpp"
+
+namespace mqlm::actors {
+
+// Throws std::invalid_argument naming an unknown option or a bad value.
+std::unique_ptr<Actor> make_http(const ActorOptions& options);
+
+}  // namespace mqlm::actors

@@ -1,0 +1,551 @@
+#include "actors/http/http_server.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <deque>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <variant>
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/http/bridge.hpp"
+#include "actors/http/http_status.hpp"
+#include "actors/http/openai_json.hpp"
+
+namespace mqlm::actors {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using http_bridge::StatusAnswer;
+using http_bridge::Tag;
+using openai::ApiError;
+using openai::Endpoint;
+
+// How often a handler that waits for the actor looks whether the server is stopping.
+constexpr auto kPollTick = 50ms;
+// An idle keep-alive connection is closed after this long. It holds a pool thread meanwhile, and
+// stop() waits for it, so it is short.
+constexpr time_t kKeepAliveTimeoutS = 2;
+// How long a handler's last frames (its "gone") may wait to reach the actor when it closes.
+constexpr int kBridgeLingerMs = 1000;
+constexpr auto kStartTimeout = 5s;
+
+// httplib's Server and the one thing its handlers need beyond their request: whether it is
+// stopping (stop() invalidates the listening socket; is_running() stays true until every
+// handler has returned, so it cannot tell them).
+class StoppableServer : public httplib::Server {
+ public:
+  bool stopping() const { return svr_sock_ == INVALID_SOCKET; }
+};
+
+struct Accepted {};
+using Reply = std::variant<Accepted, messages::TokenEvent, messages::FinalEvent, StatusAnswer>;
+
+messages::FinalEvent internal_failure(std::string message) {
+  return client_protocol::error_final(messages::RequestError::internal, std::move(message));
+}
+
+// One request's DEALER socket to the actor. Destroying it while its request is open tells the
+// actor the client is gone, whichever way the handler ended (client closed, server stopping,
+// an exception).
+class BridgeCall {
+ public:
+  BridgeCall(zmq::context_t& context, const std::string& bridge) : socket_(context, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, kBridgeLingerMs);
+    socket_.connect(bridge);
+  }
+  ~BridgeCall() {
+    if (open_) send(Tag::gone, nullptr);
+  }
+  BridgeCall(const BridgeCall&) = delete;
+  BridgeCall& operator=(const BridgeCall&) = delete;
+
+  bool open(const messages::Submit& submit) {
+    const std::string body = http_bridge::pack(submit);
+    open_ = send(Tag::open, &body);
+    return open_;
+  }
+  bool ask_status() { return send(Tag::status, nullptr); }
+  // The request's final arrived: nothing to abort any more.
+  void ended() { open_ = false; }
+
+  // The next reply within `timeout`, or nullopt.
+  std::optional<Reply> receive(std::chrono::milliseconds timeout) {
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
+    std::vector<zmq::message_t> frames;
+    while (true) {
+      zmq::message_t frame;
+      if (!socket_.recv(frame, zmq::recv_flags::dontwait)) break;
+      const bool more = frame.more();
+      frames.push_back(std::move(frame));
+      if (!more) break;
+    }
+    if (frames.empty()) return std::nullopt;
+    return decode(frames);
+  }
+
+ private:
+  static Reply decode(const std::vector<zmq::message_t>& frames) {
+    if (frames[0].size() != 1) return internal_failure("the http actor sent a frame without a tag");
+    const auto tag = static_cast<Tag>(*static_cast<const std::uint8_t*>(frames[0].data()));
+    auto body = [&]<typename T>(std::optional<T>& out) {
+      if (frames.size() == 2) out = http_bridge::unpack<T>(frames[1]);
+      return out.has_value();
+    };
+    switch (tag) {
+      case Tag::accepted: return Accepted{};
+      case Tag::token: {
+        std::optional<messages::TokenEvent> event;
+        if (body(event)) return std::move(*event);
+        break;
+      }
+      case Tag::final: {
+        std::optional<messages::FinalEvent> event;
+        if (body(event)) return std::move(*event);
+        break;
+      }
+      case Tag::status_answer: {
+        std::optional<StatusAnswer> answer;
+        if (body(answer)) return std::move(*answer);
+        break;
+      }
+      default: break;
+    }
+    return internal_failure("the http actor sent an undecodable answer (tag " +
+                            std::to_string(static_cast<int>(tag)) + ")");
+  }
+
+  bool send(Tag tag, const std::string* body) {
+    try {
+      const auto byte = static_cast<std::uint8_t>(tag);
+      const auto first = body != nullptr ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
+                                         : zmq::send_flags::dontwait;
+      if (!socket_.send(zmq::message_t(&byte, 1), first)) return false;
+      if (body != nullptr) socket_.send(zmq::message_t(body->data(), body->size()), zmq::send_flags::dontwait);
+      return true;
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("http: a handler could not reach the actor: {}", e.what());
+      return false;
+    }
+  }
+
+  zmq::socket_t socket_;
+  bool open_ = false;
+};
+
+// A streaming request's life after its headers went out: the actor's replies become SSE chunks,
+// with a keepalive comment whenever nothing was written for a while. A write that fails means
+// the client went away; returning false then ends the response, and the BridgeCall's end tells
+// the actor.
+class SseStream {
+ public:
+  SseStream(std::shared_ptr<BridgeCall> call, const StoppableServer& server, openai::StreamRenderer renderer,
+            std::deque<Reply> early, std::chrono::milliseconds keepalive)
+      : call_(std::move(call)),
+        server_(server),
+        renderer_(std::move(renderer)),
+        early_(std::move(early)),
+        keepalive_(keepalive) {}
+
+  // httplib calls this until it returns false or the sink is done.
+  bool pump(httplib::DataSink& sink) {
+    if (!started_) {
+      started_ = true;
+      if (!write(sink, renderer_.start())) return false;
+      while (!early_.empty() && !finished_) {
+        Reply reply = std::move(early_.front());
+        early_.pop_front();
+        if (!handle(sink, std::move(reply))) return false;
+      }
+      if (finished_) return true;
+    }
+    if (server_.stopping()) return false;
+    auto reply = call_->receive(kPollTick);
+    if (!reply) return Clock::now() - last_write_ < keepalive_ || write(sink, openai::kSseKeepalive);
+    // Whatever else is there already goes out in the same turn.
+    while (reply && !finished_) {
+      if (!handle(sink, std::move(*reply))) return false;
+      if (!finished_) reply = call_->receive(0ms);
+    }
+    return true;
+  }
+
+ private:
+  bool handle(httplib::DataSink& sink, Reply reply) {
+    if (auto* event = std::get_if<messages::TokenEvent>(&reply)) return write(sink, renderer_.tokens(*event));
+    if (auto* final_event = std::get_if<messages::FinalEvent>(&reply)) {
+      call_->ended();
+      finished_ = true;
+      if (!write(sink, renderer_.finish(*final_event))) return false;
+      sink.done();
+    }
+    return true;
+  }
+
+  bool write(httplib::DataSink& sink, std::string_view text) {
+    if (text.empty()) return true;
+    if (!sink.write(text.data(), text.size())) return false;
+    last_write_ = Clock::now();
+    return true;
+  }
+
+  std::shared_ptr<BridgeCall> call_;
+  const StoppableServer& server_;
+  openai::StreamRenderer renderer_;
+  std::deque<Reply> early_;
+  std::chrono::milliseconds keepalive_;
+  bool started_ = false;
+  bool finished_ = false;
+  Clock::time_point last_write_ = Clock::now();
+};
+
+std::mt19937_64& thread_random() {
+  thread_local std::mt19937_64 engine{std::random_device{}()};
+  return engine;
+}
+
+std::string response_id(Endpoint endpoint) {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::uniform_int_distribution<std::size_t> pick(0, sizeof(kAlphabet) - 2);
+  std::string id = endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-";
+  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(thread_random())];
+  return id;
+}
+
+std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void reply_error(httplib::Response& res, const ApiError& error) {
+  res.status = error.status;
+  res.set_content(openai::error_body(error), "application/json");
+}
+
+ApiError server_error(int status, std::string message, std::string code) {
+  return ApiError{status, "server_error", std::move(message), std::nullopt, std::move(code)};
+}
+
+bool equal_in_constant_time(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char difference = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) difference |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return difference == 0;
+}
+
+bool starts_with_ignoring_case(std::string_view text, std::string_view prefix) {
+  if (text.size() < prefix.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(text[i])) != std::tolower(static_cast<unsigned char>(prefix[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(zmq::context_t& context, std::string bridge, HttpServerConfig config)
+      : context_(context), bridge_(std::move(bridge)), config_(std::move(config)) {
+    const std::size_t threads = config_.threads;
+    // httplib owns the queue it is handed (its interface takes a raw pointer).
+    server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    server.set_payload_max_length(config_.max_body_bytes);
+    server.set_keep_alive_timeout(kKeepAliveTimeoutS);
+    server.set_tcp_nodelay(true);
+    // httplib's default adds SO_REUSEPORT, which would let a second server bind a taken port and
+    // share its connections; SO_REUSEADDR alone only allows rebinding after a restart.
+    server.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+      spdlog::debug("http: {} {} -> {}", req.method, req.path, res.status);
+    });
+    server.set_error_handler(httplib::Server::HandlerWithResponse(
+        [this](const httplib::Request& req, httplib::Response& res) { return fill_error(req, res); }));
+    server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr thrown) {
+      std::string what = "unknown exception";
+      try {
+        if (thrown) std::rethrow_exception(thrown);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      spdlog::error("http: {} {} failed: {}", req.method, req.path, what);
+      reply_error(res, server_error(500, "the server failed on this request: " + what, "internal_error"));
+    });
+    route();
+  }
+
+  StoppableServer server;
+
+ private:
+  using Handler = void (Impl::*)(const httplib::Request&, httplib::Response&) const;
+
+  void route() {
+    auto guarded = [this](Handler handler) {
+      return [this, handler](const httplib::Request& req, httplib::Response& res) {
+        if (authorized(req, res)) (this->*handler)(req, res);
+      };
+    };
+    server.Post("/v1/chat/completions", guarded(&Impl::chat));
+    server.Post("/v1/completions", guarded(&Impl::completions));
+    server.Get("/v1/models", guarded(&Impl::models));
+    server.Get(R"(/v1/models/(.+))", guarded(&Impl::one_model));
+    server.Get("/api/status", guarded(&Impl::status));
+    server.Get("/metrics", guarded(&Impl::metrics));
+    server.Get("/health", [this](const httplib::Request& req, httplib::Response& res) { health(req, res); });
+  }
+
+  // Errors httplib answers itself (no route, a body over the limit, an unreadable request) get
+  // OpenAI's JSON too; those a handler wrote are left alone.
+  httplib::Server::HandlerResponse fill_error(const httplib::Request& req, httplib::Response& res) const {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError error = openai::invalid_request("the request could not be read", std::nullopt, "bad_request");
+    if (res.status == 404) {
+      error = openai::invalid_request("Unknown request URL: " + req.method + " " + req.path.substr(0, 256) +
+                                          " (this server has POST /v1/chat/completions, POST /v1/completions, GET "
+                                          "/v1/models, GET /health, GET /api/status and GET /metrics)",
+                                      std::nullopt, "unknown_url");
+    } else if (res.status == 413) {
+      error = openai::invalid_request("the request body is over this server's limit of " +
+                                          std::to_string(config_.max_body_bytes) + " bytes",
+                                      std::nullopt, "request_too_large");
+    } else if (res.status >= 500) {
+      error = server_error(res.status, "the server could not answer", "internal_error");
+    }
+    error.status = res.status;
+    reply_error(res, error);
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) const {
+    if (config_.api_key.empty()) return true;
+    constexpr std::string_view kScheme = "Bearer ";
+    const std::string header = req.get_header_value("Authorization");
+    const bool ok = starts_with_ignoring_case(header, kScheme) &&
+                    equal_in_constant_time(std::string_view(header).substr(kScheme.size()), config_.api_key);
+    if (ok) return true;
+    reply_error(res, ApiError{401, "invalid_request_error",
+                              header.empty() ? "You didn't provide an API key: send it as Authorization: Bearer KEY"
+                                             : "Incorrect API key provided",
+                              std::nullopt, "invalid_api_key"});
+    res.set_header("WWW-Authenticate", "Bearer");
+    return false;
+  }
+
+  // The next reply, or nullopt when the deadline passed or the server is stopping.
+  std::optional<Reply> await(BridgeCall& call, std::optional<Clock::time_point> deadline = std::nullopt) const {
+    while (!server.stopping()) {
+      auto wait = std::chrono::milliseconds(kPollTick);
+      if (deadline) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
+        if (left <= 0ms) return std::nullopt;
+        wait = std::min(wait, left);
+      }
+      if (auto reply = call.receive(wait)) return reply;
+    }
+    return std::nullopt;
+  }
+
+  // ---- completions ----------------------------------------------------------------------------
+
+  void chat(const httplib::Request& req, httplib::Response& res) const { complete(Endpoint::chat, req, res); }
+  void completions(const httplib::Request& req, httplib::Response& res) const {
+    complete(Endpoint::completions, req, res);
+  }
+
+  void complete(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) const {
+    auto parsed = openai::parse_completion_request(endpoint, req.body, thread_random()());
+    if (auto* error = std::get_if<ApiError>(&parsed)) {
+      reply_error(res, *error);
+      return;
+    }
+    auto& request = std::get<openai::CompletionRequest>(parsed);
+    auto call = std::make_shared<BridgeCall>(context_, bridge_);
+    if (!call->open(request.submit)) {
+      reply_error(res, server_error(503, "the server cannot take requests now: try again later", "unavailable"));
+      return;
+    }
+    openai::ResponseIdentity identity{response_id(endpoint), unix_seconds()};
+    if (request.stream) {
+      stream(std::move(call), std::move(request), std::move(identity), res);
+    } else {
+      gather(*call, request, identity, res);
+    }
+  }
+
+  void gather(BridgeCall& call, const openai::CompletionRequest& request, const openai::ResponseIdentity& identity,
+              httplib::Response& res) const {
+    client_protocol::GatheredOutput output;
+    while (auto reply = await(call)) {
+      if (auto* event = std::get_if<messages::TokenEvent>(&*reply)) {
+        output.append(std::move(*event));
+      } else if (auto* final_event = std::get_if<messages::FinalEvent>(&*reply)) {
+        call.ended();
+        if (!openai::finish_reason(*final_event)) {
+          reply_error(res, openai::error_for(*final_event));
+          return;
+        }
+        res.set_content(openai::dump(openai::completion_body(request, identity, output, *final_event)),
+                        "application/json");
+        return;
+      }
+    }
+    reply_error(res, server_error(503, "the server stopped before this request finished", "shutting_down"));
+  }
+
+  // The status line waits for the scheduler's first word on the request, so that a refusal
+  // (unknown model, queue full, prompt too long) is an HTTP error; once it is accepted, the
+  // headers go out and keepalives with them.
+  void stream(std::shared_ptr<BridgeCall> call, openai::CompletionRequest request, openai::ResponseIdentity identity,
+              httplib::Response& res) const {
+    std::deque<Reply> early;
+    while (early.empty()) {
+      auto reply = await(*call);
+      if (!reply) {
+        reply_error(res, server_error(503, "the server stopped before this request started", "shutting_down"));
+        return;
+      }
+      if (auto* final_event = std::get_if<messages::FinalEvent>(&*reply); final_event != nullptr &&
+                                                                          !openai::finish_reason(*final_event)) {
+        call->ended();
+        reply_error(res, openai::error_for(*final_event));
+        return;
+      }
+      if (!std::holds_alternative<StatusAnswer>(*reply)) early.push_back(std::move(*reply));
+    }
+    auto sse = std::make_shared<SseStream>(std::move(call), server,
+                                           openai::StreamRenderer(std::move(request), std::move(identity)),
+                                           std::move(early), config_.sse_keepalive);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider("text/event-stream",
+                                     [sse](std::size_t, httplib::DataSink& sink) { return sse->pump(sink); });
+  }
+
+  // ---- status ---------------------------------------------------------------------------------
+
+  // The actor's status answer, or the error response already written.
+  std::optional<StatusAnswer> ask_status(httplib::Response& res) const {
+    BridgeCall call(context_, bridge_);
+    if (call.ask_status()) {
+      const auto deadline = Clock::now() + config_.status_timeout;
+      while (auto reply = await(call, deadline)) {
+        if (auto* answer = std::get_if<StatusAnswer>(&*reply)) {
+          if (answer->ok) return std::move(*answer);
+          reply_error(res, openai::error_for(answer->failure));
+          return std::nullopt;
+        }
+        if (auto* failure = std::get_if<messages::FinalEvent>(&*reply)) {
+          reply_error(res, openai::error_for(*failure));
+          return std::nullopt;
+        }
+      }
+    }
+    reply_error(res, server_error(503, "the server did not answer a status question in time: try again later",
+                                  "unavailable"));
+    return std::nullopt;
+  }
+
+  void status(const httplib::Request&, httplib::Response& res) const {
+    if (auto answer = ask_status(res)) {
+      res.set_content(openai::dump(http_status::status_json(answer->report, answer->figures)), "application/json");
+    }
+  }
+
+  void metrics(const httplib::Request&, httplib::Response& res) const {
+    if (auto answer = ask_status(res)) {
+      res.set_content(http_status::prometheus_text(answer->report, answer->figures),
+                      "text/plain; version=0.0.4; charset=utf-8");
+    }
+  }
+
+  std::int64_t started_unix(const StatusAnswer& answer) const {
+    return unix_seconds() - answer.figures.uptime_ns / 1'000'000'000;
+  }
+
+  void models(const httplib::Request&, httplib::Response& res) const {
+    if (auto answer = ask_status(res)) {
+      res.set_content(openai::dump(http_status::models_json(answer->report, started_unix(*answer))),
+                      "application/json");
+    }
+  }
+
+  void one_model(const httplib::Request& req, httplib::Response& res) const {
+    auto answer = ask_status(res);
+    if (!answer) return;
+    const std::string name = req.matches[1];
+    const nlohmann::json models = http_status::models_json(answer->report, started_unix(*answer));
+    for (const auto& model : models["data"]) {
+      if (model["id"] == name) {
+        res.set_content(openai::dump(model), "application/json");
+        return;
+      }
+    }
+    reply_error(res, ApiError{404, "invalid_request_error", "The model '" + name.substr(0, 256) + "' does not exist",
+                              "model", "model_not_found"});
+  }
+
+  // Open to all: 200 once the scheduler answers and its executor is ready, 503 while the
+  // server drains (so that a load balancer sends new requests elsewhere).
+  void health(const httplib::Request&, httplib::Response& res) const {
+    auto answer = ask_status(res);
+    if (!answer) return;
+    if (!answer->report.executor_ready) {
+      reply_error(res, server_error(503, "the model is still loading", "loading"));
+      return;
+    }
+    if (answer->figures.draining) {
+      reply_error(res, server_error(503, "the server is draining and takes no new requests", "shutting_down"));
+      return;
+    }
+    res.set_content(R"({"status":"ok"})", "application/json");
+  }
+
+  zmq::context_t& context_;
+  std::string bridge_;
+  HttpServerConfig config_;
+};
+
+HttpServer::HttpServer(zmq::context_t& context, std::string bridge, HttpServerConfig config)
+    : impl_(std::make_unique<Impl>(context, std::move(bridge), config)) {
+  const std::string where = config.host + ":" + std::to_string(config.port);
+  if (config.port == 0) {
+    port_ = impl_->server.bind_to_any_port(config.host);
+  } else if (impl_->server.bind_to_port(config.host, config.port)) {
+    port_ = config.port;
+  } else {
+    port_ = -1;
+  }
+  if (port_ <= 0) {
+    throw std::runtime_error("the http actor cannot listen on " + where +
+                             " (is the address taken, or not one of this host's?)");
+  }
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
+  // stop() does nothing to a server that has not started listening, so start() waits for that.
+  const auto deadline = Clock::now() + kStartTimeout;
+  while (!impl_->server.is_running() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  if (!impl_->server.is_running()) throw std::runtime_error("the http server did not start listening");
+}
+
+void HttpServer::stop() {
+  if (!thread_.joinable()) return;
+  impl_->server.stop();
+  thread_.join();
+}
+
+}  // namespace mqlm::actors

@@ -1,0 +1,52 @@
+// The HTTP side of the http actor: a cpp-httplib server whose handlers run on its own threads
+// and reach the actor only through the inproc bridge (actors/http/bridge.hpp), one DEALER
+// socket per request. Nothing here touches the actor's state.
+//
+// Endpoints: POST /v1/chat/completions and /v1/completions (streaming as server-sent events
+// ending in `data: [DONE]`, or not), GET /v1/models and /v1/models/{id}, GET /health,
+// GET /api/status (JSON) and GET /metrics (Prometheus text).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <zmq.hpp>
+
+namespace mqlm::actors {
+
+struct HttpServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;            // 0: any free port (port() says which)
+  std::string api_key;        // "": no authentication; else Authorization: Bearer KEY everywhere but /health
+  std::size_t max_body_bytes = 1'000'000;
+  std::size_t threads = 64;   // connections served at once; each streaming request holds one
+  std::chrono::milliseconds sse_keepalive{250};  // ": keepalive" after this long without output
+  std::chrono::milliseconds status_timeout{10'000};  // a status question unanswered this long: 503
+};
+
+class HttpServer {
+ public:
+  // Binds the listening socket now: throws std::runtime_error when it cannot. bridge: the
+  // actor's ROUTER endpoint on `context`, which must outlive the server.
+  HttpServer(zmq::context_t& context, std::string bridge, HttpServerConfig config);
+  ~HttpServer();  // stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Serves on a thread of its own (and its pool), returning once it accepts connections.
+  void start();
+  // Stops accepting, makes every handler give up its wait, and joins every thread. Streams still
+  // open end without [DONE]; their requests are reported gone to the actor.
+  void stop();
+  int port() const { return port_; }
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace mqlm::actors

@@ -1,0 +1,238 @@
+#include "actors/http/http_status.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "actors/gateway/client_protocol.hpp"
+
+namespace mqlm::actors::http_status {
+
+using messages::FinalEvent;
+using messages::FinishReason;
+using messages::RequestError;
+using messages::StatusReport;
+using nlohmann::json;
+
+namespace {
+
+namespace cp = client_protocol;
+
+constexpr double kNsPerSecond = 1e9;
+constexpr FinishReason kFinishReasons[] = {FinishReason::stop, FinishReason::length, FinishReason::abort,
+                                           FinishReason::error};
+
+// Seconds, from interactive (5 ms) to a long queue (1 min).
+std::vector<double> ttft_bounds() { return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}; }
+// Seconds per token, from a fast GPU (1 ms) to a CPU device (2.5 s).
+std::vector<double> tpot_bounds() { return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}; }
+
+std::uint64_t kv_pages_free(const StatusReport& r) {
+  const std::uint64_t taken = std::uint64_t{r.kv_pages_in_use} + r.kv_pages_cached;
+  return r.kv_pages > taken ? r.kv_pages - taken : 0;
+}
+
+// Prometheus' text format: label values escape backslash, double quote and newline.
+std::string label_value(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string number(double value) {
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(value)) return "NaN";
+  return fmt::format("{}", value);
+}
+
+// One metric family: HELP and TYPE, then its samples.
+class Exposition {
+ public:
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    text_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  void sample(std::string_view name, std::uint64_t value, std::string_view labels = {}) {
+    text_ += fmt::format("{}{} {}\n", name, labels, value);
+  }
+  void sample(std::string_view name, double value, std::string_view labels = {}) {
+    text_ += fmt::format("{}{} {}\n", name, labels, number(value));
+  }
+  void single(std::string_view name, std::string_view type, std::string_view help, std::uint64_t value) {
+    family(name, type, help);
+    sample(name, value);
+  }
+  void histogram(std::string_view name, std::string_view help, const Histogram& h) {
+    family(name, "histogram", help);
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < h.bounds.size(); ++i) {
+      cumulative += i < h.counts.size() ? h.counts[i] : 0;
+      sample(fmt::format("{}_bucket", name), cumulative, fmt::format("{{le=\"{}\"}}", number(h.bounds[i])));
+    }
+    sample(fmt::format("{}_bucket", name), h.count, "{le=\"+Inf\"}");
+    sample(fmt::format("{}_sum", name), h.sum);
+    sample(fmt::format("{}_count", name), h.count);
+  }
+  std::string take() { return std::move(text_); }
+
+ private:
+  std::string text_;
+};
+
+std::string labels(std::string_view key, std::string_view value) {
+  return fmt::format("{{{}=\"{}\"}}", key, label_value(value));
+}
+
+}  // namespace
+
+Histogram Histogram::with_bounds(std::vector<double> bounds) {
+  Histogram h;
+  h.counts.assign(bounds.size() + 1, 0);
+  h.bounds = std::move(bounds);
+  return h;
+}
+
+void Histogram::observe(double value) {
+  const auto bucket = static_cast<std::size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
+  if (counts.size() != bounds.size() + 1) counts.resize(bounds.size() + 1, 0);
+  ++counts[bucket];
+  sum += value;
+  ++count;
+}
+
+HttpFigures::HttpFigures() : ttft_seconds(Histogram::with_bounds(ttft_bounds())),
+                             tpot_seconds(Histogram::with_bounds(tpot_bounds())) {
+  for (FinishReason reason : kFinishReasons) finished[std::string(cp::finish_reason_name(reason))] = 0;
+}
+
+void HttpFigures::record(const FinalEvent& final_event) {
+  const auto reason = static_cast<FinishReason>(final_event.finish);
+  ++finished[std::string(cp::finish_reason_name(reason))];
+  if (reason == FinishReason::error) {
+    ++errors[std::string(cp::error_code_name(static_cast<RequestError>(final_event.error)))];
+  }
+  prompt_tokens += final_event.prompt_tokens;
+  completion_tokens += final_event.completion_tokens;
+  cached_tokens += final_event.cached_tokens;
+  if (final_event.ttft_ns > 0) {
+    ttft_seconds.observe(static_cast<double>(final_event.ttft_ns) / kNsPerSecond);
+    // The first token's time is TTFT's; each later one took (total - ttft) / (tokens - 1).
+    if (final_event.completion_tokens >= 2 && final_event.total_ns >= final_event.ttft_ns) {
+      tpot_seconds.observe(static_cast<double>(final_event.total_ns - final_event.ttft_ns) / kNsPerSecond /
+                           (final_event.completion_tokens - 1));
+    }
+  }
+}
+
+std::uint64_t model_bytes(const StatusReport& report, const std::string& model) {
+  auto it = report.pool.active_by_owner.find("weights:" + model);
+  return it == report.pool.active_by_owner.end() ? 0 : it->second;
+}
+
+json status_json(const StatusReport& r, const HttpFigures& f) {
+  json models = json::array();
+  for (const auto& name : r.models) models.push_back({{"name", name}, {"bytes", model_bytes(r, name)}});
+  json owners = json::object();
+  for (const auto& [owner, bytes] : r.pool.active_by_owner) owners[owner] = bytes;
+  return {{"uptime_seconds", static_cast<double>(f.uptime_ns) / kNsPerSecond},
+          {"draining", f.draining},
+          {"models", std::move(models)},
+          {"requests",
+           {{"tracked", r.requests}, {"running", r.running}, {"waiting", r.waiting}, {"http_open", f.open_requests}}},
+          {"kv_pages",
+           {{"total", r.kv_pages}, {"used", r.kv_pages_in_use}, {"free", kv_pages_free(r)},
+            {"cached", r.kv_pages_cached}}},
+          {"pool",
+           {{"active_bytes", r.pool.active_bytes},
+            {"cached_bytes", r.pool.cached_bytes},
+            {"peak_active_bytes", r.pool.peak_active_bytes},
+            {"held_bytes", r.pool.held_bytes},
+            {"blocks", r.pool.blocks},
+            {"active_by_owner", std::move(owners)}}},
+          {"scheduler",
+           {{"steps", r.steps},
+            {"finished", r.finished},
+            {"preemptions", r.preemptions},
+            {"computed_tokens", r.computed_tokens},
+            {"prefix_hit_tokens", r.prefix_hit_tokens},
+            {"executor_ready", r.executor_ready},
+            {"executor_slots", r.executor_slots}}},
+          {"http",
+           {{"finished", f.finished},
+            {"errors", f.errors},
+            {"prompt_tokens", f.prompt_tokens},
+            {"completion_tokens", f.completion_tokens},
+            {"cached_tokens", f.cached_tokens}}}};
+}
+
+std::string prometheus_text(const StatusReport& r, const HttpFigures& f) {
+  Exposition e;
+  e.family("mqlm_uptime_seconds", "gauge", "Seconds since the HTTP front end started.");
+  e.sample("mqlm_uptime_seconds", static_cast<double>(f.uptime_ns) / kNsPerSecond);
+  e.family("mqlm_model_weight_bytes", "gauge", "Device memory held by each loaded model's weights.");
+  for (const auto& name : r.models) e.sample("mqlm_model_weight_bytes", model_bytes(r, name), labels("model", name));
+
+  e.single("mqlm_scheduler_requests", "gauge", "Requests in the scheduler's table (running and waiting).", r.requests);
+  e.single("mqlm_scheduler_requests_running", "gauge", "Requests being computed.", r.running);
+  e.single("mqlm_scheduler_requests_waiting", "gauge", "Requests waiting to be scheduled.", r.waiting);
+  e.single("mqlm_http_requests_open", "gauge", "Requests opened over HTTP and not yet ended.", f.open_requests);
+
+  e.family("mqlm_kv_pages", "gauge", "KV cache pages by state: used by a sequence, cached prefix, free.");
+  e.sample("mqlm_kv_pages", std::uint64_t{r.kv_pages_in_use}, labels("state", "used"));
+  e.sample("mqlm_kv_pages", std::uint64_t{r.kv_pages_cached}, labels("state", "cached"));
+  e.sample("mqlm_kv_pages", kv_pages_free(r), labels("state", "free"));
+
+  e.single("mqlm_pool_active_bytes", "gauge", "Device memory in use from the buffer pool.", r.pool.active_bytes);
+  e.single("mqlm_pool_cached_bytes", "gauge", "Freed device memory the pool keeps for reuse.", r.pool.cached_bytes);
+  e.single("mqlm_pool_peak_active_bytes", "gauge", "The most device memory in use at once.", r.pool.peak_active_bytes);
+  e.single("mqlm_pool_held_bytes", "gauge", "Device memory the pool holds from the driver.", r.pool.held_bytes);
+  e.family("mqlm_pool_owner_active_bytes", "gauge", "Device memory in use from the pool, by owner.");
+  for (const auto& [owner, bytes] : r.pool.active_by_owner) {
+    e.sample("mqlm_pool_owner_active_bytes", bytes, labels("owner", owner));
+  }
+
+  e.single("mqlm_scheduler_steps_total", "counter", "Steps run by the executor.", r.steps);
+  e.single("mqlm_scheduler_preemptions_total", "counter", "Sequences preempted for lack of KV pages.", r.preemptions);
+  e.single("mqlm_scheduler_computed_tokens_total", "counter", "Prompt and recomputed tokens run through the model.",
+           r.computed_tokens);
+  e.single("mqlm_scheduler_prefix_hit_tokens_total", "counter", "Prompt tokens taken from the prefix cache.",
+           r.prefix_hit_tokens);
+
+  e.family("mqlm_http_requests_total", "counter", "Requests ended, by finish reason.");
+  for (const auto& [reason, count] : f.finished) {
+    e.sample("mqlm_http_requests_total", count, labels("finish_reason", reason));
+  }
+  e.family("mqlm_http_request_errors_total", "counter", "Requests ended with an error, by error code.");
+  for (const auto& [code, count] : f.errors) e.sample("mqlm_http_request_errors_total", count, labels("code", code));
+  e.single("mqlm_http_prompt_tokens_total", "counter", "Prompt tokens of ended requests.", f.prompt_tokens);
+  e.single("mqlm_http_completion_tokens_total", "counter", "Tokens generated for ended requests.",
+           f.completion_tokens);
+  e.single("mqlm_http_cached_prompt_tokens_total", "counter",
+           "Prompt tokens of ended requests found in the prefix cache.", f.cached_tokens);
+
+  e.histogram("mqlm_http_time_to_first_token_seconds", "Time from submit to the first generated token.",
+              f.ttft_seconds);
+  e.histogram("mqlm_http_time_per_output_token_seconds", "Time per generated token after the first.",
+              f.tpot_seconds);
+  return e.take();
+}
+
+json models_json(const StatusReport& report, std::int64_t created) {
+  json data = json::array();
+  for (const auto& name : report.models) {
+    data.push_back({{"id", name}, {"object", "model"}, {"created", created}, {"owned_by", "mqlm"}});
+  }
+  return {{"object", "list"}, {"data", std::move(data)}};
+}
+
+}  // namespace mqlm::actors::http_status

@@ -1,0 +1,61 @@
+// What /api/status, /metrics and /v1/models show: the scheduler's StatusReport (its tables and
+// the executor's buffer pool) beside the http actor's own figures (requests by finish reason,
+// token counts, time-to-first-token and time-per-output-token histograms), rendered as JSON and
+// as Prometheus' text exposition format. Pure functions; the figures travel from the actor to
+// the handler threads as msgpack, so that no thread reads another's state.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <msgpack.hpp>
+#include <nlohmann/json.hpp>
+
+#include "messages/serving.hpp"
+
+namespace mqlm::actors::http_status {
+
+// A Prometheus-style histogram: counts[i] observations <= bounds[i] and above the bound before
+// it; counts.back() those above every bound. Rendered cumulatively.
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<std::uint64_t> counts;
+  double sum = 0.0;
+  std::uint64_t count = 0;
+  MSGPACK_DEFINE(bounds, counts, sum, count);
+
+  static Histogram with_bounds(std::vector<double> bounds);
+  void observe(double value);
+};
+
+// The http actor's own figures, kept in its thread and copied into each status answer.
+struct HttpFigures {
+  std::int64_t uptime_ns = 0;
+  std::uint32_t open_requests = 0;                 // opened here and not yet ended
+  std::map<std::string, std::uint64_t> finished;   // by finish reason: stop, length, abort, error
+  std::map<std::string, std::uint64_t> errors;     // requests ended with an error, by its code
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t completion_tokens = 0;
+  std::uint64_t cached_tokens = 0;
+  Histogram ttft_seconds;   // submit to first token
+  Histogram tpot_seconds;   // first token to last, per token after the first
+  bool draining = false;    // told to Drain: new requests are refused
+  MSGPACK_DEFINE(uptime_ns, open_requests, finished, errors, prompt_tokens, completion_tokens, cached_tokens,
+                 ttft_seconds, tpot_seconds, draining);
+
+  HttpFigures();
+  // Counts one ended request; its timings go to the histograms when it had the tokens to time.
+  void record(const messages::FinalEvent& final_event);
+};
+
+// The bytes of a model's weights in the pool (owner "weights:<model>"), 0 when not reported.
+std::uint64_t model_bytes(const messages::StatusReport& report, const std::string& model);
+
+nlohmann::json status_json(const messages::StatusReport& report, const HttpFigures& figures);
+std::string prometheus_text(const messages::StatusReport& report, const HttpFigures& figures);
+// /v1/models: the served models, created: when this server started (Unix seconds).
+nlohmann::json models_json(const messages::StatusReport& report, std::int64_t created);
+
+}  // namespace mqlm::actors::http_status

@@ -1,0 +1,755 @@
+#include "actors/http/openai_json.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "model/sampling/sampling_params.hpp"
+
+namespace mqlm::actors::openai {
+
+using messages::FinalEvent;
+using messages::FinishReason;
+using messages::RequestError;
+using messages::TokenLogprobs;
+using nlohmann::json;
+
+namespace {
+
+// Bounds on what one body may hold beyond its size (the server's body limit bounds the rest).
+constexpr std::size_t kMaxChatMessages = 4096;
+constexpr std::size_t kMaxRoleBytes = 64;
+constexpr std::size_t kMaxModelNameBytes = 256;
+constexpr std::size_t kMaxPromptTokens = std::size_t{1} << 18;
+// OpenAI's temperature range (the sampler would take up to 100).
+constexpr double kMaxTemperature = 2.0;
+// What OpenAI writes for a logprob of minus infinity.
+constexpr double kLowestLogprob = -9999.0;
+
+using Check = std::optional<ApiError>;
+
+std::string_view type_name(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "an unknown type";
+  }
+}
+
+ApiError wrong_type(const std::string& key, std::string_view expected, const json& value) {
+  return invalid_request("'" + key + "' must be " + std::string(expected) + ", not " + std::string(type_name(value)),
+                         key, "invalid_type");
+}
+
+ApiError out_of_range(const std::string& key, const std::string& what) {
+  return invalid_request("'" + key + "' " + what, key, "invalid_value");
+}
+
+std::string number_text(double value) {
+  json j = value;
+  return j.dump();
+}
+
+// A number, integer or not; null leaves `out` as it was (OpenAI's "not given").
+Check read_number(const json& value, const std::string& key, double low, double high, float& out) {
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_number()) return wrong_type(key, "a number", value);
+  const double number = value.get<double>();
+  if (!(number >= low && number <= high)) {
+    return out_of_range(key, "is " + number_text(number) + ": it must be from " + number_text(low) + " to " +
+                                 number_text(high));
+  }
+  out = static_cast<float>(number);
+  return std::nullopt;
+}
+
+// A whole number (16 or 16.0) in [low, high]; null leaves `out` as it was.
+Check read_integer(const json& value, const std::string& key, std::int64_t low, std::int64_t high,
+                   std::optional<std::int64_t>& out) {
+  if (value.is_null()) return std::nullopt;
+  if (value.is_number_unsigned()) {
+    const auto number = value.get<std::uint64_t>();
+    if (number > static_cast<std::uint64_t>(high)) {
+      return out_of_range(key, "is " + std::to_string(number) + ": it must be at most " + std::to_string(high));
+    }
+    out = static_cast<std::int64_t>(number);
+  } else if (value.is_number_integer()) {
+    out = value.get<std::int64_t>();
+  } else if (value.is_number_float()) {
+    const double number = value.get<double>();
+    if (std::trunc(number) != number || std::abs(number) > 9.0e18) {
+      return wrong_type(key, "an integer", value);
+    }
+    out = static_cast<std::int64_t>(number);
+  } else {
+    return wrong_type(key, "an integer", value);
+  }
+  if (*out < low || *out > high) {
+    return out_of_range(key, "is " + std::to_string(*out) + ": it must be from " + std::to_string(low) + " to " +
+                                 std::to_string(high));
+  }
+  return std::nullopt;
+}
+
+Check read_bool(const json& value, const std::string& key, bool& out) {
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_boolean()) return wrong_type(key, "true or false", value);
+  out = value.get<bool>();
+  return std::nullopt;
+}
+
+Check read_stop(const json& value, std::vector<std::string>& out) {
+  out.clear();
+  if (value.is_null()) return std::nullopt;
+  if (value.is_string()) {
+    out.push_back(value.get<std::string>());
+    return std::nullopt;
+  }
+  if (!value.is_array()) return wrong_type("stop", "a string or an array of strings", value);
+  if (value.size() > model::kMaxStopStrings) {
+    return out_of_range("stop", "has " + std::to_string(value.size()) + " strings: at most " +
+                                    std::to_string(model::kMaxStopStrings) + " are accepted");
+  }
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (!value[i].is_string()) return wrong_type("stop[" + std::to_string(i) + "]", "a string", value[i]);
+    out.push_back(value[i].get<std::string>());
+  }
+  return std::nullopt;
+}
+
+// Fields this server does not implement are accepted only with the value that asks for nothing.
+Check require_absent(const json& value, const std::string& key, bool acceptable, const std::string& why) {
+  if (value.is_null() || acceptable) return std::nullopt;
+  return invalid_request(why, key, "unsupported_parameter");
+}
+
+bool is_empty_container(const json& value) { return (value.is_object() || value.is_array()) && value.empty(); }
+
+// One chat message's text: a string, or text parts (joined by newlines), or null for an
+// assistant turn with nothing to say.
+Check read_content(const json& value, const std::string& field, const std::string& role, std::string& out) {
+  out.clear();
+  if (value.is_string()) {
+    out = value.get<std::string>();
+    return std::nullopt;
+  }
+  if (value.is_null()) {
+    if (role == "assistant") return std::nullopt;
+    return invalid_request("'" + field + "' is null: only an assistant message may have no content", field);
+  }
+  if (!value.is_array()) return wrong_type(field, "a string or an array of content parts", value);
+  for (std::size_t j = 0; j < value.size(); ++j) {
+    const json& part = value[j];
+    const std::string part_field = field + "[" + std::to_string(j) + "]";
+    if (!part.is_object()) return wrong_type(part_field, "an object such as {\"type\": \"text\", \"text\": ...}", part);
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string() || type->get<std::string>() != "text") {
+      return invalid_request("'" + part_field + ".type' must be \"text\": this server takes text only",
+                             part_field + ".type", "unsupported_content");
+    }
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) {
+      return invalid_request("'" + part_field + ".text' must be a string", part_field + ".text");
+    }
+    if (j > 0) out += "\n";
+    out += text->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+Check read_messages(const json& value, std::vector<messages::ChatTurn>& out) {
+  if (!value.is_array()) return wrong_type("messages", "an array of messages", value);
+  if (value.empty()) return invalid_request("'messages' is empty: give at least one message", "messages");
+  if (value.size() > kMaxChatMessages) {
+    return out_of_range("messages", "has " + std::to_string(value.size()) + " entries: at most " +
+                                        std::to_string(kMaxChatMessages) + " are accepted");
+  }
+  out.clear();
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const json& message = value[i];
+    const std::string field = "messages[" + std::to_string(i) + "]";
+    if (!message.is_object()) return wrong_type(field, "an object with role and content", message);
+    auto role = message.find("role");
+    if (role == message.end()) return invalid_request("'" + field + ".role' is missing", field + ".role");
+    if (!role->is_string()) return wrong_type(field + ".role", "a string", *role);
+    messages::ChatTurn turn;
+    turn.role = role->get<std::string>();
+    if (turn.role.size() > kMaxRoleBytes) return out_of_range(field + ".role", "is too long");
+    // OpenAI's newer name for the system prompt.
+    if (turn.role == "developer") turn.role = "system";
+    if (turn.role == "tool" || turn.role == "function") {
+      return invalid_request("'" + field + ".role' is \"" + turn.role + "\": tools are not supported here",
+                             field + ".role", "unsupported_parameter");
+    }
+    if (auto calls = message.find("tool_calls"); calls != message.end() && !calls->is_null() &&
+                                                 !is_empty_container(*calls)) {
+      return invalid_request("'" + field + ".tool_calls': tools are not supported here", field + ".tool_calls",
+                             "unsupported_parameter");
+    }
+    auto content = message.find("content");
+    if (content == message.end()) {
+      if (turn.role != "assistant") return invalid_request("'" + field + ".content' is missing", field + ".content");
+    } else if (auto failure = read_content(*content, field + ".content", turn.role, turn.content)) {
+      return failure;
+    }
+    out.push_back(std::move(turn));
+  }
+  return std::nullopt;
+}
+
+Check read_token_ids(const json& value, const std::string& key, std::vector<std::int32_t>& out) {
+  if (value.size() > kMaxPromptTokens) {
+    return out_of_range(key, "has " + std::to_string(value.size()) + " tokens: at most " +
+                                 std::to_string(kMaxPromptTokens) + " are accepted");
+  }
+  out.clear();
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const std::string field = key + "[" + std::to_string(i) + "]";
+    if (!value[i].is_number()) return wrong_type(field, "a token id", value[i]);
+    std::optional<std::int64_t> id;
+    if (auto failure = read_integer(value[i], field, 0, std::numeric_limits<std::int32_t>::max(), id)) return failure;
+    out.push_back(static_cast<std::int32_t>(*id));
+  }
+  return std::nullopt;
+}
+
+// A completions prompt: a string, token ids, or one of either in an array.
+Check read_prompt(const json& value, messages::Submit& submit) {
+  const json* one = &value;
+  if (value.is_array() && !value.empty() && (value[0].is_string() || value[0].is_array())) {
+    if (value.size() > 1) {
+      return invalid_request("'prompt' holds several prompts: send one request per prompt", "prompt",
+                             "unsupported_parameter");
+    }
+    one = &value[0];
+    if (one->is_array() && !one->empty() && !(*one)[0].is_number()) {
+      return wrong_type("prompt[0][0]", "a token id", (*one)[0]);
+    }
+  }
+  if (one->is_string()) {
+    submit.prompt_kind = static_cast<std::uint8_t>(messages::PromptKind::text);
+    submit.text = one->get<std::string>();
+    return std::nullopt;
+  }
+  if (!one->is_array()) return wrong_type("prompt", "a string, or an array of token ids", value);
+  if (one->empty()) return invalid_request("'prompt' is an empty array", "prompt");
+  submit.prompt_kind = static_cast<std::uint8_t>(messages::PromptKind::tokens);
+  return read_token_ids(*one, one == &value ? "prompt" : "prompt[0]", submit.tokens);
+}
+
+// A body while its fields are read.
+struct Draft {
+  CompletionRequest request;
+  bool has_prompt = false;
+  std::optional<std::int64_t> max_tokens;
+  std::optional<std::int64_t> max_completion_tokens;
+  std::optional<std::int64_t> top_logprobs;
+  std::optional<std::int64_t> completion_logprobs;
+  std::optional<std::int64_t> seed;
+  std::optional<std::int64_t> top_k;
+  const json* stream_options = nullptr;
+  bool top_p_zero = false;
+};
+
+model::SamplingParams& sampling(Draft& d) { return d.request.submit.sampling; }
+
+using FieldReader = Check (*)(const json&, Draft&);
+
+struct Field {
+  std::string_view name;
+  FieldReader read;
+};
+
+Check ignore(const json&, Draft&) { return std::nullopt; }
+
+Check read_model(const json& value, Draft& d) {
+  if (!value.is_string()) return wrong_type("model", "a string", value);
+  d.request.model = value.get<std::string>();
+  if (d.request.model.size() > kMaxModelNameBytes) return out_of_range("model", "is too long");
+  d.request.submit.model = d.request.model;
+  return std::nullopt;
+}
+
+Check read_max_tokens(const json& value, Draft& d) {
+  return read_integer(value, "max_tokens", 1, std::numeric_limits<std::int32_t>::max(), d.max_tokens);
+}
+
+Check read_temperature(const json& value, Draft& d) {
+  return read_number(value, "temperature", 0.0, kMaxTemperature, sampling(d).temperature);
+}
+
+Check read_top_p(const json& value, Draft& d) {
+  float top_p = 1.0f;
+  if (auto failure = read_number(value, "top_p", 0.0, 1.0, top_p)) return failure;
+  // top_p 0 keeps only the most likely token: greedy, which the sampler spells temperature 0.
+  d.top_p_zero = top_p == 0.0f;
+  sampling(d).top_p = d.top_p_zero ? 1.0f : top_p;
+  return std::nullopt;
+}
+
+Check read_penalty(const json& value, const std::string& key, float& out) {
+  return read_number(value, key, -model::kMaxPresenceFrequencyPenalty, model::kMaxPresenceFrequencyPenalty, out);
+}
+
+Check read_n(const json& value, Draft&) {
+  std::optional<std::int64_t> n;
+  if (auto failure = read_integer(value, "n", 1, std::numeric_limits<std::int32_t>::max(), n)) return failure;
+  if (n && *n != 1) {
+    return invalid_request("'n' is " + std::to_string(*n) + ": this server makes one choice per request (n = 1)",
+                           "n", "unsupported_parameter");
+  }
+  return std::nullopt;
+}
+
+Check read_stream_options(const json& value, Draft& d) {
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_object()) return wrong_type("stream_options", "an object", value);
+  d.stream_options = &value;
+  return std::nullopt;
+}
+
+// The fields both endpoints take; then each endpoint's own.
+const Field kCommonFields[] = {
+    {"model", read_model},
+    {"max_tokens", read_max_tokens},
+    {"temperature", read_temperature},
+    {"top_p", read_top_p},
+    {"stop", [](const json& v, Draft& d) { return read_stop(v, sampling(d).stop); }},
+    {"seed",
+     [](const json& v, Draft& d) {
+       return read_integer(v, "seed", std::numeric_limits<std::int64_t>::min(),
+                           std::numeric_limits<std::int64_t>::max(), d.seed);
+     }},
+    {"presence_penalty",
+     [](const json& v, Draft& d) { return read_penalty(v, "presence_penalty", sampling(d).presence_penalty); }},
+    {"frequency_penalty",
+     [](const json& v, Draft& d) { return read_penalty(v, "frequency_penalty", sampling(d).frequency_penalty); }},
+    {"stream", [](const json& v, Draft& d) { return read_bool(v, "stream", d.request.stream); }},
+    {"stream_options", read_stream_options},
+    {"n", read_n},
+    {"logit_bias",
+     [](const json& v, Draft&) {
+       return require_absent(v, "logit_bias", is_empty_container(v), "'logit_bias' is not supported here");
+     }},
+    // Extensions that vLLM and llama.cpp's server also take.
+    {"top_k",
+     [](const json& v, Draft& d) {
+       return read_integer(v, "top_k", 0, std::numeric_limits<std::int32_t>::max(), d.top_k);
+     }},
+    {"min_p", [](const json& v, Draft& d) { return read_number(v, "min_p", 0.0, 1.0, sampling(d).min_p); }},
+    {"repetition_penalty",
+     [](const json& v, Draft& d) {
+       return read_number(v, "repetition_penalty", 0.0, model::kMaxRepetitionPenalty, sampling(d).repetition_penalty);
+     }},
+    // Accounting and routing hints that change nothing here.
+    {"user", ignore},
+    {"store", ignore},
+    {"metadata", ignore},
+    {"service_tier", ignore},
+    {"safety_identifier", ignore},
+    {"prompt_cache_key", ignore},
+};
+
+const Field kChatFields[] = {
+    {"messages",
+     [](const json& v, Draft& d) {
+       d.has_prompt = true;
+       d.request.submit.prompt_kind = static_cast<std::uint8_t>(messages::PromptKind::chat);
+       return read_messages(v, d.request.submit.chat);
+     }},
+    {"max_completion_tokens",
+     [](const json& v, Draft& d) {
+       return read_integer(v, "max_completion_tokens", 1, std::numeric_limits<std::int32_t>::max(),
+                           d.max_completion_tokens);
+     }},
+    {"logprobs", [](const json& v, Draft& d) { return read_bool(v, "logprobs", d.request.logprobs); }},
+    {"top_logprobs",
+     [](const json& v, Draft& d) { return read_integer(v, "top_logprobs", 0, kMaxTopLogprobs, d.top_logprobs); }},
+    {"tools",
+     [](const json& v, Draft&) {
+       return require_absent(v, "tools", is_empty_container(v), "'tools' are not supported here");
+     }},
+    {"functions",
+     [](const json& v, Draft&) {
+       return require_absent(v, "functions", is_empty_container(v), "'functions' are not supported here");
+     }},
+    {"tool_choice",
+     [](const json& v, Draft&) {
+       return require_absent(v, "tool_choice", v.is_string() && (v == "none" || v == "auto"),
+                             "'tool_choice' other than \"none\" is not supported here");
+     }},
+    {"function_call",
+     [](const json& v, Draft&) {
+       return require_absent(v, "function_call", v.is_string() && (v == "none" || v == "auto"),
+                             "'function_call' other than \"none\" is not supported here");
+     }},
+    {"parallel_tool_calls", ignore},
+    {"response_format",
+     [](const json& v, Draft&) {
+       bool text = v.is_object() && v.contains("type") && v["type"] == "text";
+       return require_absent(v, "response_format", text, "only the \"text\" response_format is supported here");
+     }},
+    {"modalities",
+     [](const json& v, Draft&) {
+       bool text = v.is_array() && v.size() == 1 && v[0] == "text";
+       return require_absent(v, "modalities", text, "only the \"text\" modality is supported here");
+     }},
+    {"audio", [](const json& v, Draft&) { return require_absent(v, "audio", false, "audio is not supported here"); }},
+    {"prediction",
+     [](const json& v, Draft&) {
+       return require_absent(v, "prediction", false, "'prediction' is not supported here");
+     }},
+    {"web_search_options",
+     [](const json& v, Draft&) {
+       return require_absent(v, "web_search_options", false, "web search is not supported here");
+     }},
+    {"reasoning_effort", ignore},
+    {"verbosity", ignore},
+};
+
+const Field kCompletionFields[] = {
+    {"prompt",
+     [](const json& v, Draft& d) {
+       d.has_prompt = true;
+       return read_prompt(v, d.request.submit);
+     }},
+    {"logprobs",
+     [](const json& v, Draft& d) {
+       return read_integer(v, "logprobs", 0, kMaxTopLogprobs, d.completion_logprobs);
+     }},
+    {"best_of",
+     [](const json& v, Draft&) {
+       std::optional<std::int64_t> best_of;
+       if (auto failure = read_integer(v, "best_of", 1, std::numeric_limits<std::int32_t>::max(), best_of)) {
+         return failure;
+       }
+       return require_absent(v, "best_of", !best_of || *best_of == 1,
+                             "'best_of' above 1 is not supported here: this server makes one completion per request");
+     }},
+    {"echo",
+     [](const json& v, Draft&) {
+       bool echo = false;
+       if (auto failure = read_bool(v, "echo", echo)) return failure;
+       return require_absent(v, "echo", !echo, "'echo' is not supported here");
+     }},
+    {"suffix",
+     [](const json& v, Draft&) {
+       return require_absent(v, "suffix", v.is_string() && v.get<std::string>().empty(),
+                             "'suffix' is not supported here");
+     }},
+};
+
+const Field* find_field(Endpoint endpoint, std::string_view name) {
+  for (const auto& field : kCommonFields) {
+    if (field.name == name) return &field;
+  }
+  if (endpoint == Endpoint::chat) {
+    for (const auto& field : kChatFields) {
+      if (field.name == name) return &field;
+    }
+  } else {
+    for (const auto& field : kCompletionFields) {
+      if (field.name == name) return &field;
+    }
+  }
+  return nullptr;
+}
+
+// The checks across fields, once every field is read.
+Check finish_draft(Endpoint endpoint, Draft& d, std::uint64_t default_seed) {
+  CompletionRequest& r = d.request;
+  model::SamplingParams& s = r.submit.sampling;
+  if (r.model.empty()) {
+    return invalid_request("you must provide a model parameter", "model", "missing_required_parameter");
+  }
+  if (!d.has_prompt) {
+    const char* key = endpoint == Endpoint::chat ? "messages" : "prompt";
+    return invalid_request(std::string("'") + key + "' is missing", key, "missing_required_parameter");
+  }
+  if (d.stream_options != nullptr) {
+    if (!r.stream) {
+      return invalid_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    }
+    if (auto usage = d.stream_options->find("include_usage"); usage != d.stream_options->end()) {
+      if (auto failure = read_bool(*usage, "stream_options.include_usage", r.include_usage)) return failure;
+    }
+  }
+  // Chat's newer name wins over the older one, as OpenAI documents.
+  if (d.max_completion_tokens) {
+    s.max_tokens = static_cast<std::int32_t>(*d.max_completion_tokens);
+  } else if (d.max_tokens) {
+    s.max_tokens = static_cast<std::int32_t>(*d.max_tokens);
+  } else if (endpoint == Endpoint::completions) {
+    s.max_tokens = kCompletionsDefaultMaxTokens;
+  }
+  if (endpoint == Endpoint::chat) {
+    if (d.top_logprobs && *d.top_logprobs > 0 && !r.logprobs) {
+      return invalid_request("'top_logprobs' needs 'logprobs' to be true", "top_logprobs");
+    }
+    r.top_logprobs = d.top_logprobs ? static_cast<int>(*d.top_logprobs) : 0;
+  } else if (d.completion_logprobs) {
+    r.logprobs = true;
+    r.top_logprobs = static_cast<int>(*d.completion_logprobs);
+  }
+  s.logprobs = r.logprobs;
+  s.top_logprobs = r.logprobs ? r.top_logprobs : 0;
+  s.seed = d.seed ? static_cast<std::uint64_t>(*d.seed) : default_seed;
+  if (d.top_k) s.top_k = static_cast<std::int32_t>(*d.top_k);
+  if (d.top_p_zero) s.temperature = 0.0f;
+  if (auto error = model::validate(s)) return invalid_request(error->message, error->field);
+  return std::nullopt;
+}
+
+// ---- rendering ------------------------------------------------------------------------------
+
+double logprob_value(float logprob) { return std::isfinite(logprob) ? static_cast<double>(logprob) : kLowestLogprob; }
+
+json token_bytes(const std::string& piece) {
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+// Characters in a piece: bytes that do not continue a UTF-8 sequence.
+std::size_t characters(const std::string& piece) {
+  std::size_t count = 0;
+  for (unsigned char c : piece) count += (c & 0xC0) != 0x80 ? 1 : 0;
+  return count;
+}
+
+std::size_t alternatives(const TokenLogprobs& entry, int top_logprobs) {
+  return std::min({entry.top_tokens.size(), entry.top_logprobs.size(), entry.top_texts.size(),
+                   static_cast<std::size_t>(std::max(top_logprobs, 0))});
+}
+
+const char* object_name(Endpoint endpoint, bool chunk) {
+  if (endpoint == Endpoint::completions) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+}  // namespace
+
+ApiError invalid_request(std::string message, std::optional<std::string> param, std::optional<std::string> code) {
+  return ApiError{400, "invalid_request_error", std::move(message), std::move(param), std::move(code)};
+}
+
+json error_json(const ApiError& error) {
+  return {{"error",
+                {{"message", error.message},
+                 {"type", error.type},
+                 {"param", error.param ? json(*error.param) : json(nullptr)},
+                 {"code", error.code ? json(*error.code) : json(nullptr)}}}};
+}
+
+std::string error_body(const ApiError& error) { return dump(error_json(error)); }
+
+std::variant<CompletionRequest, ApiError> parse_completion_request(Endpoint endpoint, std::string_view body,
+                                                                   std::uint64_t seed) {
+  json parsed = json::parse(body, nullptr, false);
+  if (parsed.is_discarded()) {
+    return invalid_request(
+        "We could not parse the JSON body of your request: it is not valid JSON (send a JSON object, with "
+        "Content-Type: application/json)",
+        std::nullopt, "invalid_json");
+  }
+  if (!parsed.is_object()) {
+    return invalid_request("The body of your request must be a JSON object, not " + std::string(type_name(parsed)),
+                           std::nullopt, "invalid_json");
+  }
+  Draft draft;
+  draft.request.endpoint = endpoint;
+  for (const auto& [key, value] : parsed.items()) {
+    const Field* field = find_field(endpoint, key);
+    if (field == nullptr) {
+      return invalid_request("Unrecognized request argument supplied: " + key.substr(0, 64), key.substr(0, 64),
+                             "unknown_parameter");
+    }
+    if (auto failure = field->read(value, draft)) return *failure;
+  }
+  if (auto failure = finish_draft(endpoint, draft, seed)) return *failure;
+  return std::move(draft.request);
+}
+
+ApiError error_for(const FinalEvent& final_event) {
+  const auto reason = static_cast<FinishReason>(final_event.finish);
+  std::string message = final_event.message;
+  if (reason == FinishReason::abort) {
+    return ApiError{503, "server_error", message.empty() ? "the request was aborted" : message, std::nullopt,
+                    "aborted"};
+  }
+  if (message.empty()) message = "the request failed";
+  switch (static_cast<RequestError>(final_event.error)) {
+    case RequestError::invalid_request:
+    case RequestError::malformed: return invalid_request(message);
+    case RequestError::unknown_model:
+      return ApiError{404, "invalid_request_error", message, "model", "model_not_found"};
+    case RequestError::prompt_too_long: return invalid_request(message, std::nullopt, "context_length_exceeded");
+    case RequestError::busy: return ApiError{503, "server_error", message, std::nullopt, "server_busy"};
+    case RequestError::unavailable: return ApiError{503, "server_error", message, std::nullopt, "unavailable"};
+    case RequestError::shutting_down: return ApiError{503, "server_error", message, std::nullopt, "shutting_down"};
+    case RequestError::gpu: return ApiError{500, "server_error", message, std::nullopt, "gpu_error"};
+    case RequestError::none:
+    case RequestError::internal: break;
+  }
+  return ApiError{500, "server_error", message, std::nullopt, "internal_error"};
+}
+
+std::optional<std::string> finish_reason(const FinalEvent& final_event) {
+  switch (static_cast<FinishReason>(final_event.finish)) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::abort:
+    case FinishReason::error: break;
+  }
+  return std::nullopt;
+}
+
+json usage_json(const FinalEvent& final_event) {
+  return {{"prompt_tokens", final_event.prompt_tokens},
+          {"completion_tokens", final_event.completion_tokens},
+          {"total_tokens", std::uint64_t{final_event.prompt_tokens} + final_event.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", final_event.cached_tokens}}}};
+}
+
+json chat_logprobs(const std::vector<TokenLogprobs>& logprobs, int top_logprobs) {
+  json content = json::array();
+  for (const auto& entry : logprobs) {
+    json top = json::array();
+    for (std::size_t i = 0; i < alternatives(entry, top_logprobs); ++i) {
+      top.push_back({{"token", entry.top_texts[i]},
+                     {"logprob", logprob_value(entry.top_logprobs[i])},
+                     {"bytes", token_bytes(entry.top_texts[i])}});
+    }
+    content.push_back({{"token", entry.text},
+                       {"logprob", logprob_value(entry.logprob)},
+                       {"bytes", token_bytes(entry.text)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return content;
+}
+
+json completion_logprobs(const std::vector<TokenLogprobs>& logprobs, int top_logprobs, std::size_t& text_offset) {
+  json tokens = json::array(), token_logprobs = json::array(), tops = json::array(), offsets = json::array();
+  for (const auto& entry : logprobs) {
+    tokens.push_back(entry.text);
+    token_logprobs.push_back(logprob_value(entry.logprob));
+    // OpenAI lists the chosen token beside the alternatives: up to logprobs + 1 entries.
+    json top = json::object();
+    for (std::size_t i = 0; i < alternatives(entry, top_logprobs); ++i) {
+      top[entry.top_texts[i]] = logprob_value(entry.top_logprobs[i]);
+    }
+    top[entry.text] = logprob_value(entry.logprob);
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += characters(entry.text);
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
+json completion_body(const CompletionRequest& request, const ResponseIdentity& identity,
+                     const client_protocol::GatheredOutput& output, const FinalEvent& final_event) {
+  const std::string text = output.text + final_event.text;
+  json choice;
+  if (request.endpoint == Endpoint::chat) {
+    choice = {{"index", 0},
+              {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
+              {"logprobs", request.logprobs ? json{{"content", chat_logprobs(output.logprobs, request.top_logprobs)},
+                                                   {"refusal", nullptr}}
+                                            : json(nullptr)}};
+  } else {
+    std::size_t offset = 0;
+    choice = {{"index", 0},
+              {"text", text},
+              {"logprobs", request.logprobs ? completion_logprobs(output.logprobs, request.top_logprobs, offset)
+                                            : json(nullptr)}};
+  }
+  auto reason = finish_reason(final_event);
+  choice["finish_reason"] = reason ? json(*reason) : json(nullptr);
+  return {{"id", identity.id},
+          {"object", object_name(request.endpoint, false)},
+          {"created", identity.created},
+          {"model", request.model},
+          {"system_fingerprint", nullptr},
+          {"choices", json::array({std::move(choice)})},
+          {"usage", usage_json(final_event)}};
+}
+
+std::string dump(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse_event(const json& data) { return "data: " + dump(data) + "\n\n"; }
+
+StreamRenderer::StreamRenderer(CompletionRequest request, ResponseIdentity identity)
+    : request_(std::move(request)), identity_(std::move(identity)) {}
+
+json StreamRenderer::chunk(json choice) const {
+  json body = {{"id", identity_.id},
+               {"object", object_name(request_.endpoint, true)},
+               {"created", identity_.created},
+               {"model", request_.model},
+               {"system_fingerprint", nullptr},
+               {"choices", json::array({std::move(choice)})}};
+  // With include_usage every chunk has the key, null until the last one (as OpenAI sends it).
+  if (request_.include_usage) body["usage"] = nullptr;
+  return body;
+}
+
+json StreamRenderer::content_choice(const std::string& text, const std::vector<TokenLogprobs>& logprobs) {
+  const bool with_logprobs = request_.logprobs && !logprobs.empty();
+  if (request_.endpoint == Endpoint::chat) {
+    return {{"index", 0},
+            {"delta", {{"content", text}}},
+            {"logprobs", with_logprobs ? json{{"content", chat_logprobs(logprobs, request_.top_logprobs)},
+                                              {"refusal", nullptr}}
+                                       : json(nullptr)},
+            {"finish_reason", nullptr}};
+  }
+  return {{"index", 0},
+          {"text", text},
+          {"logprobs", with_logprobs ? completion_logprobs(logprobs, request_.top_logprobs, text_offset_)
+                                     : json(nullptr)},
+          {"finish_reason", nullptr}};
+}
+
+std::string StreamRenderer::start() {
+  if (request_.endpoint != Endpoint::chat) return {};
+  return sse_event(chunk({{"index", 0},
+                          {"delta", {{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}},
+                          {"logprobs", nullptr},
+                          {"finish_reason", nullptr}}));
+}
+
+std::string StreamRenderer::tokens(const messages::TokenEvent& event) {
+  if (event.text.empty() && !(request_.logprobs && !event.logprobs.empty())) return {};
+  return sse_event(chunk(content_choice(event.text, event.logprobs)));
+}
+
+std::string StreamRenderer::finish(const FinalEvent& final_event) {
+  auto reason = finish_reason(final_event);
+  if (!reason) {
+    return sse_event(error_json(error_for(final_event))) + std::string(kSseDone);
+  }
+  std::string out;
+  if (!final_event.text.empty()) out += sse_event(chunk(content_choice(final_event.text, {})));
+  json last = request_.endpoint == Endpoint::chat
+                  ? json{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", *reason}}
+                  : json{{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", *reason}};
+  out += sse_event(chunk(std::move(last)));
+  if (request_.include_usage) {
+    json usage = chunk(json(nullptr));
+    usage["choices"] = json::array();
+    usage["usage"] = usage_json(final_event);
+    out += sse_event(usage);
+  }
+  out += kSseDone;
+  return out;
+}
+
+}  // namespace mqlm::actors::openai

@@ -1,0 +1,57 @@
+# Sourced by the http tests: starts `mqlm serve --http` of the tiny model on free ports and stops
+# it with SIGTERM. Needs $mqlm and $dir; sets $http_url, $api_key and $server_pid.
+
+api_key="test-key-$$"
+server_pid=""
+trap '[[ -n $server_pid ]] && kill -KILL "$server_pid" 2>/dev/null' EXIT
+
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_server [EXTRA SERVE ARGS...]: returns 1 (after showing the log) if it is not healthy in 120 s.
+start_server() {
+  mkdir -p "$dir"
+  if [[ ! -f $dir/tiny.gguf ]]; then
+    "$mqlm" make-model --preset tiny --type f16 -o "$dir/tiny.gguf" >"$dir/make.log" 2>&1 ||
+      { cat "$dir/make.log"; return 1; }
+  fi
+  local http_port gateway_port
+  http_port=$(free_port)
+  gateway_port=$(free_port)
+  http_url="http://127.0.0.1:$http_port"
+  "$mqlm" serve "$dir/tiny.gguf" --http "127.0.0.1:$http_port" --listen "tcp://127.0.0.1:$gateway_port" \
+    --api-key "$api_key" "$@" >"$dir/serve.log" 2>&1 &
+  server_pid=$!
+  local deadline=$((SECONDS + 120))
+  while ((SECONDS < deadline)); do
+    if [[ $(curl -s -o /dev/null -w '%{http_code}' "$http_url/health") == 200 ]]; then return 0; fi
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "mqlm serve --http did not become healthy"
+  tail -n 40 "$dir/serve.log"
+  return 1
+}
+
+# stop_server: SIGTERM drains and stops within 10 s with exit 0, or it returns 1.
+stop_server() {
+  kill -TERM "$server_pid"
+  for _ in $(seq 100); do
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$server_pid" 2>/dev/null; then
+    echo "mqlm serve still runs 10 s after SIGTERM"
+    tail -n 40 "$dir/serve.log"
+    return 1
+  fi
+  wait "$server_pid"
+  local rc=$?
+  server_pid=""
+  if [[ $rc -ne 0 ]]; then
+    echo "mqlm serve exited $rc after SIGTERM"
+    tail -n 40 "$dir/serve.log"
+    return 1
+  fi
+}

@@ -1,0 +1,195 @@
+// What /api/status, /metrics and /v1/models show, from a StatusReport and the http actor's
+// figures: the counters and histograms the figures keep, and the Prometheus text read back line
+// by line.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "actors/actor.hpp"
+#include "actors/gateway/client_protocol.hpp"
+#include "actors/http/bridge.hpp"
+#include "actors/http/http_status.hpp"
+
+namespace mqlm::actors::http_status {
+namespace {
+
+using messages::FinalEvent;
+using messages::FinishReason;
+using messages::RequestError;
+using messages::StatusReport;
+
+FinalEvent finished(FinishReason reason, std::uint32_t tokens, double ttft_s, double total_s) {
+  FinalEvent event;
+  event.finish = static_cast<std::uint8_t>(reason);
+  event.prompt_tokens = 10;
+  event.completion_tokens = tokens;
+  event.cached_tokens = 4;
+  event.ttft_ns = static_cast<std::int64_t>(ttft_s * 1e9);
+  event.total_ns = static_cast<std::int64_t>(total_s * 1e9);
+  return event;
+}
+
+TEST(HttpFigures, CountsByFinishReasonAndTimesTokens) {
+  HttpFigures f;
+  EXPECT_EQ(f.finished.size(), 4u);  // every reason shows, at 0 until it happens
+  f.record(finished(FinishReason::length, 11, 0.02, 1.02));  // 10 tokens after the first in 1 s
+  f.record(finished(FinishReason::stop, 1, 0.3, 0.3));        // one token: no time per token
+  f.record(finished(FinishReason::abort, 0, 0, 0.5));         // no token: no timings
+  f.record(client_protocol::error_final(RequestError::busy, "full"));
+  EXPECT_EQ(f.finished["length"], 1u);
+  EXPECT_EQ(f.finished["stop"], 1u);
+  EXPECT_EQ(f.finished["abort"], 1u);
+  EXPECT_EQ(f.finished["error"], 1u);
+  EXPECT_EQ(f.errors["busy"], 1u);
+  EXPECT_EQ(f.prompt_tokens, 30u);
+  EXPECT_EQ(f.completion_tokens, 12u);
+  EXPECT_EQ(f.cached_tokens, 12u);
+  EXPECT_EQ(f.ttft_seconds.count, 2u);
+  EXPECT_NEAR(f.ttft_seconds.sum, 0.32, 1e-9);
+  ASSERT_EQ(f.tpot_seconds.count, 1u);
+  EXPECT_NEAR(f.tpot_seconds.sum, 0.1, 1e-9);
+}
+
+TEST(Histogram, BucketsHoldValuesUpToTheirBound) {
+  Histogram h = Histogram::with_bounds({1, 2});
+  for (double v : {0.5, 1.0, 1.5, 2.0, 3.0}) h.observe(v);
+  EXPECT_EQ(h.counts, (std::vector<std::uint64_t>{2, 2, 1}));
+  EXPECT_EQ(h.count, 5u);
+  EXPECT_DOUBLE_EQ(h.sum, 8.0);
+}
+
+StatusReport report() {
+  StatusReport r;
+  r.models = {"tiny"};
+  r.requests = 3;
+  r.running = 2;
+  r.waiting = 1;
+  r.kv_pages = 100;
+  r.kv_pages_in_use = 10;
+  r.kv_pages_cached = 5;
+  r.pool.active_bytes = 1000;
+  r.pool.cached_bytes = 200;
+  r.pool.peak_active_bytes = 1500;
+  r.pool.held_bytes = 4096;
+  r.pool.active_by_owner = {{"weights:tiny", 700}, {"kv", 300}, {"a \"quoted\"\\owner", 0}};
+  return r;
+}
+
+TEST(StatusJson, ShowsModelBytesRequestsPagesPoolAndUptime) {
+  HttpFigures f;
+  f.uptime_ns = 2'500'000'000;
+  f.open_requests = 3;
+  nlohmann::json s = status_json(report(), f);
+  EXPECT_EQ(s["models"], nlohmann::json::parse(R"([{"name": "tiny", "bytes": 700}])"));
+  EXPECT_EQ(s["requests"]["tracked"], 3);
+  EXPECT_EQ(s["requests"]["running"], 2);
+  EXPECT_EQ(s["requests"]["waiting"], 1);
+  EXPECT_EQ(s["requests"]["http_open"], 3);
+  EXPECT_EQ(s["kv_pages"]["used"], 10);
+  EXPECT_EQ(s["kv_pages"]["cached"], 5);
+  EXPECT_EQ(s["kv_pages"]["free"], 85);
+  EXPECT_EQ(s["pool"]["held_bytes"], 4096);
+  EXPECT_EQ(s["pool"]["active_by_owner"]["kv"], 300);
+  EXPECT_DOUBLE_EQ(s["uptime_seconds"].get<double>(), 2.5);
+  EXPECT_EQ(s["draining"], false);
+  EXPECT_EQ(models_json(report(), 5)["data"][0]["id"], "tiny");
+}
+
+// The samples of the exposition by name and label text, and each family's TYPE.
+struct Exposition {
+  std::map<std::string, std::string> types;
+  std::map<std::string, std::string> samples;  // "name{labels}" -> value
+};
+
+Exposition read_back(const std::string& text) {
+  Exposition e;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream words(line.substr(7));
+      std::string name, type;
+      words >> name >> type;
+      EXPECT_FALSE(e.types.contains(name)) << "TYPE twice: " << name;
+      e.types[name] = type;
+    } else if (line.rfind("#", 0) != 0) {
+      const auto space = line.rfind(' ');
+      EXPECT_NE(space, std::string::npos) << line;
+      e.samples[line.substr(0, space)] = line.substr(space + 1);
+    }
+  }
+  return e;
+}
+
+TEST(PrometheusText, HasTypedFamiliesEscapedLabelsAndCumulativeHistograms) {
+  HttpFigures f;
+  f.record(finished(FinishReason::length, 11, 0.02, 1.02));
+  f.record(finished(FinishReason::length, 3, 0.2, 0.4));
+  const std::string text = prometheus_text(report(), f);
+  ASSERT_EQ(text.back(), '\n');
+  Exposition e = read_back(text);
+  EXPECT_EQ(e.types["mqlm_http_requests_total"], "counter");
+  EXPECT_EQ(e.types["mqlm_kv_pages"], "gauge");
+  EXPECT_EQ(e.types["mqlm_http_time_to_first_token_seconds"], "histogram");
+  EXPECT_EQ(e.samples["mqlm_http_requests_total{finish_reason=\"length\"}"], "2");
+  EXPECT_EQ(e.samples["mqlm_http_requests_total{finish_reason=\"abort\"}"], "0");
+  EXPECT_EQ(e.samples["mqlm_kv_pages{state=\"free\"}"], "85");
+  EXPECT_EQ(e.samples["mqlm_model_weight_bytes{model=\"tiny\"}"], "700");
+  EXPECT_EQ(e.samples["mqlm_pool_owner_active_bytes{owner=\"a \\\"quoted\\\"\\\\owner\"}"], "0");
+  EXPECT_EQ(e.samples["mqlm_http_time_to_first_token_seconds_bucket{le=\"0.01\"}"], "0");
+  EXPECT_EQ(e.samples["mqlm_http_time_to_first_token_seconds_bucket{le=\"0.025\"}"], "1");
+  EXPECT_EQ(e.samples["mqlm_http_time_to_first_token_seconds_bucket{le=\"0.25\"}"], "2");
+  EXPECT_EQ(e.samples["mqlm_http_time_to_first_token_seconds_bucket{le=\"+Inf\"}"], "2");
+  EXPECT_EQ(e.samples["mqlm_http_time_to_first_token_seconds_count"], "2");
+  EXPECT_EQ(e.samples["mqlm_http_time_per_output_token_seconds_count"], "2");
+  // Every sample belongs to a family that has a TYPE.
+  for (const auto& [sample, value] : e.samples) {
+    std::string name = sample.substr(0, sample.find('{'));
+    bool typed = e.types.contains(name);
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      if (!typed && name.ends_with(suffix)) typed = e.types.contains(name.substr(0, name.size() - std::strlen(suffix)));
+    }
+    EXPECT_TRUE(typed) << sample;
+  }
+}
+
+TEST(Bridge, StatusAnswersSurviveTheTripThroughMsgpack) {
+  http_bridge::StatusAnswer answer;
+  answer.ok = true;
+  answer.report = report();
+  answer.figures.record(finished(FinishReason::stop, 4, 0.1, 0.5));
+  const std::string bytes = http_bridge::pack(answer);
+  auto back = http_bridge::unpack<http_bridge::StatusAnswer>(zmq::message_t(bytes.data(), bytes.size()));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->report.pool.active_by_owner, answer.report.pool.active_by_owner);
+  EXPECT_EQ(back->figures.finished, answer.figures.finished);
+  EXPECT_EQ(back->figures.ttft_seconds.counts, answer.figures.ttft_seconds.counts);
+  EXPECT_FALSE(http_bridge::unpack<http_bridge::StatusAnswer>(zmq::message_t("\x93\x01", 2)));
+}
+
+// The token texts the scheduler adds to logprobs travel in TokenEvents like every other field.
+TEST(Bridge, TokenTextsCrossTheWireInTokenEvents) {
+  messages::TokenEvent event;
+  event.tokens = {5};
+  event.text = "caf";
+  messages::TokenLogprobs entry;
+  entry.token = 5;
+  entry.logprob = -0.5f;
+  entry.top_tokens = {5, 6};
+  entry.top_logprobs = {-0.5f, -1.0f};
+  entry.text = "caf\xc3";  // a piece may end inside a character
+  entry.top_texts = {"caf\xc3", " tea"};
+  event.logprobs = {entry};
+  auto decoded = messages::decode(make_frames("scheduler", "http", event, {0, 9, {}}));
+  ASSERT_TRUE(std::holds_alternative<messages::Message>(decoded));
+  const auto* back = std::get<messages::Message>(decoded).as<messages::TokenEvent>();
+  ASSERT_NE(back, nullptr);
+  ASSERT_EQ(back->logprobs.size(), 1u);
+  EXPECT_EQ(back->logprobs[0].text, "caf\xc3");
+  EXPECT_EQ(back->logprobs[0].top_texts, entry.top_texts);
+}
+
+}  // namespace
+}  // namespace mqlm::actors::http_status

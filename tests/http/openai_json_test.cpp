@@ -1,0 +1,406 @@
+// The OpenAI translation layer of the http actor: request bodies into Submits (and every bad one
+// into a 400 naming its field), FinalEvents into HTTP errors, and the serving messages into
+// OpenAI's response bodies and SSE chunks.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <string>
+
+#include "actors/http/openai_json.hpp"
+
+namespace mqlm::actors::openai {
+namespace {
+
+using messages::FinalEvent;
+using messages::FinishReason;
+using messages::PromptKind;
+using messages::RequestError;
+using messages::TokenEvent;
+using messages::TokenLogprobs;
+using nlohmann::json;
+
+constexpr std::uint64_t kSeed = 1234;
+
+CompletionRequest parse_ok(Endpoint endpoint, const json& body) {
+  auto parsed = parse_completion_request(endpoint, body.dump(), kSeed);
+  if (auto* error = std::get_if<ApiError>(&parsed)) {
+    ADD_FAILURE() << "refused: " << error->message;
+    return {};
+  }
+  return std::get<CompletionRequest>(std::move(parsed));
+}
+
+ApiError parse_error(Endpoint endpoint, std::string_view body) {
+  auto parsed = parse_completion_request(endpoint, body, kSeed);
+  if (auto* error = std::get_if<ApiError>(&parsed)) return *error;
+  ADD_FAILURE() << "accepted: " << body;
+  return {};
+}
+
+json chat_body() { return {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}}; }
+
+TEST(OpenAiRequest, ChatBodyBecomesAChatSubmitWithEverySamplingField) {
+  json body = chat_body();
+  body["messages"] = json::array({{{"role", "developer"}, {"content", "Be brief."}},
+                                  {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}},
+                                                                  {{"type", "text"}, {"text", "b"}}}}},
+                                  {{"role", "assistant"}, {"content", nullptr}}});
+  body["max_tokens"] = 7;
+  body["temperature"] = 0.5;
+  body["top_p"] = 0.9;
+  body["stop"] = "END";
+  body["seed"] = 42;
+  body["presence_penalty"] = 0.5;
+  body["frequency_penalty"] = -1;
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  body["n"] = 1;
+  body["user"] = "someone";
+  CompletionRequest r = parse_ok(Endpoint::chat, body);
+  EXPECT_EQ(r.model, "tiny");
+  EXPECT_EQ(r.submit.model, "tiny");
+  EXPECT_EQ(r.submit.prompt_kind, static_cast<std::uint8_t>(PromptKind::chat));
+  ASSERT_EQ(r.submit.chat.size(), 3u);
+  EXPECT_EQ(r.submit.chat[0].role, "system");  // developer is OpenAI's newer name for it
+  EXPECT_EQ(r.submit.chat[1].content, "a\nb");
+  EXPECT_EQ(r.submit.chat[2].content, "");
+  const auto& s = r.submit.sampling;
+  EXPECT_EQ(s.max_tokens, 7);
+  EXPECT_FLOAT_EQ(s.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(s.top_p, 0.9f);
+  EXPECT_EQ(s.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(s.seed, 42u);
+  EXPECT_FLOAT_EQ(s.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty, -1.0f);
+  EXPECT_TRUE(s.logprobs);
+  EXPECT_EQ(s.top_logprobs, 3);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 3);
+}
+
+TEST(OpenAiRequest, MaxCompletionTokensWinsAndDefaultsFollowOpenAi) {
+  json body = chat_body();
+  body["max_tokens"] = 5;
+  body["max_completion_tokens"] = 9;
+  EXPECT_EQ(parse_ok(Endpoint::chat, body).submit.sampling.max_tokens, 9);
+
+  CompletionRequest plain = parse_ok(Endpoint::chat, chat_body());
+  EXPECT_EQ(plain.submit.sampling.seed, kSeed);  // no seed: the caller's
+  EXPECT_FALSE(plain.submit.sampling.logprobs);
+  EXPECT_FALSE(plain.stream);
+
+  CompletionRequest completion = parse_ok(Endpoint::completions, {{"model", "tiny"}, {"prompt", "x"}});
+  EXPECT_EQ(completion.submit.sampling.max_tokens, kCompletionsDefaultMaxTokens);
+  EXPECT_EQ(completion.submit.prompt_kind, static_cast<std::uint8_t>(PromptKind::text));
+  EXPECT_EQ(completion.submit.text, "x");
+}
+
+TEST(OpenAiRequest, CompletionPromptsAsTextOrTokenIds) {
+  auto tokens = parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", {1, 2, 3}}, {"logprobs", 2}});
+  EXPECT_EQ(tokens.submit.prompt_kind, static_cast<std::uint8_t>(PromptKind::tokens));
+  EXPECT_EQ(tokens.submit.tokens, (std::vector<std::int32_t>{1, 2, 3}));
+  EXPECT_TRUE(tokens.submit.sampling.logprobs);
+  EXPECT_EQ(tokens.submit.sampling.top_logprobs, 2);
+
+  auto nested = parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", {{4, 5}}}});
+  EXPECT_EQ(nested.submit.tokens, (std::vector<std::int32_t>{4, 5}));
+  auto one_string = parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", {"hello"}}});
+  EXPECT_EQ(one_string.submit.text, "hello");
+
+  // logprobs 0: the chosen token's logprob only.
+  auto zero = parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", "x"}, {"logprobs", 0}});
+  EXPECT_TRUE(zero.logprobs);
+  EXPECT_EQ(zero.top_logprobs, 0);
+}
+
+TEST(OpenAiRequest, TopPZeroIsGreedy) {
+  json body = chat_body();
+  body["top_p"] = 0;
+  auto r = parse_ok(Endpoint::chat, body);
+  EXPECT_EQ(r.submit.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.submit.sampling.top_p, 1.0f);
+}
+
+struct BadBody {
+  Endpoint endpoint;
+  std::string body;
+  std::string param;  // "" : none expected
+};
+
+// Which body, in test names and in ctest's: the endpoint and the field it gets wrong.
+std::string name(const BadBody& bad) {
+  std::string out = bad.endpoint == Endpoint::chat ? "chat_" : "completions_";
+  out += bad.param.empty() ? "body" : bad.param;
+  for (char& c : out) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return out;
+}
+
+void PrintTo(const BadBody& bad, std::ostream* out) { *out << name(bad); }
+
+class OpenAiBadRequest : public ::testing::TestWithParam<BadBody> {};
+
+TEST_P(OpenAiBadRequest, IsA400NamingTheField) {
+  const BadBody& bad = GetParam();
+  ApiError error = parse_error(bad.endpoint, bad.body);
+  EXPECT_EQ(error.status, 400) << bad.body;
+  EXPECT_EQ(error.type, "invalid_request_error");
+  EXPECT_FALSE(error.message.empty());
+  if (bad.param.empty()) {
+    EXPECT_FALSE(error.param.has_value()) << *error.param;
+  } else {
+    EXPECT_EQ(error.param.value_or("(none)"), bad.param) << error.message;
+  }
+}
+
+const std::string kMessages = R"("messages": [{"role": "user", "content": "Hi"}])";
+
+INSTANTIATE_TEST_SUITE_P(
+    Bodies, OpenAiBadRequest,
+    ::testing::Values(
+        BadBody{Endpoint::chat, "{not json", ""}, BadBody{Endpoint::chat, "[1, 2]", ""},
+        BadBody{Endpoint::chat, "", ""},
+        BadBody{Endpoint::chat, "{" + kMessages + "}", "model"},
+        BadBody{Endpoint::chat, R"({"model": 7, )" + kMessages + "}", "model"},
+        BadBody{Endpoint::chat, R"({"model": "m"})", "messages"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": []})", "messages"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": "Hi"})", "messages"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"content": "Hi"}]})", "messages[0].role"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "user"}]})", "messages[0].content"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+                "messages[0].content[0].type"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})",
+                "messages[0].role"},
+        BadBody{Endpoint::chat, R"({"model": "m", "max_tokens": -1, )" + kMessages + "}", "max_tokens"},
+        BadBody{Endpoint::chat, R"({"model": "m", "max_tokens": 0, )" + kMessages + "}", "max_tokens"},
+        BadBody{Endpoint::chat, R"({"model": "m", "max_tokens": 99999999999999, )" + kMessages + "}", "max_tokens"},
+        BadBody{Endpoint::chat, R"({"model": "m", "max_tokens": 2000000, )" + kMessages + "}", "max_tokens"},
+        BadBody{Endpoint::chat, R"({"model": "m", "max_tokens": 1.5, )" + kMessages + "}", "max_tokens"},
+        BadBody{Endpoint::chat, R"({"model": "m", "max_tokens": "8", )" + kMessages + "}", "max_tokens"},
+        BadBody{Endpoint::chat, R"({"model": "m", "temperature": 2.5, )" + kMessages + "}", "temperature"},
+        BadBody{Endpoint::chat, R"({"model": "m", "temperature": -0.1, )" + kMessages + "}", "temperature"},
+        BadBody{Endpoint::chat, R"({"model": "m", "top_p": 1.5, )" + kMessages + "}", "top_p"},
+        BadBody{Endpoint::chat, R"({"model": "m", "presence_penalty": 3, )" + kMessages + "}", "presence_penalty"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logprobs": true, "top_logprobs": 21, )" + kMessages + "}",
+                "top_logprobs"},
+        BadBody{Endpoint::chat, R"({"model": "m", "top_logprobs": 2, )" + kMessages + "}", "top_logprobs"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logprobs": 1, )" + kMessages + "}", "logprobs"},
+        BadBody{Endpoint::chat, R"({"model": "m", "n": 2, )" + kMessages + "}", "n"},
+        BadBody{Endpoint::chat, R"({"model": "m", "stop": 5, )" + kMessages + "}", "stop"},
+        BadBody{Endpoint::chat, R"({"model": "m", "stop": ["a", 1], )" + kMessages + "}", "stop[1]"},
+        BadBody{Endpoint::chat, R"({"model": "m", "stop": [""], )" + kMessages + "}", "stop[0]"},
+        BadBody{Endpoint::chat, R"({"model": "m", "stream_options": {"include_usage": true}, )" + kMessages + "}",
+                "stream_options"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function"}], )" + kMessages + "}", "tools"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"5": 1}, )" + kMessages + "}", "logit_bias"},
+        BadBody{Endpoint::chat, R"({"model": "m", "frobnicate": 1, )" + kMessages + "}", "frobnicate"},
+        BadBody{Endpoint::chat, R"({"model": "m", "prompt": "x", )" + kMessages + "}", "prompt"},
+        BadBody{Endpoint::completions, R"({"model": "m"})", "prompt"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": ["a", "b"]})", "prompt"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": [1, -2]})", "prompt[1]"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": []})", "prompt"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", "logprobs": 21})", "logprobs"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", "echo": true})", "echo"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", "best_of": 3})", "best_of"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", "suffix": "y"})", "suffix"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", )" + kMessages + "}", "messages"}),
+    [](const ::testing::TestParamInfo<BadBody>& info) { return std::to_string(info.index) + "_" + name(info.param); });
+
+TEST(OpenAiRequest, DeeplyNestedJsonIsRefusedWithoutCrashing) {
+  std::string body(200'000, '[');
+  body += std::string(200'000, ']');
+  EXPECT_EQ(parse_error(Endpoint::chat, body).status, 400);
+  std::string unclosed = R"({"model": "m", "messages": )" + std::string(100'000, '[');
+  EXPECT_EQ(parse_error(Endpoint::chat, unclosed).status, 400);
+}
+
+FinalEvent failed(RequestError code) { return client_protocol::error_final(code, "why"); }
+
+TEST(OpenAiErrors, FinalEventsMapToOpenAiStatuses) {
+  EXPECT_EQ(error_for(failed(RequestError::unknown_model)).status, 404);
+  EXPECT_EQ(error_for(failed(RequestError::unknown_model)).code, "model_not_found");
+  EXPECT_EQ(error_for(failed(RequestError::invalid_request)).status, 400);
+  EXPECT_EQ(error_for(failed(RequestError::prompt_too_long)).status, 400);
+  EXPECT_EQ(error_for(failed(RequestError::prompt_too_long)).code, "context_length_exceeded");
+  for (RequestError code : {RequestError::busy, RequestError::unavailable, RequestError::shutting_down}) {
+    ApiError error = error_for(failed(code));
+    EXPECT_EQ(error.status, 503) << static_cast<int>(code);
+    EXPECT_EQ(error.type, "server_error");
+    EXPECT_EQ(error.message, "why");
+  }
+  EXPECT_EQ(error_for(failed(RequestError::gpu)).status, 500);
+  EXPECT_EQ(error_for(failed(RequestError::internal)).status, 500);
+  FinalEvent aborted;
+  aborted.finish = static_cast<std::uint8_t>(FinishReason::abort);
+  EXPECT_EQ(error_for(aborted).status, 503);
+  EXPECT_FALSE(finish_reason(aborted));
+
+  json body = json::parse(error_body(error_for(failed(RequestError::unknown_model))));
+  EXPECT_EQ(body["error"]["message"], "why");
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["param"], "model");
+  EXPECT_EQ(body["error"]["code"], "model_not_found");
+}
+
+FinalEvent finished(FinishReason reason, std::uint32_t prompt, std::uint32_t completion, std::uint32_t cached) {
+  FinalEvent event;
+  event.finish = static_cast<std::uint8_t>(reason);
+  event.prompt_tokens = prompt;
+  event.completion_tokens = completion;
+  event.cached_tokens = cached;
+  return event;
+}
+
+TokenLogprobs logprob(std::int32_t token, std::string text, float value, std::vector<std::string> tops,
+                      std::vector<float> top_values) {
+  TokenLogprobs entry;
+  entry.token = token;
+  entry.text = std::move(text);
+  entry.logprob = value;
+  for (std::size_t i = 0; i < tops.size(); ++i) entry.top_tokens.push_back(static_cast<std::int32_t>(100 + i));
+  entry.top_texts = std::move(tops);
+  entry.top_logprobs = std::move(top_values);
+  return entry;
+}
+
+TEST(OpenAiResponse, ChatBodyHasTheTextFinishReasonUsageAndLogprobs) {
+  json body = chat_body();
+  body["logprobs"] = true;
+  body["top_logprobs"] = 1;
+  CompletionRequest request = parse_ok(Endpoint::chat, body);
+  client_protocol::GatheredOutput output;
+  TokenEvent event;
+  event.text = "Hel";
+  event.logprobs = {logprob(1, "Hel", -0.5f, {"Hel", "Yo"}, {-0.5f, -1.0f})};
+  output.append(event);
+  FinalEvent final_event = finished(FinishReason::length, 5, 1, 2);
+  final_event.text = "lo";  // held back until the end
+  json r = completion_body(request, {"chatcmpl-x", 1700000000}, output, final_event);
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["id"], "chatcmpl-x");
+  EXPECT_EQ(r["created"], 1700000000);
+  EXPECT_EQ(r["model"], "tiny");
+  ASSERT_EQ(r["choices"].size(), 1u);
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  const json& content = r["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 1u);
+  EXPECT_EQ(content[0]["token"], "Hel");
+  EXPECT_EQ(content[0]["logprob"], -0.5);
+  EXPECT_EQ(content[0]["bytes"], json({72, 101, 108}));
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 1u);  // top_logprobs 1 of the 2 the event had
+  EXPECT_EQ(content[0]["top_logprobs"][0]["token"], "Hel");
+  EXPECT_EQ(r["usage"], json::parse(R"({"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6,
+                                         "prompt_tokens_details": {"cached_tokens": 2}})"));
+}
+
+TEST(OpenAiResponse, CompletionLogprobsHaveOffsetsAndTheChosenTokenAmongTheTop) {
+  std::vector<TokenLogprobs> entries{logprob(1, "h\xC3", -0.1f, {"x"}, {-0.05f}),  // half of an é
+                                     logprob(2, "\xA9!", -0.2f, {"\xA9!"}, {-0.2f}),
+                                     logprob(3, " ok", -0.3f, {}, {})};
+  std::size_t offset = 10;
+  json lp = completion_logprobs(entries, 1, offset);
+  EXPECT_EQ(lp["token_logprobs"], json({-0.10000000149011612, -0.20000000298023224, -0.30000001192092896}));
+  EXPECT_EQ(lp["text_offset"], json({10, 12, 13}));  // characters: "h" and the é's first byte, then "!"
+  EXPECT_EQ(offset, 16u);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);  // the alternative and the chosen token
+  EXPECT_EQ(lp["top_logprobs"][1].size(), 1u);  // the alternative was the chosen token
+  EXPECT_EQ(lp["top_logprobs"][2].size(), 1u);
+  // A piece that is part of a character is still valid JSON text.
+  std::string text = sse_event(lp);
+  EXPECT_NO_THROW(json::parse(text.substr(6)));
+}
+
+TEST(OpenAiResponse, MinusInfinityLogprobsAreWrittenAsOpenAiDoes) {
+  auto content = chat_logprobs({logprob(1, "a", -INFINITY, {}, {})}, 0);
+  EXPECT_EQ(content[0]["logprob"], -9999.0);
+}
+
+// The data of each "data: " event, "[DONE]" as a string.
+std::vector<json> events(const std::string& sse) {
+  std::vector<json> out;
+  std::size_t at = 0;
+  while (at < sse.size()) {
+    const std::size_t end = sse.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos) << "an event without its blank line";
+    if (end == std::string::npos) break;
+    const std::string line = sse.substr(at, end - at);
+    EXPECT_EQ(line.rfind("data: ", 0), 0u) << line;
+    const std::string data = line.substr(6);
+    out.push_back(data == "[DONE]" ? json("[DONE]") : json::parse(data));
+    at = end + 2;
+  }
+  return out;
+}
+
+TEST(OpenAiStream, ChatChunksStartWithTheRoleAndEndWithUsageThenDone) {
+  json body = chat_body();
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  StreamRenderer renderer(parse_ok(Endpoint::chat, body), {"chatcmpl-s", 7});
+  std::string sse = renderer.start();
+  TokenEvent empty;  // text held back: nothing to send
+  EXPECT_EQ(renderer.tokens(empty), "");
+  TokenEvent event;
+  event.text = "Hi";
+  sse += renderer.tokens(event);
+  FinalEvent final_event = finished(FinishReason::stop, 3, 2, 0);
+  final_event.text = "!";
+  sse += renderer.finish(final_event);
+  auto chunks = events(sse);
+  ASSERT_EQ(chunks.size(), 6u);
+  EXPECT_EQ(chunks[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"]["content"], "Hi");
+  EXPECT_TRUE(chunks[1]["usage"].is_null());
+  EXPECT_EQ(chunks[2]["choices"][0]["delta"]["content"], "!");
+  EXPECT_EQ(chunks[3]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(chunks[4]["choices"], json::array());
+  EXPECT_EQ(chunks[4]["usage"]["total_tokens"], 5);
+  EXPECT_EQ(chunks[5], "[DONE]");
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(chunks[i]["id"], "chatcmpl-s");
+}
+
+TEST(OpenAiStream, CompletionLogprobOffsetsContinueAcrossChunks) {
+  CompletionRequest request = parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", "x"}, {"logprobs", 0},
+                                                               {"stream", true}});
+  StreamRenderer renderer(request, {"cmpl-s", 7});
+  EXPECT_EQ(renderer.start(), "");
+  TokenEvent first;
+  first.text = "ab";
+  first.logprobs = {logprob(1, "ab", -1.0f, {}, {})};
+  TokenEvent second;
+  second.text = "c";
+  second.logprobs = {logprob(2, "c", -2.0f, {}, {})};
+  std::string sse = renderer.tokens(first);
+  sse += renderer.tokens(second);
+  sse += renderer.finish(finished(FinishReason::length, 1, 2, 0));
+  auto chunks = events(sse);
+  ASSERT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(chunks[0]["object"], "text_completion");
+  EXPECT_EQ(chunks[0]["choices"][0]["text"], "ab");
+  EXPECT_EQ(chunks[1]["choices"][0]["logprobs"]["text_offset"], json({2}));
+  EXPECT_EQ(chunks[2]["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(chunks[2].contains("usage"));  // not asked for
+  EXPECT_EQ(chunks[3], "[DONE]");
+}
+
+TEST(OpenAiStream, AnErrorAfterTheHeadersIsAnErrorEvent) {
+  json body = chat_body();
+  body["stream"] = true;
+  StreamRenderer renderer(parse_ok(Endpoint::chat, body), {"chatcmpl-e", 7});
+  auto chunks = events(renderer.finish(failed(RequestError::gpu)));
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0]["error"]["type"], "server_error");
+  EXPECT_EQ(chunks[0]["error"]["message"], "why");
+  EXPECT_EQ(chunks[1], "[DONE]");
+}
+
+}  // namespace
+}  // namespace mqlm::actors::openai

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# /api/status and /metrics of a real `mqlm serve --http` of the tiny model, read with curl and
+# parsed: jq for the JSON, prometheus_client's parser (Debian's python3-prometheus-client) for
+# the text exposition, checking types, label sets, cumulative buckets and counts against the
+# requests made. Then bad HTTP input, each answered with OpenAI's JSON error and its status,
+# while the server stays up; then SIGTERM.
+# Usage: status_metrics_test.sh MQLM_BINARY WORK_DIR
+set -uo pipefail
+mqlm=$1
+dir=$2
+source "$(dirname "${BASH_SOURCE[0]}")/http_server.sh"
+failures=0
+fail() {  # fail DESCRIPTION: counts it, shows the last body
+  echo "FAIL: $1"
+  [[ -f $dir/body ]] && { echo "--- body"; head -c 2000 "$dir/body"; echo; }
+  failures=$((failures + 1))
+}
+# call PATH [CURL ARGS...]: prints the HTTP status; the body is left in $dir/body.
+call() {
+  local path=$1
+  shift
+  curl -s -o "$dir/body" -w '%{http_code}' "$@" "$http_url$path"
+}
+auth=(-H "Authorization: Bearer $api_key")
+json=(-H "Content-Type: application/json")
+
+start_server || exit 1
+
+# Two requests that finish, so that the counters and histograms have something to show.
+completions="[]"
+for n in 8 1; do
+  status=$(call /v1/completions "${auth[@]}" "${json[@]}" \
+    -d "{\"model\": \"tiny\", \"prompt\": \"Once upon a time\", \"max_tokens\": $n, \"temperature\": 0}")
+  [[ $status == 200 ]] || fail "a completion answered $status"
+  completions=$(jq -c --argjson all "$completions" '$all + [.]' "$dir/body")
+done
+
+# ---- /api/status ----
+[[ $(call /api/status) == 401 ]] || fail "/api/status without the key is not 401"
+jq -e '.error.code == "invalid_api_key" and .error.type == "invalid_request_error"' "$dir/body" >/dev/null ||
+  fail "the 401 is not OpenAI's JSON error"
+[[ $(call /health) == 200 ]] || fail "/health without the key is not 200"
+[[ $(call /api/status "${auth[@]}") == 200 ]] || fail "/api/status with the key is not 200"
+cp "$dir/body" "$dir/status.json"
+jq -e --argjson done "$completions" '
+  (.models | length) == 1 and .models[0].name == "tiny" and .models[0].bytes > 0
+  and .models[0].bytes == .pool.active_by_owner["weights:tiny"]
+  and .requests == {"tracked": 0, "running": 0, "waiting": 0, "http_open": 0}
+  and .kv_pages.total == 1024 and .kv_pages.used == 0
+  and .kv_pages.total == .kv_pages.used + .kv_pages.free + .kv_pages.cached
+  and .pool.active_bytes >= .models[0].bytes and .pool.peak_active_bytes >= .pool.active_bytes
+  and .pool.held_bytes >= .pool.active_bytes and .pool.cached_bytes >= 0
+  and .uptime_seconds > 0 and .draining == false
+  and .http.finished.stop + .http.finished.length == 2 and .http.finished.abort == 0 and .http.finished.error == 0
+  and .http.completion_tokens == ($done | map(.usage.completion_tokens) | add)
+  and .http.prompt_tokens == ($done | map(.usage.prompt_tokens) | add)
+' "$dir/status.json" >/dev/null || fail "/api/status does not add up: $(cat "$dir/status.json")"
+
+# ---- /metrics ----
+[[ $(call /metrics) == 401 ]] || fail "/metrics without the key is not 401"
+curl -s -D "$dir/metrics.headers" -o "$dir/metrics.txt" "${auth[@]}" "$http_url/metrics"
+grep -qi '^content-type: text/plain; version=0.0.4' "$dir/metrics.headers" ||
+  fail "/metrics is not Prometheus text: $(cat "$dir/metrics.headers")"
+/usr/bin/python3 - "$dir/metrics.txt" "$dir/status.json" "$completions" <<'PY' || fail "/metrics does not parse or add up"
+import json, math, sys
+from prometheus_client.parser import text_string_to_metric_families
+
+text = open(sys.argv[1]).read()
+status = json.load(open(sys.argv[2]))
+done = json.loads(sys.argv[3])
+parsed = list(text_string_to_metric_families(text))
+families = {f.name: f for f in parsed}
+assert len(families) == len(parsed), "a family appears twice"
+# A sample outside its family's TYPE would come back as an untyped family of its own.
+assert all(f.type != "untyped" for f in parsed), [f.name for f in parsed if f.type == "untyped"]
+
+def family(name, kind):
+    assert name in families, f"no family {name}"
+    f = families[name]
+    assert f.type == kind, f"{name} is a {f.type}, not a {kind}"
+    return f
+
+def samples(f, suffix=""):
+    return [s for s in f.samples if s.name == f.name + suffix]
+
+def single(name, kind, suffix=""):
+    (sample,) = samples(family(name, kind), suffix)
+    assert sample.labels == {}, f"{name} has labels {sample.labels}"
+    return sample.value
+
+# Gauges that match /api/status.
+assert single("mqlm_uptime_seconds", "gauge") > 0
+weights = family("mqlm_model_weight_bytes", "gauge").samples
+assert [(s.labels, s.value) for s in weights] == [({"model": "tiny"}, status["models"][0]["bytes"])], weights
+pages = {s.labels["state"]: s.value for s in family("mqlm_kv_pages", "gauge").samples}
+assert all(set(s.labels) == {"state"} for s in family("mqlm_kv_pages", "gauge").samples)
+assert pages == {k: status["kv_pages"][k] for k in ("used", "cached", "free")}, pages
+assert single("mqlm_scheduler_requests", "gauge") == 0
+assert single("mqlm_http_requests_open", "gauge") == 0
+for key in ("active_bytes", "cached_bytes", "peak_active_bytes", "held_bytes"):
+    assert single(f"mqlm_pool_{key}", "gauge") == status["pool"][key], key
+owners = {s.labels["owner"]: s.value for s in family("mqlm_pool_owner_active_bytes", "gauge").samples}
+assert owners == status["pool"]["active_by_owner"], owners
+
+# Counters.
+finished = {s.labels["finish_reason"]: s.value for s in samples(family("mqlm_http_requests", "counter"), "_total")}
+assert set(finished) == {"stop", "length", "abort", "error"}, finished
+assert finished["stop"] + finished["length"] == len(done) and finished["abort"] == finished["error"] == 0, finished
+assert single("mqlm_http_completion_tokens", "counter", "_total") == sum(d["usage"]["completion_tokens"] for d in done)
+assert single("mqlm_http_prompt_tokens", "counter", "_total") == sum(d["usage"]["prompt_tokens"] for d in done)
+assert single("mqlm_scheduler_steps", "counter", "_total") > 0
+
+# Histograms: buckets by le, cumulative, ending at +Inf with the count.
+def histogram(name, observations):
+    f = family(name, "histogram")
+    buckets = samples(f, "_bucket")
+    assert all(set(s.labels) == {"le"} for s in buckets), buckets
+    bounds = [float(s.labels["le"]) for s in buckets]
+    assert bounds == sorted(bounds) and bounds[-1] == math.inf, bounds
+    counts = [s.value for s in buckets]
+    assert all(a <= b for a, b in zip(counts, counts[1:])), f"{name} buckets are not cumulative: {counts}"
+    (count,) = samples(f, "_count")
+    (total,) = samples(f, "_sum")
+    assert counts[-1] == count.value == observations, (name, counts[-1], count.value, observations)
+    assert total.value >= 0
+
+histogram("mqlm_http_time_to_first_token_seconds", len(done))
+histogram("mqlm_http_time_per_output_token_seconds", sum(d["usage"]["completion_tokens"] >= 2 for d in done))
+print(f"metrics: {len(families)} families parsed and checked")
+PY
+
+# ---- bad input: OpenAI's JSON errors, the right statuses ----
+# expect STATUS JQ_CHECK DESCRIPTION -- PATH CURL ARGS...
+expect() {
+  local want=$1 check=$2 what=$3
+  shift 4
+  local got
+  got=$(call "$@")
+  [[ $got == "$want" ]] || { fail "$what: $got, wanted $want"; return; }
+  jq -e "(.error | keys == [\"code\", \"message\", \"param\", \"type\"]) and ($check)" "$dir/body" >/dev/null ||
+    fail "$what: not the expected OpenAI error"
+}
+expect 400 '.error.type == "invalid_request_error" and .error.param == null' "malformed JSON" -- \
+  /v1/chat/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny", "messages": ['
+expect 400 '.error.param == "max_tokens"' "max_tokens as a string" -- \
+  /v1/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny", "prompt": "x", "max_tokens": "8"}'
+expect 400 '.error.param == "max_tokens"' "max_tokens over a 32-bit integer" -- \
+  /v1/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny", "prompt": "x", "max_tokens": 99999999999}'
+expect 400 '.error.code == "context_length_exceeded"' "max_tokens beyond the context" -- \
+  /v1/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny", "prompt": "x", "max_tokens": 100000}'
+expect 400 '.error.param == "top_logprobs"' "top_logprobs 21" -- \
+  /v1/chat/completions "${auth[@]}" "${json[@]}" \
+  -d '{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}'
+expect 400 '.error.param == "n"' "n = 2" -- \
+  /v1/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny", "prompt": "x", "n": 2}'
+expect 404 '.error.code == "model_not_found"' "an unknown model" -- \
+  /v1/completions "${auth[@]}" "${json[@]}" -d '{"model": "nope", "prompt": "x"}'
+expect 404 '.error.code == "model_not_found"' "an unknown model, streamed" -- \
+  /v1/completions "${auth[@]}" "${json[@]}" -d '{"model": "nope", "prompt": "x", "stream": true}'
+expect 404 '.error.code == "unknown_url"' "an unknown path" -- /v1/nothing "${auth[@]}"
+head -c 1500000 /dev/zero | tr '\0' 'a' >"$dir/big.txt"
+expect 413 '.error.code == "request_too_large"' "a body over the limit" -- \
+  /v1/completions "${auth[@]}" "${json[@]}" --data-binary "@$dir/big.txt"
+expect 401 '.error.code == "invalid_api_key"' "a wrong key" -- \
+  /v1/completions -H "Authorization: Bearer wrong" "${json[@]}" -d '{"model": "tiny", "prompt": "x"}'
+
+# Still serving.
+[[ $(call /health) == 200 ]] || fail "/health after the bad input is not 200"
+status=$(call /v1/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny", "prompt": "x", "max_tokens": 2}')
+[[ $status == 200 ]] && jq -e '.usage.completion_tokens >= 1' "$dir/body" >/dev/null ||
+  fail "a completion after the bad input answered $status"
+
+# SIGTERM drains: a stream still open hears why it ends (an error event, then [DONE]) and the
+# server exits 0.
+curl -sN "${auth[@]}" "${json[@]}" "$http_url/v1/chat/completions" >"$dir/drained.sse" \
+  -d '{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1500, "stream": true}' &
+stream_pid=$!
+for _ in $(seq 300); do
+  grep -q '"content":"[^"]' "$dir/drained.sse" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q '"content":"[^"]' "$dir/drained.sse" || fail "the stream to drain sent no text"
+stop_server || failures=$((failures + 1))
+wait "$stream_pid"
+tail -n 4 "$dir/drained.sse" >"$dir/body"
+[[ $(sed -n 's/^data: //p' "$dir/body" | tail -n 1) == "[DONE]" ]] || fail "the drained stream does not end with [DONE]"
+sed -n 's/^data: //p' "$dir/body" | head -n 1 | jq -e '.error.code == "aborted" and .error.type == "server_error"' \
+  >/dev/null || fail "the drained stream does not end with an error event"
+
+[[ $failures -eq 0 ]] && echo "all status and metrics checks passed"
+exit $((failures > 0))
