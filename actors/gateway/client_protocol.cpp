@@ -514,14 +514,25 @@ void GatheredOutput::append(messages::TokenEvent event) {
   for (auto& entry : event.logprobs) logprobs.push_back(std::move(entry));
 }
 
+namespace {
+
+// Opens an event's map: "event" (its kind) and "id" when there is one, then `fields` more entries.
+void begin_event(Packer& pk, std::string_view kind, const ClientId* id, std::uint32_t fields) {
+  pk.pack_map(fields + 1 + (id != nullptr ? 1 : 0));
+  pack_text(pk, "event");
+  pack_text(pk, kind);
+  if (id != nullptr) {
+    pack_text(pk, "id");
+    pack_id(pk, *id);
+  }
+}
+
+}  // namespace
+
 std::string encode_token_event(const ClientId& id, const messages::TokenEvent& event, bool with_logprobs) {
   msgpack::sbuffer buffer;
   Packer pk(buffer);
-  pk.pack_map(with_logprobs ? 5 : 4);
-  pack_text(pk, "event");
-  pack_text(pk, "token");
-  pack_text(pk, "id");
-  pack_id(pk, id);
+  begin_event(pk, "token", &id, with_logprobs ? 3 : 2);
   pack_text(pk, "tokens");
   pack_tokens(pk, event.tokens);
   pack_text(pk, "text");
@@ -540,11 +551,7 @@ std::string encode_final_event(const ClientId& id, const messages::FinalEvent& f
   bool has_stop = !final_event.stop.empty();
   msgpack::sbuffer buffer;
   Packer pk(buffer);
-  pk.pack_map(7 + (with_logprobs ? 1 : 0) + (has_stop ? 1 : 0) + (is_error ? 1 : 0));
-  pack_text(pk, "event");
-  pack_text(pk, "final");
-  pack_text(pk, "id");
-  pack_id(pk, id);
+  begin_event(pk, "final", &id, 5 + (with_logprobs ? 1 : 0) + (has_stop ? 1 : 0) + (is_error ? 1 : 0));
   pack_text(pk, "finish_reason");
   pack_text(pk, finish_reason_name(reason));
   pack_text(pk, "text");
@@ -589,13 +596,7 @@ std::string encode_final_event(const ClientId& id, const messages::FinalEvent& f
 std::string encode_error_event(RequestError code, std::string_view message, const std::optional<ClientId>& id) {
   msgpack::sbuffer buffer;
   Packer pk(buffer);
-  pk.pack_map(id ? 4 : 3);
-  pack_text(pk, "event");
-  pack_text(pk, "error");
-  if (id) {
-    pack_text(pk, "id");
-    pack_id(pk, *id);
-  }
+  begin_event(pk, "error", id ? &*id : nullptr, 2);
   pack_text(pk, "code");
   pack_text(pk, error_code_name(code));
   pack_text(pk, "message");
@@ -607,13 +608,7 @@ std::string encode_status_event(const std::optional<ClientId>& id, const message
                                 std::uint64_t gateway_requests) {
   msgpack::sbuffer buffer;
   Packer pk(buffer);
-  pk.pack_map(id ? 19 : 18);
-  pack_text(pk, "event");
-  pack_text(pk, "status");
-  if (id) {
-    pack_text(pk, "id");
-    pack_id(pk, *id);
-  }
+  begin_event(pk, "status", id ? &*id : nullptr, 17);
   pack_text(pk, "models");
   pk.pack_array(static_cast<std::uint32_t>(report.models.size()));
   for (const auto& model : report.models) pack_text(pk, model);
