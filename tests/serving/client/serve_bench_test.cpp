@@ -170,10 +170,11 @@ TEST(ServeBenchRun, EveryRequestCompletesWithinTheConcurrencyLimit) {
   EXPECT_EQ(m.completed, 10u);
   EXPECT_EQ(m.output_tokens, 40);
   EXPECT_GT(m.output_throughput, 0);
-  // A token every 5 ms step: the gaps between token events are about that.
+  // A token every 5 ms step or more: the gaps between token events are at least about that (a
+  // loaded machine stretches them, never merges the events).
   EXPECT_EQ(m.itl_ms.count, 30u);
   EXPECT_GT(m.itl_ms.p50, 2.0);
-  EXPECT_LT(m.itl_ms.p50, 50.0);
+  EXPECT_LT(m.itl_ms.p50, 1000.0);
 
   nlohmann::json j = report_json(m, o);
   EXPECT_EQ(j["completed"], 10);
