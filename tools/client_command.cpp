@@ -207,8 +207,7 @@ void add_client_command(CLI::App& app) {
   o->system_option = cmd->add_option("--system", o->system, "with --chat-user: a system message first");
   add_sampling_flags(*cmd, o->sampling);
   cmd->add_option("--stop-token", o->sampling.stop_token_ids, "a token id that ends the output (repeatable)");
-  cmd->add_flag("--logprobs", o->sampling.logprobs, "the chosen tokens' logprobs (printed on stderr)");
-  cmd->add_option("--top-logprobs", o->sampling.top_logprobs, "and this many alternatives (needs --logprobs)");
+  add_logprobs_flags(*cmd, o->sampling, "printed on stderr, or in the final event with --json");
   cmd->add_flag("--no-stream", o->no_stream, "ask for the whole output in the final event only");
   cmd->add_option("--timeout-ms", o->timeout_ms, "no event for this long is an error")->capture_default_str();
   cmd->add_flag("--status", o->status, "print the server's status instead of generating");

@@ -20,6 +20,11 @@ void add_sampling_flags(CLI::App& cmd, model::SamplingParams& sampling) {
   cmd.add_option("--stop", sampling.stop, "a stop string (repeatable)");
 }
 
+void add_logprobs_flags(CLI::App& cmd, model::SamplingParams& sampling, const std::string& where) {
+  cmd.add_flag("--logprobs", sampling.logprobs, "the chosen tokens' logprobs (" + where + ")");
+  cmd.add_option("--top-logprobs", sampling.top_logprobs, "and this many alternatives (needs --logprobs)");
+}
+
 sigset_t block_stop_signals() {
   sigset_t signals;
   sigemptyset(&signals);

@@ -15,6 +15,8 @@ namespace mqlm::tools {
 // -n, --temperature, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, --seed and --stop, into `sampling`.
 void add_sampling_flags(CLI::App& cmd, model::SamplingParams& sampling);
+// --logprobs and --top-logprobs, into `sampling`; `where` says where they are printed.
+void add_logprobs_flags(CLI::App& cmd, model::SamplingParams& sampling, const std::string& where);
 
 // Blocks SIGINT and SIGTERM in this thread (and so in every thread it starts later) and returns
 // them as a set for sigwait: a long-running command takes its stop signal synchronously.

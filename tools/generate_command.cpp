@@ -1,5 +1,7 @@
 // `mqlm generate MODEL -p TEXT`: loads a GGUF model on the GPU, prefills the prompt in one step,
-// decodes token by token, prints the text as it comes, then prefill and decode speed.
+// decodes token by token, prints the text as it comes, then prefill and decode speed. With --json
+// it prints instead one JSON line shaped like the server's final event: the token ids, the text,
+// the finish reason and, with --logprobs, each token's logprob and top alternatives.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,6 +9,7 @@
 #include <iostream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gpu/buffer_pool.hpp"
 #include "gpu/compute_queue.hpp"
@@ -34,6 +37,7 @@ struct GenerateOptions {
   model::SamplingParams sampling;
   bool parse_special = false;
   bool quiet = false;
+  bool json = false;
   bool profile = false;
   bool warmup = false;
   std::string device;
@@ -133,8 +137,9 @@ void generate(const GenerateOptions& o) {
   const model::SamplingParams& sp = o.sampling;
   if (o.batch > 1 && !(sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
                        sp.frequency_penalty == 0 && sp.stop.empty() && !sp.logprobs)) {
-    throw CommandFailed("--batch decodes greedily: give --temperature 0 and no penalties or stop strings", 2);
+    throw CommandFailed("--batch decodes greedily: give --temperature 0 and no penalties, stop strings or logprobs", 2);
   }
+  if (o.batch > 1 && o.json) throw CommandFailed("--batch prints text and figures, not --json", 2);
   gpu::Device device(gpu::DeviceOptions{o.device, false});
   gpu::ComputeQueue queue(device);
   gpu::BufferPool pool(queue);
@@ -175,6 +180,9 @@ void generate(const GenerateOptions& o) {
   }
   model::StepProfile prefill_profile, decode_profile;
   double sample_ms = 0;
+  std::vector<std::int32_t> tokens;
+  nlohmann::json logprobs = nlohmann::json::array();
+  std::string text;  // all of it, for --json
   auto prefill_start = Clock::now();
   std::vector<float> logits = gpu_model.forward(batch, cache, o.profile ? &prefill_profile : nullptr);
   const double prefill_s = seconds(Clock::now() - prefill_start);
@@ -201,11 +209,16 @@ void generate(const GenerateOptions& o) {
     }
     sample_ms += seconds(Clock::now() - sample_start) * 1e3;
     ++generated;
-    std::string text = tokenizer.ends_generation(next.token) ? std::string{} : decoder.push(next.token);
-    model::StopStep step = stops.push(next.token, text);
-    if (!o.quiet) {
-      std::cout << step.text << std::flush;
+    tokens.push_back(next.token);
+    if (next.logprob) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& alternative : next.top_logprobs) top.push_back({alternative.token, alternative.logprob});
+      logprobs.push_back({{"token", next.token}, {"logprob", *next.logprob}, {"top", std::move(top)}});
     }
+    std::string piece = tokenizer.ends_generation(next.token) ? std::string{} : decoder.push(next.token);
+    model::StopStep step = stops.push(next.token, piece);
+    text += step.text;
+    if (!o.quiet && !o.json) std::cout << step.text << std::flush;
     if (step.finish) {
       finish = *step.finish == model::FinishReason::stop ? "stop" : "length";
       break;
@@ -218,7 +231,15 @@ void generate(const GenerateOptions& o) {
     }
   }
   const double decode_s = seconds(Clock::now() - decode_start);
-  if (!o.quiet) std::cout << decoder.finish() << "\n";
+  // The stop matcher ended the output (it releases held-back text at max_tokens); as in the
+  // server, a character's first bytes still in the decoder are not text.
+  if (o.json) {
+    nlohmann::json out{{"event", "final"}, {"tokens", tokens}, {"text", text}, {"finish_reason", finish}};
+    if (sp.logprobs) out["logprobs"] = std::move(logprobs);
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
+  } else if (!o.quiet) {
+    std::cout << "\n";
+  }
 
   // What a decode step reads: every weight but the embedding table, of which it reads one row
   // (unless the output is tied to it, when all of it is read as the output matrix).
@@ -250,7 +271,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", o->prompt, "the prompt")->required();
   add_sampling_flags(*cmd, o->sampling);
   cmd->add_flag("--parse-special", o->parse_special, "recognise special tokens written in the prompt");
+  add_logprobs_flags(*cmd, o->sampling, "in the --json output");
   cmd->add_flag("-q,--quiet", o->quiet, "print only the figures");
+  cmd->add_flag("--json", o->json,
+                "print the output as one JSON line, as the server's final event: tokens, text, finish_reason, logprobs");
   cmd->add_flag("--warmup", o->warmup, "run the prompt once untimed first, so pipeline creation is not timed");
   cmd->add_flag("--profile", o->profile, "GPU time per kind of op and host time per step (timestamp queries)");
   cmd->add_option("--device", o->device, "Vulkan device: index or name substring (default MQLM_VULKAN_DEVICE)");

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The demo model on the GPU against the outputs its training script computed in PyTorch
-(tools/demo_model/golden.json): the same greedy continuation of every golden prompt through
-`mqlm generate`, and through `mqlm serve` the same tokens with logprobs close to PyTorch's
+(tools/demo_model/golden.json): through `mqlm generate` and through `mqlm serve`, the same greedy
+continuation of every golden prompt (token ids and text) with top-5 logprobs close to PyTorch's
 computed with an F16 KV cache as mqlm's (golden.json's top_f16_kv; its f16_kv_effect says how far
 those are from the exact ones). Close is within --tolerance, or within 4 times golden.json's
 float32_effect where that is larger: how far PyTorch's own float32 lands from its float64 with
@@ -12,8 +12,8 @@ the same weights and cache, the spread any float32 implementation may show on th
 
 Exits 1 on any difference, and when the model or golden.json is missing.
 
-`mqlm generate` prints text only (no token ids, no logprobs), so through it the decoded
-continuation is compared; the server's final event carries the token ids and the top logprobs.
+`mqlm generate --json` prints one line shaped like the server's final event (which `mqlm client
+--json` prints), so both are compared the same way.
 """
 import argparse
 import hashlib
@@ -43,21 +43,51 @@ class Failures:
         print("FAIL: " + line, flush=True)
 
 
-def check_generate(args, golden, failures):
+def stop_cases(golden):
+    """Stop strings on two golden continuations, with the text and finish each must give: one
+    that ends the output inside it (what comes from the stop string on is dropped), and one that
+    the output's end could begin but never completes (the text held back for it is released)."""
+    cases = []
     for prompt in golden["prompts"]:
-        if not prompt["tokens"]:
-            continue  # a near tie at the first step: nothing to compare
+        text = prompt["continuation"]
+        if prompt["tokens"] and "Oscar" in text:
+            cases.append((prompt, "Oscar", text[:text.index("Oscar")], "stop"))
+        if prompt["tokens"] and prompt["finish"] == "length" and text.endswith(" the"):
+            cases.append((prompt, "the end of it", text, "length"))
+    assert len(cases) == 2, "golden.json no longer has the continuations the stop cases are made from"
+    return cases
+
+
+def check_stop(case, output, failures, how):
+    prompt, stop, text, finish = case
+    name = f"{prompt['text']!r} with stop {stop!r} ({how})"
+    try:
+        final = [json.loads(line) for line in output.splitlines() if line.strip()][-1]
+    except (ValueError, IndexError):
+        failures.add(f"{name}: no JSON final event: {output[-2000:]!r}")
+        return
+    if (final.get("text"), final.get("finish_reason")) != (text, finish):
+        failures.add(f"{name}: text {final.get('text')!r} finishing {final.get('finish_reason')}, "
+                     f"expected {text!r} finishing {finish}")
+
+
+def check_generate(args, golden, failures):
+    def generate(prompt, extra):
         command = [args.mqlm, "generate", args.model, "-p", prompt["text"], "-n", str(len(prompt["tokens"])),
-                   "--temperature", "0"]
+                   "--temperature", "0", "--json"] + extra
         run = subprocess.run(command, capture_output=True, timeout=300)
         if run.returncode != 0:
             failures.add(f"mqlm generate exited {run.returncode} for {prompt['text']!r}:\n"
                          f"{run.stderr.decode(errors='replace')[-2000:]}")
-            continue
-        text = run.stdout.decode("utf-8", errors="replace")
-        want = prompt["continuation"] + "\n"
-        if text != want:
-            failures.add(f"mqlm generate continues {prompt['text']!r} with {text!r}, PyTorch with {want!r}")
+        return run.stdout.decode("utf-8", errors="replace")
+
+    for prompt in golden["prompts"]:
+        if not prompt["tokens"]:
+            continue  # a near tie at the first step: nothing to compare
+        output = generate(prompt, ["--logprobs", "--top-logprobs", str(TOP)])
+        compare_final(prompt, output, args.tolerance, failures, "generate")
+    for case in stop_cases(golden):
+        check_stop(case, generate(case[0], ["--stop", case[1]]), failures, "generate")
 
 
 def free_port():
@@ -140,6 +170,10 @@ def check_serve(args, golden, failures):
         for prompt in prompts:
             run = subprocess.run(client_command(args, server, prompt), capture_output=True, timeout=300)
             compare_final(prompt, run.stdout.decode("utf-8", errors="replace"), args.tolerance, failures, "alone")
+        for case in stop_cases(golden):
+            run = subprocess.run(client_command(args, server, case[0]) + ["--stop", case[1]], capture_output=True,
+                                 timeout=300)
+            check_stop(case, run.stdout.decode("utf-8", errors="replace"), failures, "serve")
         clients = [subprocess.Popen(client_command(args, server, p), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                    for p in prompts]
         for prompt, client in zip(prompts, clients):
@@ -179,10 +213,9 @@ def main():
     failures = Failures()
     (check_generate if args.via == "generate" else check_serve)(args, golden, failures)
     compared = sum(len(p["tokens"]) for p in golden["prompts"])
-    if args.via == "serve":
-        print(f"largest logprob difference from PyTorch with an F16 KV cache: {failures.worst:.2e} (tolerance "
-              f"{args.tolerance:.1e}); PyTorch's float32 differs from its float64 by up to "
-              f"{golden['float32_effect']:.2e}, the F16 KV cache moves them by up to {golden['f16_kv_effect']:.2e}")
+    print(f"largest logprob difference from PyTorch with an F16 KV cache: {failures.worst:.2e} (tolerance "
+          f"{args.tolerance:.1e}); PyTorch's float32 differs from its float64 by up to "
+          f"{golden['float32_effect']:.2e}, the F16 KV cache moves them by up to {golden['f16_kv_effect']:.2e}")
     if failures.lines:
         print(f"{len(failures.lines)} differences from {args.golden} through mqlm {args.via}")
         return 1
