@@ -170,11 +170,17 @@ TEST(ServeBenchRun, EveryRequestCompletesWithinTheConcurrencyLimit) {
   EXPECT_EQ(m.completed, 10u);
   EXPECT_EQ(m.output_tokens, 40);
   EXPECT_GT(m.output_throughput, 0);
-  // A token every 5 ms step or more: the gaps between token events are at least about that (a
-  // loaded machine stretches them, never merges the events).
+  // One gap per pair of token events, each a real interval of the run. (Not "about the 5 ms
+  // step": a client thread that a loaded machine holds back reads several events at once, so
+  // gaps shrink as well as stretch; the arithmetic on known gaps is tested above.)
   EXPECT_EQ(m.itl_ms.count, 30u);
-  EXPECT_GT(m.itl_ms.p50, 2.0);
-  EXPECT_LT(m.itl_ms.p50, 1000.0);
+  EXPECT_GE(m.itl_ms.p50, 0.0);
+  EXPECT_LE(m.itl_ms.p99, run.duration_s * 1e3);
+  for (const auto& r : run.requests) {
+    for (std::size_t i = 1; i < r.token_events.size(); ++i) {
+      EXPECT_GE(r.token_events[i].first, r.token_events[i - 1].first);
+    }
+  }
 
   nlohmann::json j = report_json(m, o);
   EXPECT_EQ(j["completed"], 10);
