@@ -40,4 +40,32 @@ std::string text_option(const ActorOptions& options, const std::string& key, std
   return it == options.end() ? fallback : it->second;
 }
 
+std::vector<std::string_view> split_option(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  while (!text.empty()) {
+    const auto at = text.find(separator);
+    parts.push_back(text.substr(0, at));
+    text = at == std::string_view::npos ? std::string_view{} : text.substr(at + 1);
+  }
+  return parts;
+}
+
+std::map<std::string, std::filesystem::path> parse_model_list(std::string_view kind, std::string_view text) {
+  std::map<std::string, std::filesystem::path> models;
+  for (std::string_view entry : split_option(text, ';')) {
+    const auto equals = entry.find('=');
+    if (equals == std::string_view::npos || equals == 0 || equals + 1 == entry.size()) {
+      throw std::invalid_argument(fmt::format("{} option models={}: '{}' is not ID=PATH (a non-empty id "
+                                              "without '=' or ';', then the GGUF file)",
+                                              kind, text, entry));
+    }
+    const std::string id(entry.substr(0, equals));
+    if (!models.emplace(id, std::filesystem::path(entry.substr(equals + 1))).second) {
+      throw std::invalid_argument(fmt::format("{} option models={} names model '{}' twice", kind, text, id));
+    }
+  }
+  if (models.empty()) throw std::invalid_argument(fmt::format("{} option models= is empty: give ID=PATH;ID2=PATH2", kind));
+  return models;
+}
+
 }  // namespace mqlm::actors

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <initializer_list>
 #include <limits>
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mqlm::actors {
 
@@ -30,5 +32,13 @@ std::uint64_t number_option(std::string_view kind, const ActorOptions& options, 
 
 // The option's text, or `fallback` when it is not given.
 std::string text_option(const ActorOptions& options, const std::string& key, std::string fallback);
+
+// "a,b,,c" -> {"a", "b", "", "c"}; "a," -> {"a"}; "" -> {}.
+std::vector<std::string_view> split_option(std::string_view text, char separator);
+
+// The model list every actor of the model pool takes as option models=ID=PATH;ID2=PATH2 (ids not
+// empty, without '=' or ';'); std::invalid_argument naming kind for a malformed, repeated or
+// empty list.
+std::map<std::string, std::filesystem::path> parse_model_list(std::string_view kind, std::string_view text);
 
 }  // namespace mqlm::actors

@@ -15,6 +15,9 @@
 #if MQLM_HAS_HTTP
 #include "actors/http/http.hpp"
 #endif
+#if MQLM_HAS_ENFORCER
+#include "actors/enforcer/enforcer.hpp"
+#endif
 
 namespace mqlm::actors {
 
@@ -31,6 +34,9 @@ std::vector<std::string> actor_kinds() {
 #endif
 #if MQLM_HAS_HTTP
   kinds.push_back("http");
+#endif
+#if MQLM_HAS_ENFORCER
+  kinds.push_back("enforcer");
 #endif
   return kinds;
 }
@@ -63,6 +69,9 @@ std::unique_ptr<Actor> make_actor(const std::string& kind, const ActorOptions& o
 #endif
 #if MQLM_HAS_HTTP
   if (kind == "http") return make_http(options);
+#endif
+#if MQLM_HAS_ENFORCER
+  if (kind == "enforcer") return make_enforcer(options);
 #endif
   std::string known;
   for (const auto& k : actor_kinds()) known += (known.empty() ? "" : ", ") + k;

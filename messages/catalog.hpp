@@ -17,6 +17,7 @@
 
 #include <msgpack.hpp>
 
+#include "messages/models.hpp"
 #include "messages/serving.hpp"
 
 namespace mqlm::messages {
@@ -156,7 +157,20 @@ struct ProbeReport {
   X(40, ExecutorQuery, 1, WhenFull::defer)              \
   X(41, ExecutorReport, 1, WhenFull::defer)             \
   X(42, Drain, 1, WhenFull::defer)                      \
-  X(43, Drained, 1, WhenFull::defer)
+  X(43, Drained, 1, WhenFull::defer)                    \
+  X(48, LoadModel, 1, WhenFull::defer)                  \
+  X(49, ModelLoaded, 1, WhenFull::defer)                \
+  X(50, UnloadModel, 1, WhenFull::defer)                \
+  X(51, ModelUnloaded, 1, WhenFull::defer)              \
+  X(52, AbortModel, 1, WhenFull::defer)                 \
+  X(53, ModelDrained, 1, WhenFull::defer)               \
+  X(54, ModelUsage, 1, WhenFull::defer)                 \
+  X(55, LoadRequest, 1, WhenFull::reject)               \
+  X(56, LoadAnswer, 1, WhenFull::defer)                 \
+  X(57, UnloadRequest, 1, WhenFull::reject)             \
+  X(58, UnloadAnswer, 1, WhenFull::defer)               \
+  X(59, ModelsQuery, 1, WhenFull::reject)               \
+  X(60, ModelsReport, 1, WhenFull::defer)
 
 enum class Kind : std::uint8_t {
 #define MQLM_KIND_ENUM(byte, type, version, policy) type = byte,

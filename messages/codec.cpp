@@ -113,7 +113,23 @@ std::string validate(const Abort& a) {
 
 std::string validate(const FinalEvent& f) {
   if (f.finish < 1 || f.finish > 4) return "FinalEvent.finish out of range";
-  return f.error <= 9 ? std::string{} : "FinalEvent.error out of range";
+  return f.error <= 11 ? std::string{} : "FinalEvent.error out of range";
+}
+
+std::string validate(const LoadAnswer& a) {
+  return a.outcome >= 1 && a.outcome <= 5 ? std::string{} : "LoadAnswer.outcome out of range";
+}
+
+std::string validate(const UnloadAnswer& a) {
+  return a.outcome >= 1 && a.outcome <= 4 ? std::string{} : "UnloadAnswer.outcome out of range";
+}
+
+std::string validate(const ModelsReport& r) {
+  if (r.pressure > 2) return "ModelsReport.pressure out of range";
+  for (const ModelStatus& m : r.models) {
+    if (m.state < 1 || m.state > 4) return "ModelsReport.models[].state out of range";
+  }
+  return {};
 }
 
 template <typename T>

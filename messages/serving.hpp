@@ -97,6 +97,8 @@ enum class RequestError : std::uint16_t {
   internal = 7,          // a bug: the message says what
   shutting_down = 8,     // the server is draining and takes no new requests
   malformed = 9,         // the client's frame could not be decoded (gateway only)
+  insufficient_memory = 10,  // its model cannot be loaded under the memory ceiling (HTTP 507)
+  model_failed = 11,     // its model could not be loaded (a bad file, a GPU error)
 };
 
 // The last message of every request, whatever ended it.

@@ -27,15 +27,19 @@ namespace {
 constexpr const char* kServeMailbox = "serve";
 constexpr const char* kDefaultHttp = "127.0.0.1:8080";
 // Every kind serve runs, in start order: what others depend on first; stopping goes in reverse.
-constexpr const char* kServeKinds[] = {"executor", "scheduler", "gateway", "http"};
+constexpr const char* kServeKinds[] = {"executor", "enforcer", "scheduler", "gateway", "http"};
 
 struct ServeOptions {
   std::string model;
   std::string name;
+  std::vector<std::string> models;   // --model ID=PATH: the model pool (then `model` is not used)
+  std::vector<std::string> preload;  // --preload ID
+  std::vector<std::string> pinned;   // --pin ID
+  std::uint64_t memory_ceiling = 0;  // bytes; 0: none
   std::string listen = "tcp://127.0.0.1:5555";
   std::string http;     // HOST:PORT of the http actor; "" : not run (unless --run names it)
   std::string api_key;  // the http actor's; "" : none
-  std::vector<std::string> run{"executor", "scheduler", "gateway"};
+  std::vector<std::string> run{"executor", "enforcer", "scheduler", "gateway"};
   std::vector<std::string> addresses;
   std::string device;
   std::uint32_t kv_pages = 1024;
@@ -57,18 +61,38 @@ bool runs(const ServeOptions& o, const std::string& kind) {
 NodeConfig serve_config(const ServeOptions& o) {
   NodeConfig config;
   add_addresses(config.topology, o.addresses, "scheduler=ipc:///tmp/mqlm-scheduler");
-  for (const char* name : {"gateway", "http", "scheduler", "executor", kServeMailbox}) config.topology.add(name);
+  for (const char* name : {"gateway", "http", "scheduler", "executor", "enforcer", kServeMailbox}) {
+    config.topology.add(name);
+  }
 
-  const std::string name = !o.name.empty() ? o.name : std::filesystem::path(o.model).stem().string();
+  // The model pool: every actor of it gets the same list. One model named on the command line is
+  // a pool of one, loaded at start.
+  std::string models, preload = fmt::format("{}", fmt::join(o.preload, ","));
+  if (o.models.empty()) {
+    const std::string name = !o.name.empty() ? o.name : std::filesystem::path(o.model).stem().string();
+    models = name + "=" + o.model;
+    preload = name;
+  } else {
+    models = fmt::format("{}", fmt::join(o.models, ";"));
+  }
   std::map<std::string, ActorOptions> options;
-  options["executor"] = {{"model", o.model}, {"name", name}, {"kv_pages", std::to_string(o.kv_pages)},
+  options["executor"] = {{"models", models}, {"kv_pages", std::to_string(o.kv_pages)},
                          {"page_size", std::to_string(o.page_size)}};
+  if (!preload.empty()) options["executor"]["preload"] = preload;
   if (!o.device.empty()) options["executor"]["device"] = o.device;
-  options["scheduler"] = {{"model", o.model},
-                          {"name", name},
+  options["enforcer"] = {{"models", models}, {"kv_pages", std::to_string(o.kv_pages)},
+                         {"page_size", std::to_string(o.page_size)},
+                         {"ceiling_bytes", std::to_string(o.memory_ceiling)}};
+  if (!preload.empty()) options["enforcer"]["preload"] = preload;
+  if (!o.pinned.empty()) options["enforcer"]["pinned"] = fmt::format("{}", fmt::join(o.pinned, ","));
+  options["scheduler"] = {{"models", models},
                           {"max_sequences", std::to_string(o.max_sequences)},
                           {"token_budget", std::to_string(o.token_budget)},
                           {"max_waiting", std::to_string(o.max_waiting)}};
+  // Without an enforcer here or at a given address, only the models loaded at start are served.
+  const bool enforcer_elsewhere = std::any_of(o.addresses.begin(), o.addresses.end(),
+                                              [](const std::string& a) { return a.starts_with("enforcer="); });
+  if (runs(o, "enforcer") || enforcer_elsewhere) options["scheduler"]["enforcer"] = "enforcer";
   // A backend process that dies is noticed within about 0.6 s: clients hear within a second.
   options["gateway"] = {{"listen", o.listen}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
   options["http"] = {{"listen", o.http.empty() ? kDefaultHttp : o.http}, {"heartbeat_ms", "100"},
@@ -86,7 +110,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   }
   for (const auto& r : o.run) {
     if (std::find(std::begin(kServeKinds), std::end(kServeKinds), r) == std::end(kServeKinds)) {
-      throw CommandFailed("--run takes executor, scheduler, gateway and http, not '" + r + "'", 2);
+      throw CommandFailed("--run takes executor, enforcer, scheduler, gateway and http, not '" + r + "'", 2);
     }
   }
   config.trace_file = o.trace;
@@ -153,6 +177,14 @@ void add_serve_command(CLI::App& app) {
                                  "--http, the OpenAI API");
   add_model_positional(*cmd, o->model);
   cmd->add_option("--name", o->name, "the model's name for clients (default: the file name without .gguf)");
+  cmd->add_option("--model", o->models,
+                  "ID=PATH: serve several models (repeatable); they load on their first request unless --preload "
+                  "names them, and the positional model is not used");
+  cmd->add_option("--preload", o->preload, "with --model: load this model at start (repeatable)");
+  cmd->add_option("--pin", o->pinned, "with --model: never evict this model (repeatable)");
+  cmd->add_option("--memory-ceiling", o->memory_ceiling,
+                  "device bytes the loaded models may take; a load beyond it evicts idle unpinned models first, "
+                  "or is refused (507) (default 0: no ceiling)");
   cmd->add_option("--listen", o->listen, "where clients connect: tcp://HOST:PORT or ipc://PATH")->capture_default_str();
   cmd->add_option("--http", o->http,
                   "also serve the OpenAI API over HTTP at HOST:PORT, e.g. 127.0.0.1:8080");
@@ -160,7 +192,7 @@ void add_serve_command(CLI::App& app) {
                   "the HTTP API's key: clients send Authorization: Bearer KEY (all endpoints but /health)")
       ->envname("MQLM_API_KEY");
   cmd->add_option("--run", o->run,
-                  "which actors this process runs (default: executor scheduler gateway, and http with --http)")
+                  "which actors this process runs (default: executor enforcer scheduler gateway, and http with --http)")
       ->delimiter(',');
   cmd->add_option("--address", o->addresses,
                   "NAME=ENDPOINT where an actor's inbox is, here or in another process (default inproc://mqlm/NAME)");

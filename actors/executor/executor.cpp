@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <span>
@@ -45,12 +46,14 @@ constexpr std::uint64_t kPoolStatsEvery = 32;
 // ---- options ---------------------------------------------------------------------------------
 
 struct ExecutorOptions {
-  std::filesystem::path model;
-  std::string name;
+  std::map<std::string, std::filesystem::path> models;  // id -> its GGUF file: what LoadModel may load
+  std::vector<std::string> preload;                     // ids loaded at start, in this order
   std::string device;
-  std::uint32_t kv_pages = 1024;
+  std::uint32_t kv_pages = 1024;  // every model's KV cache
   std::uint32_t page_size = 16;
+  std::uint64_t block_mib = 256;  // the buffer pool's block size
   std::set<std::uint64_t> fail_steps;  // GPU steps (counted from 1) that fail on purpose
+  std::string fail_release;            // the model whose release throws midway, on purpose
 };
 
 constexpr std::uint64_t kMaxUint32 = std::numeric_limits<std::uint32_t>::max();
@@ -61,45 +64,83 @@ std::uint64_t parse_number(std::string_view key, std::string_view text, std::uin
 
 std::set<std::uint64_t> parse_step_list(std::string_view key, std::string_view text) {
   std::set<std::uint64_t> steps;
-  while (!text.empty()) {
-    const auto comma = text.find(',');
-    steps.insert(parse_number(key, text.substr(0, comma), std::numeric_limits<std::uint64_t>::max()));
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+  for (std::string_view step : split_option(text, ',')) {
+    steps.insert(parse_number(key, step, std::numeric_limits<std::uint64_t>::max()));
   }
   return steps;
 }
 
+std::string joined(const auto& ids) {
+  return ids.empty() ? std::string("none") : fmt::format("{}", fmt::join(ids, ", "));
+}
+
+std::string ids_of(const std::map<std::string, std::filesystem::path>& models) {
+  std::vector<std::string_view> ids;
+  for (const auto& [id, path] : models) ids.push_back(id);
+  return joined(ids);
+}
+
+// The id named in option `key`, checked against the configured models.
+std::string configured_id(const ExecutorOptions& parsed, std::string_view key, std::string_view id) {
+  if (!parsed.models.contains(std::string(id))) {
+    throw std::invalid_argument(fmt::format("executor option {}= names model '{}', which is not configured "
+                                            "(configured: {})",
+                                            key, id, ids_of(parsed.models)));
+  }
+  return std::string(id);
+}
+
 ExecutorOptions parse_options(const ActorOptions& options) {
+  check_option_names("executor", options,
+                     {"model", "name", "models", "preload", "device", "kv_pages", "page_size", "block_mib",
+                      "fail_steps", "fail_release"});
   ExecutorOptions parsed;
-  for (const auto& [key, value] : options) {
-    if (key == "model") {
-      parsed.model = value;
-    } else if (key == "name") {
-      if (value.empty()) throw std::invalid_argument("executor option name= is empty: give the model a name");
-      parsed.name = value;
-    } else if (key == "device") {
-      parsed.device = value;
-    } else if (key == "kv_pages") {
-      parsed.kv_pages = static_cast<std::uint32_t>(parse_number(key, value, kMaxUint32));
-    } else if (key == "page_size") {
-      parsed.page_size = static_cast<std::uint32_t>(parse_number(key, value, kMaxUint32));
-    } else if (key == "fail_steps") {
-      parsed.fail_steps = parse_step_list(key, value);
-    } else {
-      throw std::invalid_argument("actor executor has no option '" + key +
-                                  "' (it takes model, name, device, kv_pages, page_size, fail_steps)");
+  const std::string model = text_option(options, "model", "");
+  if (options.contains("models")) {
+    if (options.contains("model") || options.contains("name")) {
+      throw std::invalid_argument("executor options model= (and name=) and models= do not go together: give one "
+                                  "model as model=PATH name=ID, or several as models=ID=PATH;ID2=PATH2");
+    }
+    parsed.models = parse_model_list("executor", options.at("models"));
+  } else if (!model.empty()) {
+    std::string name = text_option(options, "name", "");
+    if (options.contains("name") && name.empty()) {
+      throw std::invalid_argument("executor option name= is empty: give the model a name");
+    }
+    if (name.empty()) {
+      const std::filesystem::path file = std::filesystem::path(model).filename();
+      name = file.extension() == ".gguf" ? file.stem().string() : file.string();
+    }
+    parsed.models.emplace(name, model);
+    parsed.preload = {name};  // the one model is served from the start, unless preload= says otherwise
+  } else {
+    throw std::invalid_argument("actor executor needs option model=PATH (a GGUF file) or "
+                                "models=ID=PATH;ID2=PATH2 (the models it may load)");
+  }
+  if (auto it = options.find("preload"); it != options.end()) {
+    parsed.preload.clear();
+    for (std::string_view id : split_option(it->second, ',')) {
+      std::string checked = configured_id(parsed, "preload", id);
+      if (std::find(parsed.preload.begin(), parsed.preload.end(), checked) == parsed.preload.end()) {
+        parsed.preload.push_back(std::move(checked));
+      }
     }
   }
-  if (parsed.model.empty()) throw std::invalid_argument("actor executor needs option model=PATH (a GGUF file)");
+  if (auto it = options.find("fail_release"); it != options.end()) {
+    parsed.fail_release = configured_id(parsed, "fail_release", it->second);
+  }
+  parsed.device = text_option(options, "device", "");
+  parsed.kv_pages = static_cast<std::uint32_t>(number_option("executor", options, "kv_pages", 1024, 1, kMaxUint32));
+  parsed.page_size = static_cast<std::uint32_t>(number_option("executor", options, "page_size", 16, 1, kMaxUint32));
+  parsed.block_mib = number_option("executor", options, "block_mib", 256, 1, 1 << 20);
+  if (auto it = options.find("fail_steps"); it != options.end()) {
+    parsed.fail_steps = parse_step_list(it->first, it->second);
+  }
   // The GPU addresses a cache row as page * page_size + offset in 32 bits.
   if (std::uint64_t{parsed.kv_pages} * parsed.page_size > kMaxUint32) {
     throw std::invalid_argument(fmt::format("executor options kv_pages={} and page_size={} make more than 2^32 "
                                             "cache rows; use fewer or smaller pages",
                                             parsed.kv_pages, parsed.page_size));
-  }
-  if (parsed.name.empty()) {
-    const std::filesystem::path file = parsed.model.filename();
-    parsed.name = file.extension() == ".gguf" ? file.stem().string() : file.string();
   }
   return parsed;
 }
@@ -145,25 +186,58 @@ model::StepBatch make_batch(const StepPlan& plan, std::uint32_t page_size) {
   return batch;
 }
 
-// Everything on the device, made together and destroyed together in reverse order: the cache
-// and the model hand their buffers back to the pool before it goes, the pool before the queue,
-// the queue before the device.
-struct GpuStack {
-  GpuStack(const ExecutorOptions& options, const model::LlamaConfig& config, const model::TensorSource& weights)
+// The device and what every model shares on it, made once and destroyed in reverse order: the
+// pool before the queue, the queue before the device. Every model's buffers must have gone back
+// to the pool before it goes.
+struct DeviceStack {
+  explicit DeviceStack(const ExecutorOptions& options)
       : device(gpu::DeviceOptions{options.device}),
         queue(device),
-        pool(queue),
-        kernels(device),
-        gpu_model(context(), config, weights, "weights:" + options.name),
-        kv_cache(context(), config, options.kv_pages, options.page_size) {}
+        pool(queue, gpu::PoolOptions{VkDeviceSize{options.block_mib} << 20}),
+        kernels(device) {}
   model::GpuContext context() { return {queue, pool, kernels}; }
 
   gpu::Device device;
   gpu::ComputeQueue queue;
   gpu::BufferPool pool;
   gpu::KernelLibrary kernels;
-  model::GpuModel gpu_model;
-  model::GpuKvCache kv_cache;
+};
+
+std::string weights_owner(std::string_view id) { return fmt::format("weights:{}", id); }
+std::string kv_owner(std::string_view id) { return fmt::format("kv:{}", id); }
+
+std::uint64_t owned_bytes(const gpu::PoolStats& stats, const std::string& owner) {
+  auto it = stats.active_by_owner.find(owner);
+  return it == stats.active_by_owner.end() ? 0 : it->second;
+}
+
+double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+std::int64_t nanoseconds_since(Clock::time_point started) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count();
+}
+
+// One loaded model: its weights and paged KV cache in the shared pool, each under an owner label
+// of the model's own, so that its bytes can be told from the other models'.
+struct LoadedModel {
+  std::string id;
+  model::LlamaConfig config;
+  std::uint32_t n_vocab = 0;  // rows that may be sampled: the tokenizer's size (<= config.n_vocab)
+  std::uint32_t kv_pages = 0;
+  std::uint32_t page_size = 0;
+  std::unique_ptr<model::GpuModel> weights;     // owner "weights:<id>"
+  std::unique_ptr<model::GpuKvCache> kv_cache;  // owner "kv:<id>"; destroyed before the weights
+
+  std::uint64_t bytes(const gpu::PoolStats& stats) const {
+    return owned_bytes(stats, weights_owner(id)) + owned_bytes(stats, kv_owner(id));
+  }
+  ModelInfo info() const { return ModelInfo{id, kv_pages, page_size, config.n_ctx_train, n_vocab}; }
+};
+
+// A sequence's sampler, and the model it runs on: unloading a model drops its sequences.
+struct SequenceState {
+  std::string model_id;
+  model::Sampler sampler;
 };
 
 // ---- the actor -------------------------------------------------------------------------------
@@ -176,26 +250,35 @@ class Executor final : public Actor {
   void on_message(Context& ctx, Message& message) override;
 
  private:
-  void load();
+  const LoadedModel& load_model(const std::string& id);
+  std::vector<std::string> release_model(Context& ctx, LoadedModel& loaded);
   void rebuild_after_device_loss();
+  void answer_load(Context& ctx, const Message& message, const LoadModel& load);
+  void answer_unload(Context& ctx, const Message& message, const UnloadModel& unload);
   void answer_query(Context& ctx, const Message& message, const ExecutorQuery& query);
   void answer_step(Context& ctx, const Message& message, const StepPlan& plan);
-  std::optional<std::string> plan_problem(const StepPlan& plan) const;
-  void start_sequences(const std::vector<SequenceStart>& starts);
-  void run_step(const StepPlan& plan, StepResult& result);
-  bool all_plain_greedy(const StepPlan& plan) const;
-  void sample_outputs(const StepPlan& plan, std::span<const float> logits, std::span<const std::int32_t> chosen,
-                      StepResult& result);
+  void run_plan(const StepPlan& plan, StepResult& result);
+  LoadedModel* model_for(const StepPlan& plan, std::string& problem);
+  std::optional<std::string> plan_problem(const StepPlan& plan, const LoadedModel& loaded) const;
+  void start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts);
+  void run_step(const StepPlan& plan, LoadedModel& loaded, StepResult& result);
+  bool all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded) const;
+  void sample_outputs(const StepPlan& plan, const LoadedModel& loaded, std::span<const float> logits,
+                      std::span<const std::int32_t> chosen, StepResult& result);
   void fail_step(const StepPlan& plan, StepResult& result, RequestError error, std::string message);
   bool trim_after_release(Context& ctx, std::size_t slots_before);
   bool trim_pool(Context& ctx);
+  void trim_now(Context& ctx);
+  std::string load_failure(const std::string& id, const std::exception& e) const;
+  std::string loaded_ids() const;
+  std::string no_gpu_problem() const;
 
   ExecutorOptions options_;
-  model::LlamaConfig config_;
-  std::uint32_t n_vocab_ = 0;      // rows that may be sampled: the tokenizer's size (<= config_.n_vocab)
-  std::unique_ptr<GpuStack> gpu_;  // null only after a device loss whose rebuild failed
-  std::string gpu_unavailable_;    // why gpu_ is null
-  std::unordered_map<std::uint64_t, model::Sampler> samplers_;  // sequence -> its sampler
+  std::unique_ptr<DeviceStack> gpu_;  // null only after a device loss whose rebuild failed
+  std::string gpu_unavailable_;       // why gpu_ is null
+  // Declared after gpu_, so destroyed before it. Empty whenever gpu_ is null.
+  std::map<std::string, LoadedModel> models_;
+  std::unordered_map<std::uint64_t, SequenceState> sequences_;  // sequence -> its sampler and model
   std::uint64_t plans_ = 0;        // StepPlans answered
   std::uint64_t gpu_steps_ = 0;    // plans that reached the GPU with sequences (what fail_steps counts)
   std::int64_t last_trim_ns_ = 0;  // ctx.now_ns() of the last trim
@@ -203,60 +286,131 @@ class Executor final : public Actor {
 };
 
 void Executor::on_start(Context& ctx) {
-  load();
+  gpu_ = std::make_unique<DeviceStack>(options_);
+  for (const std::string& id : options_.preload) {
+    try {
+      load_model(id);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("executor: " + load_failure(id, e));
+    }
+  }
   last_trim_ns_ = ctx.now_ns();
-  const gpu::PoolStats stats = gpu_->pool.stats();
-  auto owned = [&](const std::string& owner) {
-    auto it = stats.active_by_owner.find(owner);
-    return it == stats.active_by_owner.end() ? 0.0 : static_cast<double>(it->second) / (1 << 20);
-  };
-  spdlog::info("executor: model {} ({}) loaded on {}: {:.1f} MiB of weights, KV cache of {} pages of {} tokens "
-               "({:.1f} MiB), context {}, vocabulary {}",
-               options_.name, options_.model.string(), gpu_->device.features().name, owned("weights:" + options_.name),
-               options_.kv_pages, options_.page_size, owned("kv"), config_.n_ctx_train, n_vocab_);
+  if (models_.empty()) {
+    spdlog::info("executor: on {} with no model loaded (configured: {})", gpu_->device.features().name,
+                 ids_of(options_.models));
+  }
 }
 
-void Executor::load() {
-  const std::string path = options_.model.string();
-  auto opened = model::gguf::GgufFile::open(options_.model);
+// Uploads the configured model `id`, makes its KV cache and trims the upload's staging memory
+// away, so that what stays held is the baseline later trims come back to. Throws what went
+// wrong (load_failure says it with the model's id and file); whatever of the model was made has
+// gone back to the pool by then (the caller trims).
+const LoadedModel& Executor::load_model(const std::string& id) {
+  const auto started = Clock::now();
+  const std::filesystem::path& path = options_.models.at(id);
+  auto opened = model::gguf::GgufFile::open(path);
   if (auto* e = std::get_if<model::gguf::GgufError>(&opened)) {
-    throw std::runtime_error("executor: cannot open model " + path + ": " + e->message());
+    throw std::runtime_error("the file cannot be opened: " + e->message());
   }
   const auto& file = std::get<model::gguf::GgufFile>(opened);
   auto config = model::read_llama_config(file);
-  if (auto* e = std::get_if<std::string>(&config)) throw std::runtime_error("executor: model " + path + ": " + *e);
+  if (auto* e = std::get_if<std::string>(&config)) throw std::runtime_error(*e);
   auto vocabulary = model::gguf::read_vocabulary(file);
   if (auto* e = std::get_if<model::gguf::GgufError>(&vocabulary)) {
-    throw std::runtime_error("executor: model " + path + ": its tokenizer metadata " + e->message());
+    throw std::runtime_error("its tokenizer metadata " + e->message());
   }
-  config_ = std::get<model::LlamaConfig>(config);
+  LoadedModel loaded;
+  loaded.id = id;
+  loaded.config = std::get<model::LlamaConfig>(config);
   // Some models (Qwen2) have more output rows than tokens: those rows can never be sampled.
-  n_vocab_ = static_cast<std::uint32_t>(
-      std::min<std::size_t>(std::get<model::Vocabulary>(vocabulary).tokens.size(), config_.n_vocab));
-  gpu_.reset();  // a rebuild lets go of the old device before making the new one
-  gpu_ = std::make_unique<GpuStack>(options_, config_, model::gguf_tensor_source(file));
-  // The upload's staging memory goes back to the driver: what stays held is the weights and the
-  // KV cache, the baseline later trims come back to.
+  loaded.n_vocab = static_cast<std::uint32_t>(
+      std::min<std::size_t>(std::get<model::Vocabulary>(vocabulary).tokens.size(), loaded.config.n_vocab));
+  loaded.kv_pages = options_.kv_pages;
+  loaded.page_size = options_.page_size;
+  loaded.weights = std::make_unique<model::GpuModel>(gpu_->context(), loaded.config, model::gguf_tensor_source(file),
+                                                     weights_owner(id));
+  loaded.kv_cache = std::make_unique<model::GpuKvCache>(gpu_->context(), loaded.config, loaded.kv_pages,
+                                                        loaded.page_size, kv_owner(id));
   gpu_->pool.trim();
+  const LoadedModel& entry = models_.insert_or_assign(id, std::move(loaded)).first->second;
+
+  const gpu::PoolStats stats = gpu_->pool.stats();
+  spdlog::info("executor: model {} ({}) loaded on {} in {} ms: {:.1f} MiB of weights, KV cache of {} pages of {} "
+               "tokens ({:.1f} MiB), context {}, vocabulary {}",
+               id, path.string(), gpu_->device.features().name, nanoseconds_since(started) / 1'000'000,
+               mib(owned_bytes(stats, weights_owner(id))), entry.kv_pages, entry.page_size,
+               mib(owned_bytes(stats, kv_owner(id))), entry.config.n_ctx_train, entry.n_vocab);
+  return entry;
+}
+
+// Frees the model part by part, each part in its own try: a part whose release throws is logged
+// and noted, and the rest still goes. A part is moved out of the model before anything can
+// throw, so it is destroyed however its step ends, and the trim at the end finds it gone.
+std::vector<std::string> Executor::release_model(Context& ctx, LoadedModel& loaded) {
+  std::vector<std::string> problems;
+  auto release = [&](std::string_view part, auto&& step) {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      spdlog::error("executor: releasing the {} of model {} failed: {}", part, loaded.id, e.what());
+      problems.push_back(fmt::format("{}: {}", part, e.what()));
+    }
+  };
+  release("sequences", [&] {
+    std::erase_if(sequences_, [&](const auto& entry) { return entry.second.model_id == loaded.id; });
+  });
+  release("KV cache", [&] {
+    std::unique_ptr<model::GpuKvCache> kv_cache = std::move(loaded.kv_cache);
+    kv_cache.reset();
+  });
+  release("weights", [&] {
+    std::unique_ptr<model::GpuModel> weights = std::move(loaded.weights);
+    if (options_.fail_release == loaded.id) {
+      throw std::runtime_error(fmt::format("injected failure releasing model '{}' (executor option fail_release)",
+                                           loaded.id));
+    }
+    weights.reset();
+  });
+  release("pool trim", [&] { trim_now(ctx); });  // waits for in-flight work that may read the model
+  return problems;
 }
 
 // Best effort, and untested: lavapipe never loses its device, so no test can make it happen.
-// Samplers live on the host and survive; the cache's contents do not (the step says kv_lost).
+// Samplers live on the host and survive with their models; the caches' contents do not (the
+// step says kv_lost). A model that cannot be loaded again is dropped, with its sequences.
 void Executor::rebuild_after_device_loss() {
-  spdlog::error("executor: the GPU device was lost; recreating the device, pool, model and KV cache");
+  spdlog::error("executor: the GPU device was lost; recreating the device and pool and loading again: {}",
+                loaded_ids());
+  std::vector<std::string> ids;
+  for (const auto& [id, loaded] : models_) ids.push_back(id);
+  models_.clear();  // their buffers go back to the old pool before it goes
+  gpu_.reset();     // and the old device goes before the new one is made
   try {
-    load();
+    gpu_ = std::make_unique<DeviceStack>(options_);
     gpu_unavailable_.clear();
+    for (const std::string& id : ids) {
+      try {
+        load_model(id);
+      } catch (const std::exception& e) {
+        spdlog::error("executor: after the device loss, {}", load_failure(id, e));
+      }
+    }
   } catch (const std::exception& e) {
+    models_.clear();
     gpu_.reset();
     gpu_unavailable_ = e.what();
     spdlog::error("executor: recreating the GPU after a device loss failed: {}", e.what());
   }
+  std::erase_if(sequences_, [&](const auto& entry) { return !models_.contains(entry.second.model_id); });
 }
 
 void Executor::on_message(Context& ctx, Message& message) {
   if (const auto* plan = message.as<StepPlan>()) {
     answer_step(ctx, message, *plan);
+  } else if (const auto* load = message.as<LoadModel>()) {
+    answer_load(ctx, message, *load);
+  } else if (const auto* unload = message.as<UnloadModel>()) {
+    answer_unload(ctx, message, *unload);
   } else if (const auto* query = message.as<ExecutorQuery>()) {
     answer_query(ctx, message, *query);
   } else if (const auto* timer = message.as<Timer>(); timer != nullptr && timer->timer_id == kTrimTimer) {
@@ -266,12 +420,73 @@ void Executor::on_message(Context& ctx, Message& message) {
   }
 }
 
+// Synchronous: the executor handles nothing else while the weights upload.
+void Executor::answer_load(Context& ctx, const Message& message, const LoadModel& load) {
+  const auto started = Clock::now();
+  ModelLoaded answer;
+  answer.model = load.model;
+  if (!options_.models.contains(load.model)) {
+    answer.error = fmt::format("no model '{}' is configured (this executor knows: {})", load.model,
+                               ids_of(options_.models));
+  } else if (models_.contains(load.model)) {
+    answer.ok = true;  // already loaded: nothing uploaded, so load_ns stays 0
+  } else if (!gpu_) {
+    answer.error = no_gpu_problem();
+  } else {
+    try {
+      load_model(load.model);
+      answer.ok = true;
+      answer.load_ns = nanoseconds_since(started);
+    } catch (const std::exception& e) {
+      answer.error = load_failure(load.model, e);
+      spdlog::error("executor: {}", answer.error);
+      if (is_device_lost(e)) {
+        rebuild_after_device_loss();
+      } else {
+        trim_pool(ctx);  // what the failed load had allocated went back to the pool as it unwound
+      }
+    }
+  }
+  if (gpu_) {
+    const gpu::PoolStats stats = gpu_->pool.stats();
+    if (answer.ok) {
+      const LoadedModel& loaded = models_.at(load.model);
+      answer.info = loaded.info();
+      answer.bytes = loaded.bytes(stats);
+    }
+    answer.pool = to_wire(stats);
+  }
+  ctx.reply(message, std::move(answer));
+}
+
+void Executor::answer_unload(Context& ctx, const Message& message, const UnloadModel& unload) {
+  const auto started = Clock::now();
+  ModelUnloaded answer;
+  answer.model = unload.model;
+  if (auto it = models_.find(unload.model); it != models_.end()) {
+    // gpu_ is there: models_ is empty without it.
+    const gpu::PoolStats before = gpu_->pool.stats();
+    answer.was_loaded = true;
+    answer.held_before = before.held_bytes;
+    answer.model_bytes = it->second.bytes(before);
+    answer.problems = release_model(ctx, it->second);
+    models_.erase(it);
+    answer.held_after = gpu_->pool.stats().held_bytes;
+    answer.freed_bytes = answer.held_before > answer.held_after ? answer.held_before - answer.held_after : 0;
+    spdlog::info("executor: model {} unloaded: it owned {:.1f} MiB, the pool gave {:.1f} MiB back to the driver{}",
+                 unload.model, mib(answer.model_bytes), mib(answer.freed_bytes),
+                 answer.problems.empty() ? "" : fmt::format(" ({} parts failed to release)", answer.problems.size()));
+  }
+  if (gpu_) answer.pool = to_wire(gpu_->pool.stats());
+  answer.unload_ns = nanoseconds_since(started);
+  ctx.reply(message, std::move(answer));
+}
+
 void Executor::answer_query(Context& ctx, const Message& message, const ExecutorQuery& query) {
   if (query.trim) trim_pool(ctx);
   ExecutorReport report;
-  report.models.push_back(
-      ModelInfo{options_.name, options_.kv_pages, options_.page_size, config_.n_ctx_train, n_vocab_});
-  report.slots = static_cast<std::uint32_t>(samplers_.size());
+  for (const auto& [id, loaded] : models_) report.models.push_back(loaded.info());
+  report.slots = static_cast<std::uint32_t>(sequences_.size());
   if (gpu_) {
     report.pool = to_wire(gpu_->pool.stats());
     report.device = gpu_->device.features().name;
@@ -281,18 +496,14 @@ void Executor::answer_query(Context& ctx, const Message& message, const Executor
 
 void Executor::answer_step(Context& ctx, const Message& message, const StepPlan& plan) {
   const auto started = Clock::now();
-  const std::size_t slots_before = samplers_.size();
+  const std::size_t slots_before = sequences_.size();
   ++plans_;
   StepResult result;
   result.step = plan.step;
   try {
-    for (std::uint64_t sequence : plan.released) samplers_.erase(sequence);
-    if (auto problem = plan_problem(plan)) {
-      fail_step(plan, result, RequestError::internal, "invalid step plan: " + *problem);
-    } else {
-      start_sequences(plan.starts);
-      if (!plan.sequences.empty()) run_step(plan, result);
-    }
+    for (std::uint64_t sequence : plan.released) sequences_.erase(sequence);
+    // A plan that only releases needs no model: it may come after its model was unloaded.
+    if (!plan.starts.empty() || !plan.sequences.empty()) run_plan(plan, result);
   } catch (const std::exception& e) {
     // Nothing above should throw (plans are checked first, GPU failures are caught where they
     // happen): this is a bug, answered as one rather than ending the actor.
@@ -305,35 +516,70 @@ void Executor::answer_step(Context& ctx, const Message& message, const StepPlan&
   } else if (!plan.released.empty()) {
     trimmed = trim_after_release(ctx, slots_before);
   }
-  result.slots = static_cast<std::uint32_t>(samplers_.size());
+  result.slots = static_cast<std::uint32_t>(sequences_.size());
   if (gpu_ && (trimmed || plan.trim || plans_ % kPoolStatsEvery == 0)) {
     result.has_pool = true;
     result.pool = to_wire(gpu_->pool.stats());
   }
-  result.gpu_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count();
+  result.gpu_ns = nanoseconds_since(started);
   ctx.reply(message, std::move(result));
+}
+
+// Starts the plan's sequences and runs its step on the plan's model, once the plan has passed
+// every check.
+void Executor::run_plan(const StepPlan& plan, StepResult& result) {
+  if (!gpu_) {
+    fail_step(plan, result, RequestError::gpu, no_gpu_problem());
+    return;
+  }
+  std::string problem;
+  LoadedModel* loaded = model_for(plan, problem);
+  if (loaded == nullptr) {
+    fail_step(plan, result, RequestError::internal, problem);
+  } else if (auto invalid = plan_problem(plan, *loaded)) {
+    fail_step(plan, result, RequestError::internal, "invalid step plan: " + *invalid);
+  } else {
+    start_sequences(loaded->id, plan.starts);
+    if (!plan.sequences.empty()) run_step(plan, *loaded, result);
+  }
+}
+
+// The loaded model the plan is for (the only one loaded when the plan names none), or null and
+// `problem` says why there is none.
+LoadedModel* Executor::model_for(const StepPlan& plan, std::string& problem) {
+  if (plan.model.empty()) {
+    if (models_.size() == 1) return &models_.begin()->second;
+    problem = models_.empty() ? std::string("the plan names no model and no model is loaded")
+                              : fmt::format("the plan names no model and {} are loaded ({}): it must name one",
+                                            models_.size(), loaded_ids());
+    return nullptr;
+  }
+  if (auto it = models_.find(plan.model); it != models_.end()) return &it->second;
+  problem = options_.models.contains(plan.model)
+                ? fmt::format("model '{}' is not loaded (loaded: {}); load it first", plan.model, loaded_ids())
+                : fmt::format("model '{}' is not loaded: no model of that id is configured (configured: {})",
+                              plan.model, ids_of(options_.models));
+  return nullptr;
 }
 
 // The first thing wrong with the plan, or nothing. Checked before anything changes, so a bad
 // plan runs nothing on the GPU; it comes from another process and is trusted no further than
 // any input.
-std::optional<std::string> Executor::plan_problem(const StepPlan& plan) const {
-  if (!plan.model.empty() && plan.model != options_.name) {
-    return fmt::format("the plan is for model '{}', this executor serves '{}'", plan.model, options_.name);
-  }
+std::optional<std::string> Executor::plan_problem(const StepPlan& plan, const LoadedModel& loaded) const {
+  const std::uint32_t n_vocab = loaded.n_vocab;
   auto outside_vocabulary = [&](std::int32_t token) {
-    return token < 0 || static_cast<std::uint32_t>(token) >= n_vocab_;
+    return token < 0 || static_cast<std::uint32_t>(token) >= n_vocab;
   };
   std::unordered_set<std::uint64_t> starting;
   for (const SequenceStart& start : plan.starts) {
     starting.insert(start.sequence);
-    if (auto error = model::validate(start.sampling, {static_cast<std::int32_t>(n_vocab_)})) {
+    if (auto error = model::validate(start.sampling, {static_cast<std::int32_t>(n_vocab)})) {
       return fmt::format("sequence {}: sampling {}: {}", start.sequence, error->field, error->message);
     }
     for (std::int32_t token : start.prompt) {
       if (outside_vocabulary(token)) {
         return fmt::format("sequence {}: prompt token id {} is outside the vocabulary [0, {})", start.sequence,
-                           token, n_vocab_);
+                           token, n_vocab);
       }
     }
   }
@@ -342,70 +588,72 @@ std::optional<std::string> Executor::plan_problem(const StepPlan& plan) const {
     if (!seen.insert(s.sequence).second) return fmt::format("sequence {} appears twice in the step", s.sequence);
     if (s.tokens.empty()) return fmt::format("sequence {} has no tokens", s.sequence);
     const std::uint64_t end = std::uint64_t{s.position} + s.tokens.size();
-    if (end > config_.n_ctx_train) {
+    if (end > loaded.config.n_ctx_train) {
       return fmt::format("sequence {}: positions {} to {} go past the model's context of {} tokens", s.sequence,
-                         s.position, end - 1, config_.n_ctx_train);
+                         s.position, end - 1, loaded.config.n_ctx_train);
     }
-    if (const std::uint64_t needed = pages_for(end, options_.page_size); s.block_table.size() < needed) {
+    if (const std::uint64_t needed = pages_for(end, loaded.page_size); s.block_table.size() < needed) {
       return fmt::format("sequence {}: its block table has {} pages, position {} needs {}", s.sequence,
                          s.block_table.size(), end - 1, needed);
     }
     for (std::uint32_t page : s.block_table) {
-      if (page >= options_.kv_pages) {
+      if (page >= loaded.kv_pages) {
         return fmt::format("sequence {}: block table names page {}, the KV cache has pages 0 to {}", s.sequence,
-                           page, options_.kv_pages - 1);
+                           page, loaded.kv_pages - 1);
       }
     }
     for (std::int32_t token : s.tokens) {
       if (outside_vocabulary(token)) {
-        return fmt::format("sequence {}: token id {} is outside the vocabulary [0, {})", s.sequence, token, n_vocab_);
+        return fmt::format("sequence {}: token id {} is outside the vocabulary [0, {})", s.sequence, token, n_vocab);
       }
     }
-    if (s.output && !samplers_.contains(s.sequence) && !starting.contains(s.sequence)) {
-      return fmt::format("sequence {} asks for output but has no sampler (never started, or released)", s.sequence);
+    if (starting.contains(s.sequence)) continue;
+    const auto state = sequences_.find(s.sequence);
+    if (state == sequences_.end()) {
+      if (s.output) {
+        return fmt::format("sequence {} asks for output but has no sampler (never started, or released)",
+                           s.sequence);
+      }
+    } else if (state->second.model_id != loaded.id) {
+      return fmt::format("sequence {} was started on model '{}', the plan is for '{}'", s.sequence,
+                         state->second.model_id, loaded.id);
     }
   }
   return std::nullopt;
 }
 
-void Executor::start_sequences(const std::vector<SequenceStart>& starts) {
+void Executor::start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts) {
   for (const SequenceStart& start : starts) {
-    samplers_.insert_or_assign(start.sequence, model::Sampler(start.sampling, start.prompt));
+    sequences_.insert_or_assign(start.sequence, SequenceState{model_id, model::Sampler(start.sampling, start.prompt)});
   }
 }
 
-void Executor::run_step(const StepPlan& plan, StepResult& result) {
-  if (!gpu_) {
-    fail_step(plan, result, RequestError::gpu,
-              "the executor has had no GPU since a device loss (recreating it failed: " + gpu_unavailable_ +
-                  "); restart the executor");
-    return;
-  }
-  const model::StepBatch batch = make_batch(plan, options_.page_size);
-  const bool greedy = all_plain_greedy(plan);
+void Executor::run_step(const StepPlan& plan, LoadedModel& loaded, StepResult& result) {
+  const model::StepBatch batch = make_batch(plan, loaded.page_size);
+  const bool greedy = all_plain_greedy(plan, loaded);
   const std::uint64_t gpu_step = ++gpu_steps_;
-  std::vector<float> logits;         // (outputs, config_.n_vocab)
+  std::vector<float> logits;         // (outputs, config.n_vocab)
   std::vector<std::int32_t> chosen;  // (outputs) when greedy
   try {
     if (options_.fail_steps.contains(gpu_step)) {
       throw gpu::GpuError(fmt::format("injected failure of GPU step {} (executor option fail_steps)", gpu_step));
     }
     if (greedy) {
-      chosen = gpu_->gpu_model.forward_argmax(batch, gpu_->kv_cache);
+      chosen = loaded.weights->forward_argmax(batch, *loaded.kv_cache);
     } else {
-      logits = gpu_->gpu_model.forward(batch, gpu_->kv_cache);
+      logits = loaded.weights->forward(batch, *loaded.kv_cache);
     }
   } catch (const std::exception& e) {
     // The step's scratch went back to the pool as the forward pass unwound.
     fail_step(plan, result, RequestError::gpu, e.what());
     if (is_device_lost(e)) {
       result.kv_lost = true;
-      rebuild_after_device_loss();
+      rebuild_after_device_loss();  // `loaded` is gone after this
     }
     return;
   }
   try {
-    sample_outputs(plan, logits, chosen, result);
+    sample_outputs(plan, loaded, logits, chosen, result);
   } catch (const std::exception& e) {
     // The sampler refuses logits with nothing finite in them: the model's bug, not the request's.
     fail_step(plan, result, RequestError::internal, std::string("sampling failed: ") + e.what());
@@ -413,15 +661,15 @@ void Executor::run_step(const StepPlan& plan, StepResult& result) {
 }
 
 // Whether the GPU's argmax can stand in for every output's sampler, sparing the logits' copy.
-bool Executor::all_plain_greedy(const StepPlan& plan) const {
-  if (n_vocab_ != config_.n_vocab) return false;  // the argmax would consider the padding rows
+bool Executor::all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded) const {
+  if (loaded.n_vocab != loaded.config.n_vocab) return false;  // the argmax would consider the padding rows
   return std::all_of(plan.sequences.begin(), plan.sequences.end(), [&](const PlanSequence& seq) {
-    return !seq.output || plain_greedy(samplers_.at(seq.sequence).params());
+    return !seq.output || plain_greedy(sequences_.at(seq.sequence).sampler.params());
   });
 }
 
-// logits: (outputs, config_.n_vocab), or chosen: (outputs), the GPU's picks when all were greedy.
-void Executor::sample_outputs(const StepPlan& plan, std::span<const float> logits,
+// logits: (outputs, config.n_vocab), or chosen: (outputs), the GPU's picks when all were greedy.
+void Executor::sample_outputs(const StepPlan& plan, const LoadedModel& loaded, std::span<const float> logits,
                               std::span<const std::int32_t> chosen, StepResult& result) {
   std::size_t row = 0;
   for (const PlanSequence& seq : plan.sequences) {
@@ -432,8 +680,8 @@ void Executor::sample_outputs(const StepPlan& plan, std::span<const float> logit
       out.token = chosen[row];
     } else {
       // Only the rows that are tokens: padding rows past the vocabulary can never be chosen.
-      auto row_logits = logits.subspan(row * config_.n_vocab, n_vocab_);
-      model::SampledToken sampled = samplers_.at(seq.sequence).sample(row_logits);
+      auto row_logits = logits.subspan(row * loaded.config.n_vocab, loaded.n_vocab);
+      model::SampledToken sampled = sequences_.at(seq.sequence).sampler.sample(row_logits);
       out.token = sampled.token;
       if (sampled.logprob) {
         out.has_logprobs = true;
@@ -457,8 +705,8 @@ void Executor::fail_step(const StepPlan& plan, StepResult& result, RequestError 
   result.tokens.clear();
   result.error = static_cast<std::uint16_t>(error);
   result.message = std::move(message);
-  for (const SequenceStart& start : plan.starts) samplers_.erase(start.sequence);
-  for (const PlanSequence& seq : plan.sequences) samplers_.erase(seq.sequence);
+  for (const SequenceStart& start : plan.starts) sequences_.erase(start.sequence);
+  for (const PlanSequence& seq : plan.sequences) sequences_.erase(seq.sequence);
 }
 
 // Trimming hands cached memory back to the driver at the cost of allocating it again when the
@@ -479,18 +727,38 @@ bool Executor::trim_after_release(Context& ctx, std::size_t slots_before) {
   return false;
 }
 
+// Whether the pool was trimmed; a failure is logged.
 bool Executor::trim_pool(Context& ctx) {
-  if (trim_pending_) ctx.cancel_timer(kTrimTimer);  // this trim is the one it was waiting for
-  trim_pending_ = false;
-  last_trim_ns_ = ctx.now_ns();
-  if (!gpu_) return false;
   try {
-    gpu_->pool.trim();  // waits for in-flight work; steps here are already waited for
-    return true;
+    trim_now(ctx);
+    return gpu_ != nullptr;
   } catch (const gpu::GpuError& e) {
     spdlog::warn("executor: trimming the buffer pool failed: {}", e.what());
     return false;
   }
+}
+
+// Trims the pool now (the trim any pending timer waits for), throwing what the pool throws.
+void Executor::trim_now(Context& ctx) {
+  if (trim_pending_) ctx.cancel_timer(kTrimTimer);
+  trim_pending_ = false;
+  last_trim_ns_ = ctx.now_ns();
+  if (gpu_) gpu_->pool.trim();  // waits for in-flight work; steps here are already waited for
+}
+
+std::string Executor::load_failure(const std::string& id, const std::exception& e) const {
+  return fmt::format("cannot load model '{}' from {}: {}", id, options_.models.at(id).string(), e.what());
+}
+
+std::string Executor::loaded_ids() const {
+  std::vector<std::string_view> ids;
+  for (const auto& [id, loaded] : models_) ids.push_back(id);
+  return joined(ids);
+}
+
+std::string Executor::no_gpu_problem() const {
+  return "the executor has had no GPU since a device loss (recreating it failed: " + gpu_unavailable_ +
+         "); restart the executor";
 }
 
 }  // namespace

@@ -494,6 +494,8 @@ std::string_view error_code_name(RequestError code) {
     case RequestError::internal: return "internal";
     case RequestError::shutting_down: return "shutting_down";
     case RequestError::malformed: return "malformed";
+    case RequestError::insufficient_memory: return "insufficient_memory";
+    case RequestError::model_failed: return "model_failed";
   }
   return "internal";
 }

@@ -593,6 +593,9 @@ ApiError error_for(const FinalEvent& final_event) {
     case RequestError::unavailable: return ApiError{503, "server_error", message, std::nullopt, "unavailable"};
     case RequestError::shutting_down: return ApiError{503, "server_error", message, std::nullopt, "shutting_down"};
     case RequestError::gpu: return ApiError{500, "server_error", message, std::nullopt, "gpu_error"};
+    case RequestError::insufficient_memory:
+      return ApiError{507, "server_error", message, std::nullopt, "insufficient_memory"};
+    case RequestError::model_failed: return ApiError{500, "server_error", message, std::nullopt, "model_failed"};
     case RequestError::none:
     case RequestError::internal: break;
   }

@@ -50,9 +50,19 @@ struct Scheduler::ServedModel {
   std::vector<std::int32_t> stop_tokens;  // EOS, EOT and the chat family's end-of-turn tokens
   std::uint32_t n_ctx = 0;
   std::uint32_t n_vocab = 0;  // ids that may appear in a prompt or be sampled
+
+  ModelState state = ModelState::unloaded;
+  std::optional<KvPageTable> pages;  // while loaded: made from the executor's figures
+  std::uint32_t kv_capacity_tokens = 0;
+  std::uint32_t open_requests = 0;   // in the request table
+  bool load_requested = false;       // a LoadRequest to the enforcer awaits its answer
+  bool drain_pending = false;        // AbortModel came: ModelDrained goes once no step of it is in flight
+
+  bool served() const { return state == ModelState::loaded && pages.has_value(); }
 };
 
 struct Scheduler::Request {
+  ServedModel* model = nullptr;
   std::string front;             // the front end that submitted it (gateway, http)
   std::uint64_t client_request = 0;  // its request id there
   std::uint64_t sequence = 0;
@@ -73,15 +83,31 @@ struct Scheduler::Request {
 
 SchedulerConfig scheduler_config(const ActorOptions& options) {
   check_option_names("scheduler", options,
-                     {"model", "name", "executor", "max_sequences", "token_budget", "max_waiting", "step_timeout_ms"});
+                     {"model", "name", "models", "default_model", "executor", "enforcer", "max_sequences",
+                      "token_budget", "max_waiting", "step_timeout_ms"});
   SchedulerConfig c;
   auto model = options.find("model");
-  if (model == options.end() || model->second.empty()) {
-    throw std::invalid_argument("scheduler: model=PATH (a GGUF file) is required");
+  auto models = options.find("models");
+  if (models != options.end()) {
+    if (model != options.end() || options.contains("name")) {
+      throw std::invalid_argument("scheduler: model= (and name=) and models= do not go together");
+    }
+    c.models = parse_model_list("scheduler", models->second);
+  } else {
+    if (model == options.end() || model->second.empty()) {
+      throw std::invalid_argument("scheduler: model=PATH (a GGUF file) or models=ID=PATH;... is required");
+    }
+    const std::filesystem::path path = model->second;
+    std::string name = text_option(options, "name", path.stem().string());
+    if (name.empty()) throw std::invalid_argument("scheduler option name= is empty: give the model an id");
+    c.models.emplace(name, path);
   }
-  c.model_path = model->second;
-  if (auto name = options.find("name"); name != options.end()) c.model_name = name->second;
-  if (auto executor = options.find("executor"); executor != options.end()) c.executor = executor->second;
+  c.default_model = text_option(options, "default_model", c.models.begin()->first);
+  if (!c.models.contains(c.default_model)) {
+    throw std::invalid_argument("scheduler option default_model=" + c.default_model + " is not one of models=");
+  }
+  c.executor = text_option(options, "executor", c.executor);
+  c.enforcer = text_option(options, "enforcer", c.enforcer);
   auto count = [&](const std::string& key, std::uint32_t fallback, std::uint32_t low, std::uint32_t high) {
     return static_cast<std::uint32_t>(number_option("scheduler", options, key, fallback, low, high));
   };
@@ -96,25 +122,25 @@ std::unique_ptr<Actor> make_scheduler(const ActorOptions& options) {
   return std::make_unique<Scheduler>(scheduler_config(options));
 }
 
-Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), model_(std::make_unique<ServedModel>()) {
-  auto opened = model::gguf::GgufFile::open(config_.model_path);
-  if (auto* e = std::get_if<model::gguf::GgufError>(&opened)) {
-    throw std::invalid_argument(config_.model_path + ": " + e->message());
-  }
+namespace {
+
+// What the scheduler needs of the model in `path`, read when it is built (the replay rule).
+std::unique_ptr<Scheduler::ServedModel> read_served_model(const std::string& name, const std::filesystem::path& path) {
+  const std::string where = path.string();
+  auto opened = model::gguf::GgufFile::open(path);
+  if (auto* e = std::get_if<model::gguf::GgufError>(&opened)) throw std::invalid_argument(where + ": " + e->message());
   const auto& file = std::get<model::gguf::GgufFile>(opened);
   auto vocabulary = model::gguf::read_vocabulary(file);
   if (auto* e = std::get_if<model::gguf::GgufError>(&vocabulary)) {
-    throw std::invalid_argument(config_.model_path + ": " + e->message());
+    throw std::invalid_argument(where + ": " + e->message());
   }
-  ServedModel& m = *model_;
+  auto served = std::make_unique<Scheduler::ServedModel>();
+  Scheduler::ServedModel& m = *served;
   m.vocabulary = std::get<model::Vocabulary>(std::move(vocabulary));
   auto tokenizer = model::Tokenizer::create(m.vocabulary);
-  if (auto* e = std::get_if<model::TokenizerError>(&tokenizer)) {
-    throw std::invalid_argument(config_.model_path + ": " + e->message);
-  }
+  if (auto* e = std::get_if<model::TokenizerError>(&tokenizer)) throw std::invalid_argument(where + ": " + e->message);
   m.tokenizer = std::make_unique<model::Tokenizer>(std::get<model::Tokenizer>(std::move(tokenizer)));
-  m.name = !config_.model_name.empty() ? config_.model_name
-                                       : std::filesystem::path(config_.model_path).stem().string();
+  m.name = name;
   m.key = XXH3_64bits(m.name.data(), m.name.size());
   m.n_vocab = static_cast<std::uint32_t>(m.tokenizer->size());
   if (const auto* arch = file.get<std::string>("general.architecture")) {
@@ -129,6 +155,14 @@ Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), model
       if (id >= 0) m.stop_tokens.push_back(id);
     }
   }
+  return served;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)) {
+  for (const auto& [name, path] : config_.models) models_.emplace(name, read_served_model(name, path));
+  default_model_ = models_.at(config_.default_model).get();
 }
 
 Scheduler::~Scheduler() = default;
@@ -150,6 +184,14 @@ void Scheduler::on_message(Context& ctx, Message& message) {
     on_executor_report(ctx, *report);
   } else if (const auto* query = message.as<StatusQuery>()) {
     on_status(ctx, message, *query);
+  } else if (const auto* loaded = message.as<ModelLoaded>()) {
+    on_model_loaded(ctx, *loaded);
+  } else if (const auto* unloaded = message.as<ModelUnloaded>()) {
+    on_model_unloaded(ctx, *unloaded);
+  } else if (const auto* answer = message.as<LoadAnswer>()) {
+    on_load_answer(ctx, *answer);
+  } else if (const auto* abort_model = message.as<AbortModel>()) {
+    on_abort_model(ctx, *abort_model);
   } else if (message.as<Timer>() != nullptr) {
     on_timer(ctx);
   } else if (const auto* error = message.as<Error>()) {
@@ -216,8 +258,14 @@ void Scheduler::on_submit(Context& ctx, const Message& message, const Submit& su
     return;
   }
 
+  ServedModel* chosen = default_model_;
+  if (!submit.model.empty()) {
+    auto it = models_.find(submit.model);
+    chosen = it == models_.end() ? nullptr : it->second.get();
+  }
   auto request = std::make_unique<Request>();
   Request& r = *request;
+  r.model = chosen;
   r.front = message.envelope.from;
   r.client_request = message.envelope.request_id;
   r.sequence = next_sequence_++;
@@ -226,12 +274,15 @@ void Scheduler::on_submit(Context& ctx, const Message& message, const Submit& su
   requests_.emplace(r.sequence, std::move(request));
   by_client_.emplace(client_key, r.sequence);
 
-  const ServedModel& m = *model_;
-  if (!submit.model.empty() && submit.model != m.name) {
+  if (chosen == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& [name, model] : models_) names.push_back(name);
     end_request(ctx, r.sequence, FinishReason::error, RequestError::unknown_model,
-                fmt::format("no model named '{}' here (this server has '{}')", submit.model, m.name));
+                fmt::format("no model named '{}' here (this server has: {})", submit.model, fmt::join(names, ", ")));
     return;
   }
+  ServedModel& m = *chosen;
+  usage_changed(ctx, m, +1);
   if (waiting_.size() >= config_.max_waiting) {
     end_request(ctx, r.sequence, FinishReason::error, RequestError::busy,
                 fmt::format("{} requests are waiting already: try again later", waiting_.size()));
@@ -246,8 +297,8 @@ void Scheduler::on_submit(Context& ctx, const Message& message, const Submit& su
     end_request(ctx, r.sequence, FinishReason::error, RequestError::invalid_request, "the prompt is empty");
     return;
   }
-  const std::uint64_t longest = std::min<std::uint64_t>(m.n_ctx > 0 ? m.n_ctx : UINT32_MAX,
-                                                        kv_capacity_tokens_ > 0 ? kv_capacity_tokens_ : UINT32_MAX);
+  const std::uint64_t longest = std::min<std::uint64_t>(
+      m.n_ctx > 0 ? m.n_ctx : UINT32_MAX, m.kv_capacity_tokens > 0 ? m.kv_capacity_tokens : UINT32_MAX);
   if (prompt.size() + static_cast<std::uint64_t>(std::max(1, submit.sampling.max_tokens)) > longest) {
     end_request(ctx, r.sequence, FinishReason::error, RequestError::prompt_too_long,
                 fmt::format("{} prompt tokens and max_tokens {} exceed the {} tokens a sequence may have here",
@@ -266,6 +317,9 @@ void Scheduler::on_submit(Context& ctx, const Message& message, const Submit& su
   r.decoder.emplace(*m.tokenizer, model::DecodeOptions{false, false});
   r.stops.emplace(model::StopMatcher::for_request(r.sampling, m.stop_tokens));
   waiting_.push_back(r.sequence);
+  // A model that is not loaded is asked for; the request waits for it (or for the answer that
+  // it cannot be loaded).
+  if (m.state == ModelState::unloaded) request_load(ctx, m);
   schedule(ctx);
 }
 
@@ -295,28 +349,174 @@ void Scheduler::on_executor_report(Context& ctx, const ExecutorReport& report) {
   executor_slots_ = report.slots;
   pool_ = report.pool;
   if (!executor_ready_) {
-    auto it = std::find_if(report.models.begin(), report.models.end(),
-                           [&](const ModelInfo& info) { return info.name == model_->name; });
-    if (it == report.models.end() || it->kv_pages == 0 || it->page_size == 0) {
-      spdlog::error("{}: the executor does not serve model '{}' (or has no KV pages for it)", ctx.self(),
-                    model_->name);
-    } else {
-      if (!pages_) pages_.emplace(it->kv_pages, it->page_size);
-      kv_capacity_tokens_ = it->kv_pages * it->page_size;
-      if (it->n_ctx > 0) model_->n_ctx = model_->n_ctx > 0 ? std::min(model_->n_ctx, it->n_ctx) : it->n_ctx;
-      executor_ready_ = true;
-      spdlog::info("{}: executor ready on {}: model {}, {} KV pages of {} tokens", ctx.self(), report.device,
-                   model_->name, it->kv_pages, it->page_size);
+    // The models the executor loaded at its start; the rest load through the enforcer.
+    for (const ModelInfo& info : report.models) {
+      auto it = models_.find(info.name);
+      if (it == models_.end()) {
+        spdlog::warn("{}: the executor has model '{}', which this scheduler is not configured for", ctx.self(),
+                     info.name);
+        continue;
+      }
+      serve_model(*it->second, info);
+    }
+    executor_ready_ = true;
+    spdlog::info("{}: executor ready on {} with {} of {} models loaded", ctx.self(), report.device,
+                 report.models.size(), models_.size());
+    for (auto& [name, model] : models_) {
+      const bool wanted = std::any_of(waiting_.begin(), waiting_.end(),
+                                      [&](std::uint64_t seq) { return requests_.at(seq)->model == model.get(); });
+      if (wanted && model->state == ModelState::unloaded) request_load(ctx, *model);
     }
   }
   answer_status(ctx);
   schedule(ctx);
 }
 
+// ---- the model pool -------------------------------------------------------------------------
+
+void Scheduler::serve_model(ServedModel& m, const ModelInfo& info) {
+  if (info.kv_pages == 0 || info.page_size == 0) {
+    spdlog::error("scheduler: the executor has no KV pages for model '{}'", m.name);
+    return;
+  }
+  if (!m.pages) m.pages.emplace(info.kv_pages, info.page_size);
+  m.kv_capacity_tokens = info.kv_pages * info.page_size;
+  if (info.n_ctx > 0) m.n_ctx = m.n_ctx > 0 ? std::min(m.n_ctx, info.n_ctx) : info.n_ctx;
+  m.state = ModelState::loaded;
+  m.load_requested = false;
+  spdlog::info("scheduler: serving model {}: {} KV pages of {} tokens", m.name, info.kv_pages, info.page_size);
+}
+
+void Scheduler::request_load(Context& ctx, ServedModel& m) {
+  if (m.load_requested) return;
+  if (config_.enforcer.empty()) {
+    fail_waiting(ctx, m, RequestError::unavailable,
+                 "model " + m.name + " is not loaded and this server loads no models on demand");
+    return;
+  }
+  if (const SendStatus sent = ctx.send(config_.enforcer, LoadRequest{m.name}); sent != SendStatus::sent) {
+    fail_waiting(ctx, m, RequestError::busy,
+                 sent == SendStatus::unknown_actor ? "no memory enforcer is configured to load " + m.name
+                                                   : "the memory enforcer is busy: try again later");
+    return;
+  }
+  m.load_requested = true;
+  m.state = ModelState::loading;
+}
+
+// Ends every waiting request of the model (none of them has pages or executor state).
+void Scheduler::fail_waiting(Context& ctx, ServedModel& m, RequestError error, const std::string& why) {
+  std::vector<std::uint64_t> theirs;
+  for (std::uint64_t seq : waiting_) {
+    if (requests_.at(seq)->model == &m) theirs.push_back(seq);
+  }
+  for (std::uint64_t seq : theirs) end_request(ctx, seq, FinishReason::error, error, why);
+}
+
+void Scheduler::on_model_loaded(Context& ctx, const ModelLoaded& loaded) {
+  auto it = models_.find(loaded.model);
+  if (it == models_.end()) return;
+  ServedModel& m = *it->second;
+  if (!loaded.ok) {
+    m.state = ModelState::unloaded;
+    m.load_requested = false;
+    fail_waiting(ctx, m, RequestError::model_failed, "model " + m.name + " could not be loaded: " + loaded.error);
+    return;
+  }
+  serve_model(m, loaded.info);
+  schedule(ctx);
+}
+
+void Scheduler::on_load_answer(Context& ctx, const LoadAnswer& answer) {
+  auto it = models_.find(answer.model);
+  if (it == models_.end()) return;
+  ServedModel& m = *it->second;
+  m.load_requested = false;
+  const auto outcome = static_cast<LoadOutcome>(answer.outcome);
+  if (outcome == LoadOutcome::loaded) {
+    schedule(ctx);  // its ModelLoaded came first and made it servable
+    return;
+  }
+  if (m.state == ModelState::loading) m.state = ModelState::unloaded;
+  RequestError error = RequestError::model_failed;
+  std::string why = "model " + m.name + " cannot be loaded: " + answer.message;
+  if (outcome == LoadOutcome::insufficient_memory) {
+    error = RequestError::insufficient_memory;
+    why = fmt::format("model {} does not fit in memory: it needs {} bytes, {} of the ceiling's {} are available "
+                      "(pinned: {})",
+                      m.name, answer.needed_bytes, answer.available_bytes, answer.ceiling_bytes,
+                      answer.pinned.empty() ? std::string("none") : fmt::format("{}", fmt::join(answer.pinned, ", ")));
+  } else if (outcome == LoadOutcome::unknown_model) {
+    error = RequestError::unknown_model;
+  } else if (outcome == LoadOutcome::shutting_down) {
+    error = RequestError::shutting_down;
+  }
+  fail_waiting(ctx, m, error, why);
+}
+
+// The enforcer unloads the model: every request of it ends now, nothing more of it is planned, and
+// ModelDrained answers once no step of it is in flight (the executor may then free it).
+void Scheduler::on_abort_model(Context& ctx, const AbortModel& abort) {
+  auto it = models_.find(abort.model);
+  if (it == models_.end()) {
+    // Nothing of it here: drained already.
+    ctx.send(config_.enforcer.empty() ? std::string("enforcer") : config_.enforcer, ModelDrained{abort.model, 0});
+    return;
+  }
+  ServedModel& m = *it->second;
+  m.state = ModelState::draining;
+  std::vector<std::uint64_t> theirs;
+  for (const auto& [seq, request] : requests_) {
+    if (request->model == &m) theirs.push_back(seq);
+  }
+  for (std::uint64_t seq : theirs) {
+    end_request(ctx, seq, FinishReason::abort, RequestError::none,
+                abort.reason.empty() ? "model " + m.name + " was unloaded" : abort.reason);
+  }
+  m.drain_pending = true;
+  drained_counts_[m.name] += static_cast<std::uint32_t>(theirs.size());
+  answer_drained(ctx);
+}
+
+// ModelDrained for every draining model no step in flight still computes.
+void Scheduler::answer_drained(Context& ctx) {
+  for (auto& [name, model] : models_) {
+    if (!model->drain_pending) continue;
+    if (in_flight_ && in_flight_->model == name) continue;
+    model->drain_pending = false;
+    ctx.send(config_.enforcer.empty() ? std::string("enforcer") : config_.enforcer,
+             ModelDrained{name, drained_counts_[name]});
+    drained_counts_.erase(name);
+  }
+}
+
+void Scheduler::on_model_unloaded(Context& ctx, const ModelUnloaded& unloaded) {
+  auto it = models_.find(unloaded.model);
+  if (it == models_.end()) return;
+  ServedModel& m = *it->second;
+  m.pages.reset();
+  m.kv_capacity_tokens = 0;
+  m.state = ModelState::unloaded;
+  m.load_requested = false;
+  // Requests that came for it while it drained load it again.
+  const bool wanted = std::any_of(waiting_.begin(), waiting_.end(),
+                                  [&](std::uint64_t seq) { return requests_.at(seq)->model == &m; });
+  if (wanted) request_load(ctx, m);
+}
+
+// The enforcer learns which models are idle from these: sent when a model's open requests go from
+// none to some or back.
+void Scheduler::usage_changed(Context& ctx, ServedModel& m, int delta) {
+  const std::uint32_t before = m.open_requests;
+  m.open_requests = static_cast<std::uint32_t>(static_cast<int>(m.open_requests) + delta);
+  if (config_.enforcer.empty() || (before > 0) == (m.open_requests > 0)) return;
+  ctx.send(config_.enforcer, ModelUsage{m.name, m.open_requests, ctx.now_ns()});
+}
+
 // ---- planning -------------------------------------------------------------------------------
 
 void Scheduler::preempt(Request& r) {
-  pages_->release(r.sequence);
+  r.model->pages->release(r.sequence);
   r.computed = 0;
   r.running = false;
   std::erase(running_, r.sequence);
@@ -331,10 +531,15 @@ bool Scheduler::plan_sequence(Request& r, std::uint32_t budget, bool may_preempt
   const auto total = static_cast<std::uint32_t>(r.history.size());
   const std::uint32_t n = std::min(total - r.computed, budget);
   if (n == 0) return false;
-  while (!pages_->reserve(r.sequence, r.computed + n)) {
+  KvPageTable& pages = *r.model->pages;
+  while (!pages.reserve(r.sequence, r.computed + n)) {
     // The newest running sequence gives way; if that is this one, it waits.
     if (!may_preempt || running_.empty()) return false;
-    Request& newest = *requests_.at(running_.back());
+    // Of this model: another model's pages are no use to it.
+    auto newest_it = std::find_if(running_.rbegin(), running_.rend(),
+                                  [&](std::uint64_t seq) { return requests_.at(seq)->model == r.model; });
+    if (newest_it == running_.rend()) return false;
+    Request& newest = *requests_.at(*newest_it);
     if (&newest == &r) return false;
     preempt(newest);
     // Its tokens may already be in this plan: take them out again.
@@ -344,67 +549,97 @@ bool Scheduler::plan_sequence(Request& r, std::uint32_t budget, bool may_preempt
   s.sequence = r.sequence;
   s.position = r.computed;
   s.tokens.assign(r.history.begin() + r.computed, r.history.begin() + r.computed + n);
-  s.block_table = pages_->block_table(r.sequence);
+  s.block_table = pages.block_table(r.sequence);
   s.output = r.computed + n == total;
   plan.sequences.push_back(std::move(s));
   return true;
 }
 
-void Scheduler::schedule(Context& ctx) {
-  if (in_flight_ || !executor_ready_ || !pages_) return;
-  StepPlan plan;
-  plan.model = model_->name;
-  std::uint32_t budget = config_.token_budget;
-
-  // Running sequences first, oldest first: each decodes a token or continues its prompt.
-  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Request& r = *requests_.at(running_[i]);
-    if (!r.running) continue;  // preempted by an older one's page needs during this plan
-    if (!plan_sequence(r, budget, true, plan)) {
-      if (!r.running) break;
-      preempt(r);  // no pages even after every newer one gave way
-      break;
-    }
-    budget -= static_cast<std::uint32_t>(plan.sequences.back().tokens.size());
+// The model the next step is for: of the servable models with work, the first after the last
+// one stepped (so two busy models take turns, step by step); nullptr when none has work.
+Scheduler::ServedModel* Scheduler::next_model_to_step() {
+  std::vector<ServedModel*> busy;
+  for (auto& [name, model] : models_) {
+    if (!model->served()) continue;
+    const bool has_work = std::any_of(running_.begin(), running_.end(),
+                                      [&](std::uint64_t seq) { return requests_.at(seq)->model == model.get(); }) ||
+                          std::any_of(waiting_.begin(), waiting_.end(),
+                                      [&](std::uint64_t seq) { return requests_.at(seq)->model == model.get(); });
+    if (has_work) busy.push_back(model.get());
   }
-  // Then waiting ones, first come first served, while budget and the sequence limit allow.
-  while (!waiting_.empty() && budget > 0 && running_.size() < config_.max_sequences) {
-    Request& r = *requests_.at(waiting_.front());
-    const auto longest = static_cast<std::uint64_t>(r.prompt_tokens) + static_cast<std::uint64_t>(r.sampling.max_tokens);
-    if (longest > kv_capacity_tokens_) {
-      waiting_.pop_front();
-      end_request(ctx, r.sequence, FinishReason::error, RequestError::prompt_too_long,
-                  fmt::format("{} prompt tokens and max_tokens {} do not fit in the KV cache's {} tokens",
-                              r.prompt_tokens, r.sampling.max_tokens, kv_capacity_tokens_));
-      continue;
+  if (busy.empty()) return nullptr;
+  for (ServedModel* model : busy) {
+    if (model->name > last_stepped_) return model;
+  }
+  return busy.front();
+}
+
+void Scheduler::schedule(Context& ctx) {
+  if (in_flight_ || !executor_ready_) return;
+  ServedModel* chosen = next_model_to_step();
+  StepPlan plan;
+  std::uint32_t budget = config_.token_budget;
+  if (chosen != nullptr) {
+    ServedModel& m = *chosen;
+    plan.model = m.name;
+    // Running sequences first, oldest first: each decodes a token or continues its prompt.
+    for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      Request& r = *requests_.at(running_[i]);
+      if (r.model != &m) continue;
+      if (!r.running) continue;  // preempted by an older one's page needs during this plan
+      if (!plan_sequence(r, budget, true, plan)) {
+        if (!r.running) break;
+        preempt(r);  // no pages even after every newer one gave way
+        break;
+      }
+      budget -= static_cast<std::uint32_t>(plan.sequences.back().tokens.size());
     }
-    // Waiting sequences hold no pages (preemption and a failed admission release them), so each
-    // admission starts from the prefix cache.
-    const std::uint32_t reused = pages_->begin(r.sequence, model_->key, r.history);
-    r.computed = reused;
-    // A waiting sequence never preempts a running one: it waits for pages instead.
-    if (!plan_sequence(r, budget, false, plan)) {
-      pages_->release(r.sequence);  // gives back the prefix pages it took, until its turn
-      r.computed = 0;
-      break;
+    // Then waiting ones, first come first served, while budget and the sequence limit allow.
+    for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 && running_.size() < config_.max_sequences;) {
+      Request& r = *requests_.at(*it);
+      if (r.model != &m) {
+        ++it;
+        continue;
+      }
+      const auto longest =
+          static_cast<std::uint64_t>(r.prompt_tokens) + static_cast<std::uint64_t>(r.sampling.max_tokens);
+      if (longest > m.kv_capacity_tokens) {
+        it = waiting_.erase(it);
+        end_request(ctx, r.sequence, FinishReason::error, RequestError::prompt_too_long,
+                    fmt::format("{} prompt tokens and max_tokens {} do not fit in the KV cache's {} tokens",
+                                r.prompt_tokens, r.sampling.max_tokens, m.kv_capacity_tokens));
+        continue;
+      }
+      // Waiting sequences hold no pages (preemption and a failed admission release them), so
+      // each admission starts from the prefix cache.
+      const std::uint32_t reused = m.pages->begin(r.sequence, m.key, r.history);
+      r.computed = reused;
+      // A waiting sequence never preempts a running one: it waits for pages instead.
+      if (!plan_sequence(r, budget, false, plan)) {
+        m.pages->release(r.sequence);  // gives back the prefix pages it took, until its turn
+        r.computed = 0;
+        break;
+      }
+      prefix_hit_tokens_ += reused;
+      it = waiting_.erase(it);
+      r.running = true;
+      running_.push_back(r.sequence);
+      if (!r.admitted_once) {
+        r.admitted_once = true;
+        r.scheduled_ns = ctx.now_ns();
+        r.cached_tokens = std::min(reused, r.prompt_tokens);
+      }
+      if (!r.executor_has_it) {
+        plan.starts.push_back({r.sequence, r.sampling, {r.history.begin(), r.history.begin() + r.prompt_tokens}});
+        r.executor_has_it = true;
+      }
+      budget -= static_cast<std::uint32_t>(plan.sequences.back().tokens.size());
     }
-    prefix_hit_tokens_ += reused;
-    waiting_.pop_front();
-    r.running = true;
-    running_.push_back(r.sequence);
-    if (!r.admitted_once) {
-      r.admitted_once = true;
-      r.scheduled_ns = ctx.now_ns();
-      r.cached_tokens = std::min(reused, r.prompt_tokens);
-    }
-    if (!r.executor_has_it) {
-      plan.starts.push_back({r.sequence, r.sampling, {r.history.begin(), r.history.begin() + r.prompt_tokens}});
-      r.executor_has_it = true;
-    }
-    budget -= static_cast<std::uint32_t>(plan.sequences.back().tokens.size());
   }
 
   if (plan.sequences.empty() && to_release_.empty()) return;
+  if (plan.sequences.empty()) plan.model.clear();  // only releases: for no model in particular
+  if (!plan.model.empty()) last_stepped_ = plan.model;
   plan.step = next_step_++;
   plan.released = std::move(to_release_);
   to_release_.clear();
@@ -440,8 +675,11 @@ void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
     if (result.kv_lost) {
       // Nothing computed survives: every running sequence starts over, and no page is shared.
       for (std::uint64_t sequence : std::vector<std::uint64_t>(running_)) preempt(*requests_.at(sequence));
-      const auto stats = pages_->stats();
-      pages_.emplace(stats.total, pages_->page_size());
+      for (auto& [name, model] : models_) {
+        if (!model->pages) continue;
+        const auto stats = model->pages->stats();
+        model->pages.emplace(stats.total, model->pages->page_size());
+      }
     }
   } else {
     for (const auto& s : plan.sequences) {
@@ -449,7 +687,7 @@ void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
       if (it == requests_.end()) continue;  // ended while the step ran
       Request& r = *it->second;
       r.computed = s.position + static_cast<std::uint32_t>(s.tokens.size());
-      pages_->computed(r.sequence, std::span<const std::int32_t>(r.history.data(), r.computed));
+      r.model->pages->computed(r.sequence, std::span<const std::int32_t>(r.history.data(), r.computed));
     }
     for (const auto& output : result.tokens) {
       auto it = requests_.find(output.sequence);
@@ -457,13 +695,14 @@ void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
       deliver_token(ctx, *it->second, output);
     }
   }
+  answer_drained(ctx);
   schedule(ctx);
 }
 
 void Scheduler::deliver_token(Context& ctx, Request& r, const OutputToken& output) {
   if (r.first_token_ns == 0) r.first_token_ns = ctx.now_ns();
   r.history.push_back(output.token);
-  const model::Tokenizer& tokenizer = *model_->tokenizer;
+  const model::Tokenizer& tokenizer = *r.model->tokenizer;
   std::string text = tokenizer.ends_generation(output.token) ? std::string{} : r.decoder->push(output.token);
   model::StopStep step = r.stops->push(output.token, text);
   TokenEvent event;
@@ -474,7 +713,7 @@ void Scheduler::deliver_token(Context& ctx, Request& r, const OutputToken& outpu
   if (step.finish) {
     end_request(ctx, r.sequence, *step.finish == model::FinishReason::stop ? FinishReason::stop : FinishReason::length,
                 RequestError::none, {}, step.stop_string);
-  } else if (model_->n_ctx > 0 && r.history.size() >= model_->n_ctx) {
+  } else if (r.model->n_ctx > 0 && r.history.size() >= r.model->n_ctx) {
     end_request(ctx, r.sequence, FinishReason::length, RequestError::none, "the model's context is full");
   }
 }
@@ -487,7 +726,10 @@ void Scheduler::end_request(Context& ctx, std::uint64_t sequence, FinishReason f
   Request& r = *it->second;
   std::erase(waiting_, sequence);
   std::erase(running_, sequence);
-  if (pages_) pages_->release(sequence);
+  if (r.model != nullptr) {
+    if (r.model->pages) r.model->pages->release(sequence);
+    usage_changed(ctx, *r.model, -1);
+  }
   if (r.executor_has_it) to_release_.push_back(sequence);
 
   FinalEvent final;
@@ -534,7 +776,7 @@ void Scheduler::answer_status(Context& ctx) {
 
 StatusReport Scheduler::status() const {
   StatusReport s;
-  s.models = {model_->name};
+  for (const auto& [name, model] : models_) s.models.push_back(name);
   s.requests = static_cast<std::uint32_t>(requests_.size());
   s.waiting = static_cast<std::uint32_t>(waiting_.size());
   s.running = static_cast<std::uint32_t>(running_.size());
@@ -543,12 +785,13 @@ StatusReport Scheduler::status() const {
   s.preemptions = preemptions_;
   s.computed_tokens = computed_tokens_;
   s.prefix_hit_tokens = prefix_hit_tokens_;
-  if (pages_) {
-    const PageTableStats p = pages_->stats();
-    s.kv_pages = p.total;
-    s.kv_pages_in_use = p.in_use;
-    s.kv_pages_cached = p.cached;
-    s.kv_references = p.references;
+  for (const auto& [name, model] : models_) {
+    if (!model->pages) continue;
+    const PageTableStats p = model->pages->stats();
+    s.kv_pages += p.total;
+    s.kv_pages_in_use += p.in_use;
+    s.kv_pages_cached += p.cached;
+    s.kv_references += p.references;
   }
   s.executor_slots = executor_slots_;
   s.executor_ready = executor_ready_;
@@ -570,6 +813,7 @@ void Scheduler::on_timer(Context& ctx) {
     end_request(ctx, s.sequence, FinishReason::error, RequestError::unavailable,
                 "the executor did not answer within " + std::to_string(config_.step_timeout_ms) + " ms");
   }
+  answer_drained(ctx);
   ctx.send(config_.executor, ExecutorQuery{false});
 }
 

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,17 +36,23 @@
 namespace mqlm::actors {
 
 struct SchedulerConfig {
-  std::string model_path;            // GGUF: its vocabulary, chat template and context length
-  std::string model_name;            // default: the file name without .gguf
+  // The models it serves, by id: each GGUF's vocabulary, chat template and context length are
+  // read when the scheduler is built. Which are loaded it learns from the executor's report at
+  // start and from the ModelLoaded / ModelUnloaded messages the enforcer forwards.
+  std::map<std::string, std::filesystem::path> models;
+  std::string default_model;         // what a Submit with no model gets (default: the first id)
   std::string executor = "executor";
+  std::string enforcer;              // asked to load a model a request needs; "": none (then only
+                                     // the models loaded at start are served)
   std::uint32_t max_sequences = 64;  // running at once
   std::uint32_t token_budget = 512;  // tokens computed per step, decode and prefill together
   std::uint32_t max_waiting = 4096;  // queued requests; beyond, new ones are told busy
   std::uint32_t step_timeout_ms = 30000;  // a step unanswered this long fails its requests
 };
 
-// Options: model=PATH (required), name=, executor=, max_sequences=, token_budget=, max_waiting=,
-// step_timeout_ms=. Throws std::invalid_argument naming a bad one.
+// Options: model=PATH and name=ID (one model), or models=ID=PATH;ID2=PATH2 and default_model=ID;
+// executor=, enforcer=, max_sequences=, token_budget=, max_waiting=, step_timeout_ms=. Throws
+// std::invalid_argument naming a bad one.
 SchedulerConfig scheduler_config(const ActorOptions& options);
 std::unique_ptr<Actor> make_scheduler(const ActorOptions& options);
 
@@ -58,8 +65,9 @@ class Scheduler final : public Actor {
   void on_message(Context& ctx, messages::Message& message) override;
   void on_stop(Context& ctx) override;
 
+  struct ServedModel;  // what it knows of one configured model (scheduler.cpp)
+
  private:
-  struct ServedModel;
   struct Request;
 
   void on_submit(Context& ctx, const messages::Message& message, const messages::Submit& submit);
@@ -68,6 +76,17 @@ class Scheduler final : public Actor {
   void on_executor_report(Context& ctx, const messages::ExecutorReport& report);
   void on_step_result(Context& ctx, const messages::StepResult& result);
   void on_timer(Context& ctx);
+  // The model pool: the enforcer's answers and what it forwards from the executor.
+  void on_model_loaded(Context& ctx, const messages::ModelLoaded& loaded);
+  void on_model_unloaded(Context& ctx, const messages::ModelUnloaded& unloaded);
+  void on_load_answer(Context& ctx, const messages::LoadAnswer& answer);
+  void on_abort_model(Context& ctx, const messages::AbortModel& abort);
+  void serve_model(ServedModel& model, const messages::ModelInfo& info);
+  void request_load(Context& ctx, ServedModel& model);
+  void fail_waiting(Context& ctx, ServedModel& model, messages::RequestError error, const std::string& why);
+  void usage_changed(Context& ctx, ServedModel& model, int delta);
+  void answer_drained(Context& ctx);
+  ServedModel* next_model_to_step();
 
   // Prompt tokens for a submit, or the error that rejects it.
   std::optional<std::string> prompt_for(const ServedModel& model, const messages::Submit& submit,
@@ -84,9 +103,10 @@ class Scheduler final : public Actor {
   void answer_status(Context& ctx);
 
   SchedulerConfig config_;
-  std::unique_ptr<ServedModel> model_;
-  std::optional<KvPageTable> pages_;  // made when the executor says how many it has
-  std::uint32_t kv_capacity_tokens_ = 0;
+  std::map<std::string, std::unique_ptr<ServedModel>> models_;  // every configured model, by id
+  ServedModel* default_model_ = nullptr;
+  std::string last_stepped_;  // the model of the last step: the next goes to another if it can
+  std::map<std::string, std::uint32_t> drained_counts_;  // requests AbortModel ended, until ModelDrained
   bool executor_ready_ = false;
 
   std::map<std::uint64_t, std::unique_ptr<Request>> requests_;           // by sequence id

@@ -24,13 +24,14 @@ BufferRange rows_of(const PoolBuffer& buffer, std::uint64_t first_row, std::uint
 
 }  // namespace
 
-GpuKvCache::GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t pages, std::uint32_t page_size)
+GpuKvCache::GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t pages, std::uint32_t page_size,
+                       std::string_view owner)
     : pages_(pages), page_size_(page_size) {
   if (pages == 0 || page_size == 0) throw std::invalid_argument("a KV cache needs pages of at least one token");
   const VkDeviceSize bytes = VkDeviceSize{pages} * page_size * config.kv_dim() * 2;  // F16
   for (std::uint32_t l = 0; l < config.n_layers; ++l) {
-    keys_.push_back(gpu.pool.allocate(bytes, "kv"));
-    values_.push_back(gpu.pool.allocate(bytes, "kv"));
+    keys_.push_back(gpu.pool.allocate(bytes, owner));
+    values_.push_back(gpu.pool.allocate(bytes, owner));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpu/buffer_pool.hpp"
@@ -32,10 +33,12 @@ struct GpuTensor {
   gpu::PoolBuffer buffer;
 };
 
-// A paged KV cache: per layer, K and V as (pages * page_size, kv_dim) F16.
+// A paged KV cache: per layer, K and V as (pages * page_size, kv_dim) F16, held in the pool
+// under `owner` (an executor serving several models names each cache "kv:<model>").
 class GpuKvCache {
  public:
-  GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t pages, std::uint32_t page_size);
+  GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t pages, std::uint32_t page_size,
+             std::string_view owner = "kv");
   std::uint32_t pages() const { return pages_; }
   std::uint32_t page_size() const { return page_size_; }
   gpu::BufferRange keys(std::uint32_t layer) const { return keys_[layer].range(); }

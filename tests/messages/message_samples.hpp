@@ -94,6 +94,34 @@ inline ExecutorReport sample(std::type_identity<ExecutorReport>) {
 }
 inline Drain sample(std::type_identity<Drain>) { return {true}; }
 inline Drained sample(std::type_identity<Drained>) { return {2000}; }
+inline LoadModel sample(std::type_identity<LoadModel>) { return {"llama3-8b"}; }
+inline ModelLoaded sample(std::type_identity<ModelLoaded>) {
+  return {"tiny", true, "slow disk", {"tiny", 512, 16, 4096, 32000}, 1ULL << 33, sample_pool(), 2'500'000'000};
+}
+inline UnloadModel sample(std::type_identity<UnloadModel>) { return {"tiny"}; }
+inline ModelUnloaded sample(std::type_identity<ModelUnloaded>) {
+  return {"tiny", true, 1ULL << 33, (1ULL << 34) + 5, 1ULL << 26, (1ULL << 34) + 5 - (1ULL << 26),
+          {"weights: injected failure"}, sample_pool(), 40'000'000};
+}
+inline AbortModel sample(std::type_identity<AbortModel>) { return {"tiny", "evicted to load llama3-8b"}; }
+inline ModelDrained sample(std::type_identity<ModelDrained>) { return {"tiny", 8}; }
+inline ModelUsage sample(std::type_identity<ModelUsage>) { return {"tiny", 3, 123'456'789}; }
+inline LoadRequest sample(std::type_identity<LoadRequest>) { return {"qwen"}; }
+inline LoadAnswer sample(std::type_identity<LoadAnswer>) {
+  return {"qwen", static_cast<std::uint8_t>(LoadOutcome::insufficient_memory), "does not fit", 5ULL << 30,
+          1ULL << 30, 8ULL << 30, {"tiny"}, {"other"}};
+}
+inline UnloadRequest sample(std::type_identity<UnloadRequest>) { return {"tiny", true}; }
+inline UnloadAnswer sample(std::type_identity<UnloadAnswer>) {
+  return {"tiny", static_cast<std::uint8_t>(UnloadOutcome::busy), "2 requests use it"};
+}
+inline ModelsQuery sample(std::type_identity<ModelsQuery>) { return {"tiny"}; }
+inline ModelsReport sample(std::type_identity<ModelsReport>) {
+  return {{{"tiny", "/m/tiny.gguf", true, static_cast<std::uint8_t>(ModelState::loaded), 1ULL << 33, 1ULL << 33, 77,
+            2, 3, 2, "weights: injected"}},
+          8ULL << 30, 6ULL << 30, 7ULL << 30, 1ULL << 33, static_cast<std::uint8_t>(Pressure::soft), "all pinned",
+          sample_pool()};
+}
 
 template <typename T>
 T sample() {

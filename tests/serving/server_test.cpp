@@ -386,7 +386,7 @@ TEST(Server, SplitDeploymentServesTheSameOutputAndFailsFastWhenTheBackendDies) {
     args.insert(args.end(), addresses.begin(), addresses.end());
     return serve_args(args);
   };
-  actors::testing::ChildProcess backend(with({"--run", "executor,scheduler"}));
+  actors::testing::ChildProcess backend(with({"--run", "executor,enforcer,scheduler"}));
   wait_for_ready(backend);
   actors::testing::ChildProcess front(with({"--run", "gateway", "--listen", listen}));
   wait_for_ready(front);

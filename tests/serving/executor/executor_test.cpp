@@ -1,6 +1,6 @@
-// The executor against real things: a GGUF model written to disk, lavapipe's Vulkan device and
-// ZeroMQ mailboxes. A test Mailbox named "scheduler" sends StepPlans and ExecutorQueries and
-// reads the answers, as the scheduler will.
+// The executor against real things: GGUF models written to disk, lavapipe's Vulkan device and
+// ZeroMQ mailboxes. A test Mailbox named "scheduler" sends StepPlans and ExecutorQueries (and,
+// as the memory enforcer will, LoadModel and UnloadModel) and reads the answers.
 //
 // Greedy tokens are checked against GpuModel::forward_argmax driven directly with the same
 // batches (the same kernels on the same inputs: the same bits), so they must match exactly.
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <thread>
 
@@ -48,13 +49,56 @@ model::gguf::ModelShape tiny_shape() {
   return shape;
 }
 
+// A second model, for the tests of several models: another vocabulary, context and weights.
+constexpr std::uint32_t kVocabB = 300;
+constexpr std::uint32_t kContextB = 128;
+
+model::gguf::ModelShape tiny_shape_b() {
+  model::gguf::ModelShape shape = tiny_shape();
+  shape.vocab = kVocabB;
+  shape.context = kContextB;
+  return shape;
+}
+
+std::filesystem::path temp_file(const std::string& stem) {
+  return std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(getpid()) + ".gguf");
+}
+
+std::filesystem::path write_model(const model::gguf::ModelShape& shape, std::uint64_t seed, const std::string& stem) {
+  const auto path = temp_file(stem);
+  auto made = model::gguf::make_synthetic_model(shape, gpu::WeightType::f32, seed, stem);
+  if (auto error = made.writer.write(path)) throw std::runtime_error("cannot write a test model: " + error->message());
+  return path;
+}
+
 // The model file, written once for the whole binary; its name makes the executor's default
 // model name.
 const std::filesystem::path& model_path() {
+  static const std::filesystem::path path = write_model(tiny_shape(), 21, "executor-test");
+  return path;
+}
+
+const std::filesystem::path& model_b_path() {
+  static const std::filesystem::path path = write_model(tiny_shape_b(), 22, "executor-test-b");
+  return path;
+}
+
+// The first half of model A's file: a GGUF header whose tensors run past the end of the file.
+const std::filesystem::path& truncated_model_path() {
   static const std::filesystem::path path = [] {
-    auto p = std::filesystem::temp_directory_path() / ("executor-test-" + std::to_string(getpid()) + ".gguf");
-    auto made = model::gguf::make_synthetic_model(tiny_shape(), gpu::WeightType::f32, 21, "executor-test");
-    if (auto error = made.writer.write(p)) throw std::runtime_error("cannot write the test model: " + error->message());
+    const auto p = temp_file("executor-test-truncated");
+    std::filesystem::copy_file(model_path(), p, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(p, std::filesystem::file_size(p) / 2);
+    return p;
+  }();
+  return path;
+}
+
+// Not a GGUF file at all.
+const std::filesystem::path& garbage_model_path() {
+  static const std::filesystem::path path = [] {
+    const auto p = temp_file("executor-test-garbage");
+    std::ofstream(p) << "this is not a GGUF file";
     return p;
   }();
   return path;
@@ -64,21 +108,32 @@ std::string model_name() { return model_path().stem().string(); }
 
 class RemoveModelFile : public ::testing::Environment {
  public:
-  void TearDown() override { std::filesystem::remove(model_path()); }
+  void TearDown() override {
+    for (const auto& path : {model_path(), model_b_path(), truncated_model_path(), garbage_model_path()}) {
+      std::filesystem::remove(path);
+    }
+  }
 };
 const auto* const remove_model_file = ::testing::AddGlobalTestEnvironment(new RemoveModelFile);
+
+ActorOptions with_cache_shape(ActorOptions options) {
+  options.try_emplace("kv_pages", std::to_string(kPages));
+  options.try_emplace("page_size", std::to_string(kPageSize));
+  return options;
+}
 
 // An executor in its own thread and the "scheduler" mailbox that talks to it.
 class Rig {
  public:
-  explicit Rig(ActorOptions extra = {}) {
+  struct OptionsAsGiven {};
+  // The executor of model_path() (model=PATH), with `extra` added or replacing options.
+  explicit Rig(ActorOptions extra = {}) : Rig(OptionsAsGiven{}, with_model(std::move(extra))) {}
+  // An executor with these options, and the test's KV cache shape unless they give another.
+  Rig(OptionsAsGiven, ActorOptions given) {
+    const ActorOptions options = with_cache_shape(std::move(given));
     topology_.add("executor");
     topology_.add("scheduler");
     auto frozen = std::make_shared<const Topology>(topology_);
-    ActorOptions options{{"model", model_path().string()},
-                         {"kv_pages", std::to_string(kPages)},
-                         {"page_size", std::to_string(kPageSize)}};
-    for (auto& [key, value] : extra) options.insert_or_assign(key, value);
     mailbox_ = std::make_unique<Mailbox>(context_, frozen, "scheduler");
     executor_ = std::make_unique<ActorThread>(context_, frozen, "executor", make_executor(options));
     executor_->start();
@@ -97,8 +152,21 @@ class Rig {
     mailbox_->send("executor", ExecutorQuery{trim});
     return receive<ExecutorReport>();
   }
+  ModelLoaded load(const std::string& model) {
+    mailbox_->send("executor", LoadModel{model});
+    return receive<ModelLoaded>();
+  }
+  ModelUnloaded unload(const std::string& model) {
+    mailbox_->send("executor", UnloadModel{model});
+    return receive<ModelUnloaded>();
+  }
 
  private:
+  static ActorOptions with_model(ActorOptions extra) {
+    extra.try_emplace("model", model_path().string());
+    return extra;
+  }
+
   template <class T>
   T receive() {
     auto message = mailbox_->receive(std::chrono::seconds(60));
@@ -134,12 +202,15 @@ model::SamplingParams greedy() {
 
 // Starts the sequences and prefills their prompts in one plan, then decodes them together one
 // token per plan, feeding back what was sampled; every output is kept, per sequence.
+// model: the plan's model ("" : the executor's only one).
 std::vector<std::vector<OutputToken>> generate(Rig& rig, const std::vector<Sequence>& seqs,
-                                               const model::SamplingParams& params, int count) {
+                                               const model::SamplingParams& params, int count,
+                                               const std::string& model = "") {
   std::vector<std::vector<OutputToken>> out(seqs.size());
   for (int k = 0; k < count; ++k) {
     StepPlan plan;
     plan.step = rig.next_step();
+    plan.model = model;
     for (const Sequence& s : seqs) {
       const auto prompt_size = static_cast<std::uint32_t>(s.prompt.size());
       if (k == 0) {
@@ -169,8 +240,9 @@ std::vector<std::int32_t> tokens_of(const std::vector<OutputToken>& outputs) {
 }
 
 // The same generation with GpuModel::forward_argmax called directly on the test's own device.
-std::vector<std::int32_t> direct_greedy(const Sequence& s, int count) {
-  auto opened = model::gguf::GgufFile::open(model_path());
+std::vector<std::int32_t> direct_greedy(const Sequence& s, int count,
+                                        const std::filesystem::path& path = model_path()) {
+  auto opened = model::gguf::GgufFile::open(path);
   const auto& file = std::get<model::gguf::GgufFile>(opened);
   const auto config = std::get<model::LlamaConfig>(model::read_llama_config(file));
   auto& g = gpu::testing::shared_gpu();
@@ -191,6 +263,19 @@ std::vector<std::int32_t> direct_greedy(const Sequence& s, int count) {
   return tokens;
 }
 
+// What the pool holds of a model: its tensors as the file stores them, and its KV cache (K and V,
+// per layer, F16, one row of kv_heads * head_dim per cache slot).
+std::uint64_t weight_bytes(const std::filesystem::path& path) {
+  auto opened = model::gguf::GgufFile::open(path);
+  std::uint64_t bytes = 0;
+  for (const auto& t : std::get<model::gguf::GgufFile>(opened).tensors()) bytes += t.bytes;
+  return bytes;
+}
+
+std::uint64_t kv_bytes(const model::gguf::ModelShape& shape) {
+  return 2ull * shape.layers * kPages * kPageSize * shape.kv_heads * shape.head_dim * 2;
+}
+
 const Sequence kFirst{1, {3, 1, 4, 1, 5, 9}, {7, 2, 30, 11, 5, 63}};
 const Sequence kSecond{2, {270, 8, 100, 0, 42, 42, 17, 250, 6}, {1, 40, 3, 22, 9, 50}};
 
@@ -207,17 +292,12 @@ TEST(ExecutorTest, QueryReportsTheModelsShapeAndThePool) {
   EXPECT_EQ(report.slots, 0u);
   EXPECT_FALSE(report.device.empty());
 
-  auto opened = model::gguf::GgufFile::open(model_path());
-  std::uint64_t weight_bytes = 0;
-  for (const auto& t : std::get<model::gguf::GgufFile>(opened).tensors()) weight_bytes += t.bytes;
   const auto& owners = report.pool.active_by_owner;
   ASSERT_TRUE(owners.contains("weights:" + m.name));
-  EXPECT_GE(owners.at("weights:" + m.name), weight_bytes);
-  // K and V, per layer, F16, one row of kv_heads * head_dim per cache slot.
-  const std::uint64_t kv_bytes = 2ull * tiny_shape().layers * kPages * kPageSize * 64 * 2;
-  ASSERT_TRUE(owners.contains("kv"));
-  EXPECT_GE(owners.at("kv"), kv_bytes);
-  EXPECT_GE(report.pool.active_bytes, weight_bytes + kv_bytes);
+  EXPECT_GE(owners.at("weights:" + m.name), weight_bytes(model_path()));
+  ASSERT_TRUE(owners.contains("kv:" + m.name));
+  EXPECT_GE(owners.at("kv:" + m.name), kv_bytes(tiny_shape()));
+  EXPECT_GE(report.pool.active_bytes, weight_bytes(model_path()) + kv_bytes(tiny_shape()));
   EXPECT_GE(report.pool.held_bytes, report.pool.active_bytes);
 }
 
@@ -416,6 +496,252 @@ TEST(ExecutorTest, OptionsAreCheckedAndAMissingModelFailsTheStart) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/model.gguf"), std::string::npos) << e.what();
   }
+}
+
+
+// ---- several models, loaded and unloaded by message ----------------------------------------
+
+// Models a (model_path()) and b (model_b_path()), neither loaded at start, in a pool of 1 MiB
+// blocks: small enough that each model has whole blocks of its own to give back when it goes
+// (in 256 MiB blocks both tiny models would share one, and unloading either would free nothing).
+ActorOptions two_models() {
+  return {{"models", "a=" + model_path().string() + ";b=" + model_b_path().string()}, {"block_mib", "1"}};
+}
+
+std::vector<std::string> names_of(const ExecutorReport& report) {
+  std::vector<std::string> names;
+  for (const ModelInfo& m : report.models) names.push_back(m.name);
+  return names;
+}
+
+std::uint64_t owned(const PoolStatsWire& pool, const std::string& owner) {
+  auto it = pool.active_by_owner.find(owner);
+  return it == pool.active_by_owner.end() ? 0 : it->second;
+}
+
+// Starts `s` on `model` and prefills its prompt, asking for its first token.
+StepPlan prefill(Rig& rig, const Sequence& s, const std::string& model) {
+  StepPlan plan;
+  plan.step = rig.next_step();
+  plan.model = model;
+  plan.starts.push_back({s.id, greedy(), s.prompt});
+  plan.sequences.push_back({s.id, 0, s.prompt, table_for(s, s.prompt.size()), true});
+  return plan;
+}
+
+Sequence renamed(Sequence s, std::uint64_t id) {
+  s.id = id;
+  return s;
+}
+
+TEST(ExecutorModelsTest, ModelsAreLoadedServedAndUnloadedByMessage) {
+  Rig rig(Rig::OptionsAsGiven{}, two_models());
+  const ExecutorReport empty = rig.query(true);
+  EXPECT_TRUE(empty.models.empty());
+  EXPECT_FALSE(empty.device.empty());
+
+  const ModelLoaded a = rig.load("a");
+  ASSERT_TRUE(a.ok) << a.error;
+  EXPECT_EQ(a.model, "a");
+  EXPECT_EQ(a.info.name, "a");
+  EXPECT_EQ(a.info.kv_pages, kPages);
+  EXPECT_EQ(a.info.page_size, kPageSize);
+  EXPECT_EQ(a.info.n_ctx, kContext);
+  EXPECT_EQ(a.info.n_vocab, kVocab);
+  EXPECT_GE(a.bytes, weight_bytes(model_path()) + kv_bytes(tiny_shape()));
+  EXPECT_EQ(a.bytes, owned(a.pool, "weights:a") + owned(a.pool, "kv:a"));
+  EXPECT_EQ(a.pool.active_bytes, a.bytes);  // nothing else is allocated
+  EXPECT_EQ(a.pool.cached_bytes, 0u);       // the upload's staging memory was trimmed
+  EXPECT_GT(a.pool.held_bytes, empty.pool.held_bytes);
+  EXPECT_GT(a.load_ns, 0);
+
+  const auto expected_a = direct_greedy(kFirst, 8);
+  EXPECT_EQ(tokens_of(generate(rig, {kFirst}, greedy(), 8, "a")[0]), expected_a);
+
+  const ModelLoaded again = rig.load("a");  // already loaded: the same figures, nothing uploaded
+  ASSERT_TRUE(again.ok) << again.error;
+  EXPECT_EQ(again.bytes, a.bytes);
+  EXPECT_EQ(again.info.n_vocab, kVocab);
+  EXPECT_EQ(again.load_ns, 0);
+  EXPECT_EQ(again.pool.active_bytes, a.pool.active_bytes);  // the steps' scratch is cached, not active
+
+  const ModelLoaded b = rig.load("b");
+  ASSERT_TRUE(b.ok) << b.error;
+  EXPECT_EQ(b.info.name, "b");
+  EXPECT_EQ(b.info.n_ctx, kContextB);
+  EXPECT_EQ(b.info.n_vocab, kVocabB);
+  EXPECT_GE(b.bytes, weight_bytes(model_b_path()) + kv_bytes(tiny_shape_b()));
+  EXPECT_EQ(owned(b.pool, "weights:a") + owned(b.pool, "kv:a"), a.bytes);  // a is untouched
+  EXPECT_EQ(names_of(rig.query(false)), (std::vector<std::string>{"a", "b"}));
+
+  // The same prompt on b: b's own tokens, as its GpuModel gives them directly.
+  const auto expected_b = direct_greedy(kFirst, 8, model_b_path());
+  EXPECT_NE(expected_b, expected_a);
+  EXPECT_EQ(tokens_of(generate(rig, {renamed(kFirst, 2)}, greedy(), 8, "b")[0]), expected_b);
+
+  // With two loaded, a plan must name its model; and a sequence stays on the model it began on.
+  const StepResult unnamed = rig.step(prefill(rig, renamed(kFirst, 3), ""));
+  EXPECT_EQ(unnamed.error, static_cast<std::uint16_t>(RequestError::internal));
+  EXPECT_NE(unnamed.message.find("names no model"), std::string::npos) << unnamed.message;
+  const Sequence crossing = renamed(kSecond, 6);
+  ASSERT_EQ(rig.step(prefill(rig, crossing, "a")).error, 0u);
+  StepPlan on_other_model;
+  on_other_model.step = rig.next_step();
+  on_other_model.model = "b";
+  on_other_model.sequences.push_back({crossing.id, 0, crossing.prompt, table_for(crossing, 9), false});
+  const StepResult crossed = rig.step(on_other_model);
+  EXPECT_EQ(crossed.error, static_cast<std::uint16_t>(RequestError::internal));
+  EXPECT_NE(crossed.message.find("started on model 'a'"), std::string::npos) << crossed.message;
+  EXPECT_EQ(rig.query(false).slots, 2u);  // sequence 1 on a and 2 on b
+
+  const ModelUnloaded unloaded = rig.unload("a");
+  EXPECT_EQ(unloaded.model, "a");
+  EXPECT_TRUE(unloaded.was_loaded);
+  EXPECT_TRUE(unloaded.problems.empty()) << ::testing::PrintToString(unloaded.problems);
+  EXPECT_EQ(unloaded.model_bytes, a.bytes);
+  EXPECT_GT(unloaded.freed_bytes, 0u);
+  EXPECT_LT(unloaded.held_after, unloaded.held_before);
+  EXPECT_EQ(unloaded.freed_bytes, unloaded.held_before - unloaded.held_after);
+  EXPECT_EQ(unloaded.pool.held_bytes, unloaded.held_after);
+  EXPECT_EQ(owned(unloaded.pool, "weights:a"), 0u);
+  EXPECT_EQ(owned(unloaded.pool, "kv:a"), 0u);
+  EXPECT_EQ(unloaded.pool.active_bytes, b.bytes);
+  EXPECT_EQ(unloaded.pool.cached_bytes, 0u);
+  EXPECT_GT(unloaded.unload_ns, 0);
+  const ExecutorReport after = rig.query(false);
+  EXPECT_EQ(names_of(after), std::vector<std::string>{"b"});
+  EXPECT_EQ(after.slots, 1u);  // a's sequence went with it, b's stays
+
+  const StepResult refused = rig.step(prefill(rig, renamed(kFirst, 4), "a"));
+  EXPECT_EQ(refused.error, static_cast<std::uint16_t>(RequestError::internal));
+  EXPECT_NE(refused.message.find("model 'a' is not loaded"), std::string::npos) << refused.message;
+  EXPECT_TRUE(refused.tokens.empty());
+  EXPECT_EQ(refused.slots, 1u);
+
+  // b serves on as before; the only model loaded, it is the one a plan naming none is for.
+  EXPECT_EQ(tokens_of(generate(rig, {renamed(kFirst, 5)}, greedy(), 8)[0]), expected_b);
+
+  const ModelUnloaded twice = rig.unload("a");
+  EXPECT_EQ(twice.model, "a");
+  EXPECT_FALSE(twice.was_loaded);
+  EXPECT_TRUE(twice.problems.empty());
+  EXPECT_EQ(twice.model_bytes, 0u);
+  EXPECT_EQ(twice.freed_bytes, 0u);
+  EXPECT_EQ(names_of(rig.query(false)), std::vector<std::string>{"b"});
+}
+
+// Nothing but the model holds memory here, so each unload must give back exactly what was held
+// before the first load: a tolerance of a block (256 MiB) would hide a whole leaked tiny model.
+TEST(ExecutorModelsTest, LoadingAndUnloadingTwentyTimesHoldsNoMoreThanBefore) {
+  Rig rig(Rig::OptionsAsGiven{}, {{"models", "a=" + model_path().string()}});
+  const PoolStatsWire baseline = rig.query(true).pool;
+  const auto expected = direct_greedy(kFirst, 3);
+  for (std::uint64_t round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const ModelLoaded loaded = rig.load("a");
+    ASSERT_TRUE(loaded.ok) << loaded.error;
+    EXPECT_GT(loaded.pool.held_bytes, baseline.held_bytes);
+    // A sequence left running: the unload drops it with the model.
+    EXPECT_EQ(tokens_of(generate(rig, {renamed(kFirst, 100 + round)}, greedy(), 3)[0]), expected);
+    const ModelUnloaded unloaded = rig.unload("a");
+    EXPECT_TRUE(unloaded.was_loaded);
+    EXPECT_TRUE(unloaded.problems.empty()) << ::testing::PrintToString(unloaded.problems);
+    EXPECT_EQ(unloaded.held_after, baseline.held_bytes);
+    EXPECT_GE(unloaded.freed_bytes, loaded.bytes);
+    EXPECT_EQ(unloaded.pool.active_bytes, baseline.active_bytes);
+    EXPECT_EQ(unloaded.pool.cached_bytes, 0u);
+  }
+  const ExecutorReport report = rig.query(false);
+  EXPECT_TRUE(report.models.empty());
+  EXPECT_EQ(report.slots, 0u);
+  EXPECT_EQ(report.pool.held_bytes, baseline.held_bytes);
+}
+
+TEST(ExecutorModelsTest, AReleaseThatFailsStillFreesTheWeights) {
+  Rig rig(Rig::OptionsAsGiven{}, {{"models", "a=" + model_path().string()}, {"fail_release", "a"}});
+  const PoolStatsWire baseline = rig.query(true).pool;
+  for (std::uint64_t round = 0; round < 2; ++round) {  // and the model loads again after it
+    SCOPED_TRACE("round " + std::to_string(round));
+    const ModelLoaded loaded = rig.load("a");
+    ASSERT_TRUE(loaded.ok) << loaded.error;
+    generate(rig, {renamed(kFirst, 1 + round)}, greedy(), 2);
+    const ModelUnloaded unloaded = rig.unload("a");
+    EXPECT_TRUE(unloaded.was_loaded);
+    ASSERT_EQ(unloaded.problems.size(), 1u) << ::testing::PrintToString(unloaded.problems);
+    EXPECT_NE(unloaded.problems[0].find("weights"), std::string::npos) << unloaded.problems[0];
+    EXPECT_NE(unloaded.problems[0].find("injected"), std::string::npos) << unloaded.problems[0];
+    EXPECT_EQ(unloaded.model_bytes, loaded.bytes);
+    EXPECT_EQ(unloaded.held_after, baseline.held_bytes);
+    EXPECT_GE(unloaded.freed_bytes, loaded.bytes);
+    EXPECT_EQ(owned(unloaded.pool, "weights:a"), 0u);
+    EXPECT_EQ(unloaded.pool.active_bytes, baseline.active_bytes);
+    const ExecutorReport report = rig.query(false);
+    EXPECT_TRUE(report.models.empty());
+    EXPECT_EQ(report.slots, 0u);
+  }
+}
+
+TEST(ExecutorModelsTest, UnknownMissingAndBrokenModelsAreRefusedAndTheLoadedOneServesOn) {
+  const std::string missing = "/nonexistent/missing.gguf";
+  Rig rig(Rig::OptionsAsGiven{},
+          {{"models", "a=" + model_path().string() + ";truncated=" + truncated_model_path().string() +
+                          ";garbage=" + garbage_model_path().string() + ";missing=" + missing},
+           {"preload", "a"}});
+  const PoolStatsWire before = rig.query(true).pool;
+  ASSERT_EQ(names_of(rig.query(false)), std::vector<std::string>{"a"});
+
+  const ModelLoaded unknown = rig.load("nope");
+  EXPECT_FALSE(unknown.ok);
+  EXPECT_EQ(unknown.model, "nope");
+  for (const char* id : {"'nope'", "a", "truncated", "garbage", "missing"}) {
+    EXPECT_NE(unknown.error.find(id), std::string::npos) << id << " is not in: " << unknown.error;
+  }
+
+  const std::vector<std::pair<std::string, std::string>> broken{
+      {"truncated", truncated_model_path().string()}, {"garbage", garbage_model_path().string()}, {"missing", missing}};
+  for (const auto& [id, path] : broken) {
+    const ModelLoaded refused = rig.load(id);
+    EXPECT_FALSE(refused.ok) << id;
+    EXPECT_NE(refused.error.find("'" + id + "'"), std::string::npos) << refused.error;
+    EXPECT_NE(refused.error.find(path), std::string::npos) << refused.error;
+    EXPECT_EQ(refused.bytes, 0u);
+    EXPECT_EQ(refused.pool.active_bytes, before.active_bytes) << id;  // nothing of it stays
+    EXPECT_EQ(refused.pool.held_bytes, before.held_bytes) << id;
+  }
+  EXPECT_EQ(names_of(rig.query(false)), std::vector<std::string>{"a"});
+  EXPECT_EQ(tokens_of(generate(rig, {kFirst}, greedy(), 4)[0]), direct_greedy(kFirst, 4));
+}
+
+TEST(ExecutorModelsTest, ModelOptionsAreChecked) {
+  const std::string models = "a=" + model_path().string() + ";b=" + model_b_path().string();
+  const std::vector<ActorOptions> bad{
+      {{"models", ""}},
+      {{"models", "a"}},
+      {{"models", "=x.gguf"}},
+      {{"models", "a="}},
+      {{"models", "a=x.gguf;;b=y.gguf"}},
+      {{"models", "a=x.gguf;a=y.gguf"}},
+      {{"models", models}, {"model", "m.gguf"}},
+      {{"models", models}, {"name", "a"}},
+      {{"models", models}, {"preload", "c"}},
+      {{"models", models}, {"preload", "a,,b"}},
+      {{"models", models}, {"fail_release", "c"}},
+      {{"model", "m.gguf"}, {"preload", "other"}},
+      {{"models", models}, {"block_mib", "0"}},
+  };
+  for (const ActorOptions& options : bad) {
+    EXPECT_THROW(make_executor(options), std::invalid_argument) << ::testing::PrintToString(options);
+  }
+  EXPECT_NO_THROW(make_executor({{"models", models}, {"preload", "b,a,b"}, {"fail_release", "a"}}));
+  EXPECT_NO_THROW(make_executor({{"model", "m.gguf"}, {"preload", ""}}));
+  EXPECT_NO_THROW(make_executor({{"model", "m.gguf"}, {"name", "x"}, {"preload", "x"}}));
+
+  // Models that are only configured are not opened at start: a missing file fails its load.
+  Rig rig(Rig::OptionsAsGiven{}, {{"models", "gone=/nonexistent/gone.gguf"}});
+  EXPECT_TRUE(rig.query(false).models.empty());
+  const ModelLoaded gone = rig.load("gone");
+  EXPECT_FALSE(gone.ok);
+  EXPECT_NE(gone.error.find("/nonexistent/gone.gguf"), std::string::npos) << gone.error;
 }
 
 }  // namespace

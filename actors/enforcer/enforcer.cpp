@@ -1,0 +1,746 @@
+#include "actors/enforcer/enforcer.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "model/gguf/gguf_file.hpp"
+#include "model/llama/gguf_model.hpp"
+
+namespace mqlm::actors {
+
+using namespace messages;
+
+std::uint64_t kv_cache_bytes(std::uint32_t layers, std::uint32_t kv_heads, std::uint32_t head_dim,
+                             std::uint32_t kv_pages, std::uint32_t page_size) {
+  constexpr std::uint64_t kKeyAndValue = 2;
+  constexpr std::uint64_t kF16Bytes = 2;
+  return std::uint64_t{layers} * kv_pages * page_size * kv_heads * head_dim * kKeyAndValue * kF16Bytes;
+}
+
+std::variant<std::uint64_t, std::string> estimate_model_bytes(const std::filesystem::path& path,
+                                                              std::uint32_t kv_pages, std::uint32_t page_size) {
+  auto opened = model::gguf::GgufFile::open(path);
+  if (const auto* error = std::get_if<model::gguf::GgufError>(&opened)) {
+    return fmt::format("{}: {}", path.string(), error->message());
+  }
+  const auto& file = std::get<model::gguf::GgufFile>(opened);
+  auto config = model::read_llama_config(file);
+  if (const auto* problem = std::get_if<std::string>(&config)) return fmt::format("{}: {}", path.string(), *problem);
+  const auto& c = std::get<model::LlamaConfig>(config);
+  std::uint64_t tensor_bytes = 0;
+  for (const auto& tensor : file.tensors()) tensor_bytes += tensor.bytes;
+  return tensor_bytes + kv_cache_bytes(c.n_layers, c.n_head_kv, c.head_dim, kv_pages, page_size);
+}
+
+namespace {
+
+constexpr std::uint32_t kSampleTimer = 1;
+// Samples that pass with an ExecutorQuery unanswered before the enforcer asks again anyway: a
+// restarted executor never answers what its dead instance took.
+constexpr std::uint32_t kSamplesBeforeAskingAgain = 5;
+constexpr std::uint64_t kMaxUint32 = std::numeric_limits<std::uint32_t>::max();
+constexpr std::uint64_t kMaxSampleMs = 24ull * 3600 * 1000;
+
+double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+std::string joined(const std::vector<std::string>& ids) {
+  return ids.empty() ? std::string("none") : fmt::format("{}", fmt::join(ids, ", "));
+}
+
+// ---- options ---------------------------------------------------------------------------------
+
+struct ConfiguredModel {
+  std::filesystem::path path;
+  std::uint64_t estimate = 0;  // estimate_model_bytes, read when the enforcer is built
+  bool pinned = false;
+  bool preload = false;
+};
+
+struct EnforcerOptions {
+  std::map<std::string, ConfiguredModel> models;
+  std::uint32_t kv_pages = 1024;
+  std::uint32_t page_size = 16;
+  std::uint64_t ceiling_bytes = 0;  // 0: no ceiling
+  double soft = 0.85;
+  double hard = 0.95;
+  std::string executor = "executor";
+  std::string scheduler = "scheduler";
+  std::uint64_t sample_ms = 1000;
+};
+
+// "a,b,,c" -> {"a", "b", "", "c"}; "a," -> {"a"}; "" -> {}.
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  while (!text.empty()) {
+    const auto at = text.find(separator);
+    parts.push_back(text.substr(0, at));
+    text = at == std::string_view::npos ? std::string_view{} : text.substr(at + 1);
+  }
+  return parts;
+}
+
+// models=ID=PATH;ID2=PATH2, as the executor reads it.
+std::map<std::string, std::filesystem::path> parse_model_list(std::string_view text) {
+  std::map<std::string, std::filesystem::path> models;
+  for (std::string_view entry : split(text, ';')) {
+    const auto equals = entry.find('=');
+    if (equals == std::string_view::npos || equals == 0 || equals + 1 == entry.size()) {
+      throw std::invalid_argument(fmt::format("enforcer option models={}: '{}' is not ID=PATH (a non-empty id "
+                                              "without '=' or ';', then the GGUF file)",
+                                              text, entry));
+    }
+    const std::string id(entry.substr(0, equals));
+    if (!models.emplace(id, std::filesystem::path(entry.substr(equals + 1))).second) {
+      throw std::invalid_argument(fmt::format("enforcer option models={} names model '{}' twice", text, id));
+    }
+  }
+  if (models.empty()) throw std::invalid_argument("enforcer option models= is empty: give ID=PATH;ID2=PATH2");
+  return models;
+}
+
+// The configured ids listed in option `key` (ID,ID2).
+std::vector<std::string> parse_id_list(const ActorOptions& options, const std::string& key,
+                                       const std::map<std::string, ConfiguredModel>& models) {
+  std::vector<std::string> ids;
+  auto it = options.find(key);
+  if (it == options.end()) return ids;
+  for (std::string_view id : split(it->second, ',')) {
+    if (!models.contains(std::string(id))) {
+      std::vector<std::string> configured;
+      for (const auto& [known, model] : models) configured.push_back(known);
+      throw std::invalid_argument(fmt::format("enforcer option {}= names model '{}', which is not configured "
+                                              "(configured: {})",
+                                              key, id, joined(configured)));
+    }
+    ids.emplace_back(id);
+  }
+  return ids;
+}
+
+// A fraction of the ceiling in (0, 1].
+double fraction_option(const ActorOptions& options, const std::string& key, double fallback) {
+  auto it = options.find(key);
+  if (it == options.end()) return fallback;
+  const std::string& text = it->second;
+  double value = 0.0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size() || !(value > 0.0 && value <= 1.0)) {
+    throw std::invalid_argument(fmt::format("enforcer option {}={}: give a fraction of the ceiling above 0 "
+                                            "and at most 1 (e.g. 0.85)",
+                                            key, text));
+  }
+  return value;
+}
+
+std::string peer_option(const ActorOptions& options, const std::string& key) {
+  std::string name = text_option(options, key, key);
+  if (name.empty()) throw std::invalid_argument(fmt::format("enforcer option {}= is empty: name the actor", key));
+  return name;
+}
+
+EnforcerOptions parse_options(const ActorOptions& options) {
+  check_option_names("enforcer", options,
+                     {"models", "pinned", "preload", "kv_pages", "page_size", "ceiling_bytes", "soft", "hard",
+                      "executor", "scheduler", "sample_ms"});
+  if (!options.contains("models")) {
+    throw std::invalid_argument("actor enforcer needs option models=ID=PATH;ID2=PATH2 (the models it admits, "
+                                "as the executor's)");
+  }
+  EnforcerOptions parsed;
+  parsed.kv_pages = static_cast<std::uint32_t>(number_option("enforcer", options, "kv_pages", 1024, 1, kMaxUint32));
+  parsed.page_size = static_cast<std::uint32_t>(number_option("enforcer", options, "page_size", 16, 1, kMaxUint32));
+  parsed.ceiling_bytes = number_option("enforcer", options, "ceiling_bytes", 0);
+  parsed.soft = fraction_option(options, "soft", parsed.soft);
+  parsed.hard = fraction_option(options, "hard", parsed.hard);
+  if (parsed.soft > parsed.hard) {
+    throw std::invalid_argument(fmt::format("enforcer options soft={} and hard={}: soft must not be above hard",
+                                            parsed.soft, parsed.hard));
+  }
+  parsed.executor = peer_option(options, "executor");
+  parsed.scheduler = peer_option(options, "scheduler");
+  parsed.sample_ms = number_option("enforcer", options, "sample_ms", 1000, 1, kMaxSampleMs);
+  for (const auto& [id, path] : parse_model_list(options.at("models"))) {
+    auto estimate = estimate_model_bytes(path, parsed.kv_pages, parsed.page_size);
+    if (const auto* problem = std::get_if<std::string>(&estimate)) {
+      throw std::invalid_argument(fmt::format("enforcer option models=: model '{}' cannot be read: {}", id, *problem));
+    }
+    parsed.models.emplace(id, ConfiguredModel{path, std::get<std::uint64_t>(estimate)});
+  }
+  for (const std::string& id : parse_id_list(options, "pinned", parsed.models)) parsed.models.at(id).pinned = true;
+  for (const std::string& id : parse_id_list(options, "preload", parsed.models)) parsed.models.at(id).preload = true;
+  return parsed;
+}
+
+// ---- the models' states ----------------------------------------------------------------------
+
+// Who sent a LoadRequest, to be answered when the load ends.
+struct Asker {
+  std::string from;
+  std::uint64_t correlation_id = 0;
+  std::uint64_t request_id = 0;
+};
+
+struct ModelEntry {
+  std::string id;
+  ConfiguredModel configured;
+  ModelState state = ModelState::unloaded;
+  std::uint64_t bytes = 0;  // measured while loaded (ModelLoaded, the pool's owners), else the estimate
+  std::int64_t last_used_ns = 0;
+  std::uint32_t requests = 0;
+  std::uint64_t loads = 0;
+  std::uint64_t unloads = 0;
+  std::string last_problem;
+
+  // The unload chain (draining).
+  bool unload_sent = false;  // ModelDrained came and UnloadModel is with the executor
+
+  // A load: loading, or draining with a LoadRequest that came meanwhile (load_wanted).
+  std::vector<Asker> askers;
+  bool load_wanted = false;
+  std::vector<std::string> victims;  // evicted for it and not unloaded yet: LoadModel waits for them
+  std::vector<std::string> evicted;  // every model evicted for it, for the LoadAnswer
+  bool load_sent = false;            // LoadModel is with the executor
+  std::uint64_t admitted = 0;        // admission order: loads waiting for memory start in turn
+
+  bool holds_memory() const { return state == ModelState::loaded || state == ModelState::draining || load_sent; }
+};
+
+std::uint64_t owned_bytes(const PoolStatsWire& pool, const std::string& owner) {
+  auto it = pool.active_by_owner.find(owner);
+  return it == pool.active_by_owner.end() ? 0 : it->second;
+}
+
+// ---- the actor -------------------------------------------------------------------------------
+
+class Enforcer final : public Actor {
+ public:
+  explicit Enforcer(EnforcerOptions options);
+
+  void on_start(Context& ctx) override;
+  void on_message(Context& ctx, Message& message) override;
+  void on_stop(Context& ctx) override;
+
+ private:
+  void on_load_request(Context& ctx, const Message& message, const LoadRequest& request);
+  void on_unload_request(Context& ctx, const Message& message, const UnloadRequest& request);
+  void on_models_query(Context& ctx, const Message& message, const ModelsQuery& query);
+  void on_usage(const ModelUsage& usage);
+  void on_drained(Context& ctx, const ModelDrained& drained);
+  void on_unloaded(Context& ctx, const ModelUnloaded& unloaded);
+  void on_loaded(Context& ctx, const ModelLoaded& loaded);
+  void on_report(Context& ctx, const ExecutorReport& report);
+  void on_timer(Context& ctx);
+
+  void admit(Context& ctx, ModelEntry& entry);
+  void refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t needed);
+  void start_unload(Context& ctx, ModelEntry& model, const std::string& reason);
+  void start_waiting_loads(Context& ctx);
+  void answer_askers(Context& ctx, ModelEntry& entry, const LoadAnswer& answer);
+  void review_pressure(Context& ctx);
+  ModelEntry* pressure_victim(Pressure pressure);
+  void ask_executor(Context& ctx, bool trim);
+
+  ModelEntry* find(const std::string& id);
+  std::uint64_t admitted_bytes() const;  // loaded and loading models: what admission counts
+  std::uint64_t held_bytes() const;      // models whose memory the executor holds or is uploading
+  bool any_draining() const;
+  Pressure pressure_of(std::uint64_t held) const;
+  std::string configured_ids() const;
+
+  EnforcerOptions options_;
+  std::uint64_t soft_bytes_ = 0;
+  std::uint64_t hard_bytes_ = 0;
+  std::map<std::string, ModelEntry> models_;
+  PoolStatsWire pool_;  // the executor's pool, as last heard of
+  Pressure pressure_ = Pressure::none;
+  std::string pressure_note_;
+  bool note_logged_ = false;           // pressure_note_ was logged in this episode of pressure
+  bool trimmed_this_sample_ = false;   // ExecutorQuery{true} was sent since the last sample
+  bool query_unanswered_ = false;
+  std::uint32_t samples_unanswered_ = 0;
+  std::uint64_t admissions_ = 0;
+};
+
+Enforcer::Enforcer(EnforcerOptions options) : options_(std::move(options)) {
+  const auto ceiling = static_cast<double>(options_.ceiling_bytes);
+  soft_bytes_ = static_cast<std::uint64_t>(ceiling * options_.soft);
+  hard_bytes_ = static_cast<std::uint64_t>(ceiling * options_.hard);
+  for (const auto& [id, configured] : options_.models) {
+    ModelEntry entry;
+    entry.id = id;
+    entry.configured = configured;
+    entry.bytes = configured.estimate;  // a preloaded model's real bytes come with the first ExecutorReport
+    if (configured.preload) entry.state = ModelState::loaded;
+    models_.emplace(id, std::move(entry));
+  }
+}
+
+void Enforcer::on_start(Context& ctx) {
+  ask_executor(ctx, false);  // learns the preloaded models' bytes and the pool at once
+  ctx.set_timer(kSampleTimer, std::chrono::milliseconds(options_.sample_ms), true);
+}
+
+void Enforcer::on_message(Context& ctx, Message& message) {
+  const std::string& from = message.envelope.from;
+  const bool from_scheduler = from == options_.scheduler;
+  const bool from_executor = from == options_.executor;
+  if (const auto* load = message.as<LoadRequest>()) {
+    on_load_request(ctx, message, *load);
+  } else if (const auto* unload = message.as<UnloadRequest>()) {
+    on_unload_request(ctx, message, *unload);
+  } else if (const auto* query = message.as<ModelsQuery>()) {
+    on_models_query(ctx, message, *query);
+  } else if (const auto* usage = message.as<ModelUsage>(); usage != nullptr && from_scheduler) {
+    on_usage(*usage);
+  } else if (const auto* drained = message.as<ModelDrained>(); drained != nullptr && from_scheduler) {
+    on_drained(ctx, *drained);
+  } else if (const auto* unloaded = message.as<ModelUnloaded>(); unloaded != nullptr && from_executor) {
+    on_unloaded(ctx, *unloaded);
+  } else if (const auto* loaded = message.as<ModelLoaded>(); loaded != nullptr && from_executor) {
+    on_loaded(ctx, *loaded);
+  } else if (const auto* report = message.as<ExecutorReport>(); report != nullptr && from_executor) {
+    on_report(ctx, *report);
+  } else if (const auto* timer = message.as<Timer>(); timer != nullptr && timer->timer_id == kSampleTimer) {
+    on_timer(ctx);
+  } else {
+    spdlog::debug("enforcer: ignored a {} from {}", kind_name(message.kind()), from);
+  }
+}
+
+// Whoever still waits for a load is told the server is stopping, rather than never.
+void Enforcer::on_stop(Context& ctx) {
+  for (auto& [id, entry] : models_) {
+    if (entry.askers.empty()) continue;
+    LoadAnswer answer;
+    answer.model = id;
+    answer.outcome = static_cast<std::uint8_t>(LoadOutcome::shutting_down);
+    answer.message = fmt::format("the server is stopping: model {} was not loaded", id);
+    answer.ceiling_bytes = options_.ceiling_bytes;
+    answer_askers(ctx, entry, answer);
+  }
+}
+
+// ---- requests ----------------------------------------------------------------------------------
+
+void Enforcer::on_load_request(Context& ctx, const Message& message, const LoadRequest& request) {
+  ModelEntry* entry = find(request.model);
+  if (entry == nullptr) {
+    LoadAnswer answer;
+    answer.model = request.model;
+    answer.outcome = static_cast<std::uint8_t>(LoadOutcome::unknown_model);
+    answer.message = fmt::format("no model '{}' is configured (configured: {})", request.model, configured_ids());
+    ctx.reply(message, std::move(answer));
+    return;
+  }
+  if (entry->state == ModelState::loaded) {
+    LoadAnswer answer;
+    answer.model = entry->id;
+    answer.outcome = static_cast<std::uint8_t>(LoadOutcome::loaded);
+    answer.message = fmt::format("model {} is loaded", entry->id);
+    answer.needed_bytes = entry->bytes;
+    answer.ceiling_bytes = options_.ceiling_bytes;
+    ctx.reply(message, std::move(answer));
+    return;
+  }
+  entry->askers.push_back({message.envelope.from, message.envelope.correlation_id, message.envelope.request_id});
+  if (entry->state == ModelState::draining) {
+    entry->load_wanted = true;  // admitted afresh once its ModelUnloaded has come
+  } else if (entry->state == ModelState::unloaded) {
+    admit(ctx, *entry);
+  }  // loading: answered with the others when it ends
+}
+
+void Enforcer::on_unload_request(Context& ctx, const Message& message, const UnloadRequest& request) {
+  UnloadAnswer answer;
+  answer.model = request.model;
+  ModelEntry* entry = find(request.model);
+  if (entry == nullptr) {
+    answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::unknown_model);
+    answer.message = fmt::format("no model '{}' is configured (configured: {})", request.model, configured_ids());
+  } else if (entry->state == ModelState::unloaded) {
+    answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::not_loaded);
+    answer.message = fmt::format("model {} is not loaded", entry->id);
+  } else if (entry->state == ModelState::loading) {
+    answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::not_loaded);
+    answer.message = fmt::format("model {} is still loading: unload it once it is loaded", entry->id);
+  } else if (entry->state == ModelState::draining) {
+    answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::not_loaded);
+    answer.message = fmt::format("model {} is already being unloaded", entry->id);
+  } else if (request.if_idle && entry->requests > 0) {
+    answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::busy);
+    answer.message = fmt::format("model {} has {} open requests; unload it without if_idle to abort them",
+                                 entry->id, entry->requests);
+  } else {
+    start_unload(ctx, *entry, fmt::format("model {} is unloaded (admin)", entry->id));
+    answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::draining);
+    answer.message = fmt::format("model {} is draining: its requests end, then its memory is freed", entry->id);
+  }
+  ctx.reply(message, std::move(answer));
+}
+
+void Enforcer::on_models_query(Context& ctx, const Message& message, const ModelsQuery& query) {
+  ModelsReport report;
+  for (const auto& [id, entry] : models_) {
+    if (!query.model.empty() && query.model != id) continue;
+    ModelStatus status;
+    status.id = id;
+    status.path = entry.configured.path.string();
+    status.pinned = entry.configured.pinned;
+    status.state = static_cast<std::uint8_t>(entry.state);
+    status.bytes = entry.bytes;
+    status.estimated_bytes = entry.configured.estimate;
+    status.last_used_ns = entry.last_used_ns;
+    status.requests = entry.requests;
+    status.loads = entry.loads;
+    status.unloads = entry.unloads;
+    status.last_problem = entry.last_problem;
+    report.models.push_back(std::move(status));
+  }
+  report.ceiling_bytes = options_.ceiling_bytes;
+  report.soft_bytes = soft_bytes_;
+  report.hard_bytes = hard_bytes_;
+  report.used_bytes = admitted_bytes();
+  report.pressure = static_cast<std::uint8_t>(pressure_);
+  report.pressure_note = pressure_note_;
+  report.pool = pool_;
+  ctx.reply(message, std::move(report));
+}
+
+void Enforcer::on_usage(const ModelUsage& usage) {
+  ModelEntry* entry = find(usage.model);
+  if (entry == nullptr) {
+    spdlog::debug("enforcer: ignored the usage of unknown model '{}'", usage.model);
+    return;
+  }
+  entry->requests = usage.requests;
+  entry->last_used_ns = usage.last_used_ns;
+}
+
+// ---- admission -------------------------------------------------------------------------------
+
+// Admits an unloaded model whose askers are waiting: at once, after evictions, or not at all.
+void Enforcer::admit(Context& ctx, ModelEntry& entry) {
+  const std::uint64_t needed = entry.configured.estimate;
+  const std::uint64_t used = admitted_bytes();
+  const std::uint64_t ceiling = options_.ceiling_bytes;
+  std::vector<ModelEntry*> victims;
+  if (ceiling > 0 && used + needed > ceiling) {
+    std::vector<ModelEntry*> candidates;
+    std::uint64_t evictable = 0;
+    for (auto& [id, model] : models_) {
+      if (model.state == ModelState::loaded && !model.configured.pinned) {
+        candidates.push_back(&model);
+        evictable += model.bytes;
+      }
+    }
+    if (used - evictable + needed > ceiling) {
+      refuse_for_memory(ctx, entry, needed);
+      return;
+    }
+    // Idle before busy, then the least recently used; ids break ties, so the choice is replayable.
+    std::sort(candidates.begin(), candidates.end(), [](const ModelEntry* a, const ModelEntry* b) {
+      return std::make_tuple(a->requests > 0, a->last_used_ns, a->id) <
+             std::make_tuple(b->requests > 0, b->last_used_ns, b->id);
+    });
+    std::uint64_t freed = 0;
+    for (ModelEntry* candidate : candidates) {
+      if (used - freed + needed <= ceiling) break;
+      victims.push_back(candidate);
+      freed += candidate->bytes;
+    }
+  }
+  entry.state = ModelState::loading;
+  entry.bytes = needed;
+  entry.load_sent = false;
+  entry.admitted = ++admissions_;
+  entry.victims.clear();
+  entry.evicted.clear();
+  for (ModelEntry* victim : victims) {
+    entry.victims.push_back(victim->id);
+    entry.evicted.push_back(victim->id);
+    start_unload(ctx, *victim, fmt::format("model {} is unloaded to make room for {}", victim->id, entry.id));
+  }
+  start_waiting_loads(ctx);
+}
+
+void Enforcer::refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t needed) {
+  std::uint64_t kept = 0;  // what no eviction can free: pinned loaded models, and loads under way
+  std::vector<std::string> pinned;
+  for (const auto& [id, model] : models_) {
+    if (model.state == ModelState::loading) {
+      kept += model.bytes;
+    } else if (model.state == ModelState::loaded && model.configured.pinned) {
+      kept += model.bytes;
+      pinned.push_back(id);
+    }
+  }
+  const std::uint64_t ceiling = options_.ceiling_bytes;
+  LoadAnswer answer;
+  answer.model = entry.id;
+  answer.outcome = static_cast<std::uint8_t>(LoadOutcome::insufficient_memory);
+  answer.needed_bytes = needed;
+  answer.available_bytes = ceiling > kept ? ceiling - kept : 0;
+  answer.ceiling_bytes = ceiling;
+  answer.pinned = pinned;
+  answer.message = fmt::format("model {} needs {:.1f} MiB, but at most {:.1f} MiB of the {:.1f} MiB ceiling can be "
+                               "made free for it (pinned and loaded: {}): unload or unpin a model, or raise "
+                               "ceiling_bytes",
+                               entry.id, mib(needed), mib(answer.available_bytes), mib(ceiling), joined(pinned));
+  spdlog::warn("enforcer: {}", answer.message);
+  answer_askers(ctx, entry, answer);
+}
+
+// Sends LoadModel for admitted loads, in the order they were admitted, once their victims are
+// unloaded and, while a model is still draining, only if what is held leaves room for them.
+void Enforcer::start_waiting_loads(Context& ctx) {
+  std::vector<ModelEntry*> waiting;
+  for (auto& [id, model] : models_) {
+    if (model.state == ModelState::loading && !model.load_sent && model.victims.empty()) waiting.push_back(&model);
+  }
+  std::sort(waiting.begin(), waiting.end(),
+            [](const ModelEntry* a, const ModelEntry* b) { return a->admitted < b->admitted; });
+  for (ModelEntry* model : waiting) {
+    if (options_.ceiling_bytes > 0 && any_draining() &&
+        held_bytes() + model->configured.estimate > options_.ceiling_bytes) {
+      continue;  // the next ModelUnloaded tries again
+    }
+    model->load_sent = true;
+    ctx.send(options_.executor, LoadModel{model->id});
+  }
+}
+
+void Enforcer::answer_askers(Context& ctx, ModelEntry& entry, const LoadAnswer& answer) {
+  for (const Asker& asker : entry.askers) {
+    ctx.send(asker.from, answer, SendOptions{asker.correlation_id, asker.request_id, {}});
+  }
+  entry.askers.clear();
+}
+
+// ---- the chains ------------------------------------------------------------------------------
+
+void Enforcer::start_unload(Context& ctx, ModelEntry& model, const std::string& reason) {
+  spdlog::info("enforcer: {}", reason);
+  model.state = ModelState::draining;
+  model.unload_sent = false;
+  ctx.send(options_.scheduler, AbortModel{model.id, reason});
+}
+
+void Enforcer::on_drained(Context& ctx, const ModelDrained& drained) {
+  ModelEntry* model = find(drained.model);
+  if (model == nullptr || model->state != ModelState::draining || model->unload_sent) {
+    spdlog::warn("enforcer: ignored ModelDrained for model '{}', which is not waiting to drain", drained.model);
+    return;
+  }
+  // The KV cache writer's Close for this model goes here, once there is one: its pages are written
+  // out before the executor frees them.
+  model->unload_sent = true;
+  ctx.send(options_.executor, UnloadModel{model->id});
+}
+
+void Enforcer::on_unloaded(Context& ctx, const ModelUnloaded& unloaded) {
+  ModelEntry* model = find(unloaded.model);
+  if (model == nullptr || model->state != ModelState::draining || !model->unload_sent) {
+    spdlog::warn("enforcer: ignored ModelUnloaded for model '{}', which was not being unloaded", unloaded.model);
+    return;
+  }
+  model->state = ModelState::unloaded;
+  model->unload_sent = false;
+  model->bytes = model->configured.estimate;
+  ++model->unloads;
+  if (!unloaded.was_loaded) spdlog::warn("enforcer: model {} was not loaded in the executor", model->id);
+  for (const std::string& problem : unloaded.problems) {
+    spdlog::warn("enforcer: unloading model {}: {}", model->id, problem);
+  }
+  if (!unloaded.problems.empty()) {
+    model->last_problem = fmt::format("unloading failed in part: {}", fmt::join(unloaded.problems, "; "));
+  }
+  pool_ = unloaded.pool;
+  ctx.send(options_.scheduler, unloaded);  // the scheduler drops the model's page table
+  for (auto& [id, waiting] : models_) std::erase(waiting.victims, model->id);
+  if (model->load_wanted) {
+    model->load_wanted = false;
+    admit(ctx, *model);  // also starts the loads that waited
+  } else {
+    start_waiting_loads(ctx);
+  }
+  review_pressure(ctx);
+}
+
+void Enforcer::on_loaded(Context& ctx, const ModelLoaded& loaded) {
+  ModelEntry* model = find(loaded.model);
+  if (model == nullptr || model->state != ModelState::loading || !model->load_sent) {
+    spdlog::warn("enforcer: ignored ModelLoaded for model '{}', which was not being loaded", loaded.model);
+    return;
+  }
+  model->load_sent = false;
+  pool_ = loaded.pool;
+  LoadAnswer answer;
+  answer.model = model->id;
+  answer.needed_bytes = model->configured.estimate;
+  answer.ceiling_bytes = options_.ceiling_bytes;
+  answer.evicted = model->evicted;
+  if (loaded.ok) {
+    model->state = ModelState::loaded;
+    if (loaded.bytes > 0) model->bytes = loaded.bytes;
+    ++model->loads;
+    answer.outcome = static_cast<std::uint8_t>(LoadOutcome::loaded);
+    answer.message = fmt::format("model {} is loaded ({:.1f} MiB)", model->id, mib(model->bytes));
+    spdlog::info("enforcer: {} (estimated {:.1f} MiB)", answer.message, mib(model->configured.estimate));
+  } else {
+    model->state = ModelState::unloaded;
+    model->bytes = model->configured.estimate;
+    model->last_problem = loaded.error;
+    answer.outcome = static_cast<std::uint8_t>(LoadOutcome::failed);
+    answer.message = loaded.error;
+    spdlog::warn("enforcer: model {} failed to load: {}", model->id, loaded.error);
+  }
+  model->evicted.clear();
+  ctx.send(options_.scheduler, loaded);  // it serves the model, or fails the requests that waited for it
+  answer_askers(ctx, *model, answer);
+  start_waiting_loads(ctx);
+}
+
+// ---- sampling and pressure -------------------------------------------------------------------
+
+void Enforcer::ask_executor(Context& ctx, bool trim) {
+  query_unanswered_ = true;
+  ctx.send(options_.executor, ExecutorQuery{trim});
+}
+
+void Enforcer::on_timer(Context& ctx) {
+  trimmed_this_sample_ = false;
+  if (query_unanswered_ && ++samples_unanswered_ < kSamplesBeforeAskingAgain) return;
+  samples_unanswered_ = 0;
+  ask_executor(ctx, false);
+}
+
+void Enforcer::on_report(Context& ctx, const ExecutorReport& report) {
+  query_unanswered_ = false;
+  samples_unanswered_ = 0;
+  pool_ = report.pool;
+  // The executor labels each model's pool memory "weights:ID" and "kv:ID": the measured bytes of
+  // loaded models, the preloaded ones' first of all.
+  for (auto& [id, model] : models_) {
+    if (model.state != ModelState::loaded) continue;
+    const std::uint64_t owned = owned_bytes(pool_, "weights:" + id) + owned_bytes(pool_, "kv:" + id);
+    if (owned > 0) model.bytes = owned;
+  }
+  review_pressure(ctx);
+}
+
+void Enforcer::review_pressure(Context& ctx) {
+  const Pressure now = pressure_of(pool_.held_bytes);
+  if (now == Pressure::none) {
+    if (pressure_ != Pressure::none) spdlog::info("enforcer: memory pressure is over");
+    pressure_ = Pressure::none;
+    pressure_note_.clear();
+    note_logged_ = false;
+    return;
+  }
+  pressure_ = now;
+  if (!trimmed_this_sample_) {
+    trimmed_this_sample_ = true;
+    ask_executor(ctx, true);
+  }
+  if (any_draining()) return;  // one at a time: the next is chosen once this one's memory is back
+  const char* limit = now == Pressure::hard ? "hard" : "soft";
+  if (ModelEntry* victim = pressure_victim(now)) {
+    pressure_note_.clear();
+    start_unload(ctx, *victim,
+                 fmt::format("model {} is unloaded: the pool holds {:.1f} MiB, above the {} limit of {:.1f} MiB",
+                             victim->id, mib(pool_.held_bytes), limit,
+                             mib(now == Pressure::hard ? hard_bytes_ : soft_bytes_)));
+    return;
+  }
+  bool any_unpinned = false;
+  for (const auto& [id, model] : models_) {
+    any_unpinned = any_unpinned || (model.state == ModelState::loaded && !model.configured.pinned);
+  }
+  pressure_note_ = any_unpinned ? "every unpinned loaded model is busy: nothing idle to evict below the hard limit"
+                                : "every loaded model is pinned: nothing to evict";
+  if (!note_logged_) {
+    note_logged_ = true;
+    spdlog::warn("enforcer: the pool holds {:.1f} MiB, above the {} limit, and {}", mib(pool_.held_bytes), limit,
+                 pressure_note_);
+  }
+}
+
+// The idle unpinned loaded model used least recently; above the hard limit, failing that, the
+// largest busy one.
+ModelEntry* Enforcer::pressure_victim(Pressure pressure) {
+  ModelEntry* idle = nullptr;
+  ModelEntry* largest = nullptr;
+  for (auto& [id, model] : models_) {
+    if (model.state != ModelState::loaded || model.configured.pinned) continue;
+    if (model.requests == 0) {
+      if (idle == nullptr || model.last_used_ns < idle->last_used_ns) idle = &model;
+    } else if (largest == nullptr || model.bytes > largest->bytes) {
+      largest = &model;
+    }
+  }
+  if (idle != nullptr) return idle;
+  return pressure == Pressure::hard ? largest : nullptr;
+}
+
+// ---- figures ---------------------------------------------------------------------------------
+
+ModelEntry* Enforcer::find(const std::string& id) {
+  auto it = models_.find(id);
+  return it == models_.end() ? nullptr : &it->second;
+}
+
+std::uint64_t Enforcer::admitted_bytes() const {
+  std::uint64_t used = 0;
+  for (const auto& [id, model] : models_) {
+    if (model.state == ModelState::loaded || model.state == ModelState::loading) used += model.bytes;
+  }
+  return used;
+}
+
+std::uint64_t Enforcer::held_bytes() const {
+  std::uint64_t held = 0;
+  for (const auto& [id, model] : models_) {
+    if (model.holds_memory()) held += model.bytes;
+  }
+  return held;
+}
+
+bool Enforcer::any_draining() const {
+  return std::any_of(models_.begin(), models_.end(),
+                     [](const auto& entry) { return entry.second.state == ModelState::draining; });
+}
+
+Pressure Enforcer::pressure_of(std::uint64_t held) const {
+  if (options_.ceiling_bytes == 0) return Pressure::none;
+  if (held > hard_bytes_) return Pressure::hard;
+  if (held > soft_bytes_) return Pressure::soft;
+  return Pressure::none;
+}
+
+std::string Enforcer::configured_ids() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, model] : models_) ids.push_back(id);
+  return joined(ids);
+}
+
+}  // namespace
+
+std::unique_ptr<Actor> make_enforcer(const ActorOptions& options) {
+  return std::make_unique<Enforcer>(parse_options(options));
+}
+
+}  // namespace mqlm::actors
