@@ -82,43 +82,13 @@ struct EnforcerOptions {
   std::uint64_t sample_ms = 1000;
 };
 
-// "a,b,,c" -> {"a", "b", "", "c"}; "a," -> {"a"}; "" -> {}.
-std::vector<std::string_view> split(std::string_view text, char separator) {
-  std::vector<std::string_view> parts;
-  while (!text.empty()) {
-    const auto at = text.find(separator);
-    parts.push_back(text.substr(0, at));
-    text = at == std::string_view::npos ? std::string_view{} : text.substr(at + 1);
-  }
-  return parts;
-}
-
-// models=ID=PATH;ID2=PATH2, as the executor reads it.
-std::map<std::string, std::filesystem::path> parse_model_list(std::string_view text) {
-  std::map<std::string, std::filesystem::path> models;
-  for (std::string_view entry : split(text, ';')) {
-    const auto equals = entry.find('=');
-    if (equals == std::string_view::npos || equals == 0 || equals + 1 == entry.size()) {
-      throw std::invalid_argument(fmt::format("enforcer option models={}: '{}' is not ID=PATH (a non-empty id "
-                                              "without '=' or ';', then the GGUF file)",
-                                              text, entry));
-    }
-    const std::string id(entry.substr(0, equals));
-    if (!models.emplace(id, std::filesystem::path(entry.substr(equals + 1))).second) {
-      throw std::invalid_argument(fmt::format("enforcer option models={} names model '{}' twice", text, id));
-    }
-  }
-  if (models.empty()) throw std::invalid_argument("enforcer option models= is empty: give ID=PATH;ID2=PATH2");
-  return models;
-}
-
 // The configured ids listed in option `key` (ID,ID2).
 std::vector<std::string> parse_id_list(const ActorOptions& options, const std::string& key,
                                        const std::map<std::string, ConfiguredModel>& models) {
   std::vector<std::string> ids;
   auto it = options.find(key);
   if (it == options.end()) return ids;
-  for (std::string_view id : split(it->second, ',')) {
+  for (std::string_view id : split_option(it->second, ',')) {
     if (!models.contains(std::string(id))) {
       std::vector<std::string> configured;
       for (const auto& [known, model] : models) configured.push_back(known);
@@ -173,7 +143,7 @@ EnforcerOptions parse_options(const ActorOptions& options) {
   parsed.executor = peer_option(options, "executor");
   parsed.scheduler = peer_option(options, "scheduler");
   parsed.sample_ms = number_option("enforcer", options, "sample_ms", 1000, 1, kMaxSampleMs);
-  for (const auto& [id, path] : parse_model_list(options.at("models"))) {
+  for (const auto& [id, path] : parse_model_list("enforcer", options.at("models"))) {
     auto estimate = estimate_model_bytes(path, parsed.kv_pages, parsed.page_size);
     if (const auto* problem = std::get_if<std::string>(&estimate)) {
       throw std::invalid_argument(fmt::format("enforcer option models=: model '{}' cannot be read: {}", id, *problem));
