@@ -332,6 +332,8 @@ Device::Device(const DeviceOptions& options) {
 
   std::vector<const char*> enable = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
   if (features_.cooperative_matrix) enable.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  memory_budget_ = has(extensions, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  if (memory_budget_) enable.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   float priority = 1.0f;
   VkDeviceQueueCreateInfo queue_info{};
   queue_info.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
@@ -372,5 +374,25 @@ std::uint32_t Device::memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags
 }
 
 VkMemoryPropertyFlags Device::memory_flags(std::uint32_t type) const { return memory_.memoryTypes[type].propertyFlags; }
+
+DeviceMemory Device::memory_figures() const {
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{};
+  budget.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT;
+  VkPhysicalDeviceMemoryProperties2 properties{};
+  properties.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2;
+  // Chaining the budget structure without the extension enabled is invalid usage.
+  properties.pNext = memory_budget_ ? &budget : nullptr;
+  vkGetPhysicalDeviceMemoryProperties2(physical_, &properties);
+  const VkPhysicalDeviceMemoryProperties& heaps = properties.memoryProperties;
+  DeviceMemory figures;
+  figures.has_budget = memory_budget_;
+  for (std::uint32_t h = 0; h < heaps.memoryHeapCount; ++h) {
+    if (!(heaps.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)) continue;
+    figures.total_bytes += heaps.memoryHeaps[h].size;
+    figures.budget_bytes += memory_budget_ ? budget.heapBudget[h] : heaps.memoryHeaps[h].size;
+    if (memory_budget_) figures.usage_bytes += budget.heapUsage[h];
+  }
+  return figures;
+}
 
 }  // namespace mqlm::gpu

@@ -50,6 +50,16 @@ struct DeviceFeatures {
   std::string summary() const;  // one line for logs and benchmark headers
 };
 
+// The device-local heaps, summed: what the memory enforcer weighs its ceiling against. Without
+// VK_EXT_memory_budget the driver says nothing about use, so budget is the heaps' size and usage
+// is 0; has_budget tells the two apart. On lavapipe the "device-local" heap is host memory.
+struct DeviceMemory {
+  std::uint64_t total_bytes = 0;   // the heaps' sizes
+  std::uint64_t budget_bytes = 0;  // what this process may allocate before it risks failing or paging
+  std::uint64_t usage_bytes = 0;   // what this process has allocated, as the driver counts it
+  bool has_budget = false;         // VK_EXT_memory_budget answered budget and usage
+};
+
 class Device {
  public:
   explicit Device(const DeviceOptions& options = {});
@@ -69,6 +79,10 @@ class Device {
   std::uint32_t memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags required,
                             VkMemoryPropertyFlags preferred = 0) const;
   VkMemoryPropertyFlags memory_flags(std::uint32_t type) const;
+
+  // Asks the driver now (one vkGetPhysicalDeviceMemoryProperties2 call: cheap enough to sample
+  // with every report), since budget and usage change as this and other processes allocate.
+  DeviceMemory memory_figures() const;
 
   // Every physical device as "index: name (type)", for error messages and `--list`.
   static std::vector<std::string> list_devices();
@@ -90,6 +104,7 @@ class Device {
   DeviceFeatures features_;
   VkPhysicalDeviceMemoryProperties memory_{};
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_set_ = nullptr;
+  bool memory_budget_ = false;  // VK_EXT_memory_budget is enabled
 };
 
 }  // namespace mqlm::gpu

@@ -155,7 +155,7 @@ struct ProbeReport {
   X(38, StepPlan, 1, WhenFull::defer)                   \
   X(39, StepResult, 1, WhenFull::defer)                 \
   X(40, ExecutorQuery, 1, WhenFull::defer)              \
-  X(41, ExecutorReport, 1, WhenFull::defer)             \
+  X(41, ExecutorReport, 2, WhenFull::defer)             \
   X(42, Drain, 1, WhenFull::defer)                      \
   X(43, Drained, 1, WhenFull::defer)                    \
   X(48, LoadModel, 1, WhenFull::defer)                  \
@@ -168,7 +168,7 @@ struct ProbeReport {
   X(55, LoadRequest, 1, WhenFull::reject)               \
   X(56, LoadAnswer, 1, WhenFull::defer)                 \
   X(57, UnloadRequest, 1, WhenFull::reject)             \
-  X(58, UnloadAnswer, 1, WhenFull::defer)               \
+  X(58, UnloadAnswer, 2, WhenFull::defer)               \
   X(59, ModelsQuery, 1, WhenFull::reject)               \
   X(60, ModelsReport, 1, WhenFull::defer)
 

@@ -121,7 +121,7 @@ std::string validate(const LoadAnswer& a) {
 }
 
 std::string validate(const UnloadAnswer& a) {
-  return a.outcome >= 1 && a.outcome <= 4 ? std::string{} : "UnloadAnswer.outcome out of range";
+  return a.outcome >= 1 && a.outcome <= 5 ? std::string{} : "UnloadAnswer.outcome out of range";
 }
 
 std::string validate(const ModelsReport& r) {

@@ -125,8 +125,10 @@ struct LoadAnswer {
   MSGPACK_DEFINE(model, outcome, message, needed_bytes, available_bytes, ceiling_bytes, pinned, evicted);
 };
 
-// Unload `model`: answered at once with UnloadAnswer (draining, or why not); the model's state
-// then goes draining -> unloaded (ModelsQuery shows it). if_idle: only when no request uses it.
+// Unload `model`: answered at once with UnloadAnswer (draining, or why not); once the executor
+// has freed it, the asker is sent a second UnloadAnswer, unloaded, with the bytes really freed.
+// An unload already under way (an eviction, another admin) is joined: draining, then unloaded.
+// if_idle: only when no request uses it.
 struct UnloadRequest {
   std::string model;
   bool if_idle = false;
@@ -138,13 +140,21 @@ enum class UnloadOutcome : std::uint8_t {
   not_loaded = 2,     // nothing to do (unloaded already, or being unloaded)
   unknown_model = 3,
   busy = 4,           // if_idle, and requests are using it
+  unloaded = 5,       // the second answer to a draining one: the memory is freed (figures below)
 };
 
 struct UnloadAnswer {
   std::string model;
   std::uint8_t outcome = 0;  // UnloadOutcome
   std::string message;
-  MSGPACK_DEFINE(model, outcome, message);
+  // unloaded: the executor's ModelUnloaded figures
+  std::uint64_t model_bytes = 0;
+  std::uint64_t freed_bytes = 0;
+  std::uint64_t held_after = 0;
+  std::vector<std::string> problems;
+  std::int64_t unload_ns = 0;       // UnloadModel to ModelUnloaded
+  std::int64_t total_ns = 0;        // the request (or the chain's start) to the end: draining included
+  MSGPACK_DEFINE(model, outcome, message, model_bytes, freed_bytes, held_after, problems, unload_ns, total_ns);
 };
 
 struct ModelsQuery {

@@ -246,12 +246,28 @@ struct ModelInfo {
   MSGPACK_DEFINE(name, kv_pages, page_size, n_ctx, n_vocab);
 };
 
+// The executor's memory as the driver and the kernel see it, for the memory enforcer: the pool's
+// figures count only what mqlm allocated, these also what the driver, other processes and host
+// allocations take. Device figures are the device-local heaps summed (gpu::DeviceMemory); all
+// zero when the executor has no device.
+struct DeviceMemoryWire {
+  std::uint64_t total_bytes = 0;
+  std::uint64_t budget_bytes = 0;  // equals total_bytes when the driver reports no budget
+  std::uint64_t usage_bytes = 0;   // 0 when the driver reports no budget
+  bool has_budget = false;         // the device has VK_EXT_memory_budget
+  std::uint64_t process_rss_bytes = 0;  // the executor process's resident set; 0 if unreadable
+  MSGPACK_DEFINE(total_bytes, budget_bytes, usage_bytes, has_budget, process_rss_bytes);
+};
+
 struct ExecutorReport {
   std::vector<ModelInfo> models;
   std::uint32_t slots = 0;
   PoolStatsWire pool;
   std::string device;
-  MSGPACK_DEFINE(models, slots, pool, device);
+  // Added last: earlier fields keep their positions. The codec still wants every field, so a
+  // report from a build without this one is refused as malformed, not read as zeros.
+  DeviceMemoryWire memory;
+  MSGPACK_DEFINE(models, slots, pool, device, memory);
 };
 
 }  // namespace mqlm::messages

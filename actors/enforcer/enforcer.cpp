@@ -177,6 +177,9 @@ struct ModelEntry {
 
   // The unload chain (draining).
   bool unload_sent = false;  // ModelDrained came and UnloadModel is with the executor
+  std::int64_t unload_started_ns = 0;   // AbortModel sent
+  std::int64_t unload_sent_ns = 0;      // UnloadModel sent
+  std::vector<Asker> unload_askers;     // told `unloaded` with the figures at the chain's end
 
   // A load: loading, or draining with a LoadRequest that came meanwhile (load_wanted).
   std::vector<Asker> askers;
@@ -348,14 +351,17 @@ void Enforcer::on_unload_request(Context& ctx, const Message& message, const Unl
     answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::not_loaded);
     answer.message = fmt::format("model {} is still loading: unload it once it is loaded", entry->id);
   } else if (entry->state == ModelState::draining) {
-    answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::not_loaded);
-    answer.message = fmt::format("model {} is already being unloaded", entry->id);
+    // An unload under way (an eviction, another admin) is joined: this asker hears its end too.
+    entry->unload_askers.push_back({message.envelope.from, message.envelope.correlation_id, message.envelope.request_id});
+    answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::draining);
+    answer.message = fmt::format("model {} is already draining: its memory is freed next", entry->id);
   } else if (request.if_idle && entry->requests > 0) {
     answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::busy);
     answer.message = fmt::format("model {} has {} open requests; unload it without if_idle to abort them",
                                  entry->id, entry->requests);
   } else {
     start_unload(ctx, *entry, fmt::format("model {} is unloaded (admin)", entry->id));
+    entry->unload_askers.push_back({message.envelope.from, message.envelope.correlation_id, message.envelope.request_id});
     answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::draining);
     answer.message = fmt::format("model {} is draining: its requests end, then its memory is freed", entry->id);
   }
@@ -506,6 +512,7 @@ void Enforcer::start_unload(Context& ctx, ModelEntry& model, const std::string& 
   spdlog::info("enforcer: {}", reason);
   model.state = ModelState::draining;
   model.unload_sent = false;
+  model.unload_started_ns = ctx.now_ns();
   ctx.send(options_.scheduler, AbortModel{model.id, reason});
 }
 
@@ -518,6 +525,7 @@ void Enforcer::on_drained(Context& ctx, const ModelDrained& drained) {
   // The KV cache writer's Close for this model goes here, once there is one: its pages are written
   // out before the executor frees them.
   model->unload_sent = true;
+  model->unload_sent_ns = ctx.now_ns();
   ctx.send(options_.executor, UnloadModel{model->id});
 }
 
@@ -540,6 +548,21 @@ void Enforcer::on_unloaded(Context& ctx, const ModelUnloaded& unloaded) {
   }
   pool_ = unloaded.pool;
   ctx.send(options_.scheduler, unloaded);  // the scheduler drops the model's page table
+  UnloadAnswer answer;
+  answer.model = model->id;
+  answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::unloaded);
+  answer.model_bytes = unloaded.model_bytes;
+  answer.freed_bytes = unloaded.freed_bytes;
+  answer.held_after = unloaded.held_after;
+  answer.problems = unloaded.problems;
+  answer.unload_ns = ctx.now_ns() - model->unload_sent_ns;
+  answer.total_ns = ctx.now_ns() - model->unload_started_ns;
+  answer.message = fmt::format("model {} is unloaded: {:.1f} MiB freed{}", model->id, mib(unloaded.freed_bytes),
+                               unloaded.problems.empty() ? "" : " (its release failed in part)");
+  for (const Asker& asker : model->unload_askers) {
+    ctx.send(asker.from, answer, SendOptions{asker.correlation_id, asker.request_id, {}});
+  }
+  model->unload_askers.clear();
   for (auto& [id, waiting] : models_) std::erase(waiting.victims, model->id);
   if (model->load_wanted) {
     model->load_wanted = false;

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/executor/process_memory.hpp"
 #include "gpu/buffer_pool.hpp"
 #include "gpu/compute_queue.hpp"
 #include "gpu/device.hpp"
@@ -152,6 +153,11 @@ PoolStatsWire to_wire(const gpu::PoolStats& stats) {
                      static_cast<std::uint32_t>(stats.blocks), {}};
   for (const auto& [owner, bytes] : stats.active_by_owner) wire.active_by_owner.emplace(owner, bytes);
   return wire;
+}
+
+// The process's resident set is not the device's: answer_query adds it.
+DeviceMemoryWire to_wire(const gpu::DeviceMemory& figures) {
+  return {figures.total_bytes, figures.budget_bytes, figures.usage_bytes, figures.has_budget, 0};
 }
 
 // Greedy with nothing that reads the sampler's history: the GPU's argmax (lowest id on ties, as
@@ -490,7 +496,9 @@ void Executor::answer_query(Context& ctx, const Message& message, const Executor
   if (gpu_) {
     report.pool = to_wire(gpu_->pool.stats());
     report.device = gpu_->device.features().name;
+    report.memory = to_wire(gpu_->device.memory_figures());
   }
+  report.memory.process_rss_bytes = resident_set_bytes();
   ctx.reply(message, std::move(report));
 }
 

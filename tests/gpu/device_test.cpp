@@ -2,10 +2,12 @@
 // selection rules on whatever devices there are (the H100 machine too).
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <optional>
 
 #include "gpu/device.hpp"
 #include "gpu/vulkan_error.hpp"
+#include "gpu_fixture.hpp"
 
 namespace mqlm::gpu {
 namespace {
@@ -44,6 +46,32 @@ TEST(Device, AnUnknownSelectorSaysWhatExists) {
     EXPECT_NE(what.find("0: " + first), std::string::npos) << what;
   }
   EXPECT_THROW(Device(DeviceOptions{"7", false}), GpuError);
+}
+
+TEST(Device, MemoryFiguresSumTheDeviceLocalHeaps) {
+  auto& gpu = testing::shared_gpu();
+  const DeviceMemory before = gpu.device.memory_figures();
+  std::cout << "device-local heaps: total " << before.total_bytes << ", budget " << before.budget_bytes << ", usage "
+            << before.usage_bytes << (before.has_budget ? " (VK_EXT_memory_budget)" : " (no budget extension)")
+            << "\n";
+  EXPECT_GT(before.total_bytes, 0u);
+  EXPECT_GE(before.total_bytes, gpu.device.features().device_local_bytes);  // the largest heap is one of them
+  if (!before.has_budget) {  // lavapipe (Mesa 22): no VK_EXT_memory_budget
+    EXPECT_EQ(before.budget_bytes, before.total_bytes);
+    EXPECT_EQ(before.usage_bytes, 0u);
+    return;
+  }
+  // The extension's rules: a heap's budget is never above its size.
+  EXPECT_GT(before.budget_bytes, 0u);
+  EXPECT_LE(before.budget_bytes, before.total_bytes);
+  // A block of its own (the fixture's pool has 8 MiB blocks): the driver counts it in usage.
+  constexpr VkDeviceSize kBytes = VkDeviceSize{64} << 20;
+  PoolBuffer buffer = gpu.pool.allocate(kBytes, "memory figures test");
+  const DeviceMemory after = gpu.device.memory_figures();
+  EXPECT_GE(after.usage_bytes, before.usage_bytes + kBytes * 3 / 4)
+      << "usage " << before.usage_bytes << " -> " << after.usage_bytes;
+  buffer.reset();
+  gpu.pool.trim();
 }
 
 }  // namespace

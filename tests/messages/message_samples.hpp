@@ -90,7 +90,11 @@ inline StepResult sample(std::type_identity<StepResult>) {
 }
 inline ExecutorQuery sample(std::type_identity<ExecutorQuery>) { return {true}; }
 inline ExecutorReport sample(std::type_identity<ExecutorReport>) {
-  return {{{"tiny", 512, 16, 4096, 32000}}, 2, sample_pool(), "NVIDIA H100 80GB HBM3"};
+  return {{{"tiny", 512, 16, 4096, 32000}},
+          2,
+          sample_pool(),
+          "NVIDIA H100 80GB HBM3",
+          {85'520'809'984, 80'000'000'000, 1ULL << 34, true, 3ULL << 30}};
 }
 inline Drain sample(std::type_identity<Drain>) { return {true}; }
 inline Drained sample(std::type_identity<Drained>) { return {2000}; }
@@ -113,7 +117,8 @@ inline LoadAnswer sample(std::type_identity<LoadAnswer>) {
 }
 inline UnloadRequest sample(std::type_identity<UnloadRequest>) { return {"tiny", true}; }
 inline UnloadAnswer sample(std::type_identity<UnloadAnswer>) {
-  return {"tiny", static_cast<std::uint8_t>(UnloadOutcome::busy), "2 requests use it"};
+  return {"tiny", static_cast<std::uint8_t>(UnloadOutcome::unloaded), "freed", 1ULL << 33, (1ULL << 33) - 4096,
+          1ULL << 26, {"kv: injected failure"}, 40'000'000, 90'000'000};
 }
 inline ModelsQuery sample(std::type_identity<ModelsQuery>) { return {"tiny"}; }
 inline ModelsReport sample(std::type_identity<ModelsReport>) {

@@ -400,9 +400,11 @@ TEST(Enforcer, UnloadRequestsAndTheChain) {
   EXPECT_EQ(abort.model, "a");
   EXPECT_NE(abort.reason.find("admin"), std::string::npos) << abort.reason;
 
+  // A second unload joins the first: both askers hear its end.
   const auto again = rig.unload("a", false);
-  EXPECT_EQ(again.outcome, outcome(UnloadOutcome::not_loaded));
+  EXPECT_EQ(again.outcome, outcome(UnloadOutcome::draining));
   EXPECT_NE(again.message.find("already"), std::string::npos) << again.message;
+  EXPECT_EQ(Rig::anything(*rig.scheduler), std::nullopt);  // no second AbortModel
   EXPECT_EQ(rig.unload("zz", false).outcome, outcome(UnloadOutcome::unknown_model));
   EXPECT_EQ(rig.unload("b", false).outcome, outcome(UnloadOutcome::not_loaded));
 
@@ -415,8 +417,22 @@ TEST(Enforcer, UnloadRequestsAndTheChain) {
   unloaded.model = "a";
   unloaded.was_loaded = true;
   unloaded.problems = {"kv cache: release failed"};
+  unloaded.model_bytes = 5000;
+  unloaded.freed_bytes = 4096;
+  unloaded.held_after = 100;
   rig.executor->send("enforcer", unloaded);
   EXPECT_EQ(Rig::expect<ModelUnloaded>(*rig.scheduler).problems, unloaded.problems);
+  for (int asker = 0; asker < 2; ++asker) {
+    const auto done = Rig::expect<UnloadAnswer>(*rig.admin);
+    EXPECT_EQ(done.outcome, outcome(UnloadOutcome::unloaded));
+    EXPECT_EQ(done.model, "a");
+    EXPECT_EQ(done.model_bytes, 5000u);
+    EXPECT_EQ(done.freed_bytes, 4096u);
+    EXPECT_EQ(done.held_after, 100u);
+    EXPECT_EQ(done.problems, unloaded.problems);
+    EXPECT_GE(done.total_ns, done.unload_ns);
+    EXPECT_GE(done.unload_ns, 0);
+  }
   const auto a = rig.status("a");
   EXPECT_EQ(a.state, state(ModelState::unloaded));
   EXPECT_EQ(a.unloads, 1u);
@@ -439,6 +455,7 @@ TEST(Enforcer, ALoadWhileDrainingFollowsTheUnload) {
   EXPECT_EQ(rig.unload("a", false).outcome, outcome(UnloadOutcome::draining));
   rig.admin->send("enforcer", LoadRequest{"a"});
   rig.chain_unloads("a");
+  EXPECT_EQ(Rig::expect<UnloadAnswer>(*rig.admin).outcome, outcome(UnloadOutcome::unloaded));
   rig.executor_loads("a", estimate());
   EXPECT_EQ(rig.load_answer().outcome, outcome(LoadOutcome::loaded));
   EXPECT_EQ(rig.status("a").loads, 1u);
@@ -487,6 +504,7 @@ TEST(Enforcer, ModelsQueryFollowsALoadAndAnUnload) {
   EXPECT_EQ(rig.unload("a", false).outcome, outcome(UnloadOutcome::draining));
   EXPECT_EQ(rig.status("a").state, state(ModelState::draining));
   rig.chain_unloads("a");
+  EXPECT_EQ(Rig::expect<UnloadAnswer>(*rig.admin).outcome, outcome(UnloadOutcome::unloaded));
   a = rig.status("a");
   EXPECT_EQ(a.state, state(ModelState::unloaded));
   EXPECT_EQ(a.bytes, estimate());

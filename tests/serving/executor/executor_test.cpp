@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <thread>
 
@@ -17,6 +18,7 @@
 
 #include "actors/actor_thread.hpp"
 #include "actors/executor/executor.hpp"
+#include "actors/executor/process_memory.hpp"
 #include "actors/mailbox.hpp"
 #include "model/gguf/gguf_file.hpp"
 #include "model/gguf/synthetic_model.hpp"
@@ -278,6 +280,33 @@ std::uint64_t kv_bytes(const model::gguf::ModelShape& shape) {
 
 const Sequence kFirst{1, {3, 1, 4, 1, 5, 9}, {7, 2, 30, 11, 5, 63}};
 const Sequence kSecond{2, {270, 8, 100, 0, 42, 42, 17, 250, 6}, {1, 40, 3, 22, 9, 50}};
+
+TEST(ExecutorTest, QueryReportsTheDeviceMemoryAndTheResidentSet) {
+  Rig rig;
+  const ExecutorReport report = rig.query(false);
+  const DeviceMemoryWire& memory = report.memory;
+  EXPECT_GT(memory.total_bytes, 0u);
+  EXPECT_GT(memory.process_rss_bytes, 0u);
+  if (memory.has_budget) {
+    EXPECT_GT(memory.budget_bytes, 0u);
+    EXPECT_LE(memory.budget_bytes, memory.total_bytes);
+  } else {  // lavapipe (Mesa 22) has no VK_EXT_memory_budget
+    EXPECT_EQ(memory.budget_bytes, memory.total_bytes);
+    EXPECT_EQ(memory.usage_bytes, 0u);
+  }
+}
+
+TEST(ProcessMemory, ResidentSetGrowsWithTouchedMemory) {
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  const std::uint64_t before = resident_set_bytes();
+  ASSERT_GT(before, 0u);
+  // Pages count as resident only once written; one byte in each is enough.
+  auto block = std::make_unique<unsigned char[]>(kBytes);
+  for (std::size_t i = 0; i < kBytes; i += 4096) block[i] = 1;
+  const std::uint64_t after = resident_set_bytes();
+  EXPECT_GE(after, before + (std::uint64_t{48} << 20)) << "resident " << before << " -> " << after;
+  EXPECT_NE(block[kBytes - 4096], 0);  // keeps the writes from being optimised away
+}
 
 TEST(ExecutorTest, QueryReportsTheModelsShapeAndThePool) {
   Rig rig;
