@@ -188,7 +188,12 @@ struct ModelsReport {
   std::uint8_t pressure = 0;         // Pressure
   std::string pressure_note;         // e.g. "every loaded model is pinned"
   PoolStatsWire pool;                // the executor's pool, as last sampled
-  MSGPACK_DEFINE(models, ceiling_bytes, soft_bytes, hard_bytes, used_bytes, pressure, pressure_note, pool);
+  DeviceMemoryWire device;           // the device's memory and the executor's resident set, as last sampled
+  // ceiling_fraction > 0: the ceiling is that fraction of the device's memory, set from the first
+  // sample (ceiling_bytes is 0 until then, and loads wait for it).
+  double ceiling_fraction = 0.0;
+  MSGPACK_DEFINE(models, ceiling_bytes, soft_bytes, hard_bytes, used_bytes, pressure, pressure_note, pool, device,
+                 ceiling_fraction);
 };
 
 }  // namespace mqlm::messages

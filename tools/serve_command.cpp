@@ -4,10 +4,14 @@
 // configuration alone. SIGINT or SIGTERM drains: the front ends refuse new requests, abort the
 // running ones (or let them finish with --finish-running), and once none is open the actors stop
 // in reverse order.
+#include <charconv>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <system_error>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -35,7 +39,11 @@ struct ServeOptions {
   std::vector<std::string> models;   // --model ID=PATH: the model pool (then `model` is not used)
   std::vector<std::string> preload;  // --preload ID
   std::vector<std::string> pinned;   // --pin ID
-  std::uint64_t memory_ceiling = 0;  // bytes; 0: none
+  std::string memory_ceiling;        // bytes (8G, 8589934592), a fraction of the device (0.9, 90%); "": none
+  double memory_soft = 0.85;         // fractions of the ceiling
+  double memory_hard = 0.95;
+  std::uint32_t pool_block_mib = 0;  // the executor's pool block size; 0: its default
+  std::string fail_release;          // fault injection for tests: this model's release throws midway
   std::string listen = "tcp://127.0.0.1:5555";
   std::string http;     // HOST:PORT of the http actor; "" : not run (unless --run names it)
   std::string api_key;  // the http actor's; "" : none
@@ -53,6 +61,36 @@ struct ServeOptions {
   int drain_timeout_s = 60;
   int heartbeat_timeout_ms = 10000;
 };
+
+// --memory-ceiling as the enforcer's option: ceiling_bytes=N for a size (a number of bytes, or
+// with K, M, G or T: binary multiples), ceiling_fraction=F for a fraction of the device's memory
+// (0.9, or 90%). "" and 0 mean no ceiling.
+std::pair<std::string, std::string> ceiling_option(const std::string& text) {
+  auto bad = [&] {
+    return CommandFailed("--memory-ceiling " + text + ": give bytes (8589934592, 8G, 512M) or a fraction of the "
+                         "device's memory (0.9 or 90%)", 2);
+  };
+  if (text.empty()) return {"ceiling_bytes", "0"};
+  const bool percent = text.back() == '%';
+  if (percent || text.find('.') != std::string::npos) {
+    double value = 0;
+    const std::string number = percent ? text.substr(0, text.size() - 1) : text;
+    const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
+    if (error != std::errc{} || end != number.data() + number.size()) throw bad();
+    if (percent) value /= 100.0;
+    if (!(value > 0.0 && value <= 1.0)) throw bad();
+    return {"ceiling_fraction", fmt::format("{}", value)};
+  }
+  std::uint64_t value = 0;
+  const char* begin = text.data();
+  const auto [end, error] = std::from_chars(begin, begin + text.size(), value);
+  if (error != std::errc{}) throw bad();
+  const std::string_view suffix(end, static_cast<std::size_t>(begin + text.size() - end));
+  static const std::map<std::string_view, int> kShifts = {{"", 0}, {"K", 10}, {"M", 20}, {"G", 30}, {"T", 40}};
+  auto shift = kShifts.find(suffix);
+  if (shift == kShifts.end() || (shift->second > 0 && value > (UINT64_MAX >> shift->second))) throw bad();
+  return {"ceiling_bytes", std::to_string(value << shift->second)};
+}
 
 bool runs(const ServeOptions& o, const std::string& kind) {
   return std::find(o.run.begin(), o.run.end(), kind) != o.run.end();
@@ -80,9 +118,14 @@ NodeConfig serve_config(const ServeOptions& o) {
                          {"page_size", std::to_string(o.page_size)}};
   if (!preload.empty()) options["executor"]["preload"] = preload;
   if (!o.device.empty()) options["executor"]["device"] = o.device;
+  if (o.pool_block_mib > 0) options["executor"]["block_mib"] = std::to_string(o.pool_block_mib);
+  if (!o.fail_release.empty()) options["executor"]["fail_release"] = o.fail_release;
+  const auto [ceiling_key, ceiling_value] = ceiling_option(o.memory_ceiling);
   options["enforcer"] = {{"models", models}, {"kv_pages", std::to_string(o.kv_pages)},
                          {"page_size", std::to_string(o.page_size)},
-                         {"ceiling_bytes", std::to_string(o.memory_ceiling)}};
+                         {ceiling_key, ceiling_value},
+                         {"soft", fmt::format("{}", o.memory_soft)},
+                         {"hard", fmt::format("{}", o.memory_hard)}};
   if (!preload.empty()) options["enforcer"]["preload"] = preload;
   if (!o.pinned.empty()) options["enforcer"]["pinned"] = fmt::format("{}", fmt::join(o.pinned, ","));
   options["scheduler"] = {{"models", models},
@@ -98,6 +141,10 @@ NodeConfig serve_config(const ServeOptions& o) {
   options["http"] = {{"listen", o.http.empty() ? kDefaultHttp : o.http}, {"heartbeat_ms", "100"},
                      {"unavailable_ms", "500"}};
   if (!o.api_key.empty()) options["http"]["api_key"] = o.api_key;
+  // Admin requests and the memory picture go to the enforcer.
+  for (const char* kind : {"gateway", "http"}) {
+    if (runs(o, "enforcer") || enforcer_elsewhere) options[kind]["enforcer"] = "enforcer";
+  }
   for (const char* kind : kServeKinds) {
     if (!runs(o, kind)) continue;
     ActorOptions actor_options = options[kind];
@@ -183,8 +230,22 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--preload", o->preload, "with --model: load this model at start (repeatable)");
   cmd->add_option("--pin", o->pinned, "with --model: never evict this model (repeatable)");
   cmd->add_option("--memory-ceiling", o->memory_ceiling,
-                  "device bytes the loaded models may take; a load beyond it evicts idle unpinned models first, "
-                  "or is refused (507) (default 0: no ceiling)");
+                  "device memory the loaded models may take: bytes (8G, 512M, 8589934592) or a fraction of the "
+                  "device's (0.9, 90%); a load beyond it evicts idle unpinned models first, or is refused (507) "
+                  "(default: no ceiling)");
+  cmd->add_option("--memory-soft", o->memory_soft,
+                  "fraction of the ceiling above which the pool is trimmed and idle unpinned models are evicted")
+      ->capture_default_str()->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--memory-hard", o->memory_hard,
+                  "fraction of the ceiling above which the largest busy unpinned model is evicted")
+      ->capture_default_str()->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--pool-block-mib", o->pool_block_mib,
+                  "size of the device memory blocks the buffer pool takes from the driver (default: the executor's)")
+      ->check(CLI::Range(1u, 65536u));
+  cmd->add_option("--fail-release", o->fail_release,
+                  "testing: unloading this model throws midway through its release (the rest must still be freed "
+                  "and the failure reported)")
+      ->group("Testing");
   cmd->add_option("--listen", o->listen, "where clients connect: tcp://HOST:PORT or ipc://PATH")->capture_default_str();
   cmd->add_option("--http", o->http,
                   "also serve the OpenAI API over HTTP at HOST:PORT, e.g. 127.0.0.1:8080");

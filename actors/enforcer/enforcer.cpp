@@ -75,6 +75,7 @@ struct EnforcerOptions {
   std::uint32_t kv_pages = 1024;
   std::uint32_t page_size = 16;
   std::uint64_t ceiling_bytes = 0;  // 0: no ceiling
+  double ceiling_fraction = 0.0;    // > 0: the ceiling is this fraction of the device's memory
   double soft = 0.85;
   double hard = 0.95;
   std::string executor = "executor";
@@ -101,7 +102,7 @@ std::vector<std::string> parse_id_list(const ActorOptions& options, const std::s
   return ids;
 }
 
-// A fraction of the ceiling in (0, 1].
+// A fraction in (0, 1]: of the ceiling (soft, hard), or of the device's memory (ceiling_fraction).
 double fraction_option(const ActorOptions& options, const std::string& key, double fallback) {
   auto it = options.find(key);
   if (it == options.end()) return fallback;
@@ -109,8 +110,8 @@ double fraction_option(const ActorOptions& options, const std::string& key, doub
   double value = 0.0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc{} || end != text.data() + text.size() || !(value > 0.0 && value <= 1.0)) {
-    throw std::invalid_argument(fmt::format("enforcer option {}={}: give a fraction of the ceiling above 0 "
-                                            "and at most 1 (e.g. 0.85)",
+    throw std::invalid_argument(fmt::format("enforcer option {}={}: give a fraction above 0 and at most 1 "
+                                            "(e.g. 0.85)",
                                             key, text));
   }
   return value;
@@ -124,7 +125,8 @@ std::string peer_option(const ActorOptions& options, const std::string& key) {
 
 EnforcerOptions parse_options(const ActorOptions& options) {
   check_option_names("enforcer", options,
-                     {"models", "pinned", "preload", "kv_pages", "page_size", "ceiling_bytes", "soft", "hard",
+                     {"models", "pinned", "preload", "kv_pages", "page_size", "ceiling_bytes", "ceiling_fraction",
+                      "soft", "hard",
                       "executor", "scheduler", "sample_ms"});
   if (!options.contains("models")) {
     throw std::invalid_argument("actor enforcer needs option models=ID=PATH;ID2=PATH2 (the models it admits, "
@@ -134,6 +136,12 @@ EnforcerOptions parse_options(const ActorOptions& options) {
   parsed.kv_pages = static_cast<std::uint32_t>(number_option("enforcer", options, "kv_pages", 1024, 1, kMaxUint32));
   parsed.page_size = static_cast<std::uint32_t>(number_option("enforcer", options, "page_size", 16, 1, kMaxUint32));
   parsed.ceiling_bytes = number_option("enforcer", options, "ceiling_bytes", 0);
+  if (options.contains("ceiling_fraction")) {
+    if (options.contains("ceiling_bytes")) {
+      throw std::invalid_argument("enforcer options ceiling_bytes= and ceiling_fraction= both set the ceiling: give one");
+    }
+    parsed.ceiling_fraction = fraction_option(options, "ceiling_fraction", 1.0);
+  }
   parsed.soft = fraction_option(options, "soft", parsed.soft);
   parsed.hard = fraction_option(options, "hard", parsed.hard);
   if (parsed.soft > parsed.hard) {
@@ -219,6 +227,8 @@ class Enforcer final : public Actor {
   void on_timer(Context& ctx);
 
   void admit(Context& ctx, ModelEntry& entry);
+  void set_ceiling(std::uint64_t ceiling);
+  bool ceiling_unknown() const { return options_.ceiling_fraction > 0.0 && options_.ceiling_bytes == 0; }
   void refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t needed);
   void start_unload(Context& ctx, ModelEntry& model, const std::string& reason);
   void start_waiting_loads(Context& ctx);
@@ -239,6 +249,7 @@ class Enforcer final : public Actor {
   std::uint64_t hard_bytes_ = 0;
   std::map<std::string, ModelEntry> models_;
   PoolStatsWire pool_;  // the executor's pool, as last heard of
+  DeviceMemoryWire device_;  // the device's memory, as last sampled
   Pressure pressure_ = Pressure::none;
   std::string pressure_note_;
   bool note_logged_ = false;           // pressure_note_ was logged in this episode of pressure
@@ -249,9 +260,7 @@ class Enforcer final : public Actor {
 };
 
 Enforcer::Enforcer(EnforcerOptions options) : options_(std::move(options)) {
-  const auto ceiling = static_cast<double>(options_.ceiling_bytes);
-  soft_bytes_ = static_cast<std::uint64_t>(ceiling * options_.soft);
-  hard_bytes_ = static_cast<std::uint64_t>(ceiling * options_.hard);
+  set_ceiling(options_.ceiling_bytes);
   for (const auto& [id, configured] : options_.models) {
     ModelEntry entry;
     entry.id = id;
@@ -260,6 +269,12 @@ Enforcer::Enforcer(EnforcerOptions options) : options_(std::move(options)) {
     if (configured.preload) entry.state = ModelState::loaded;
     models_.emplace(id, std::move(entry));
   }
+}
+
+void Enforcer::set_ceiling(std::uint64_t ceiling) {
+  options_.ceiling_bytes = ceiling;
+  soft_bytes_ = static_cast<std::uint64_t>(static_cast<double>(ceiling) * options_.soft);
+  hard_bytes_ = static_cast<std::uint64_t>(static_cast<double>(ceiling) * options_.hard);
 }
 
 void Enforcer::on_start(Context& ctx) {
@@ -330,7 +345,9 @@ void Enforcer::on_load_request(Context& ctx, const Message& message, const LoadR
     return;
   }
   entry->askers.push_back({message.envelope.from, message.envelope.correlation_id, message.envelope.request_id});
-  if (entry->state == ModelState::draining) {
+  if (ceiling_unknown()) {
+    entry->load_wanted = true;  // admitted once the first sample has set the ceiling
+  } else if (entry->state == ModelState::draining) {
     entry->load_wanted = true;  // admitted afresh once its ModelUnloaded has come
   } else if (entry->state == ModelState::unloaded) {
     admit(ctx, *entry);
@@ -393,6 +410,8 @@ void Enforcer::on_models_query(Context& ctx, const Message& message, const Model
   report.pressure = static_cast<std::uint8_t>(pressure_);
   report.pressure_note = pressure_note_;
   report.pool = pool_;
+  report.device = device_;
+  report.ceiling_fraction = options_.ceiling_fraction;
   ctx.reply(message, std::move(report));
 }
 
@@ -410,6 +429,10 @@ void Enforcer::on_usage(const ModelUsage& usage) {
 
 // Admits an unloaded model whose askers are waiting: at once, after evictions, or not at all.
 void Enforcer::admit(Context& ctx, ModelEntry& entry) {
+  if (ceiling_unknown()) {
+    entry.load_wanted = true;  // the first sample sets the ceiling, then admits it
+    return;
+  }
   const std::uint64_t needed = entry.configured.estimate;
   const std::uint64_t used = admitted_bytes();
   const std::uint64_t ceiling = options_.ceiling_bytes;
@@ -625,6 +648,17 @@ void Enforcer::on_report(Context& ctx, const ExecutorReport& report) {
   query_unanswered_ = false;
   samples_unanswered_ = 0;
   pool_ = report.pool;
+  device_ = report.memory;
+  if (ceiling_unknown() && device_.total_bytes > 0) {
+    set_ceiling(static_cast<std::uint64_t>(static_cast<double>(device_.total_bytes) * options_.ceiling_fraction));
+    spdlog::info("enforcer: the ceiling is {:.0f}% of the device's {:.1f} MiB: {:.1f} MiB",
+                 options_.ceiling_fraction * 100, mib(device_.total_bytes), mib(options_.ceiling_bytes));
+    for (auto& [id, model] : models_) {
+      if (model.state != ModelState::unloaded || !model.load_wanted) continue;
+      model.load_wanted = false;
+      admit(ctx, model);
+    }
+  }
   // The executor labels each model's pool memory "weights:ID" and "kv:ID": the measured bytes of
   // loaded models, the preloaded ones' first of all.
   for (auto& [id, model] : models_) {

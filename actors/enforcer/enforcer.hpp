@@ -34,6 +34,8 @@
 //   preload=ID,ID2             loaded by the executor at its start: counted loaded from the start
 //   kv_pages=N, page_size=N    every model's KV cache, as the executor's (defaults 1024, 16)
 //   ceiling_bytes=N            device bytes the models may take (0, the default: no ceiling)
+//   ceiling_fraction=F         or this fraction (0 < F <= 1) of the device's memory (its device-local
+//                              heaps), set from the executor's first report; loads wait for it
 //   soft=F, hard=F             fractions of the ceiling (defaults 0.85, 0.95; 0 < soft <= hard <= 1)
 //   executor=NAME, scheduler=NAME   its peers (defaults "executor", "scheduler")
 //   sample_ms=N                how often the executor's pool is sampled (default 1000)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "actors/gateway/model_admin.hpp"
 #include "model/sampling/sampling_params.hpp"
 
 namespace mqlm::actors::client_protocol {
@@ -375,6 +376,29 @@ ClientRequest parse_status(const Entries& entries, std::optional<ClientId> id) {
   return request;
 }
 
+ClientRequest parse_admin(const Entries& entries, AdminOp op, std::optional<ClientId> id) {
+  AdminRequest request{op, std::move(id), {}, false};
+  const std::string_view op_name = op == AdminOp::load ? "load" : op == AdminOp::unload ? "unload" : "models";
+  bool has_model = false;
+  for (const auto& [name, value] : entries.items) {
+    if (name == "op" || name == "id") continue;
+    Check failure;
+    if (name == "model") {
+      has_model = true;
+      failure = read_string(*value, "model", kMaxModelNameBytes, request.model);
+    } else if (name == "if_idle" && op == AdminOp::unload) {
+      failure = read_bool(*value, "if_idle", request.if_idle);
+    } else {
+      failure = malformed(std::string(op_name) + " has no key '" + std::string(name) + "'");
+    }
+    if (failure) return problem(std::move(*failure), request.id);
+  }
+  if (op != AdminOp::models && (!has_model || request.model.empty())) {
+    return problem(invalid(std::string(op_name) + " needs 'model': the id of a configured model"), request.id);
+  }
+  return request;
+}
+
 ClientRequest parse_abort(const Entries& entries, ClientId id) {
   for (const auto& [name, value] : entries.items) {
     if (name != "op" && name != "id") return problem(malformed("abort has no key '" + std::string(name) + "'"), id);
@@ -464,21 +488,27 @@ ClientRequest parse_request(std::span<const std::byte> frame) {
 
   const msgpack::object* op_value = entries.find("op");
   if (entries.is_repeated("op")) return problem(malformed("the key 'op' appears twice"), id);
-  if (op_value == nullptr) return problem(malformed("'op' is missing: generate, abort or status"), id);
+  static constexpr std::string_view kOps = "generate, abort, status, load, unload or models";
+  if (op_value == nullptr) return problem(malformed("'op' is missing: " + std::string(kOps)), id);
   if (op_value->type != msgpack::type::STR) return problem(wrong_type("op", "a string", *op_value), id);
   std::string_view op(op_value->via.str.ptr, op_value->via.str.size);
-  bool generate = op == "generate";
-  if (!generate && op != "abort" && op != "status") {
-    return problem(malformed("unknown op '" + std::string(op.substr(0, kMaxKeyBytes)) +
-                             "': generate, abort or status"),
+  const bool generate = op == "generate";
+  const bool admin = op == "load" || op == "unload" || op == "models";
+  if (!generate && !admin && op != "abort" && op != "status") {
+    return problem(malformed("unknown op '" + std::string(op.substr(0, kMaxKeyBytes)) + "': " + std::string(kOps)),
                    id);
   }
   if (id_problem) return problem(std::move(*id_problem));
-  if (!id && op != "status") return problem(malformed("'id' is missing: " + std::string(op) + " needs one"));
+  if (!id && (generate || op == "abort")) {
+    return problem(malformed("'id' is missing: " + std::string(op) + " needs one"));
+  }
   if (entries.problem) return problem(std::move(*entries.problem), id, generate);
 
   if (generate) return parse_generate(entries, *id);
   if (op == "abort") return parse_abort(entries, *id);
+  if (op == "load") return parse_admin(entries, AdminOp::load, std::move(id));
+  if (op == "unload") return parse_admin(entries, AdminOp::unload, std::move(id));
+  if (op == "models") return parse_admin(entries, AdminOp::models, std::move(id));
   return parse_status(entries, std::move(id));
 }
 
@@ -607,10 +637,15 @@ std::string encode_error_event(RequestError code, std::string_view message, cons
 }
 
 std::string encode_status_event(const std::optional<ClientId>& id, const messages::StatusReport& report,
-                                std::uint64_t gateway_requests) {
+                                std::uint64_t gateway_requests, const messages::ModelsReport* memory) {
   msgpack::sbuffer buffer;
   Packer pk(buffer);
-  begin_event(pk, "status", id ? &*id : nullptr, 17);
+  begin_event(pk, "status", id ? &*id : nullptr, memory != nullptr ? 18 : 17);
+  if (memory != nullptr) {
+    pack_text(pk, "memory");
+    const std::vector<std::uint8_t> packed = nlohmann::json::to_msgpack(model_admin::memory_json(*memory));
+    buffer.write(reinterpret_cast<const char*>(packed.data()), packed.size());
+  }
   pack_text(pk, "models");
   pk.pack_array(static_cast<std::uint32_t>(report.models.size()));
   for (const auto& model : report.models) pack_text(pk, model);
@@ -645,6 +680,19 @@ std::string encode_status_event(const std::optional<ClientId>& id, const message
   for (const auto& [owner, bytes] : report.pool.active_by_owner) number(owner, bytes);
   number("gateway_requests", gateway_requests);
   return to_string(buffer);
+}
+
+std::string encode_json_event(std::string_view event, const std::optional<ClientId>& id, nlohmann::json fields) {
+  fields["event"] = event;
+  if (id) {
+    if (const auto* number = std::get_if<std::int64_t>(&*id)) {
+      fields["id"] = *number;
+    } else {
+      fields["id"] = std::get<std::string>(*id);
+    }
+  }
+  const std::vector<std::uint8_t> packed = nlohmann::json::to_msgpack(fields);
+  return std::string(reinterpret_cast<const char*>(packed.data()), packed.size());
 }
 
 messages::FinalEvent error_final(RequestError code, std::string message) {

@@ -13,7 +13,10 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "messages/codec.hpp"
+#include "messages/models.hpp"
 #include "messages/serving.hpp"
 
 namespace mqlm::actors::client_protocol {
@@ -50,6 +53,17 @@ struct StatusRequest {
   bool trim = false;
 };
 
+// The model pool's admin requests (answered by the enforcer through the gateway): load a model,
+// unload it (if_idle: only when no request uses it), or list the models with their states.
+enum class AdminOp { load, unload, models };
+
+struct AdminRequest {
+  AdminOp op = AdminOp::models;
+  std::optional<ClientId> id;
+  std::string model;  // load, unload: required; models: "" for every model
+  bool if_idle = false;
+};
+
 // A frame that is no usable request. code is RequestError::malformed (not a map of known keys
 // and types) or invalid_request (a value out of range, a missing or ambiguous prompt).
 struct RequestProblem {
@@ -59,7 +73,7 @@ struct RequestProblem {
   bool generate = false;       // the frame was a generate: with an id, it is answered by a final
 };
 
-using ClientRequest = std::variant<GenerateRequest, AbortRequest, StatusRequest, RequestProblem>;
+using ClientRequest = std::variant<GenerateRequest, AbortRequest, StatusRequest, AdminRequest, RequestProblem>;
 
 ClientRequest parse_request(std::span<const std::byte> frame);
 
@@ -83,8 +97,11 @@ std::string encode_final_event(const ClientId& id, const messages::FinalEvent& f
                                const GatheredOutput& gathered, bool with_logprobs);
 std::string encode_error_event(messages::RequestError code, std::string_view message,
                                const std::optional<ClientId>& id);
+// memory: the enforcer's report, when the server has one (the event's "memory" key).
 std::string encode_status_event(const std::optional<ClientId>& id, const messages::StatusReport& report,
-                                std::uint64_t gateway_requests);
+                                std::uint64_t gateway_requests, const messages::ModelsReport* memory = nullptr);
+// An event whose fields are `fields` (a JSON object) besides "event" and, when given, "id".
+std::string encode_json_event(std::string_view event, const std::optional<ClientId>& id, nlohmann::json fields);
 
 // A FinalEvent for a request the gateway ends itself (refused, or its scheduler went silent).
 messages::FinalEvent error_final(messages::RequestError code, std::string message);

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/gateway/client_protocol.hpp"
+#include "actors/gateway/model_admin.hpp"
 
 namespace mqlm::actors {
 namespace {
@@ -37,12 +38,17 @@ constexpr int kZmtpHeartbeatTimeoutMs = 3000;
 // Events queued for one client before it is deemed too slow to keep (and treated as gone).
 constexpr int kClientSendQueue = 10000;
 constexpr std::size_t kMaxPendingStatus = 64;
+// Admin requests waiting for the enforcer, and how long one may wait: a load is as long as an
+// upload (minutes for a large model on a slow disk); an unload's end waits for its requests.
+constexpr std::size_t kMaxPendingAdmin = 256;
+constexpr std::int64_t kAdminTimeoutNs = 600'000'000'000;
 // On stop, how long the final events of cut-off requests may take to leave.
 constexpr int kStopLingerMs = 200;
 
 struct GatewayConfig {
   std::string listen = "tcp://127.0.0.1:5555";
   std::string scheduler = "scheduler";
+  std::string enforcer;  // "": the server has no model pool (admin requests are refused)
   std::size_t max_requests = 4096;
   std::chrono::milliseconds keepalive{250};
   std::chrono::milliseconds heartbeat{200};
@@ -103,6 +109,11 @@ class Gateway final : public Actor {
     }
     requests_.clear();
     clients_.clear();
+    for (const auto& [correlation_id, pending] : pending_admin_) {
+      send_to_client(ctx, pending.peer, cp::encode_error_event(RequestError::shutting_down, "the server is stopping",
+                                                               pending.request.id));
+    }
+    pending_admin_.clear();
     ctx.cancel_timer(kTickTimer);
     ctx.unwatch(kClientSocketWatch);
     if (socket_) {
@@ -135,6 +146,12 @@ class Gateway final : public Actor {
       on_final(ctx, request_id, *final_event);
     } else if (const auto* report = message.as<StatusReport>()) {
       on_status_report(ctx, message.envelope.correlation_id, *report);
+    } else if (const auto* memory = message.as<ModelsReport>()) {
+      on_models_report(ctx, message.envelope.correlation_id, *memory);
+    } else if (const auto* load = message.as<LoadAnswer>()) {
+      on_load_answer(ctx, message.envelope.correlation_id, *load);
+    } else if (const auto* unload = message.as<UnloadAnswer>()) {
+      on_unload_answer(ctx, message.envelope.correlation_id, *unload);
     } else if (const auto* error = message.as<Error>()) {
       on_runtime_error(ctx, message.envelope, *error);
     } else if (const auto* drain = message.as<Drain>()) {
@@ -164,9 +181,21 @@ class Gateway final : public Actor {
     std::int64_t last_sent_ns = 0;
   };
 
+  // A status waits for the scheduler's report and, when the server has an enforcer, its memory
+  // report too; an enforcer that does not answer in unavailable_ms leaves "memory" out.
   struct PendingStatus {
     Peer peer;
     std::optional<cp::ClientId> id;
+    std::int64_t asked_ns = 0;
+    std::optional<StatusReport> report;
+    std::optional<ModelsReport> memory;
+    bool wants_memory = false;
+  };
+
+  struct PendingAdmin {
+    Peer peer;
+    cp::AdminRequest request;
+    std::int64_t asked_ns = 0;
   };
 
   // ---- client input ---------------------------------------------------------------------------
@@ -212,6 +241,8 @@ class Gateway final : public Actor {
       abort_request(ctx, peer, abort->id);
     } else if (auto* status = std::get_if<cp::StatusRequest>(&request)) {
       ask_status(ctx, peer, std::move(*status));
+    } else if (auto* admin = std::get_if<cp::AdminRequest>(&request)) {
+      ask_enforcer(ctx, peer, std::move(*admin));
     } else {
       reject_frame(ctx, peer, std::get<cp::RequestProblem>(std::move(request)));
     }
@@ -307,7 +338,54 @@ class Gateway final : public Actor {
                                                        request.id));
       return;
     }
-    pending_status_.emplace(correlation_id, PendingStatus{peer, std::move(request.id)});
+    PendingStatus pending{peer, std::move(request.id), ctx.now_ns(), {}, {}, false};
+    if (!config_.enforcer.empty()) {
+      SendStatus asked = ctx.send(config_.enforcer, ModelsQuery{}, SendOptions{correlation_id, 0, {}});
+      pending.wants_memory = asked == SendStatus::sent || asked == SendStatus::deferred;
+    }
+    pending_status_.emplace(correlation_id, std::move(pending));
+  }
+
+  // Load, unload and models go to the enforcer; its answers come back by correlation id.
+  void ask_enforcer(Context& ctx, const Peer& peer, cp::AdminRequest request) {
+    auto refuse_admin = [&](RequestError code, const std::string& message) {
+      send_to_client(ctx, peer, cp::encode_error_event(code, message, request.id));
+    };
+    if (config_.enforcer.empty()) {
+      refuse_admin(RequestError::invalid_request, "this server has no model pool (no enforcer): it cannot load or "
+                                                  "unload models");
+      return;
+    }
+    if (draining_ && request.op == cp::AdminOp::load) {
+      refuse_admin(RequestError::shutting_down, "the server is draining and loads no models");
+      return;
+    }
+    if (pending_admin_.size() >= kMaxPendingAdmin) {
+      refuse_admin(RequestError::busy, "too many admin requests are waiting: try again later");
+      return;
+    }
+    const std::uint64_t correlation_id = ++next_correlation_id_;
+    SendStatus status = SendStatus::sent;
+    switch (request.op) {
+      case cp::AdminOp::load:
+        status = ctx.send(config_.enforcer, LoadRequest{request.model}, SendOptions{correlation_id, 0, {}});
+        break;
+      case cp::AdminOp::unload:
+        status = ctx.send(config_.enforcer, UnloadRequest{request.model, request.if_idle},
+                          SendOptions{correlation_id, 0, {}});
+        break;
+      case cp::AdminOp::models:
+        status = ctx.send(config_.enforcer, ModelsQuery{request.model}, SendOptions{correlation_id, 0, {}});
+        break;
+    }
+    if (status != SendStatus::sent && status != SendStatus::deferred) {
+      refuse_admin(status == SendStatus::unknown_actor ? RequestError::internal : RequestError::busy,
+                   status == SendStatus::unknown_actor ? "the gateway has no address for its enforcer '" +
+                                                             config_.enforcer + "'"
+                                                       : "the enforcer's queue is full: try again later");
+      return;
+    }
+    pending_admin_.emplace(correlation_id, PendingAdmin{peer, std::move(request), ctx.now_ns()});
   }
 
   // ---- scheduler output -----------------------------------------------------------------------
@@ -358,8 +436,72 @@ class Gateway final : public Actor {
       ++dropped_events_;
       return;
     }
-    send_to_client(ctx, it->second.peer, cp::encode_status_event(it->second.id, report, requests_.size()));
+    it->second.report = report;
+    answer_status_if_complete(ctx, it, false);
+  }
+
+  void on_models_report(Context& ctx, std::uint64_t correlation_id, const ModelsReport& report) {
+    if (auto it = pending_status_.find(correlation_id); it != pending_status_.end()) {
+      it->second.memory = report;
+      answer_status_if_complete(ctx, it, false);
+      return;
+    }
+    auto it = pending_admin_.find(correlation_id);
+    if (it == pending_admin_.end()) {
+      ++dropped_events_;
+      return;
+    }
+    nlohmann::json models = model_admin::memory_json(report);
+    send_to_client(ctx, it->second.peer, cp::encode_json_event("models", it->second.request.id, std::move(models)));
+    pending_admin_.erase(it);
+  }
+
+  // gave_up: the enforcer did not answer in time, so the status goes without "memory".
+  void answer_status_if_complete(Context& ctx, std::map<std::uint64_t, PendingStatus>::iterator it, bool gave_up) {
+    PendingStatus& pending = it->second;
+    if (!pending.report || (pending.wants_memory && !pending.memory && !gave_up)) return;
+    send_to_client(ctx, pending.peer,
+                   cp::encode_status_event(pending.id, *pending.report, requests_.size(),
+                                           pending.memory ? &*pending.memory : nullptr));
     pending_status_.erase(it);
+  }
+
+  void on_load_answer(Context& ctx, std::uint64_t correlation_id, const LoadAnswer& answer) {
+    auto it = pending_admin_.find(correlation_id);
+    if (it == pending_admin_.end()) {
+      ++dropped_events_;
+      return;
+    }
+    const PendingAdmin& pending = it->second;
+    if (auto refusal = model_admin::load_refusal(answer)) {
+      nlohmann::json fields = std::move(refusal->figures);
+      fields["code"] = cp::error_code_name(refusal->code);
+      fields["message"] = refusal->message;
+      fields["model"] = answer.model;
+      send_to_client(ctx, pending.peer, cp::encode_json_event("error", pending.request.id, std::move(fields)));
+    } else {
+      send_to_client(ctx, pending.peer, cp::encode_json_event("model", pending.request.id, model_admin::loaded_json(answer)));
+    }
+    pending_admin_.erase(it);
+  }
+
+  // An accepted unload is answered twice: draining at once, unloaded (with the bytes freed) at
+  // its end; the client hears both.
+  void on_unload_answer(Context& ctx, std::uint64_t correlation_id, const UnloadAnswer& answer) {
+    auto it = pending_admin_.find(correlation_id);
+    if (it == pending_admin_.end()) {
+      ++dropped_events_;
+      return;
+    }
+    const PendingAdmin& pending = it->second;
+    if (auto refusal = model_admin::unload_refusal(answer)) {
+      nlohmann::json fields = {{"code", cp::error_code_name(refusal->code)}, {"message", refusal->message},
+                               {"model", answer.model}};
+      send_to_client(ctx, pending.peer, cp::encode_json_event("error", pending.request.id, std::move(fields)));
+    } else {
+      send_to_client(ctx, pending.peer, cp::encode_json_event("model", pending.request.id, model_admin::unload_json(answer)));
+    }
+    if (static_cast<UnloadOutcome>(answer.outcome) != UnloadOutcome::draining) pending_admin_.erase(it);
   }
 
   // The scheduler's runtime could not take something we sent (it answers with Error): a bug on
@@ -371,10 +513,22 @@ class Gateway final : public Actor {
       finish(ctx, it, cp::error_final(RequestError::internal, envelope.from + " could not take the request: " + error.message));
     }
     if (auto it = pending_status_.find(envelope.correlation_id); envelope.correlation_id != 0 && it != pending_status_.end()) {
+      if (envelope.from == config_.enforcer && it->second.report) {
+        answer_status_if_complete(ctx, it, true);
+      } else if (envelope.from == config_.enforcer) {
+        it->second.wants_memory = false;
+      } else {
+        send_to_client(ctx, it->second.peer,
+                       cp::encode_error_event(RequestError::internal, envelope.from + " could not answer: " + error.message,
+                                              it->second.id));
+        pending_status_.erase(it);
+      }
+    }
+    if (auto it = pending_admin_.find(envelope.correlation_id); envelope.correlation_id != 0 && it != pending_admin_.end()) {
       send_to_client(ctx, it->second.peer,
                      cp::encode_error_event(RequestError::internal, envelope.from + " could not answer: " + error.message,
-                                            it->second.id));
-      pending_status_.erase(it);
+                                            it->second.request.id));
+      pending_admin_.erase(it);
     }
   }
 
@@ -410,11 +564,38 @@ class Gateway final : public Actor {
     if (!late && (!requests_.empty() || !pending_status_.empty()) && scheduler_silent(now)) {
       fail_all_unavailable(ctx);
     }
+    if (!late) give_up_on_enforcer(ctx, now);
     // A client sent nothing for a while is sent an empty frame: if it is gone, the send says so.
     // Not to REQ-framed clients: a REQ socket would take the empty frame for its one answer.
     for (auto& [routing_id, client] : clients_) {
       if (client.delimited || now - client.last_sent_ns < to_ns(config_.keepalive)) continue;
       send_to_client(ctx, Peer{routing_id, false}, {});
+    }
+  }
+
+  // The enforcer is not heartbeaten (it has nothing to do with requests): a status leaves its
+  // part out after unavailable_ms, and an admin request fails after kAdminTimeoutNs.
+  void give_up_on_enforcer(Context& ctx, std::int64_t now) {
+    std::vector<std::uint64_t> late_status;
+    for (const auto& [correlation_id, pending] : pending_status_) {
+      if (pending.report && pending.wants_memory && now - pending.asked_ns > to_ns(config_.unavailable)) {
+        late_status.push_back(correlation_id);
+      }
+    }
+    for (std::uint64_t correlation_id : late_status) {
+      answer_status_if_complete(ctx, pending_status_.find(correlation_id), true);
+    }
+    for (auto it = pending_admin_.begin(); it != pending_admin_.end();) {
+      if (now - it->second.asked_ns <= kAdminTimeoutNs) {
+        ++it;
+        continue;
+      }
+      send_to_client(ctx, it->second.peer,
+                     cp::encode_error_event(RequestError::unavailable,
+                                            "the enforcer '" + config_.enforcer + "' did not answer in " +
+                                                std::to_string(kAdminTimeoutNs / 1'000'000'000) + " s",
+                                            it->second.request.id));
+      it = pending_admin_.erase(it);
     }
   }
 
@@ -509,6 +690,7 @@ class Gateway final : public Actor {
   std::map<std::uint64_t, Request> requests_;   // open requests by the request id the scheduler knows
   std::map<std::string, Client> clients_;       // clients with open requests, by routing id
   std::map<std::uint64_t, PendingStatus> pending_status_;  // by correlation id
+  std::map<std::uint64_t, PendingAdmin> pending_admin_;    // by correlation id
   std::set<std::string> gone_clients_;
   std::vector<Message> drains_;                 // Drains to answer once no request is open
   bool draining_ = false;
@@ -529,10 +711,12 @@ class Gateway final : public Actor {
 
 std::unique_ptr<Actor> make_gateway(const ActorOptions& options) {
   check_option_names("gateway", options,
-                     {"listen", "scheduler", "max_requests", "keepalive_ms", "heartbeat_ms", "unavailable_ms"});
+                     {"listen", "scheduler", "enforcer", "max_requests", "keepalive_ms", "heartbeat_ms",
+                      "unavailable_ms"});
   GatewayConfig config;
   if (auto it = options.find("listen"); it != options.end()) config.listen = it->second;
   if (auto it = options.find("scheduler"); it != options.end()) config.scheduler = it->second;
+  config.enforcer = text_option(options, "enforcer", "");
   if (config.listen.find("://") == std::string::npos) {
     throw std::invalid_argument("gateway option listen=" + config.listen + " is not an address such as tcp://127.0.0.1:5555");
   }

@@ -3,11 +3,14 @@
 // client's (connection, id) to the request id it gave the scheduler, streams or gathers each
 // request's output, and ends every request it opened with exactly one final event: the
 // scheduler's, or its own when the client went away, the scheduler fell silent or the server
-// stops. Client input never ends or crashes it.
+// stops. Client input never ends or crashes it. The model pool's admin requests (load, unload,
+// models) go to the enforcer, whose memory report also joins each status event.
 //
 // Options (key=value, as `mqlm node` passes them):
 //   listen=ADDRESS      where clients connect (tcp:// or ipc://); default tcp://127.0.0.1:5555
 //   scheduler=NAME      the scheduler actor; default scheduler
+//   enforcer=NAME       the memory enforcer; default none (admin requests are refused, status
+//                       events have no "memory")
 //   max_requests=N      requests open across all clients; beyond, a final with busy; default 4096
 //   keepalive_ms=N      an empty frame to a client with requests open that was sent nothing for
 //                       this long, to learn whether it is still there; default 250

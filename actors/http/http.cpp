@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,9 @@ namespace mqlm::actors {
 namespace {
 
 using namespace messages;
+using http_bridge::AdminAnswer;
+using http_bridge::AdminCall;
+using http_bridge::AdminOp;
 using http_bridge::StatusAnswer;
 using http_bridge::Tag;
 namespace cp = client_protocol;
@@ -32,10 +36,12 @@ constexpr int kMaxReadsPerWake = 256;
 // Replies queued for one handler before it is deemed stuck (its client stopped reading) and gone.
 constexpr int kHandlerSendQueue = 10000;
 constexpr std::size_t kMaxPendingStatus = 256;
+constexpr std::size_t kMaxPendingAdmin = 256;
 
 struct HttpConfig {
   HttpServerConfig server;
   std::string scheduler = "scheduler";
+  std::string enforcer;  // "": no model pool (admin calls are refused, status has no memory)
   std::size_t max_requests = 4096;
   std::chrono::milliseconds heartbeat{200};
   std::chrono::milliseconds unavailable{800};
@@ -93,10 +99,14 @@ class Http final : public Actor {
     }
     requests_.clear();
     by_handler_.clear();
-    for (const auto& [correlation_id, handler] : pending_status_) {
-      refuse_status(handler, RequestError::shutting_down, "the server is stopping");
+    for (const auto& [correlation_id, pending] : pending_status_) {
+      refuse_status(pending.handler, RequestError::shutting_down, "the server is stopping");
     }
     pending_status_.clear();
+    for (const auto& [correlation_id, pending] : pending_admin_) {
+      refuse_admin(pending.handler, RequestError::shutting_down, "the server is stopping");
+    }
+    pending_admin_.clear();
     ctx.cancel_timer(kTickTimer);
     // The handlers still waiting see the server stop and give up; stop() joins them.
     if (server_) server_->stop();
@@ -126,6 +136,12 @@ class Http final : public Actor {
       on_final(ctx, request_id, *final_event);
     } else if (const auto* report = message.as<StatusReport>()) {
       on_status_report(ctx, message.envelope.correlation_id, *report);
+    } else if (const auto* memory = message.as<ModelsReport>()) {
+      on_models_report(ctx, message.envelope.correlation_id, *memory);
+    } else if (const auto* load = message.as<LoadAnswer>()) {
+      on_load_answer(message.envelope.correlation_id, *load);
+    } else if (const auto* unload = message.as<UnloadAnswer>()) {
+      on_unload_answer(message.envelope.correlation_id, *unload);
     } else if (const auto* error = message.as<Error>()) {
       on_runtime_error(ctx, message.envelope, *error);
     } else if (const auto* drain = message.as<Drain>()) {
@@ -144,6 +160,21 @@ class Http final : public Actor {
     bool accepted = false;    // the handler was told (or a token showed it)
     bool gone = false;        // the client went away: Abort sent, events dropped until the final
     bool abort_sent = false;
+  };
+
+  // A status waits for the scheduler's report and, with an enforcer, for its memory report;
+  // an enforcer silent for unavailable_ms is left out.
+  struct PendingStatus {
+    std::string handler;
+    std::int64_t asked_ns = 0;
+    std::optional<StatusReport> report;
+    std::optional<ModelsReport> memory;
+    bool wants_memory = false;
+  };
+
+  struct PendingAdmin {
+    std::string handler;
+    AdminCall call;
   };
 
   // ---- handler input --------------------------------------------------------------------------
@@ -178,7 +209,17 @@ class Http final : public Actor {
       auto it = by_handler_.find(handler);
       if (it != by_handler_.end()) handler_gone(ctx, it->second);
     } else if (tag == Tag::status) {
-      ask_status(ctx, handler);
+      std::optional<StatusQuery> query;
+      if (frames.size() == 3) query = http_bridge::unpack<StatusQuery>(frames[2]);
+      ask_status(ctx, handler, query ? query->trim : false);
+    } else if (tag == Tag::admin) {
+      std::optional<AdminCall> call;
+      if (frames.size() == 3) call = http_bridge::unpack<AdminCall>(frames[2]);
+      if (!call) {
+        refuse_admin(handler, RequestError::internal, "the http actor could not read the call from its handler");
+        return;
+      }
+      ask_enforcer(ctx, handler, std::move(*call));
     } else {
       spdlog::warn("http: a handler sent unknown tag {}", static_cast<int>(tag));
     }
@@ -238,7 +279,7 @@ class Http final : public Actor {
     unbarriered_.clear();
   }
 
-  void ask_status(Context& ctx, const std::string& handler) {
+  void ask_status(Context& ctx, const std::string& handler, bool trim) {
     if (scheduler_silent(ctx.now_ns())) {
       refuse_status(handler, RequestError::unavailable, silence_message(ctx.now_ns()));
       return;
@@ -248,14 +289,19 @@ class Http final : public Actor {
       return;
     }
     const std::uint64_t correlation_id = ++next_correlation_id_;
-    SendStatus status = ctx.send(config_.scheduler, StatusQuery{false}, SendOptions{correlation_id, 0, {}});
+    SendStatus status = ctx.send(config_.scheduler, StatusQuery{trim}, SendOptions{correlation_id, 0, {}});
     if (status != SendStatus::sent && status != SendStatus::deferred) {
       refuse_status(handler, status == SendStatus::unknown_actor ? RequestError::internal : RequestError::busy,
                     status == SendStatus::unknown_actor ? "the http actor has no address for its scheduler"
                                                         : "the scheduler's queue is full: try again later");
       return;
     }
-    pending_status_.emplace(correlation_id, handler);
+    PendingStatus pending{handler, ctx.now_ns(), {}, {}, false};
+    if (!config_.enforcer.empty()) {
+      SendStatus asked = ctx.send(config_.enforcer, ModelsQuery{}, SendOptions{correlation_id, 0, {}});
+      pending.wants_memory = asked == SendStatus::sent || asked == SendStatus::deferred;
+    }
+    pending_status_.emplace(correlation_id, std::move(pending));
   }
 
   void refuse_status(const std::string& handler, RequestError code, std::string message) {
@@ -314,15 +360,116 @@ class Http final : public Actor {
       ++dropped_events_;
       return;
     }
+    it->second.report = report;
+    answer_status_if_complete(ctx, it, false);
+  }
+
+  void on_models_report(Context& ctx, std::uint64_t correlation_id, const ModelsReport& report) {
+    if (auto it = pending_status_.find(correlation_id); it != pending_status_.end()) {
+      it->second.memory = report;
+      answer_status_if_complete(ctx, it, false);
+      return;
+    }
+    auto it = pending_admin_.find(correlation_id);
+    if (it == pending_admin_.end()) {
+      ++dropped_events_;
+      return;
+    }
+    AdminAnswer answer;
+    answer.ok = true;
+    answer.models = report;
+    send_to_handler(it->second.handler, Tag::admin_answer, http_bridge::pack(answer));
+    pending_admin_.erase(it);
+  }
+
+  // gave_up: the enforcer did not answer in time; the status goes without the memory picture.
+  void answer_status_if_complete(Context& ctx, std::map<std::uint64_t, PendingStatus>::iterator it, bool gave_up) {
+    PendingStatus& pending = it->second;
+    if (!pending.report || (pending.wants_memory && !pending.memory && !gave_up)) return;
     StatusAnswer answer;
     answer.ok = true;
-    answer.report = report;
+    answer.report = *pending.report;
     answer.figures = figures_;
     answer.figures.uptime_ns = ctx.now_ns() - started_ns_;
     answer.figures.open_requests = static_cast<std::uint32_t>(requests_.size());
     answer.figures.draining = draining_;
-    send_to_handler(it->second, Tag::status_answer, http_bridge::pack(answer));
+    if (pending.memory) {
+      answer.has_memory = true;
+      answer.memory = *pending.memory;
+    }
+    send_to_handler(pending.handler, Tag::status_answer, http_bridge::pack(answer));
     pending_status_.erase(it);
+  }
+
+  // ---- admin --------------------------------------------------------------------------------------
+
+  void refuse_admin(const std::string& handler, RequestError code, std::string message) {
+    AdminAnswer answer;
+    answer.failure = cp::error_final(code, std::move(message));
+    send_to_handler(handler, Tag::admin_answer, http_bridge::pack(answer));
+  }
+
+  void ask_enforcer(Context& ctx, const std::string& handler, AdminCall call) {
+    if (config_.enforcer.empty()) {
+      refuse_admin(handler, RequestError::invalid_request,
+                   "this server has no model pool (no enforcer): it cannot load or unload models");
+      return;
+    }
+    if (draining_ && call.op == static_cast<std::uint8_t>(AdminOp::load)) {
+      refuse_admin(handler, RequestError::shutting_down, "the server is draining and loads no models");
+      return;
+    }
+    if (pending_admin_.size() >= kMaxPendingAdmin) {
+      refuse_admin(handler, RequestError::busy, "too many admin calls are waiting: try again later");
+      return;
+    }
+    const std::uint64_t correlation_id = ++next_correlation_id_;
+    SendStatus status = SendStatus::sent;
+    switch (static_cast<AdminOp>(call.op)) {
+      case AdminOp::load: status = ctx.send(config_.enforcer, LoadRequest{call.model}, SendOptions{correlation_id, 0, {}}); break;
+      case AdminOp::unload:
+        status = ctx.send(config_.enforcer, UnloadRequest{call.model, call.if_idle}, SendOptions{correlation_id, 0, {}});
+        break;
+      case AdminOp::models: status = ctx.send(config_.enforcer, ModelsQuery{call.model}, SendOptions{correlation_id, 0, {}}); break;
+      default:
+        refuse_admin(handler, RequestError::internal, "a handler sent an unknown admin op");
+        return;
+    }
+    if (status != SendStatus::sent && status != SendStatus::deferred) {
+      refuse_admin(handler, status == SendStatus::unknown_actor ? RequestError::internal : RequestError::busy,
+                   status == SendStatus::unknown_actor
+                       ? "the http actor has no address for its enforcer '" + config_.enforcer + "'"
+                       : "the enforcer's queue is full: try again later");
+      return;
+    }
+    pending_admin_.emplace(correlation_id, PendingAdmin{handler, std::move(call)});
+  }
+
+  void on_load_answer(std::uint64_t correlation_id, const LoadAnswer& load) {
+    auto it = pending_admin_.find(correlation_id);
+    if (it == pending_admin_.end()) {
+      ++dropped_events_;
+      return;
+    }
+    AdminAnswer answer;
+    answer.ok = true;
+    answer.load = load;
+    send_to_handler(it->second.handler, Tag::admin_answer, http_bridge::pack(answer));
+    pending_admin_.erase(it);
+  }
+
+  // An accepted unload is answered twice (draining, then unloaded): a call that waits is
+  // answered with the second, one that does not with the first (the second is then dropped).
+  void on_unload_answer(std::uint64_t correlation_id, const UnloadAnswer& unload) {
+    auto it = pending_admin_.find(correlation_id);
+    if (it == pending_admin_.end()) return;  // the end of an unload whose caller did not wait
+    const bool draining = static_cast<UnloadOutcome>(unload.outcome) == UnloadOutcome::draining;
+    if (draining && it->second.call.wait) return;
+    AdminAnswer answer;
+    answer.ok = true;
+    answer.unload = unload;
+    send_to_handler(it->second.handler, Tag::admin_answer, http_bridge::pack(answer));
+    pending_admin_.erase(it);
   }
 
   // The scheduler's runtime could not take something we sent (it answers with Error): a bug on
@@ -334,9 +481,18 @@ class Http final : public Actor {
       finish(ctx, it,
              cp::error_final(RequestError::internal, envelope.from + " could not take the request: " + error.message));
     }
+    if (auto it = pending_admin_.find(envelope.correlation_id);
+        envelope.correlation_id != 0 && it != pending_admin_.end()) {
+      refuse_admin(it->second.handler, RequestError::internal, envelope.from + " could not answer: " + error.message);
+      pending_admin_.erase(it);
+    }
     if (auto it = pending_status_.find(envelope.correlation_id);
+        envelope.correlation_id != 0 && it != pending_status_.end() && envelope.from == config_.enforcer) {
+      it->second.wants_memory = false;
+      answer_status_if_complete(ctx, it, true);
+    } else if (auto it = pending_status_.find(envelope.correlation_id);
         envelope.correlation_id != 0 && it != pending_status_.end()) {
-      refuse_status(it->second, RequestError::internal, envelope.from + " could not answer: " + error.message);
+      refuse_status(it->second.handler, RequestError::internal, envelope.from + " could not answer: " + error.message);
       pending_status_.erase(it);
     }
   }
@@ -373,7 +529,20 @@ class Http final : public Actor {
     if (!late && (!requests_.empty() || !pending_status_.empty()) && scheduler_silent(now)) {
       fail_all_unavailable(ctx);
     }
+    if (!late) answer_late_statuses(ctx, now);
     settle_gone_handlers(ctx);
+  }
+
+  // The enforcer is not heartbeaten: a status whose memory report is late goes without it. Admin
+  // calls wait as long as their handlers do (they give up on their own deadline).
+  void answer_late_statuses(Context& ctx, std::int64_t now) {
+    std::vector<std::uint64_t> late;
+    for (const auto& [correlation_id, pending] : pending_status_) {
+      if (pending.report && pending.wants_memory && now - pending.asked_ns > to_ns(config_.unavailable)) {
+        late.push_back(correlation_id);
+      }
+    }
+    for (std::uint64_t correlation_id : late) answer_status_if_complete(ctx, pending_status_.find(correlation_id), true);
   }
 
   // ---- the scheduler's silence ----------------------------------------------------------------
@@ -397,8 +566,8 @@ class Http final : public Actor {
       if (!request.abort_sent) send_abort(ctx, request_id, AbortReason::client_gone);
       finish(ctx, requests_.find(request_id), cp::error_final(RequestError::unavailable, message));
     }
-    for (const auto& [correlation_id, handler] : pending_status_) {
-      refuse_status(handler, RequestError::unavailable, message);
+    for (const auto& [correlation_id, pending] : pending_status_) {
+      refuse_status(pending.handler, RequestError::unavailable, message);
     }
     pending_status_.clear();
     barriers_.clear();
@@ -457,7 +626,8 @@ class Http final : public Actor {
   std::unique_ptr<HttpServer> server_;  // after bridge_: destroyed first, so no handler outlives the socket
   std::map<std::uint64_t, Request> requests_;           // open requests by the request id the scheduler knows
   std::map<std::string, std::uint64_t> by_handler_;     // handler routing id -> its request id
-  std::map<std::uint64_t, std::string> pending_status_;  // correlation id -> handler routing id
+  std::map<std::uint64_t, PendingStatus> pending_status_;  // by correlation id
+  std::map<std::uint64_t, PendingAdmin> pending_admin_;    // by correlation id
   std::map<std::uint64_t, std::vector<std::uint64_t>> barriers_;  // correlation id -> requests it settles
   std::vector<std::uint64_t> unbarriered_;              // opened since the last barrier was sent
   std::set<std::string> gone_handlers_;
@@ -492,12 +662,13 @@ void parse_listen(const std::string& text, HttpServerConfig& server) {
 
 std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   check_option_names("http", options,
-                     {"listen", "scheduler", "api_key", "max_body_bytes", "max_requests", "threads", "keepalive_ms",
+                     {"listen", "scheduler", "enforcer", "api_key", "max_body_bytes", "max_requests", "threads", "keepalive_ms",
                       "heartbeat_ms", "unavailable_ms"});
   HttpConfig config;
   parse_listen(text_option(options, "listen", "127.0.0.1:8080"), config.server);
   config.scheduler = text_option(options, "scheduler", config.scheduler);
   if (config.scheduler.empty()) throw std::invalid_argument("http option scheduler= names no actor");
+  config.enforcer = text_option(options, "enforcer", "");
   config.server.api_key = text_option(options, "api_key", "");
   config.server.max_body_bytes = number_option("http", options, "max_body_bytes", config.server.max_body_bytes, 1024,
                                                cp::kMaxFrameBytes);

@@ -4,11 +4,13 @@
 // the request table (handler socket <-> the request id it gave the scheduler), sends Submit /
 // Abort / StatusQuery, keeps the request counters and latency histograms, and ends every request
 // it opened with exactly one final: the scheduler's, or its own when the client went away, the
-// scheduler fell silent or the server stops. It answers Drain like the gateway.
+// scheduler fell silent or the server stops. It answers Drain like the gateway. The model pool's
+// admin endpoints go to the enforcer, whose memory report joins /api/status and /v1/models.
 //
 // Options (key=value, as `mqlm node` passes them):
 //   listen=HOST:PORT     where HTTP clients connect; default 127.0.0.1:8080 (port 0: any free one)
 //   scheduler=NAME       the scheduler actor; default scheduler
+//   enforcer=NAME        the memory enforcer; default none (no admin endpoints, no memory in status)
 //   api_key=KEY          when set, every endpoint but /health wants Authorization: Bearer KEY
 //   max_body_bytes=N     larger request bodies get 413; default and most 1000000 (the scheduler
 //                        decodes Submits of up to 1 MiB)

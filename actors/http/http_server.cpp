@@ -11,6 +11,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/gateway/model_admin.hpp"
 #include "actors/http/bridge.hpp"
 #include "actors/http/http_status.hpp"
 #include "actors/http/openai_json.hpp"
@@ -20,6 +21,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using http_bridge::AdminAnswer;
+using http_bridge::AdminCall;
+using http_bridge::AdminOp;
 using http_bridge::StatusAnswer;
 using http_bridge::Tag;
 using openai::ApiError;
@@ -33,6 +37,9 @@ constexpr time_t kKeepAliveTimeoutS = 2;
 // How long a handler's last frames (its "gone") may wait to reach the actor when it closes.
 constexpr int kBridgeLingerMs = 1000;
 constexpr auto kStartTimeout = 5s;
+// A load waits for the upload (minutes for a large model from a slow disk), an unload with
+// wait=true for the model's requests to end.
+constexpr auto kAdminTimeout = 600s;
 
 // httplib's Server and the one thing its handlers need beyond their request: whether it is
 // stopping (stop() invalidates the listening socket; is_running() stays true until every
@@ -43,7 +50,7 @@ class StoppableServer : public httplib::Server {
 };
 
 struct Accepted {};
-using Reply = std::variant<Accepted, messages::TokenEvent, messages::FinalEvent, StatusAnswer>;
+using Reply = std::variant<Accepted, messages::TokenEvent, messages::FinalEvent, StatusAnswer, AdminAnswer>;
 
 messages::FinalEvent internal_failure(std::string message) {
   return client_protocol::error_final(messages::RequestError::internal, std::move(message));
@@ -69,7 +76,14 @@ class BridgeCall {
     open_ = send(Tag::open, &body);
     return open_;
   }
-  bool ask_status() { return send(Tag::status, nullptr); }
+  bool ask_status(bool trim) {
+    const std::string body = http_bridge::pack(messages::StatusQuery{trim});
+    return send(Tag::status, &body);
+  }
+  bool ask_admin(const AdminCall& call) {
+    const std::string body = http_bridge::pack(call);
+    return send(Tag::admin, &body);
+  }
   // The request's final arrived: nothing to abort any more.
   void ended() { open_ = false; }
 
@@ -111,6 +125,11 @@ class BridgeCall {
       }
       case Tag::status_answer: {
         std::optional<StatusAnswer> answer;
+        if (body(answer)) return std::move(*answer);
+        break;
+      }
+      case Tag::admin_answer: {
+        std::optional<AdminAnswer> answer;
         if (body(answer)) return std::move(*answer);
         break;
       }
@@ -301,6 +320,8 @@ class HttpServer::Impl {
     server.Get(R"(/v1/models/(.+))", guarded(&Impl::one_model));
     server.Get("/api/status", guarded(&Impl::status));
     server.Get("/metrics", guarded(&Impl::metrics));
+    server.Post(R"(/api/models/([^/]+)/load)", guarded(&Impl::load_model));
+    server.Post(R"(/api/models/([^/]+)/unload)", guarded(&Impl::unload_model));
     server.Get("/health", [this](const httplib::Request& req, httplib::Response& res) { health(req, res); });
   }
 
@@ -312,7 +333,8 @@ class HttpServer::Impl {
     if (res.status == 404) {
       error = openai::invalid_request("Unknown request URL: " + req.method + " " + req.path.substr(0, 256) +
                                           " (this server has POST /v1/chat/completions, POST /v1/completions, GET "
-                                          "/v1/models, GET /health, GET /api/status and GET /metrics)",
+                                          "/v1/models, GET /health, GET /api/status, GET /metrics, POST "
+                                          "/api/models/{id}/load and POST /api/models/{id}/unload)",
                                       std::nullopt, "unknown_url");
     } else if (res.status == 413) {
       error = openai::invalid_request("the request body is over this server's limit of " +
@@ -434,9 +456,10 @@ class HttpServer::Impl {
   // ---- status ---------------------------------------------------------------------------------
 
   // The actor's status answer, or the error response already written.
-  std::optional<StatusAnswer> ask_status(httplib::Response& res) const {
+  // trim: the executor trims its pool first, so the pool's figures are after the trim.
+  std::optional<StatusAnswer> ask_status(httplib::Response& res, bool trim = false) const {
     BridgeCall call(context_, bridge_);
-    if (call.ask_status()) {
+    if (call.ask_status(trim)) {
       const auto deadline = Clock::now() + config_.status_timeout;
       while (auto reply = await(call, deadline)) {
         if (auto* answer = std::get_if<StatusAnswer>(&*reply)) {
@@ -455,17 +478,94 @@ class HttpServer::Impl {
     return std::nullopt;
   }
 
-  void status(const httplib::Request&, httplib::Response& res) const {
-    if (auto answer = ask_status(res)) {
-      res.set_content(openai::dump(http_status::status_json(answer->report, answer->figures)), "application/json");
+  static const messages::ModelsReport* memory_of(const StatusAnswer& answer) {
+    return answer.has_memory ? &answer.memory : nullptr;
+  }
+
+  void status(const httplib::Request& req, httplib::Response& res) const {
+    if (auto answer = ask_status(res, flag(req, "trim"))) {
+      res.set_content(openai::dump(http_status::status_json(answer->report, answer->figures, memory_of(*answer))),
+                      "application/json");
     }
   }
 
   void metrics(const httplib::Request&, httplib::Response& res) const {
     if (auto answer = ask_status(res)) {
-      res.set_content(http_status::prometheus_text(answer->report, answer->figures),
+      res.set_content(http_status::prometheus_text(answer->report, answer->figures, memory_of(*answer)),
                       "text/plain; version=0.0.4; charset=utf-8");
     }
+  }
+
+  // ---- the model pool -------------------------------------------------------------------------
+
+  // The enforcer's answer to `call`, or the error response already written.
+  std::optional<AdminAnswer> ask_admin(const AdminCall& call, httplib::Response& res) const {
+    BridgeCall bridge(context_, bridge_);
+    if (bridge.ask_admin(call)) {
+      const auto deadline = Clock::now() + kAdminTimeout;
+      while (auto reply = await(bridge, deadline)) {
+        if (auto* answer = std::get_if<AdminAnswer>(&*reply)) {
+          if (answer->ok) return std::move(*answer);
+          reply_error(res, openai::error_for(answer->failure));
+          return std::nullopt;
+        }
+        if (auto* failure = std::get_if<messages::FinalEvent>(&*reply)) {
+          reply_error(res, openai::error_for(*failure));
+          return std::nullopt;
+        }
+      }
+    }
+    reply_error(res, server_error(503, "the server did not answer in time, or is stopping: try again later",
+                                  "unavailable"));
+    return std::nullopt;
+  }
+
+  // A refusal as OpenAI's error body, with its figures beside message and code (a 507 says what
+  // was needed, what could be made free, the ceiling and the pinned models).
+  static void reply_refusal(httplib::Response& res, const model_admin::Refusal& refusal, int status_override = 0) {
+    ApiError error = openai::error_for(client_protocol::error_final(refusal.code, refusal.message));
+    if (status_override != 0) {
+      error.status = status_override;
+      error.code = "model_busy";
+    }
+    nlohmann::json body = openai::error_json(error);
+    for (const auto& [key, value] : refusal.figures.items()) body["error"][key] = value;
+    res.status = error.status;
+    res.set_content(openai::dump(body), "application/json");
+  }
+
+  static bool flag(const httplib::Request& req, const std::string& name) {
+    const std::string value = req.get_param_value(name);
+    return value == "1" || value == "true";
+  }
+
+  // 200 once loaded (evictions listed); 404 unknown; 507 does not fit, with the figures; 500 the
+  // load failed.
+  void load_model(const httplib::Request& req, httplib::Response& res) const {
+    AdminCall call{static_cast<std::uint8_t>(AdminOp::load), req.matches[1], false, false};
+    auto answer = ask_admin(call, res);
+    if (!answer) return;
+    if (auto refusal = model_admin::load_refusal(answer->load)) {
+      reply_refusal(res, *refusal);
+      return;
+    }
+    res.set_content(openai::dump(model_admin::loaded_json(answer->load)), "application/json");
+  }
+
+  // 202 draining (its requests end, then its memory is freed); ?wait=true: 200 once freed, with
+  // the bytes; 200 when it was not loaded; ?if_idle=true: 409 while requests use it; 404 unknown.
+  void unload_model(const httplib::Request& req, httplib::Response& res) const {
+    AdminCall call{static_cast<std::uint8_t>(AdminOp::unload), req.matches[1], flag(req, "if_idle"), flag(req, "wait")};
+    auto answer = ask_admin(call, res);
+    if (!answer) return;
+    if (auto refusal = model_admin::unload_refusal(answer->unload)) {
+      reply_refusal(res, *refusal, refusal->code == messages::RequestError::busy ? 409 : 0);
+      return;
+    }
+    const bool draining = static_cast<messages::UnloadOutcome>(answer->unload.outcome) ==
+                          messages::UnloadOutcome::draining;
+    res.status = draining ? 202 : 200;
+    res.set_content(openai::dump(model_admin::unload_json(answer->unload)), "application/json");
   }
 
   std::int64_t started_unix(const StatusAnswer& answer) const {
@@ -474,8 +574,9 @@ class HttpServer::Impl {
 
   void models(const httplib::Request&, httplib::Response& res) const {
     if (auto answer = ask_status(res)) {
-      res.set_content(openai::dump(http_status::models_json(answer->report, started_unix(*answer))),
-                      "application/json");
+      res.set_content(
+          openai::dump(http_status::models_json(answer->report, started_unix(*answer), memory_of(*answer))),
+          "application/json");
     }
   }
 
@@ -483,7 +584,7 @@ class HttpServer::Impl {
     auto answer = ask_status(res);
     if (!answer) return;
     const std::string name = req.matches[1];
-    const nlohmann::json models = http_status::models_json(answer->report, started_unix(*answer));
+    const nlohmann::json models = http_status::models_json(answer->report, started_unix(*answer), memory_of(*answer));
     for (const auto& model : models["data"]) {
       if (model["id"] == name) {
         res.set_content(openai::dump(model), "application/json");

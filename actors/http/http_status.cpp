@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "actors/gateway/client_protocol.hpp"
+#include "actors/gateway/model_admin.hpp"
 
 namespace mqlm::actors::http_status {
 
@@ -139,12 +140,12 @@ std::uint64_t model_bytes(const StatusReport& report, const std::string& model) 
   return it == report.pool.active_by_owner.end() ? 0 : it->second;
 }
 
-json status_json(const StatusReport& r, const HttpFigures& f) {
+json status_json(const StatusReport& r, const HttpFigures& f, const messages::ModelsReport* memory) {
   json models = json::array();
   for (const auto& name : r.models) models.push_back({{"name", name}, {"bytes", model_bytes(r, name)}});
   json owners = json::object();
   for (const auto& [owner, bytes] : r.pool.active_by_owner) owners[owner] = bytes;
-  return {{"uptime_seconds", static_cast<double>(f.uptime_ns) / kNsPerSecond},
+  json out = {{"uptime_seconds", static_cast<double>(f.uptime_ns) / kNsPerSecond},
           {"draining", f.draining},
           {"models", std::move(models)},
           {"requests",
@@ -173,9 +174,20 @@ json status_json(const StatusReport& r, const HttpFigures& f) {
             {"prompt_tokens", f.prompt_tokens},
             {"completion_tokens", f.completion_tokens},
             {"cached_tokens", f.cached_tokens}}}};
+  if (memory != nullptr) {
+    json picture = model_admin::memory_json(*memory);
+    picture["device"] = {{"total_bytes", memory->device.total_bytes},
+                         {"budget_bytes", memory->device.budget_bytes},
+                         {"usage_bytes", memory->device.usage_bytes},
+                         {"has_budget", memory->device.has_budget}};
+    picture["process_rss_bytes"] = memory->device.process_rss_bytes;
+    picture["ceiling_fraction"] = memory->ceiling_fraction;
+    out["memory"] = std::move(picture);
+  }
+  return out;
 }
 
-std::string prometheus_text(const StatusReport& r, const HttpFigures& f) {
+std::string prometheus_text(const StatusReport& r, const HttpFigures& f, const messages::ModelsReport* memory) {
   Exposition e;
   e.family("mqlm_uptime_seconds", "gauge", "Seconds since the HTTP front end started.");
   e.sample("mqlm_uptime_seconds", static_cast<double>(f.uptime_ns) / kNsPerSecond);
@@ -224,11 +236,43 @@ std::string prometheus_text(const StatusReport& r, const HttpFigures& f) {
               f.ttft_seconds);
   e.histogram("mqlm_http_time_per_output_token_seconds", "Time per generated token after the first.",
               f.tpot_seconds);
+  if (memory != nullptr) {
+    const messages::ModelsReport& m = *memory;
+    e.single("mqlm_memory_ceiling_bytes", "gauge", "Device bytes the models may take (0: no ceiling).", m.ceiling_bytes);
+    e.single("mqlm_memory_soft_bytes", "gauge", "Above this, idle unpinned models are evicted.", m.soft_bytes);
+    e.single("mqlm_memory_hard_bytes", "gauge", "Above this, requests of the largest model are aborted.", m.hard_bytes);
+    e.single("mqlm_memory_admitted_bytes", "gauge", "Bytes of the loaded and loading models.", m.used_bytes);
+    e.single("mqlm_memory_pressure", "gauge", "Memory pressure: 0 none, 1 above soft, 2 above hard.",
+             std::uint64_t{m.pressure});
+    e.single("mqlm_device_memory_total_bytes", "gauge", "The device's device-local memory.", m.device.total_bytes);
+    e.single("mqlm_process_resident_bytes", "gauge", "The executor process's resident set.",
+             m.device.process_rss_bytes);
+    e.family("mqlm_model_bytes", "gauge", "Device bytes of each configured model (measured when loaded).");
+    for (const auto& model : m.models) e.sample("mqlm_model_bytes", model.bytes, labels("model", model.id));
+    e.family("mqlm_model_state", "gauge", "1 for the state each configured model is in.");
+    for (const auto& model : m.models) {
+      e.sample("mqlm_model_state", std::uint64_t{1},
+               fmt::format("{{model=\"{}\",state=\"{}\"}}", label_value(model.id),
+                           model_admin::state_name(static_cast<messages::ModelState>(model.state))));
+    }
+  }
   return e.take();
 }
 
-json models_json(const StatusReport& report, std::int64_t created) {
+json models_json(const StatusReport& report, std::int64_t created, const messages::ModelsReport* memory) {
   json data = json::array();
+  if (memory != nullptr) {
+    for (const auto& model : memory->models) {
+      data.push_back({{"id", model.id},
+                      {"object", "model"},
+                      {"created", created},
+                      {"owned_by", "mqlm"},
+                      {"state", model_admin::state_name(static_cast<messages::ModelState>(model.state))},
+                      {"pinned", model.pinned},
+                      {"bytes", model.bytes}});
+    }
+    return {{"object", "list"}, {"data", std::move(data)}};
+  }
   for (const auto& name : report.models) {
     data.push_back({{"id", name}, {"object", "model"}, {"created", created}, {"owned_by", "mqlm"}});
   }

@@ -13,6 +13,7 @@
 #include <msgpack.hpp>
 #include <nlohmann/json.hpp>
 
+#include "messages/models.hpp"
 #include "messages/serving.hpp"
 
 namespace mqlm::actors::http_status {
@@ -53,9 +54,15 @@ struct HttpFigures {
 // The bytes of a model's weights in the pool (owner "weights:<model>"), 0 when not reported.
 std::uint64_t model_bytes(const messages::StatusReport& report, const std::string& model);
 
-nlohmann::json status_json(const messages::StatusReport& report, const HttpFigures& figures);
-std::string prometheus_text(const messages::StatusReport& report, const HttpFigures& figures);
-// /v1/models: the served models, created: when this server started (Unix seconds).
-nlohmann::json models_json(const messages::StatusReport& report, std::int64_t created);
+// memory: the enforcer's report, when the server has one: /api/status's "memory" (the ceiling,
+// watermarks, pressure, each model's state and bytes, the device), and its Prometheus gauges.
+nlohmann::json status_json(const messages::StatusReport& report, const HttpFigures& figures,
+                           const messages::ModelsReport* memory = nullptr);
+std::string prometheus_text(const messages::StatusReport& report, const HttpFigures& figures,
+                            const messages::ModelsReport* memory = nullptr);
+// /v1/models, created: when this server started (Unix seconds). With the enforcer's report every
+// configured model is listed with its state, pinned and bytes; without, the scheduler's models.
+nlohmann::json models_json(const messages::StatusReport& report, std::int64_t created,
+                           const messages::ModelsReport* memory = nullptr);
 
 }  // namespace mqlm::actors::http_status

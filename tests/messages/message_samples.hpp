@@ -125,7 +125,7 @@ inline ModelsReport sample(std::type_identity<ModelsReport>) {
   return {{{"tiny", "/m/tiny.gguf", true, static_cast<std::uint8_t>(ModelState::loaded), 1ULL << 33, 1ULL << 33, 77,
             2, 3, 2, "weights: injected"}},
           8ULL << 30, 6ULL << 30, 7ULL << 30, 1ULL << 33, static_cast<std::uint8_t>(Pressure::soft), "all pinned",
-          sample_pool()};
+          sample_pool(), {80ULL << 30, 79ULL << 30, 1ULL << 33, true, 3ULL << 30}, 0.9};
 }
 
 template <typename T>

@@ -248,6 +248,9 @@ TEST(EnforcerOptions, BadOptionsAreNamed) {
   refused({{"ceiling_bytes", "-1"}}, "ceiling_bytes");
   refused({{"celing_bytes", "10"}}, "celing_bytes");
   refused({{"models", "a"}}, "models=a");
+  refused({{"ceiling_fraction", "0"}}, "ceiling_fraction=0");
+  refused({{"ceiling_fraction", "1.2"}}, "ceiling_fraction=1.2");
+  refused({{"ceiling_fraction", "0.5"}, {"ceiling_bytes", "10"}}, "give one");
   try {
     make_enforcer({});
     ADD_FAILURE() << "an enforcer without models was made";
@@ -279,6 +282,35 @@ TEST(Enforcer, AdmitsWithoutEvictionUnderALargeCeiling) {
   const auto unknown = rig.load_answer();
   EXPECT_EQ(unknown.outcome, outcome(LoadOutcome::unknown_model));
   EXPECT_NE(unknown.message.find("a, b"), std::string::npos) << unknown.message;
+}
+
+// A ceiling given as a fraction of the device's memory is set by the first report: a load asked
+// before it waits for it, then is admitted against it (here one model fits, two do not).
+TEST(Enforcer, ACeilingFractionIsSetFromTheFirstReport) {
+  Rig rig({{"models", models_option({"a", "b"})}, {"ceiling_fraction", "0.5"}});
+  rig.admin->send("enforcer", LoadRequest{"a"});
+  EXPECT_EQ(Rig::anything(*rig.executor), std::nullopt);
+  EXPECT_EQ(rig.query().ceiling_bytes, 0u);
+
+  ExecutorReport report;
+  report.memory.total_bytes = estimate() * 3;  // ceiling: 1.5 models
+  report.memory.budget_bytes = report.memory.total_bytes;
+  report.memory.process_rss_bytes = 12345;
+  rig.executor->send("enforcer", report);
+  rig.executor_loads("a", estimate());
+  EXPECT_EQ(rig.load_answer().outcome, outcome(LoadOutcome::loaded));
+  const auto after = rig.query();
+  EXPECT_EQ(after.ceiling_bytes, estimate() * 3 / 2);
+  EXPECT_DOUBLE_EQ(after.ceiling_fraction, 0.5);
+  EXPECT_EQ(after.device.total_bytes, estimate() * 3);
+  EXPECT_EQ(after.device.process_rss_bytes, 12345u);
+
+  rig.admin->send("enforcer", LoadRequest{"b"});  // evicts a
+  rig.chain_unloads("a");
+  rig.executor_loads("b", estimate());
+  const auto answer = rig.load_answer();
+  EXPECT_EQ(answer.outcome, outcome(LoadOutcome::loaded));
+  EXPECT_EQ(answer.evicted, std::vector<std::string>{"a"});
 }
 
 // A load that needs a busy model's memory: the model is aborted, drained and unloaded, and only
