@@ -500,6 +500,10 @@ std::vector<std::string> wrong_types_for(const std::string& field) {
     case msgpack::type::MAP: return {nil(), packed(0.5), packed(7), packed("7"s), packed(std::vector<int>{1})};
     case msgpack::type::STR: wrong.push_back(packed(7)); wrong.push_back(packed(true)); break;
     case msgpack::type::BOOLEAN: wrong.push_back(packed(1)); wrong.push_back(packed("true"s)); break;
+    // Floating point (ModelsReport.ceiling_fraction): 0.5 is right, so not among the wrong.
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64:
+      return {nil(), packed("0.5"s), packed(true), packed(std::vector<int>{1}), packed(std::map<int, int>{{1, 1}})};
     default: wrong.push_back(packed("7"s)); wrong.push_back(packed(true)); break;  // integers
   }
   return wrong;
