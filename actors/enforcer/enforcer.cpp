@@ -189,7 +189,9 @@ struct ModelEntry {
   std::int64_t unload_sent_ns = 0;      // UnloadModel sent
   std::vector<Asker> unload_askers;     // told `unloaded` with the figures at the chain's end
 
-  // A load: loading, or draining with a LoadRequest that came meanwhile (load_wanted).
+  // A load: loading; or asked for and not admitted yet (load_wanted): while the model drains,
+  // before the first sample has set a fractional ceiling, or while the only room it could have
+  // is a load under way (evictable once loaded).
   std::vector<Asker> askers;
   bool load_wanted = false;
   std::vector<std::string> victims;  // evicted for it and not unloaded yet: LoadModel waits for them
@@ -227,6 +229,7 @@ class Enforcer final : public Actor {
   void on_timer(Context& ctx);
 
   void admit(Context& ctx, ModelEntry& entry);
+  void admit_deferred(Context& ctx);
   void set_ceiling(std::uint64_t ceiling);
   bool ceiling_unknown() const { return options_.ceiling_fraction > 0.0 && options_.ceiling_bytes == 0; }
   void refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t needed);
@@ -440,14 +443,22 @@ void Enforcer::admit(Context& ctx, ModelEntry& entry) {
   if (ceiling > 0 && used + needed > ceiling) {
     std::vector<ModelEntry*> candidates;
     std::uint64_t evictable = 0;
+    std::uint64_t evictable_later = 0;  // unpinned models still loading: evictable once loaded
     for (auto& [id, model] : models_) {
-      if (model.state == ModelState::loaded && !model.configured.pinned) {
+      if (model.configured.pinned) continue;
+      if (model.state == ModelState::loaded) {
         candidates.push_back(&model);
         evictable += model.bytes;
+      } else if (model.state == ModelState::loading) {
+        evictable_later += model.bytes;
       }
     }
-    if (used - evictable + needed > ceiling) {
+    if (used - evictable - evictable_later + needed > ceiling) {
       refuse_for_memory(ctx, entry, needed);
+      return;
+    }
+    if (used - evictable + needed > ceiling) {
+      entry.load_wanted = true;  // admitted again when a load under way has ended
       return;
     }
     // Idle before busy, then the least recently used; ids break ties, so the choice is replayable.
@@ -463,6 +474,7 @@ void Enforcer::admit(Context& ctx, ModelEntry& entry) {
     }
   }
   entry.state = ModelState::loading;
+  entry.load_wanted = false;  // admitted: whatever deferred it is settled
   entry.bytes = needed;
   entry.load_sent = false;
   entry.admitted = ++admissions_;
@@ -476,13 +488,21 @@ void Enforcer::admit(Context& ctx, ModelEntry& entry) {
   start_waiting_loads(ctx);
 }
 
+// Loads that could fit only by evicting a model that was still loading: tried again now.
+void Enforcer::admit_deferred(Context& ctx) {
+  for (auto& [id, model] : models_) {
+    if (model.state != ModelState::unloaded || !model.load_wanted || ceiling_unknown()) continue;
+    model.load_wanted = false;
+    admit(ctx, model);
+  }
+}
+
 void Enforcer::refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t needed) {
-  std::uint64_t kept = 0;  // what no eviction can free: pinned loaded models, and loads under way
+  std::uint64_t kept = 0;  // what no eviction can free: pinned models, loaded or loading
   std::vector<std::string> pinned;
   for (const auto& [id, model] : models_) {
-    if (model.state == ModelState::loading) {
-      kept += model.bytes;
-    } else if (model.state == ModelState::loaded && model.configured.pinned) {
+    if (!model.configured.pinned) continue;
+    if (model.state == ModelState::loading || model.state == ModelState::loaded) {
       kept += model.bytes;
       pinned.push_back(id);
     }
@@ -589,10 +609,12 @@ void Enforcer::on_unloaded(Context& ctx, const ModelUnloaded& unloaded) {
   for (auto& [id, waiting] : models_) std::erase(waiting.victims, model->id);
   if (model->load_wanted) {
     model->load_wanted = false;
-    admit(ctx, *model);  // also starts the loads that waited
-  } else {
-    start_waiting_loads(ctx);
+    admit(ctx, *model);
   }
+  // Whether or not that admitted it (it may wait for a load under way), the loads that waited
+  // for this memory go now.
+  start_waiting_loads(ctx);
+  admit_deferred(ctx);
   review_pressure(ctx);
 }
 
@@ -628,6 +650,7 @@ void Enforcer::on_loaded(Context& ctx, const ModelLoaded& loaded) {
   ctx.send(options_.scheduler, loaded);  // it serves the model, or fails the requests that waited for it
   answer_askers(ctx, *model, answer);
   start_waiting_loads(ctx);
+  admit_deferred(ctx);
 }
 
 // ---- sampling and pressure -------------------------------------------------------------------

@@ -100,6 +100,7 @@ TEST(StatusJson, ShowsModelBytesRequestsPagesPoolAndUptime) {
 // The samples of the exposition by name and label text, and each family's TYPE.
 struct Exposition {
   std::map<std::string, std::string> types;
+  std::map<std::string, std::string> helps;
   std::map<std::string, std::string> samples;  // "name{labels}" -> value
 };
 
@@ -114,6 +115,11 @@ Exposition read_back(const std::string& text) {
       words >> name >> type;
       EXPECT_FALSE(e.types.contains(name)) << "TYPE twice: " << name;
       e.types[name] = type;
+    } else if (line.rfind("# HELP ", 0) == 0) {
+      const std::string rest = line.substr(7);
+      const std::string name = rest.substr(0, rest.find(' '));
+      EXPECT_FALSE(e.helps.contains(name)) << "HELP twice: " << name;
+      e.helps[name] = rest.substr(name.size());
     } else if (line.rfind("#", 0) != 0) {
       const auto space = line.rfind(' ');
       EXPECT_NE(space, std::string::npos) << line;
@@ -121,6 +127,20 @@ Exposition read_back(const std::string& text) {
     }
   }
   return e;
+}
+
+// Every sample belongs to a family that has a TYPE, and every family has a HELP.
+void expect_every_sample_typed(const Exposition& e) {
+  for (const auto& [sample, value] : e.samples) {
+    std::string name = sample.substr(0, sample.find('{'));
+    bool typed = e.types.contains(name);
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      if (!typed && name.ends_with(suffix)) typed = e.types.contains(name.substr(0, name.size() - std::strlen(suffix)));
+    }
+    EXPECT_TRUE(typed) << sample;
+  }
+  for (const auto& [name, type] : e.types) EXPECT_TRUE(e.helps.contains(name)) << "no HELP: " << name;
+  for (const auto& [name, help] : e.helps) EXPECT_TRUE(e.types.contains(name)) << "no TYPE: " << name;
 }
 
 TEST(PrometheusText, HasTypedFamiliesEscapedLabelsAndCumulativeHistograms) {
@@ -144,15 +164,118 @@ TEST(PrometheusText, HasTypedFamiliesEscapedLabelsAndCumulativeHistograms) {
   EXPECT_EQ(e.samples["mqlm_http_time_to_first_token_seconds_bucket{le=\"+Inf\"}"], "2");
   EXPECT_EQ(e.samples["mqlm_http_time_to_first_token_seconds_count"], "2");
   EXPECT_EQ(e.samples["mqlm_http_time_per_output_token_seconds_count"], "2");
-  // Every sample belongs to a family that has a TYPE.
-  for (const auto& [sample, value] : e.samples) {
-    std::string name = sample.substr(0, sample.find('{'));
-    bool typed = e.types.contains(name);
-    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-      if (!typed && name.ends_with(suffix)) typed = e.types.contains(name.substr(0, name.size() - std::strlen(suffix)));
-    }
-    EXPECT_TRUE(typed) << sample;
+  expect_every_sample_typed(e);
+}
+
+// The enforcer's picture: a (loaded, pinned), b (unloaded), c "q" (draining, an id to escape).
+messages::ModelsReport memory() {
+  messages::ModelsReport m;
+  messages::ModelStatus a;
+  a.id = "a";
+  a.pinned = true;
+  a.state = static_cast<std::uint8_t>(messages::ModelState::loaded);
+  a.bytes = 3000;
+  messages::ModelStatus b;
+  b.id = "b";
+  b.state = static_cast<std::uint8_t>(messages::ModelState::unloaded);
+  b.estimated_bytes = 2000;
+  messages::ModelStatus c;
+  c.id = "c \"q\"";
+  c.state = static_cast<std::uint8_t>(messages::ModelState::draining);
+  c.bytes = 500;
+  m.models = {a, b, c};
+  m.ceiling_bytes = 10000;
+  m.soft_bytes = 8000;
+  m.hard_bytes = 9500;
+  m.used_bytes = 3500;
+  m.pressure = static_cast<std::uint8_t>(messages::Pressure::soft);
+  m.pressure_note = "above soft";
+  m.device = {80'000'000'000ull, 70'000'000'000ull, 5'000'000'000ull, true, 123'456'789};
+  m.ceiling_fraction = 0.125;
+  return m;
+}
+
+TEST(StatusJson, ShowsTheMemoryPictureOnlyWhenTheEnforcerReported) {
+  const messages::ModelsReport m = memory();
+  nlohmann::json s = status_json(report(), HttpFigures{}, &m);
+  ASSERT_TRUE(s.contains("memory"));
+  const nlohmann::json& picture = s["memory"];
+  EXPECT_EQ(picture["ceiling_bytes"], 10000);
+  EXPECT_EQ(picture["soft_bytes"], 8000);
+  EXPECT_EQ(picture["hard_bytes"], 9500);
+  EXPECT_EQ(picture["used_bytes"], 3500);
+  EXPECT_EQ(picture["pressure"], "soft");
+  EXPECT_EQ(picture["pressure_note"], "above soft");
+  ASSERT_EQ(picture["models"].size(), 3u);
+  EXPECT_EQ(picture["models"][0]["id"], "a");
+  EXPECT_EQ(picture["models"][0]["state"], "loaded");
+  EXPECT_EQ(picture["models"][0]["pinned"], true);
+  EXPECT_EQ(picture["models"][0]["bytes"], 3000);
+  EXPECT_EQ(picture["models"][1]["state"], "unloaded");
+  EXPECT_EQ(picture["models"][2]["state"], "draining");
+  EXPECT_EQ(picture["device"], nlohmann::json::parse(R"({"total_bytes": 80000000000, "budget_bytes": 70000000000,
+                                                          "usage_bytes": 5000000000, "has_budget": true})"));
+  EXPECT_EQ(picture["process_rss_bytes"], 123456789);
+  EXPECT_DOUBLE_EQ(picture["ceiling_fraction"].get<double>(), 0.125);
+  // The rest is the answer without memory.
+  s.erase("memory");
+  EXPECT_EQ(s, status_json(report(), HttpFigures{}));
+  EXPECT_FALSE(status_json(report(), HttpFigures{}).contains("memory"));
+}
+
+TEST(ModelsJson, ListsEveryConfiguredModelWithTheEnforcersReport) {
+  const messages::ModelsReport m = memory();
+  nlohmann::json listed = models_json(report(), 1700000000, &m);
+  EXPECT_EQ(listed["object"], "list");
+  ASSERT_EQ(listed["data"].size(), 3u);  // the scheduler serves only tiny; the enforcer knows a, b, c
+  EXPECT_EQ(listed["data"][0], nlohmann::json::parse(R"({"id": "a", "object": "model", "created": 1700000000,
+      "owned_by": "mqlm", "state": "loaded", "pinned": true, "bytes": 3000})"));
+  EXPECT_EQ(listed["data"][1]["id"], "b");
+  EXPECT_EQ(listed["data"][1]["state"], "unloaded");
+  EXPECT_EQ(listed["data"][1]["pinned"], false);
+  EXPECT_EQ(listed["data"][1]["bytes"], 0);
+  EXPECT_EQ(listed["data"][2]["id"], "c \"q\"");
+  EXPECT_EQ(listed["data"][2]["state"], "draining");
+  EXPECT_EQ(listed["data"][2]["bytes"], 500);
+
+  nlohmann::json scheduler = models_json(report(), 5);
+  EXPECT_EQ(scheduler, nlohmann::json::parse(R"({"object": "list", "data": [
+      {"id": "tiny", "object": "model", "created": 5, "owned_by": "mqlm"}]})"));
+}
+
+TEST(PrometheusText, MemoryGaugesAndOneStatePerModel) {
+  const messages::ModelsReport m = memory();
+  const std::string text = prometheus_text(report(), HttpFigures{}, &m);
+  ASSERT_EQ(text.back(), '\n');
+  Exposition e = read_back(text);
+  expect_every_sample_typed(e);
+  for (const char* family : {"mqlm_memory_ceiling_bytes", "mqlm_memory_soft_bytes", "mqlm_memory_hard_bytes",
+                             "mqlm_memory_admitted_bytes", "mqlm_memory_pressure", "mqlm_device_memory_total_bytes",
+                             "mqlm_process_resident_bytes", "mqlm_model_bytes", "mqlm_model_state"}) {
+    EXPECT_EQ(e.types[family], "gauge") << family;
+    EXPECT_TRUE(e.helps.contains(family)) << family;
   }
+  EXPECT_EQ(e.samples["mqlm_memory_ceiling_bytes"], "10000");
+  EXPECT_EQ(e.samples["mqlm_memory_soft_bytes"], "8000");
+  EXPECT_EQ(e.samples["mqlm_memory_hard_bytes"], "9500");
+  EXPECT_EQ(e.samples["mqlm_memory_admitted_bytes"], "3500");
+  EXPECT_EQ(e.samples["mqlm_memory_pressure"], "1");
+  EXPECT_EQ(e.samples["mqlm_device_memory_total_bytes"], "80000000000");
+  EXPECT_EQ(e.samples["mqlm_process_resident_bytes"], "123456789");
+  EXPECT_EQ(e.samples["mqlm_model_bytes{model=\"a\"}"], "3000");
+  EXPECT_EQ(e.samples["mqlm_model_bytes{model=\"b\"}"], "0");
+  EXPECT_EQ(e.samples["mqlm_model_bytes{model=\"c \\\"q\\\"\"}"], "500");
+  EXPECT_EQ(e.samples["mqlm_model_state{model=\"a\",state=\"loaded\"}"], "1");
+  EXPECT_EQ(e.samples["mqlm_model_state{model=\"b\",state=\"unloaded\"}"], "1");
+  EXPECT_EQ(e.samples["mqlm_model_state{model=\"c \\\"q\\\"\",state=\"draining\"}"], "1");
+  int states = 0;
+  for (const auto& [sample, value] : e.samples) states += sample.starts_with("mqlm_model_state{") ? 1 : 0;
+  EXPECT_EQ(states, 3);  // one line per model: the state it is in
+
+  Exposition plain = read_back(prometheus_text(report(), HttpFigures{}));
+  EXPECT_FALSE(plain.types.contains("mqlm_memory_ceiling_bytes"));
+  EXPECT_FALSE(plain.types.contains("mqlm_model_state"));
+  EXPECT_FALSE(plain.types.contains("mqlm_model_bytes"));
 }
 
 TEST(Bridge, StatusAnswersSurviveTheTripThroughMsgpack) {

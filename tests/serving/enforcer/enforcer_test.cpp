@@ -419,6 +419,30 @@ TEST(Enforcer, AFailedLoadIsAnsweredAndForwarded) {
   EXPECT_EQ(a.loads, 0u);
 }
 
+// A load that fits only by evicting an unpinned model that is still loading is neither refused
+// nor sent: it waits for that load to end, then evicts it.
+TEST(Enforcer, ALoadWaitsForALoadUnderWayRatherThanBeingRefused) {
+  const std::uint64_t ceiling = estimate() * 3 / 2;
+  Rig rig({{"models", models_option({"a", "b"})}, {"ceiling_bytes", std::to_string(ceiling)}});
+  rig.admin->send("enforcer", LoadRequest{"a"});
+  EXPECT_EQ(Rig::expect<LoadModel>(*rig.executor).model, "a");
+  rig.admin->send("enforcer", LoadRequest{"b"});
+  EXPECT_EQ(Rig::anything(*rig.admin), std::nullopt);      // not refused
+  EXPECT_EQ(Rig::anything(*rig.scheduler), std::nullopt);  // nothing evicted yet
+  ModelLoaded loaded;
+  loaded.model = "a";
+  loaded.ok = true;
+  loaded.bytes = estimate();
+  rig.executor->send("enforcer", loaded);
+  Rig::expect<ModelLoaded>(*rig.scheduler);
+  EXPECT_EQ(rig.load_answer().outcome, outcome(LoadOutcome::loaded));  // a's asker
+  rig.chain_unloads("a");                                              // then b evicts it
+  rig.executor_loads("b", estimate());
+  const auto answer = rig.load_answer();
+  EXPECT_EQ(answer.outcome, outcome(LoadOutcome::loaded));
+  EXPECT_EQ(answer.evicted, std::vector<std::string>{"a"});
+}
+
 // ---- unloading -------------------------------------------------------------------------------
 
 TEST(Enforcer, UnloadRequestsAndTheChain) {

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
+#include <msgpack.hpp>
 #include <nlohmann/json.hpp>
 
 #include "actors/gateway/client_protocol.hpp"
@@ -120,6 +122,55 @@ TEST(ClientProtocolTest, AbortAndStatus) {
   EXPECT_TRUE(std::get<StatusRequest>(status).trim);
 }
 
+AdminRequest admin(const ClientRequest& parsed) {
+  const auto* request = std::get_if<AdminRequest>(&parsed);
+  if (request == nullptr) {
+    ADD_FAILURE() << "not an admin request: " << std::get<RequestProblem>(parsed).message;
+    return {};
+  }
+  return *request;
+}
+
+TEST(ClientProtocolTest, LoadTakesAModelAndAnOptionalId) {
+  AdminRequest load = admin(parse({{"op", "load"}, {"id", 7}, {"model", "qwen"}}));
+  EXPECT_EQ(load.op, AdminOp::load);
+  EXPECT_EQ(load.id, std::optional<ClientId>(ClientId{std::int64_t{7}}));
+  EXPECT_EQ(load.model, "qwen");
+  EXPECT_FALSE(load.if_idle);
+
+  load = admin(parse({{"op", "load"}, {"id", "L1"}, {"model", "qwen"}}));
+  EXPECT_EQ(load.id, std::optional<ClientId>(ClientId{std::string("L1")}));
+
+  load = admin(parse({{"model", "qwen"}, {"op", "load"}}));
+  EXPECT_EQ(load.op, AdminOp::load);
+  EXPECT_FALSE(load.id.has_value());
+  EXPECT_EQ(load.model, "qwen");
+}
+
+TEST(ClientProtocolTest, UnloadTakesIfIdle) {
+  AdminRequest unload = admin(parse({{"op", "unload"}, {"id", 2}, {"model", "a"}, {"if_idle", true}}));
+  EXPECT_EQ(unload.op, AdminOp::unload);
+  EXPECT_EQ(unload.id, std::optional<ClientId>(ClientId{std::int64_t{2}}));
+  EXPECT_EQ(unload.model, "a");
+  EXPECT_TRUE(unload.if_idle);
+
+  unload = admin(parse({{"op", "unload"}, {"model", "a"}, {"if_idle", false}}));
+  EXPECT_FALSE(unload.if_idle);
+  EXPECT_FALSE(admin(parse({{"op", "unload"}, {"model", "a"}})).if_idle);
+}
+
+TEST(ClientProtocolTest, ModelsListsEveryModelOrOne) {
+  AdminRequest models = admin(parse({{"op", "models"}}));
+  EXPECT_EQ(models.op, AdminOp::models);
+  EXPECT_FALSE(models.id.has_value());
+  EXPECT_EQ(models.model, "");
+
+  models = admin(parse({{"op", "models"}, {"id", "m"}, {"model", "b"}}));
+  EXPECT_EQ(models.op, AdminOp::models);
+  EXPECT_EQ(models.id, std::optional<ClientId>(ClientId{std::string("m")}));
+  EXPECT_EQ(models.model, "b");
+}
+
 // A map header (fixmap of n pairs) followed by the given packed keys and values, so tests can
 // write what a json object cannot hold: repeated keys, keys that are not strings.
 std::string raw_map(std::uint8_t pairs, const std::vector<json>& items) {
@@ -228,6 +279,41 @@ std::vector<BadFrame> bad_frames() {
        "'trim' must be true or false", std::nullopt},
       {"status with another key", packed({{"op", "status"}, {"id", 1}, {"verbose", true}}), RequestError::malformed,
        "status has no key 'verbose'", one},
+      {"unknown op lists every op", with("op", "reload"), RequestError::malformed,
+       "generate, abort, status, load, unload or models", one},
+      {"no op lists every op", without("op"), RequestError::malformed,
+       "generate, abort, status, load, unload or models", one},
+      {"load without model", packed({{"op", "load"}, {"id", 1}}), RequestError::invalid_request,
+       "load needs 'model'", one},
+      {"load with an empty model", packed({{"op", "load"}, {"id", "e"}, {"model", ""}}), RequestError::invalid_request,
+       "load needs 'model'", ClientId{std::string("e")}},
+      {"load without model or id", packed({{"op", "load"}}), RequestError::invalid_request, "'model'", std::nullopt},
+      {"unload without model", packed({{"op", "unload"}, {"id", 1}, {"if_idle", true}}),
+       RequestError::invalid_request, "unload needs 'model'", one},
+      {"load model not a string", packed({{"op", "load"}, {"id", 1}, {"model", 5}}), RequestError::malformed,
+       "'model' must be a string, not an integer", one},
+      {"load model too long", packed({{"op", "load"}, {"id", 1}, {"model", std::string(300, 'm')}}),
+       RequestError::invalid_request, "model is 300 bytes", one},
+      {"load model twice", raw_map(4, {"op", "load", "id", 1, "model", "a", "model", "b"}), RequestError::malformed,
+       "'model' appears twice", one},
+      {"load with another key", packed({{"op", "load"}, {"id", 1}, {"model", "a"}, {"path", "/x"}}),
+       RequestError::malformed, "load has no key 'path'", one},
+      {"load with if_idle", packed({{"op", "load"}, {"id", 1}, {"model", "a"}, {"if_idle", true}}),
+       RequestError::malformed, "load has no key 'if_idle'", one},
+      {"unload with another key", packed({{"op", "unload"}, {"id", 1}, {"model", "a"}, {"force", true}}),
+       RequestError::malformed, "unload has no key 'force'", one},
+      {"unload if_idle an integer", packed({{"op", "unload"}, {"id", 1}, {"model", "a"}, {"if_idle", 1}}),
+       RequestError::malformed, "'if_idle' must be true or false, not an integer", one},
+      {"unload if_idle a string", packed({{"op", "unload"}, {"model", "a"}, {"if_idle", "yes"}}),
+       RequestError::malformed, "'if_idle' must be true or false, not a string", std::nullopt},
+      {"models with another key", packed({{"op", "models"}, {"id", 1}, {"all", true}}), RequestError::malformed,
+       "models has no key 'all'", one},
+      {"models with if_idle", packed({{"op", "models"}, {"if_idle", true}}), RequestError::malformed,
+       "models has no key 'if_idle'", std::nullopt},
+      {"models model not a string", packed({{"op", "models"}, {"model", json::array()}}), RequestError::malformed,
+       "'model' must be a string", std::nullopt},
+      {"admin id an array", packed({{"op", "unload"}, {"id", {1}}, {"model", "a"}}), RequestError::malformed,
+       "'id' must be a string or an integer", std::nullopt},
   };
 }
 
@@ -254,6 +340,9 @@ TEST(ClientProtocolTest, MutatedFramesAreRequestsOrProblemsNeverCrashes) {
       packed({{"op", "generate"}, {"id", -1}, {"tokens", {1, 300, 70000}}, {"max_tokens", 4}}),
       packed({{"op", "abort"}, {"id", "a"}}),
       packed({{"op", "status"}, {"id", 3}, {"trim", true}}),
+      packed({{"op", "load"}, {"id", 4}, {"model", "qwen"}}),
+      packed({{"op", "unload"}, {"id", "u"}, {"model", "qwen"}, {"if_idle", true}}),
+      packed({{"op", "models"}, {"model", "qwen"}}),
   };
   std::mt19937 rng(20240611);
   int requests = 0;
@@ -381,6 +470,134 @@ TEST(ClientProtocolTest, ErrorAndStatusEvents) {
                             {"active_by_owner", {{"kv", 512}, {"weights:m", 512}}}}},
                           {"gateway_requests", 5}}));
   EXPECT_FALSE(read(encode_status_event(std::nullopt, report, 0)).contains("id"));
+}
+
+// The keys of an event's top map in the order packed, read with msgpack-c: a count in the map's
+// header that disagrees with its entries, or a key packed twice, shows here and not in a json.
+std::vector<std::string> packed_keys(const std::string& event) {
+  msgpack::object_handle handle = msgpack::unpack(event.data(), event.size());
+  const msgpack::object& root = handle.get();
+  EXPECT_EQ(root.type, msgpack::type::MAP);
+  std::vector<std::string> keys;
+  if (root.type != msgpack::type::MAP) return keys;
+  for (std::uint32_t i = 0; i < root.via.map.size; ++i) keys.push_back(root.via.map.ptr[i].key.as<std::string>());
+  return keys;
+}
+
+// The msgpack type of `key`'s value in an event's top map; NIL when the key is absent.
+msgpack::type::object_type packed_type(const std::string& event, std::string_view key) {
+  msgpack::object_handle handle = msgpack::unpack(event.data(), event.size());
+  const msgpack::object& root = handle.get();
+  for (std::uint32_t i = 0; root.type == msgpack::type::MAP && i < root.via.map.size; ++i) {
+    if (root.via.map.ptr[i].key.as<std::string>() == key) return root.via.map.ptr[i].val.type;
+  }
+  return msgpack::type::NIL;
+}
+
+TEST(ClientProtocolTest, JsonEventsCarryEventIdAndFields) {
+  const json fields = {{"model", "qwen"}, {"state", "loaded"}, {"bytes", 123456789012ull}, {"evicted", {"b"}}};
+  json numbered = read(encode_json_event("loaded", ClientId{std::int64_t{42}}, fields));
+  EXPECT_EQ(numbered, (json{{"event", "loaded"},
+                            {"id", 42},
+                            {"model", "qwen"},
+                            {"state", "loaded"},
+                            {"bytes", 123456789012ull},
+                            {"evicted", {"b"}}}));
+
+  const std::string named = encode_json_event("unloaded", ClientId{std::string("u-1")}, fields);
+  EXPECT_EQ(read(named)["id"], "u-1");
+  EXPECT_EQ(read(named)["event"], "unloaded");
+  EXPECT_EQ(packed_type(named, "id"), msgpack::type::STR);
+
+  // An integer id stays an integer, as the client gave it.
+  const std::string negative = encode_json_event("models", ClientId{std::int64_t{-3}}, json::object());
+  EXPECT_EQ(read(negative), (json{{"event", "models"}, {"id", -3}}));
+  EXPECT_EQ(packed_type(negative, "id"), msgpack::type::NEGATIVE_INTEGER);
+  EXPECT_EQ(packed_type(encode_json_event("loaded", ClientId{std::int64_t{42}}, fields), "id"),
+            msgpack::type::POSITIVE_INTEGER);
+
+  json anonymous = read(encode_json_event("models", std::nullopt, {{"models", json::array()}}));
+  EXPECT_EQ(anonymous, (json{{"event", "models"}, {"models", json::array()}}));
+}
+
+messages::ModelsReport memory_report() {
+  messages::ModelsReport memory;
+  messages::ModelStatus a;
+  a.id = "a";
+  a.path = "/models/a.gguf";
+  a.pinned = true;
+  a.state = static_cast<std::uint8_t>(messages::ModelState::loaded);
+  a.bytes = 3000;
+  a.estimated_bytes = 3100;
+  a.requests = 2;
+  a.loads = 1;
+  messages::ModelStatus b;
+  b.id = "b";
+  b.state = static_cast<std::uint8_t>(messages::ModelState::draining);
+  b.bytes = 500;
+  b.unloads = 4;
+  b.last_problem = "release of kv failed";
+  messages::ModelStatus c;
+  c.id = "c";
+  memory.models = {a, b, c};
+  memory.ceiling_bytes = 10000;
+  memory.soft_bytes = 8000;
+  memory.hard_bytes = 9500;
+  memory.used_bytes = 3500;
+  memory.pressure = static_cast<std::uint8_t>(messages::Pressure::soft);
+  memory.pressure_note = "every loaded model is pinned";
+  memory.pool.held_bytes = 4096;
+  memory.pool.active_bytes = 3500;
+  memory.pool.cached_bytes = 596;
+  memory.pool.blocks = 2;
+  return memory;
+}
+
+TEST(ClientProtocolTest, StatusEventCarriesTheMemoryPictureOnlyWhenGiven) {
+  messages::StatusReport report;
+  report.models = {"a"};
+  report.requests = 2;
+  report.pool = {1, 2, 3, 4, 5, {{"weights:a", 1}}};
+  const messages::ModelsReport memory = memory_report();
+
+  const std::string with_bytes = encode_status_event(ClientId{std::int64_t{8}}, report, 3, &memory);
+  const std::vector<std::string> keys = packed_keys(with_bytes);
+  EXPECT_EQ(keys.size(), 20u);  // 18 fields, event and id
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size()) << "a key packed twice";
+  json with = read(with_bytes);
+  EXPECT_EQ(with.size(), 20u);
+  EXPECT_EQ(with["event"], "status");
+  EXPECT_EQ(with["id"], 8);
+  ASSERT_TRUE(with.contains("memory"));
+  const json& picture = with["memory"];
+  EXPECT_EQ(picture["ceiling_bytes"], 10000);
+  EXPECT_EQ(picture["soft_bytes"], 8000);
+  EXPECT_EQ(picture["hard_bytes"], 9500);
+  EXPECT_EQ(picture["used_bytes"], 3500);
+  EXPECT_EQ(picture["pressure"], "soft");
+  EXPECT_EQ(picture["pressure_note"], "every loaded model is pinned");
+  EXPECT_EQ(picture["pool"], (json{{"held_bytes", 4096}, {"active_bytes", 3500}, {"cached_bytes", 596}, {"blocks", 2}}));
+  ASSERT_EQ(picture["models"].size(), 3u);
+  EXPECT_EQ(picture["models"][0]["id"], "a");
+  EXPECT_EQ(picture["models"][0]["state"], "loaded");
+  EXPECT_EQ(picture["models"][0]["pinned"], true);
+  EXPECT_EQ(picture["models"][0]["bytes"], 3000);
+  EXPECT_EQ(picture["models"][0]["requests"], 2);
+  EXPECT_EQ(picture["models"][1]["state"], "draining");
+  EXPECT_EQ(picture["models"][1]["last_problem"], "release of kv failed");
+  EXPECT_EQ(picture["models"][2]["state"], "unloaded");
+  for (const json& model : picture["models"]) EXPECT_TRUE(model["state"].is_string()) << model;
+
+  // Everything else is the event without memory.
+  const std::string without_bytes = encode_status_event(ClientId{std::int64_t{8}}, report, 3);
+  EXPECT_EQ(packed_keys(without_bytes).size(), 19u);
+  json without = read(without_bytes);
+  EXPECT_FALSE(without.contains("memory"));
+  with.erase("memory");
+  EXPECT_EQ(with, without);
+
+  // No id: 18 fields and event.
+  EXPECT_EQ(packed_keys(encode_status_event(std::nullopt, report, 0, &memory)).size(), 19u);
 }
 
 }  // namespace
