@@ -35,6 +35,19 @@ std::uint64_t number_option(std::string_view kind, const ActorOptions& options, 
   return it == options.end() ? fallback : parse_number_option(kind, key, it->second, low, high);
 }
 
+double fraction_option(std::string_view kind, const ActorOptions& options, const std::string& key, double fallback) {
+  auto it = options.find(key);
+  if (it == options.end()) return fallback;
+  const std::string& text = it->second;
+  double value = 0.0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size() || !(value > 0.0 && value <= 1.0)) {
+    throw std::invalid_argument(
+        fmt::format("{} option {}={}: give a fraction above 0 and at most 1 (e.g. 0.85)", kind, key, text));
+  }
+  return value;
+}
+
 std::string text_option(const ActorOptions& options, const std::string& key, std::string fallback) {
   auto it = options.find(key);
   return it == options.end() ? fallback : it->second;

@@ -30,6 +30,10 @@ std::uint64_t number_option(std::string_view kind, const ActorOptions& options, 
                             std::uint64_t fallback, std::uint64_t low = 0,
                             std::uint64_t high = std::numeric_limits<std::uint64_t>::max());
 
+// The option's fraction in (0, 1], or `fallback` when it is not given; std::invalid_argument
+// naming kind, key and the text otherwise.
+double fraction_option(std::string_view kind, const ActorOptions& options, const std::string& key, double fallback);
+
 // The option's text, or `fallback` when it is not given.
 std::string text_option(const ActorOptions& options, const std::string& key, std::string fallback);
 

@@ -121,6 +121,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   if (o.pool_block_mib > 0) options["executor"]["block_mib"] = std::to_string(o.pool_block_mib);
   if (!o.fail_release.empty()) options["executor"]["fail_release"] = o.fail_release;
   const auto [ceiling_key, ceiling_value] = ceiling_option(o.memory_ceiling);
+  options["executor"][ceiling_key] = ceiling_value;  // its pool's blocks are sized by the ceiling
   options["enforcer"] = {{"models", models}, {"kv_pages", std::to_string(o.kv_pages)},
                          {"page_size", std::to_string(o.page_size)},
                          {ceiling_key, ceiling_value},

@@ -102,21 +102,6 @@ std::vector<std::string> parse_id_list(const ActorOptions& options, const std::s
   return ids;
 }
 
-// A fraction in (0, 1]: of the ceiling (soft, hard), or of the device's memory (ceiling_fraction).
-double fraction_option(const ActorOptions& options, const std::string& key, double fallback) {
-  auto it = options.find(key);
-  if (it == options.end()) return fallback;
-  const std::string& text = it->second;
-  double value = 0.0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc{} || end != text.data() + text.size() || !(value > 0.0 && value <= 1.0)) {
-    throw std::invalid_argument(fmt::format("enforcer option {}={}: give a fraction above 0 and at most 1 "
-                                            "(e.g. 0.85)",
-                                            key, text));
-  }
-  return value;
-}
-
 std::string peer_option(const ActorOptions& options, const std::string& key) {
   std::string name = text_option(options, key, key);
   if (name.empty()) throw std::invalid_argument(fmt::format("enforcer option {}= is empty: name the actor", key));
@@ -140,10 +125,10 @@ EnforcerOptions parse_options(const ActorOptions& options) {
     if (options.contains("ceiling_bytes")) {
       throw std::invalid_argument("enforcer options ceiling_bytes= and ceiling_fraction= both set the ceiling: give one");
     }
-    parsed.ceiling_fraction = fraction_option(options, "ceiling_fraction", 1.0);
+    parsed.ceiling_fraction = fraction_option("enforcer", options, "ceiling_fraction", 1.0);
   }
-  parsed.soft = fraction_option(options, "soft", parsed.soft);
-  parsed.hard = fraction_option(options, "hard", parsed.hard);
+  parsed.soft = fraction_option("enforcer", options, "soft", parsed.soft);
+  parsed.hard = fraction_option("enforcer", options, "hard", parsed.hard);
   if (parsed.soft > parsed.hard) {
     throw std::invalid_argument(fmt::format("enforcer options soft={} and hard={}: soft must not be above hard",
                                             parsed.soft, parsed.hard));
@@ -244,6 +229,7 @@ class Enforcer final : public Actor {
   std::uint64_t admitted_bytes() const;  // loaded and loading models: what admission counts
   std::uint64_t held_bytes() const;      // models whose memory the executor holds or is uploading
   bool any_draining() const;
+  const ModelEntry* sole_loaded_model() const;
   Pressure pressure_of(std::uint64_t held) const;
   std::string configured_ids() const;
 
@@ -516,8 +502,8 @@ void Enforcer::refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t 
   answer.ceiling_bytes = ceiling;
   answer.pinned = pinned;
   answer.message = fmt::format("model {} needs {:.1f} MiB, but at most {:.1f} MiB of the {:.1f} MiB ceiling can be "
-                               "made free for it (pinned and loaded: {}): unload or unpin a model, or raise "
-                               "ceiling_bytes",
+                               "made free for it (pinned: {}): unload or unpin a model, or raise the ceiling "
+                               "(--memory-ceiling)",
                                entry.id, mib(needed), mib(answer.available_bytes), mib(ceiling), joined(pinned));
   spdlog::warn("enforcer: {}", answer.message);
   answer_askers(ctx, entry, answer);
@@ -703,11 +689,28 @@ void Enforcer::review_pressure(Context& ctx) {
   }
   pressure_ = now;
   if (!trimmed_this_sample_) {
+    // Trimming first: what the pool caches may be all the excess. The trimmed sample that answers
+    // decides whether a model must go.
     trimmed_this_sample_ = true;
     ask_executor(ctx, true);
+    return;
   }
   if (any_draining()) return;  // one at a time: the next is chosen once this one's memory is back
   const char* limit = now == Pressure::hard ? "hard" : "soft";
+  const ModelEntry* sole = sole_loaded_model();
+  if (sole != nullptr) {
+    // Evicting the only model would be reloaded by its next request, over the mark again: a loop.
+    // The ceiling is too small for it, and the operator is told so.
+    pressure_note_ = fmt::format("model {} alone holds the pool above the {} limit ({:.1f} MiB of {:.1f} MiB): "
+                                 "give it a higher --memory-ceiling or fewer --kv-pages",
+                                 sole->id, limit, mib(pool_.held_bytes),
+                                 mib(now == Pressure::hard ? hard_bytes_ : soft_bytes_));
+    if (!note_logged_) {
+      note_logged_ = true;
+      spdlog::warn("enforcer: {}", pressure_note_);
+    }
+    return;
+  }
   if (ModelEntry* victim = pressure_victim(now)) {
     pressure_note_.clear();
     start_unload(ctx, *victim,
@@ -727,6 +730,17 @@ void Enforcer::review_pressure(Context& ctx) {
     spdlog::warn("enforcer: the pool holds {:.1f} MiB, above the {} limit, and {}", mib(pool_.held_bytes), limit,
                  pressure_note_);
   }
+}
+
+// The one model that holds memory, when only one does (loaded, loading or draining).
+const ModelEntry* Enforcer::sole_loaded_model() const {
+  const ModelEntry* sole = nullptr;
+  for (const auto& [id, model] : models_) {
+    if (!model.holds_memory()) continue;
+    if (sole != nullptr) return nullptr;
+    sole = &model;
+  }
+  return sole;
 }
 
 // The idle unpinned loaded model used least recently; above the hard limit, failing that, the

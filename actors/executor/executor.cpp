@@ -52,11 +52,14 @@ struct ExecutorOptions {
   std::string device;
   std::uint32_t kv_pages = 1024;  // every model's KV cache
   std::uint32_t page_size = 16;
-  std::uint64_t block_mib = 256;  // the buffer pool's block size
+  std::uint64_t block_mib = 0;  // the buffer pool's block size; 0: kDefaultBlockMib, capped by the ceiling
+  std::uint64_t ceiling_bytes = 0;   // the memory ceiling (as the enforcer's), to size the blocks by
+  double ceiling_fraction = 0.0;     // or the ceiling as a fraction of the device's memory
   std::set<std::uint64_t> fail_steps;  // GPU steps (counted from 1) that fail on purpose
   std::string fail_release;            // the model whose release throws midway, on purpose
 };
 
+constexpr std::uint64_t kDefaultBlockMib = 256;
 constexpr std::uint64_t kMaxUint32 = std::numeric_limits<std::uint32_t>::max();
 
 std::uint64_t parse_number(std::string_view key, std::string_view text, std::uint64_t max) {
@@ -94,7 +97,7 @@ std::string configured_id(const ExecutorOptions& parsed, std::string_view key, s
 ExecutorOptions parse_options(const ActorOptions& options) {
   check_option_names("executor", options,
                      {"model", "name", "models", "preload", "device", "kv_pages", "page_size", "block_mib",
-                      "fail_steps", "fail_release"});
+                      "ceiling_bytes", "ceiling_fraction", "fail_steps", "fail_release"});
   ExecutorOptions parsed;
   const std::string model = text_option(options, "model", "");
   if (options.contains("models")) {
@@ -133,7 +136,12 @@ ExecutorOptions parse_options(const ActorOptions& options) {
   parsed.device = text_option(options, "device", "");
   parsed.kv_pages = static_cast<std::uint32_t>(number_option("executor", options, "kv_pages", 1024, 1, kMaxUint32));
   parsed.page_size = static_cast<std::uint32_t>(number_option("executor", options, "page_size", 16, 1, kMaxUint32));
-  parsed.block_mib = number_option("executor", options, "block_mib", 256, 1, 1 << 20);
+  if (options.contains("block_mib")) parsed.block_mib = number_option("executor", options, "block_mib", 0, 1, 1 << 20);
+  if (options.contains("ceiling_bytes")) {
+    parsed.ceiling_bytes = parse_number_option("executor", "ceiling_bytes", options.at("ceiling_bytes"), 0,
+                                               std::numeric_limits<std::uint64_t>::max());
+  }
+  parsed.ceiling_fraction = fraction_option("executor", options, "ceiling_fraction", 0.0);
   if (auto it = options.find("fail_steps"); it != options.end()) {
     parsed.fail_steps = parse_step_list(it->first, it->second);
   }
@@ -192,6 +200,23 @@ model::StepBatch make_batch(const StepPlan& plan, std::uint32_t page_size) {
   return batch;
 }
 
+// The pool's block size: block_mib= if given; else kDefaultBlockMib, but no more than a 16th of
+// the memory ceiling, so that what blocks round up to stays small against it (a 256 MiB block
+// under a 100 MiB ceiling would put the pool over the hard mark with one small model loaded).
+VkDeviceSize pool_block_bytes(const ExecutorOptions& options, const gpu::Device& device) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  if (options.block_mib > 0) return options.block_mib * kMiB;
+  std::uint64_t ceiling = options.ceiling_bytes;
+  if (options.ceiling_fraction > 0.0) {
+    ceiling = static_cast<std::uint64_t>(static_cast<double>(device.memory_figures().total_bytes) *
+                                         options.ceiling_fraction);
+  }
+  std::uint64_t block = kDefaultBlockMib * kMiB;
+  if (ceiling > 0) block = std::clamp(ceiling / 16 / kMiB * kMiB, kMiB, block);
+  spdlog::info("executor: the buffer pool takes blocks of {} MiB from the driver", block / kMiB);
+  return block;
+}
+
 // The device and what every model shares on it, made once and destroyed in reverse order: the
 // pool before the queue, the queue before the device. Every model's buffers must have gone back
 // to the pool before it goes.
@@ -199,7 +224,7 @@ struct DeviceStack {
   explicit DeviceStack(const ExecutorOptions& options)
       : device(gpu::DeviceOptions{options.device}),
         queue(device),
-        pool(queue, gpu::PoolOptions{VkDeviceSize{options.block_mib} << 20}),
+        pool(queue, gpu::PoolOptions{pool_block_bytes(options, device)}),
         kernels(device) {}
   model::GpuContext context() { return {queue, pool, kernels}; }
 

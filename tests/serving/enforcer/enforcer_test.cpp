@@ -579,6 +579,8 @@ TEST(Enforcer, SoftPressureEvictsAnIdleUnpinnedModel) {
   rig.usage("b", 0, 900);  // idle
   rig.report(6000000);     // above soft (5 MB), below hard (9 MB)
   EXPECT_TRUE(Rig::expect<ExecutorQuery>(*rig.executor).trim);
+  EXPECT_EQ(Rig::anything(*rig.scheduler), std::nullopt);  // the trim may be enough: nothing evicted yet
+  rig.report(6000000);     // the trimmed sample: still above soft
   const auto abort = Rig::expect<AbortModel>(*rig.scheduler);
   EXPECT_EQ(abort.model, "b");
   EXPECT_NE(abort.reason.find("soft"), std::string::npos) << abort.reason;
@@ -616,6 +618,7 @@ TEST(Enforcer, HardPressureEvictsTheLargestBusyModel) {
   rig.usage("b", 1, 100);
   rig.report(9500000, {{"weights:a", 1000000}, {"weights:b", 3000000}, {"kv:b", 500000}});
   EXPECT_TRUE(Rig::expect<ExecutorQuery>(*rig.executor).trim);
+  rig.report(9500000, {{"weights:a", 1000000}, {"weights:b", 3000000}, {"kv:b", 500000}});
   EXPECT_EQ(Rig::expect<AbortModel>(*rig.scheduler).model, "b");
   EXPECT_EQ(rig.query().pressure, static_cast<std::uint8_t>(Pressure::hard));
 }
@@ -627,6 +630,7 @@ TEST(Enforcer, PressureWithEverythingPinnedIsNotedAndEvictsNothing) {
            {"ceiling_bytes", "10000000"}});
   rig.report(9800000);  // above hard
   EXPECT_TRUE(Rig::expect<ExecutorQuery>(*rig.executor).trim);
+  rig.report(9800000);  // and so after the trim
   auto report = rig.query();
   EXPECT_EQ(report.pressure, static_cast<std::uint8_t>(Pressure::hard));
   EXPECT_NE(report.pressure_note.find("pinned"), std::string::npos) << report.pressure_note;
@@ -641,6 +645,42 @@ TEST(Enforcer, PressureWithEverythingPinnedIsNotedAndEvictsNothing) {
   report = rig.query();
   EXPECT_EQ(report.pressure, static_cast<std::uint8_t>(Pressure::none));
   EXPECT_TRUE(report.pressure_note.empty());
+}
+
+TEST(Enforcer, TrimThatBringsThePoolBelowTheMarkEvictsNothing) {
+  Rig rig({{"models", models_option({"a", "b"})},
+           {"preload", "a,b"},
+           {"ceiling_bytes", "10000000"},
+           {"soft", "0.5"},
+           {"hard", "0.9"}});
+  rig.report(9500000);  // above hard, but most of it cached
+  EXPECT_TRUE(Rig::expect<ExecutorQuery>(*rig.executor).trim);
+  rig.report(3000000);  // the trimmed sample
+  EXPECT_EQ(Rig::anything(*rig.scheduler), std::nullopt);
+  EXPECT_EQ(rig.query().pressure, static_cast<std::uint8_t>(Pressure::none));
+  EXPECT_EQ(rig.status("a").state, state(ModelState::loaded));
+  EXPECT_EQ(rig.status("b").state, state(ModelState::loaded));
+}
+
+// A model alone above the mark would be reloaded by its next request and evicted again: it stays,
+// and the status says the ceiling is too small for it.
+TEST(Enforcer, SoleModelAboveTheMarkIsNotedAndNotEvicted) {
+  Rig rig({{"models", models_option({"a", "b"})},
+           {"preload", "a"},
+           {"ceiling_bytes", "10000000"},
+           {"soft", "0.5"},
+           {"hard", "0.9"}});
+  rig.usage("a", 2, 100);
+  rig.report(9800000, {{"weights:a", 9000000}});
+  EXPECT_TRUE(Rig::expect<ExecutorQuery>(*rig.executor).trim);
+  rig.report(9800000, {{"weights:a", 9000000}});
+  rig.report(9800000, {{"weights:a", 9000000}});
+  EXPECT_EQ(Rig::anything(*rig.scheduler), std::nullopt);
+  const auto report = rig.query();
+  EXPECT_EQ(report.pressure, static_cast<std::uint8_t>(Pressure::hard));
+  EXPECT_NE(report.pressure_note.find("model a alone"), std::string::npos) << report.pressure_note;
+  EXPECT_NE(report.pressure_note.find("--memory-ceiling"), std::string::npos) << report.pressure_note;
+  EXPECT_EQ(rig.status("a").state, state(ModelState::loaded));
 }
 
 }  // namespace
