@@ -63,22 +63,56 @@ std::vector<std::string_view> split_option(std::string_view text, char separator
   return parts;
 }
 
-std::map<std::string, std::filesystem::path> parse_model_list(std::string_view kind, std::string_view text) {
-  std::map<std::string, std::filesystem::path> models;
+namespace {
+
+// NAME=VALUE;NAME2=VALUE2 -> {NAME: VALUE, ...}; `form` names the pair for errors ("ID=PATH").
+std::map<std::string, std::string> parse_pairs(std::string_view kind, std::string_view key, std::string_view text,
+                                               std::string_view form) {
+  std::map<std::string, std::string> pairs;
   for (std::string_view entry : split_option(text, ';')) {
     const auto equals = entry.find('=');
     if (equals == std::string_view::npos || equals == 0 || equals + 1 == entry.size()) {
-      throw std::invalid_argument(fmt::format("{} option models={}: '{}' is not ID=PATH (a non-empty id "
-                                              "without '=' or ';', then the GGUF file)",
-                                              kind, text, entry));
+      throw std::invalid_argument(fmt::format("{} option {}={}: '{}' is not {} (a non-empty name without '=' or "
+                                              "';', then its value)",
+                                              kind, key, text, entry, form));
     }
-    const std::string id(entry.substr(0, equals));
-    if (!models.emplace(id, std::filesystem::path(entry.substr(equals + 1))).second) {
-      throw std::invalid_argument(fmt::format("{} option models={} names model '{}' twice", kind, text, id));
+    const std::string name(entry.substr(0, equals));
+    if (!pairs.emplace(name, std::string(entry.substr(equals + 1))).second) {
+      throw std::invalid_argument(fmt::format("{} option {}={} names '{}' twice", kind, key, text, name));
     }
   }
+  return pairs;
+}
+
+}  // namespace
+
+std::map<std::string, std::filesystem::path> parse_model_list(std::string_view kind, std::string_view text) {
+  std::map<std::string, std::filesystem::path> models;
+  for (auto& [id, path] : parse_pairs(kind, "models", text, "ID=PATH")) models.emplace(id, path);
   if (models.empty()) throw std::invalid_argument(fmt::format("{} option models= is empty: give ID=PATH;ID2=PATH2", kind));
   return models;
+}
+
+std::map<std::string, std::string> pair_list_option(std::string_view kind, const ActorOptions& options,
+                                                    const std::string& key) {
+  auto it = options.find(key);
+  return it == options.end() ? std::map<std::string, std::string>{} : parse_pairs(kind, key, it->second, "NAME=VALUE");
+}
+
+std::map<std::string, std::string> aliases_option(std::string_view kind, const ActorOptions& options,
+                                                  const std::map<std::string, std::filesystem::path>& models) {
+  std::map<std::string, std::string> aliases = pair_list_option(kind, options, "aliases");
+  for (const auto& [alias, id] : aliases) {
+    if (models.contains(alias)) {
+      throw std::invalid_argument(
+          fmt::format("{} option aliases=: '{}' is a model's id already, so it cannot be an alias", kind, alias));
+    }
+    if (!models.contains(id)) {
+      throw std::invalid_argument(
+          fmt::format("{} option aliases=: alias '{}' names model '{}', which is not configured", kind, alias, id));
+    }
+  }
+  return aliases;
 }
 
 }  // namespace mqlm::actors

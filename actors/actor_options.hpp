@@ -45,4 +45,14 @@ std::vector<std::string_view> split_option(std::string_view text, char separator
 // empty list.
 std::map<std::string, std::filesystem::path> parse_model_list(std::string_view kind, std::string_view text);
 
+// Option `key` as NAME=VALUE;NAME2=VALUE2 (names not empty, without '=' or ';', each once; values
+// not empty); {} when it is not given. std::invalid_argument naming kind and key otherwise.
+std::map<std::string, std::string> pair_list_option(std::string_view kind, const ActorOptions& options,
+                                                    const std::string& key);
+
+// Option aliases=NAME=ID;NAME2=ID2: other names clients may use for configured models. Returns
+// alias -> id; an alias that is an id, or names a model that is not configured, is refused.
+std::map<std::string, std::string> aliases_option(std::string_view kind, const ActorOptions& options,
+                                                  const std::map<std::string, std::filesystem::path>& models);
+
 }  // namespace mqlm::actors

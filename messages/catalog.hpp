@@ -170,7 +170,7 @@ struct ProbeReport {
   X(57, UnloadRequest, 1, WhenFull::reject)             \
   X(58, UnloadAnswer, 2, WhenFull::defer)               \
   X(59, ModelsQuery, 1, WhenFull::reject)               \
-  X(60, ModelsReport, 2, WhenFull::defer)
+  X(60, ModelsReport, 3, WhenFull::defer)
 
 enum class Kind : std::uint8_t {
 #define MQLM_KIND_ENUM(byte, type, version, policy) type = byte,

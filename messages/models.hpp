@@ -173,8 +173,10 @@ struct ModelStatus {
   std::uint32_t requests = 0;      // open requests (the scheduler's count, as last reported)
   std::uint64_t loads = 0, unloads = 0;
   std::string last_problem;        // the last load or release failure
+  std::vector<std::string> aliases;  // other names clients may use for it
+  std::uint64_t ttl_s = 0;         // unloaded after this long idle; 0: never
   MSGPACK_DEFINE(id, path, pinned, state, bytes, estimated_bytes, last_used_ns, requests, loads, unloads,
-                 last_problem);
+                 last_problem, aliases, ttl_s);
 };
 
 enum class Pressure : std::uint8_t { none = 0, soft = 1, hard = 2 };

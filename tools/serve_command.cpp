@@ -4,12 +4,15 @@
 // configuration alone. SIGINT or SIGTERM drains: the front ends refuse new requests, abort the
 // running ones (or let them finish with --finish-running), and once none is open the actors stop
 // in reverse order.
+#include <algorithm>
 #include <charconv>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <set>
 #include <system_error>
 #include <utility>
 
@@ -39,6 +42,9 @@ struct ServeOptions {
   std::vector<std::string> models;   // --model ID=PATH: the model pool (then `model` is not used)
   std::vector<std::string> preload;  // --preload ID
   std::vector<std::string> pinned;   // --pin ID
+  std::vector<std::string> model_dirs;  // --models-dir DIR: every *.gguf in it, by file name
+  std::vector<std::string> aliases;  // --alias NAME=ID
+  std::vector<std::string> ttls;     // --ttl ID=SECONDS, or --ttl SECONDS for every model without one
   std::string memory_ceiling;        // bytes (8G, 8589934592), a fraction of the device (0.9, 90%); "": none
   double memory_soft = 0.85;         // fractions of the ceiling
   double memory_hard = 0.95;
@@ -92,6 +98,60 @@ std::pair<std::string, std::string> ceiling_option(const std::string& text) {
   return {"ceiling_bytes", std::to_string(value << shift->second)};
 }
 
+// --model ID=PATH and every *.gguf of each --models-dir (its id: the file name without .gguf), in
+// a stable order; an id given twice is refused.
+std::vector<std::string> model_pool(const ServeOptions& o) {
+  std::vector<std::string> pool = o.models;
+  std::set<std::string> ids;
+  for (const std::string& entry : o.models) ids.insert(entry.substr(0, entry.find('=')));
+  for (const std::string& dir : o.model_dirs) {
+    std::error_code error;
+    std::vector<std::filesystem::path> files;
+    for (std::filesystem::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+      if (it->path().extension() == ".gguf" && it->is_regular_file()) files.push_back(it->path());
+    }
+    if (error) throw CommandFailed("--models-dir " + dir + ": " + error.message(), 2);
+    if (files.empty()) throw CommandFailed("--models-dir " + dir + " has no .gguf file", 2);
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files) {
+      const std::string id = file.stem().string();
+      if (id.empty() || id.find_first_of("=;,") != std::string::npos) {
+        throw CommandFailed("--models-dir " + dir + ": " + file.filename().string() +
+                                " cannot be a model id (no '=', ';' or ','): rename it, or give it with --model ID=PATH",
+                            2);
+      }
+      if (!ids.insert(id).second) {
+        throw CommandFailed("model id '" + id + "' is given twice (" + file.string() +
+                                "): give one of them another id with --model ID=PATH",
+                            2);
+      }
+      pool.push_back(id + "=" + file.string());
+    }
+  }
+  return pool;
+}
+
+// --ttl as the enforcer's ttl_s=ID=S;ID2=S: a plain --ttl SECONDS is every model's that --ttl ID=S
+// does not name.
+std::string ttl_option(const ServeOptions& o, const std::vector<std::string>& pool) {
+  std::optional<std::string> every;
+  std::map<std::string, std::string> ttls;
+  for (const std::string& ttl : o.ttls) {
+    const auto equals = ttl.find('=');
+    if (equals == std::string::npos) {
+      every = ttl;
+    } else {
+      ttls[ttl.substr(0, equals)] = ttl.substr(equals + 1);
+    }
+  }
+  if (every) {
+    for (const std::string& entry : pool) ttls.try_emplace(entry.substr(0, entry.find('=')), *every);
+  }
+  std::vector<std::string> pairs;
+  for (const auto& [id, seconds] : ttls) pairs.push_back(id + "=" + seconds);
+  return fmt::format("{}", fmt::join(pairs, ";"));
+}
+
 bool runs(const ServeOptions& o, const std::string& kind) {
   return std::find(o.run.begin(), o.run.end(), kind) != o.run.end();
 }
@@ -106,13 +166,16 @@ NodeConfig serve_config(const ServeOptions& o) {
   // The model pool: every actor of it gets the same list. One model named on the command line is
   // a pool of one, loaded at start.
   std::string models, preload = fmt::format("{}", fmt::join(o.preload, ","));
-  if (o.models.empty()) {
+  const std::vector<std::string> pool = model_pool(o);
+  if (pool.empty()) {
     const std::string name = !o.name.empty() ? o.name : std::filesystem::path(o.model).stem().string();
     models = name + "=" + o.model;
     preload = name;
   } else {
-    models = fmt::format("{}", fmt::join(o.models, ";"));
+    models = fmt::format("{}", fmt::join(pool, ";"));
   }
+  const std::string aliases = fmt::format("{}", fmt::join(o.aliases, ";"));
+  const std::string ttls = ttl_option(o, pool);
   std::map<std::string, ActorOptions> options;
   options["executor"] = {{"models", models}, {"kv_pages", std::to_string(o.kv_pages)},
                          {"page_size", std::to_string(o.page_size)}};
@@ -129,10 +192,13 @@ NodeConfig serve_config(const ServeOptions& o) {
                          {"hard", fmt::format("{}", o.memory_hard)}};
   if (!preload.empty()) options["enforcer"]["preload"] = preload;
   if (!o.pinned.empty()) options["enforcer"]["pinned"] = fmt::format("{}", fmt::join(o.pinned, ","));
+  if (!ttls.empty()) options["enforcer"]["ttl_s"] = ttls;
+  if (!aliases.empty()) options["enforcer"]["aliases"] = aliases;  // admin requests may name a model by an alias
   options["scheduler"] = {{"models", models},
                           {"max_sequences", std::to_string(o.max_sequences)},
                           {"token_budget", std::to_string(o.token_budget)},
                           {"max_waiting", std::to_string(o.max_waiting)}};
+  if (!aliases.empty()) options["scheduler"]["aliases"] = aliases;  // and so may generate requests
   // Without an enforcer here or at a given address, only the models loaded at start are served.
   const bool enforcer_elsewhere = std::any_of(o.addresses.begin(), o.addresses.end(),
                                               [](const std::string& a) { return a.starts_with("enforcer="); });
@@ -230,6 +296,14 @@ void add_serve_command(CLI::App& app) {
                   "names them, and the positional model is not used");
   cmd->add_option("--preload", o->preload, "with --model: load this model at start (repeatable)");
   cmd->add_option("--pin", o->pinned, "with --model: never evict this model (repeatable)");
+  cmd->add_option("--models-dir", o->model_dirs,
+                  "serve every .gguf file in this folder, each with its file name without .gguf as its id "
+                  "(repeatable; with or without --model)");
+  cmd->add_option("--alias", o->aliases,
+                  "NAME=ID: clients may call model ID by NAME too, in requests and admin calls (repeatable)");
+  cmd->add_option("--ttl", o->ttls,
+                  "ID=SECONDS: unload model ID after it has had no request for this long; SECONDS alone: every "
+                  "model's that no ID=SECONDS names (repeatable; default: never)");
   cmd->add_option("--memory-ceiling", o->memory_ceiling,
                   "device memory the loaded models may take: bytes (8G, 512M, 8589934592) or a fraction of the "
                   "device's (0.9, 90%); a load beyond it evicts idle unpinned models first, or is refused (507) "

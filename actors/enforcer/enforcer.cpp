@@ -52,6 +52,7 @@ constexpr std::uint32_t kSampleTimer = 1;
 // Samples that pass with an ExecutorQuery unanswered before the enforcer asks again anyway: a
 // restarted executor never answers what its dead instance took.
 constexpr std::uint32_t kSamplesBeforeAskingAgain = 5;
+constexpr std::uint64_t kMaxTtlSeconds = 365ULL * 24 * 3600;
 constexpr std::uint64_t kMaxUint32 = std::numeric_limits<std::uint32_t>::max();
 constexpr std::uint64_t kMaxSampleMs = 24ull * 3600 * 1000;
 
@@ -68,10 +69,13 @@ struct ConfiguredModel {
   std::uint64_t estimate = 0;  // estimate_model_bytes, read when the enforcer is built
   bool pinned = false;
   bool preload = false;
+  std::vector<std::string> aliases;  // other names clients may use for it
+  std::uint64_t ttl_s = 0;           // unloaded after this many seconds without a request; 0: never
 };
 
 struct EnforcerOptions {
   std::map<std::string, ConfiguredModel> models;
+  std::map<std::string, std::string> aliases;  // alias -> id
   std::uint32_t kv_pages = 1024;
   std::uint32_t page_size = 16;
   std::uint64_t ceiling_bytes = 0;  // 0: no ceiling
@@ -111,7 +115,7 @@ std::string peer_option(const ActorOptions& options, const std::string& key) {
 EnforcerOptions parse_options(const ActorOptions& options) {
   check_option_names("enforcer", options,
                      {"models", "pinned", "preload", "kv_pages", "page_size", "ceiling_bytes", "ceiling_fraction",
-                      "soft", "hard",
+                      "soft", "hard", "aliases", "ttl_s",
                       "executor", "scheduler", "sample_ms"});
   if (!options.contains("models")) {
     throw std::invalid_argument("actor enforcer needs option models=ID=PATH;ID2=PATH2 (the models it admits, "
@@ -136,15 +140,28 @@ EnforcerOptions parse_options(const ActorOptions& options) {
   parsed.executor = peer_option(options, "executor");
   parsed.scheduler = peer_option(options, "scheduler");
   parsed.sample_ms = number_option("enforcer", options, "sample_ms", 1000, 1, kMaxSampleMs);
-  for (const auto& [id, path] : parse_model_list("enforcer", options.at("models"))) {
+  const auto paths = parse_model_list("enforcer", options.at("models"));
+  for (const auto& [id, path] : paths) {
     auto estimate = estimate_model_bytes(path, parsed.kv_pages, parsed.page_size);
     if (const auto* problem = std::get_if<std::string>(&estimate)) {
       throw std::invalid_argument(fmt::format("enforcer option models=: model '{}' cannot be read: {}", id, *problem));
     }
-    parsed.models.emplace(id, ConfiguredModel{path, std::get<std::uint64_t>(estimate)});
+    ConfiguredModel model;
+    model.path = path;
+    model.estimate = std::get<std::uint64_t>(estimate);
+    parsed.models.emplace(id, std::move(model));
   }
   for (const std::string& id : parse_id_list(options, "pinned", parsed.models)) parsed.models.at(id).pinned = true;
   for (const std::string& id : parse_id_list(options, "preload", parsed.models)) parsed.models.at(id).preload = true;
+  parsed.aliases = aliases_option("enforcer", options, paths);
+  for (const auto& [alias, id] : parsed.aliases) parsed.models.at(id).aliases.push_back(alias);
+  for (const auto& [id, seconds] : pair_list_option("enforcer", options, "ttl_s")) {
+    auto model = parsed.models.find(id);
+    if (model == parsed.models.end()) {
+      throw std::invalid_argument(fmt::format("enforcer option ttl_s= names model '{}', which is not configured", id));
+    }
+    model->second.ttl_s = parse_number_option("enforcer", "ttl_s", seconds, 0, kMaxTtlSeconds);
+  }
   return parsed;
 }
 
@@ -162,7 +179,8 @@ struct ModelEntry {
   ConfiguredModel configured;
   ModelState state = ModelState::unloaded;
   std::uint64_t bytes = 0;  // measured while loaded (ModelLoaded, the pool's owners), else the estimate
-  std::int64_t last_used_ns = 0;
+  std::int64_t last_used_ns = 0;  // the scheduler's clock (ModelUsage): orders evictions
+  std::int64_t idle_since_ns = 0;  // this actor's clock: loaded, or its last request ended (the ttl)
   std::uint32_t requests = 0;
   std::uint64_t loads = 0;
   std::uint64_t unloads = 0;
@@ -206,7 +224,8 @@ class Enforcer final : public Actor {
   void on_load_request(Context& ctx, const Message& message, const LoadRequest& request);
   void on_unload_request(Context& ctx, const Message& message, const UnloadRequest& request);
   void on_models_query(Context& ctx, const Message& message, const ModelsQuery& query);
-  void on_usage(const ModelUsage& usage);
+  void on_usage(Context& ctx, const ModelUsage& usage);
+  void unload_expired(Context& ctx);
   void on_drained(Context& ctx, const ModelDrained& drained);
   void on_unloaded(Context& ctx, const ModelUnloaded& unloaded);
   void on_loaded(Context& ctx, const ModelLoaded& loaded);
@@ -267,6 +286,7 @@ void Enforcer::set_ceiling(std::uint64_t ceiling) {
 }
 
 void Enforcer::on_start(Context& ctx) {
+  for (auto& [id, model] : models_) model.idle_since_ns = ctx.now_ns();  // the preloaded ones' ttl starts now
   ask_executor(ctx, false);  // learns the preloaded models' bytes and the pool at once
   ctx.set_timer(kSampleTimer, std::chrono::milliseconds(options_.sample_ms), true);
 }
@@ -282,7 +302,7 @@ void Enforcer::on_message(Context& ctx, Message& message) {
   } else if (const auto* query = message.as<ModelsQuery>()) {
     on_models_query(ctx, message, *query);
   } else if (const auto* usage = message.as<ModelUsage>(); usage != nullptr && from_scheduler) {
-    on_usage(*usage);
+    on_usage(ctx, *usage);
   } else if (const auto* drained = message.as<ModelDrained>(); drained != nullptr && from_scheduler) {
     on_drained(ctx, *drained);
   } else if (const auto* unloaded = message.as<ModelUnloaded>(); unloaded != nullptr && from_executor) {
@@ -345,8 +365,8 @@ void Enforcer::on_load_request(Context& ctx, const Message& message, const LoadR
 
 void Enforcer::on_unload_request(Context& ctx, const Message& message, const UnloadRequest& request) {
   UnloadAnswer answer;
-  answer.model = request.model;
   ModelEntry* entry = find(request.model);
+  answer.model = entry != nullptr ? entry->id : request.model;
   if (entry == nullptr) {
     answer.outcome = static_cast<std::uint8_t>(UnloadOutcome::unknown_model);
     answer.message = fmt::format("no model '{}' is configured (configured: {})", request.model, configured_ids());
@@ -377,7 +397,7 @@ void Enforcer::on_unload_request(Context& ctx, const Message& message, const Unl
 void Enforcer::on_models_query(Context& ctx, const Message& message, const ModelsQuery& query) {
   ModelsReport report;
   for (const auto& [id, entry] : models_) {
-    if (!query.model.empty() && query.model != id) continue;
+    if (!query.model.empty() && find(query.model) != &entry) continue;
     ModelStatus status;
     status.id = id;
     status.path = entry.configured.path.string();
@@ -390,6 +410,8 @@ void Enforcer::on_models_query(Context& ctx, const Message& message, const Model
     status.loads = entry.loads;
     status.unloads = entry.unloads;
     status.last_problem = entry.last_problem;
+    status.aliases = entry.configured.aliases;
+    status.ttl_s = entry.configured.ttl_s;
     report.models.push_back(std::move(status));
   }
   report.ceiling_bytes = options_.ceiling_bytes;
@@ -404,7 +426,7 @@ void Enforcer::on_models_query(Context& ctx, const Message& message, const Model
   ctx.reply(message, std::move(report));
 }
 
-void Enforcer::on_usage(const ModelUsage& usage) {
+void Enforcer::on_usage(Context& ctx, const ModelUsage& usage) {
   ModelEntry* entry = find(usage.model);
   if (entry == nullptr) {
     spdlog::debug("enforcer: ignored the usage of unknown model '{}'", usage.model);
@@ -412,6 +434,20 @@ void Enforcer::on_usage(const ModelUsage& usage) {
   }
   entry->requests = usage.requests;
   entry->last_used_ns = usage.last_used_ns;
+  if (usage.requests == 0) entry->idle_since_ns = ctx.now_ns();
+}
+
+// Loaded models idle for longer than their ttl are unloaded, one sample at a time like evictions.
+void Enforcer::unload_expired(Context& ctx) {
+  const std::int64_t now = ctx.now_ns();
+  for (auto& [id, model] : models_) {
+    if (model.configured.ttl_s == 0 || model.state != ModelState::loaded || model.requests > 0) continue;
+    const std::int64_t idle_ns = now - model.idle_since_ns;
+    if (idle_ns < static_cast<std::int64_t>(model.configured.ttl_s) * 1'000'000'000) continue;
+    start_unload(ctx, model,
+                 fmt::format("model {} is unloaded: idle for {:.0f} s, its ttl is {} s", id,
+                             static_cast<double>(idle_ns) / 1e9, model.configured.ttl_s));
+  }
 }
 
 // ---- admission -------------------------------------------------------------------------------
@@ -619,6 +655,7 @@ void Enforcer::on_loaded(Context& ctx, const ModelLoaded& loaded) {
   answer.evicted = model->evicted;
   if (loaded.ok) {
     model->state = ModelState::loaded;
+    model->idle_since_ns = ctx.now_ns();
     if (loaded.bytes > 0) model->bytes = loaded.bytes;
     ++model->loads;
     answer.outcome = static_cast<std::uint8_t>(LoadOutcome::loaded);
@@ -648,6 +685,7 @@ void Enforcer::ask_executor(Context& ctx, bool trim) {
 
 void Enforcer::on_timer(Context& ctx) {
   trimmed_this_sample_ = false;
+  unload_expired(ctx);
   if (query_unanswered_ && ++samples_unanswered_ < kSamplesBeforeAskingAgain) return;
   samples_unanswered_ = 0;
   ask_executor(ctx, false);
@@ -762,8 +800,10 @@ ModelEntry* Enforcer::pressure_victim(Pressure pressure) {
 
 // ---- figures ---------------------------------------------------------------------------------
 
-ModelEntry* Enforcer::find(const std::string& id) {
-  auto it = models_.find(id);
+// By id or alias.
+ModelEntry* Enforcer::find(const std::string& name) {
+  auto alias = options_.aliases.find(name);
+  auto it = models_.find(alias != options_.aliases.end() ? alias->second : name);
   return it == models_.end() ? nullptr : &it->second;
 }
 

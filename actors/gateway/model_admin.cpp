@@ -39,7 +39,9 @@ json model_json(const ModelStatus& model) {
           {"requests", model.requests},
           {"loads", model.loads},
           {"unloads", model.unloads},
-          {"last_problem", model.last_problem}};
+          {"last_problem", model.last_problem},
+          {"aliases", model.aliases},
+          {"ttl_s", model.ttl_s}};
 }
 
 json memory_json(const ModelsReport& report) {

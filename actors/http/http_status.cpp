@@ -262,14 +262,24 @@ std::string prometheus_text(const StatusReport& r, const HttpFigures& f, const m
 json models_json(const StatusReport& report, std::int64_t created, const messages::ModelsReport* memory) {
   json data = json::array();
   if (memory != nullptr) {
+    // Each alias is listed too, as clients that check a name against the list would find it.
     for (const auto& model : memory->models) {
-      data.push_back({{"id", model.id},
-                      {"object", "model"},
-                      {"created", created},
-                      {"owned_by", "mqlm"},
-                      {"state", model_admin::state_name(static_cast<messages::ModelState>(model.state))},
-                      {"pinned", model.pinned},
-                      {"bytes", model.bytes}});
+      json entry = {{"id", model.id},
+                    {"object", "model"},
+                    {"created", created},
+                    {"owned_by", "mqlm"},
+                    {"state", model_admin::state_name(static_cast<messages::ModelState>(model.state))},
+                    {"pinned", model.pinned},
+                    {"bytes", model.bytes},
+                    {"aliases", model.aliases},
+                    {"ttl_s", model.ttl_s}};
+      data.push_back(entry);
+      entry.erase("aliases");
+      for (const auto& alias : model.aliases) {
+        entry["id"] = alias;
+        entry["alias_of"] = model.id;
+        data.push_back(entry);
+      }
     }
     return {{"object", "list"}, {"data", std::move(data)}};
   }

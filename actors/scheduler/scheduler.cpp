@@ -83,7 +83,7 @@ struct Scheduler::Request {
 
 SchedulerConfig scheduler_config(const ActorOptions& options) {
   check_option_names("scheduler", options,
-                     {"model", "name", "models", "default_model", "executor", "enforcer", "max_sequences",
+                     {"model", "name", "models", "aliases", "default_model", "executor", "enforcer", "max_sequences",
                       "token_budget", "max_waiting", "step_timeout_ms"});
   SchedulerConfig c;
   auto model = options.find("model");
@@ -102,6 +102,7 @@ SchedulerConfig scheduler_config(const ActorOptions& options) {
     if (name.empty()) throw std::invalid_argument("scheduler option name= is empty: give the model an id");
     c.models.emplace(name, path);
   }
+  c.aliases = aliases_option("scheduler", options, c.models);
   c.default_model = text_option(options, "default_model", c.models.begin()->first);
   if (!c.models.contains(c.default_model)) {
     throw std::invalid_argument("scheduler option default_model=" + c.default_model + " is not one of models=");
@@ -260,7 +261,8 @@ void Scheduler::on_submit(Context& ctx, const Message& message, const Submit& su
 
   ServedModel* chosen = default_model_;
   if (!submit.model.empty()) {
-    auto it = models_.find(submit.model);
+    auto alias = config_.aliases.find(submit.model);
+    auto it = models_.find(alias != config_.aliases.end() ? alias->second : submit.model);
     chosen = it == models_.end() ? nullptr : it->second.get();
   }
   auto request = std::make_unique<Request>();
@@ -277,6 +279,7 @@ void Scheduler::on_submit(Context& ctx, const Message& message, const Submit& su
   if (chosen == nullptr) {
     std::vector<std::string> names;
     for (const auto& [name, model] : models_) names.push_back(name);
+    for (const auto& [alias, id] : config_.aliases) names.push_back(alias + " (" + id + ")");
     end_request(ctx, r.sequence, FinishReason::error, RequestError::unknown_model,
                 fmt::format("no model named '{}' here (this server has: {})", submit.model, fmt::join(names, ", ")));
     return;

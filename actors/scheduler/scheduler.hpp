@@ -40,6 +40,7 @@ struct SchedulerConfig {
   // read when the scheduler is built. Which are loaded it learns from the executor's report at
   // start and from the ModelLoaded / ModelUnloaded messages the enforcer forwards.
   std::map<std::string, std::filesystem::path> models;
+  std::map<std::string, std::string> aliases;  // other names for models: alias -> id
   std::string default_model;         // what a Submit with no model gets (default: the first id)
   std::string executor = "executor";
   std::string enforcer;              // asked to load a model a request needs; "": none (then only
@@ -50,7 +51,7 @@ struct SchedulerConfig {
   std::uint32_t step_timeout_ms = 30000;  // a step unanswered this long fails its requests
 };
 
-// Options: model=PATH and name=ID (one model), or models=ID=PATH;ID2=PATH2 and default_model=ID;
+// Options: model=PATH and name=ID (one model), or models=ID=PATH;ID2=PATH2, aliases=NAME=ID;... and default_model=ID;
 // executor=, enforcer=, max_sequences=, token_budget=, max_waiting=, step_timeout_ms=. Throws
 // std::invalid_argument naming a bad one.
 SchedulerConfig scheduler_config(const ActorOptions& options);

@@ -167,7 +167,8 @@ TEST(PrometheusText, HasTypedFamiliesEscapedLabelsAndCumulativeHistograms) {
   expect_every_sample_typed(e);
 }
 
-// The enforcer's picture: a (loaded, pinned), b (unloaded), c "q" (draining, an id to escape).
+// The enforcer's picture: a (loaded, pinned, alias fast, ttl 300 s), b (unloaded), c "q"
+// (draining, an id to escape).
 messages::ModelsReport memory() {
   messages::ModelsReport m;
   messages::ModelStatus a;
@@ -175,6 +176,8 @@ messages::ModelsReport memory() {
   a.pinned = true;
   a.state = static_cast<std::uint8_t>(messages::ModelState::loaded);
   a.bytes = 3000;
+  a.aliases = {"fast"};
+  a.ttl_s = 300;
   messages::ModelStatus b;
   b.id = "b";
   b.state = static_cast<std::uint8_t>(messages::ModelState::unloaded);
@@ -227,16 +230,20 @@ TEST(ModelsJson, ListsEveryConfiguredModelWithTheEnforcersReport) {
   const messages::ModelsReport m = memory();
   nlohmann::json listed = models_json(report(), 1700000000, &m);
   EXPECT_EQ(listed["object"], "list");
-  ASSERT_EQ(listed["data"].size(), 3u);  // the scheduler serves only tiny; the enforcer knows a, b, c
+  // The scheduler serves only tiny; the enforcer knows a (and its alias fast), b, c.
+  ASSERT_EQ(listed["data"].size(), 4u);
   EXPECT_EQ(listed["data"][0], nlohmann::json::parse(R"({"id": "a", "object": "model", "created": 1700000000,
-      "owned_by": "mqlm", "state": "loaded", "pinned": true, "bytes": 3000})"));
-  EXPECT_EQ(listed["data"][1]["id"], "b");
-  EXPECT_EQ(listed["data"][1]["state"], "unloaded");
-  EXPECT_EQ(listed["data"][1]["pinned"], false);
-  EXPECT_EQ(listed["data"][1]["bytes"], 0);
-  EXPECT_EQ(listed["data"][2]["id"], "c \"q\"");
-  EXPECT_EQ(listed["data"][2]["state"], "draining");
-  EXPECT_EQ(listed["data"][2]["bytes"], 500);
+      "owned_by": "mqlm", "state": "loaded", "pinned": true, "bytes": 3000, "aliases": ["fast"], "ttl_s": 300})"));
+  EXPECT_EQ(listed["data"][1], nlohmann::json::parse(R"({"id": "fast", "alias_of": "a", "object": "model",
+      "created": 1700000000, "owned_by": "mqlm", "state": "loaded", "pinned": true, "bytes": 3000, "ttl_s": 300})"));
+  EXPECT_EQ(listed["data"][2]["id"], "b");
+  EXPECT_EQ(listed["data"][2]["state"], "unloaded");
+  EXPECT_EQ(listed["data"][2]["pinned"], false);
+  EXPECT_EQ(listed["data"][2]["bytes"], 0);
+  EXPECT_EQ(listed["data"][2]["aliases"], nlohmann::json::array());
+  EXPECT_EQ(listed["data"][3]["id"], "c \"q\"");
+  EXPECT_EQ(listed["data"][3]["state"], "draining");
+  EXPECT_EQ(listed["data"][3]["bytes"], 500);
 
   nlohmann::json scheduler = models_json(report(), 5);
   EXPECT_EQ(scheduler, nlohmann::json::parse(R"({"object": "list", "data": [

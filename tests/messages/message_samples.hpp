@@ -123,7 +123,7 @@ inline UnloadAnswer sample(std::type_identity<UnloadAnswer>) {
 inline ModelsQuery sample(std::type_identity<ModelsQuery>) { return {"tiny"}; }
 inline ModelsReport sample(std::type_identity<ModelsReport>) {
   return {{{"tiny", "/m/tiny.gguf", true, static_cast<std::uint8_t>(ModelState::loaded), 1ULL << 33, 1ULL << 33, 77,
-            2, 3, 2, "weights: injected"}},
+            2, 3, 2, "weights: injected", {"fast", "default"}, 300}},
           8ULL << 30, 6ULL << 30, 7ULL << 30, 1ULL << 33, static_cast<std::uint8_t>(Pressure::soft), "all pinned",
           sample_pool(), {80ULL << 30, 79ULL << 30, 1ULL << 33, true, 3ULL << 30}, 0.9};
 }

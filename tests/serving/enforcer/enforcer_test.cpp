@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <unistd.h>
 
@@ -251,6 +252,11 @@ TEST(EnforcerOptions, BadOptionsAreNamed) {
   refused({{"ceiling_fraction", "0"}}, "ceiling_fraction=0");
   refused({{"ceiling_fraction", "1.2"}}, "ceiling_fraction=1.2");
   refused({{"ceiling_fraction", "0.5"}, {"ceiling_bytes", "10"}}, "give one");
+  refused({{"aliases", "b=a"}}, "'b' is a model's id");
+  refused({{"aliases", "fast=zz"}}, "'zz'");
+  refused({{"aliases", "fast"}}, "'fast' is not NAME=VALUE");
+  refused({{"ttl_s", "zz=5"}}, "'zz'");
+  refused({{"ttl_s", "a=soon"}}, "ttl_s=soon");
   try {
     make_enforcer({});
     ADD_FAILURE() << "an enforcer without models was made";
@@ -681,6 +687,43 @@ TEST(Enforcer, SoleModelAboveTheMarkIsNotedAndNotEvicted) {
   EXPECT_NE(report.pressure_note.find("model a alone"), std::string::npos) << report.pressure_note;
   EXPECT_NE(report.pressure_note.find("--memory-ceiling"), std::string::npos) << report.pressure_note;
   EXPECT_EQ(rig.status("a").state, state(ModelState::loaded));
+}
+
+// ---- aliases and the idle ttl ------------------------------------------------------------------
+
+TEST(Enforcer, AnAliasNamesItsModelInEveryAdminRequest) {
+  Rig rig({{"models", models_option({"a", "b"})}, {"aliases", "fast=a;quick=a"}});
+  rig.admin->send("enforcer", LoadRequest{"fast"});
+  rig.executor_loads("a", 1000);
+  const LoadAnswer loaded = rig.load_answer();
+  EXPECT_EQ(loaded.outcome, static_cast<std::uint8_t>(LoadOutcome::loaded));
+  EXPECT_EQ(loaded.model, "a");
+  const ModelStatus a = rig.status("quick");
+  EXPECT_EQ(a.id, "a");
+  EXPECT_EQ(a.aliases, (std::vector<std::string>{"fast", "quick"}));
+  EXPECT_TRUE(rig.status("b").aliases.empty());
+  const UnloadAnswer draining = rig.unload("quick", false);
+  EXPECT_EQ(draining.model, "a");
+  EXPECT_EQ(draining.outcome, outcome(UnloadOutcome::draining));
+  EXPECT_EQ(rig.unload("slow", false).outcome, outcome(UnloadOutcome::unknown_model));
+}
+
+TEST(Enforcer, AModelIdleForItsTtlIsUnloadedAndABusyOneIsNot) {
+  Rig rig({{"models", models_option({"a", "b"})}, {"preload", "a,b"}, {"ttl_s", "a=1"}, {"sample_ms", "50"}});
+  EXPECT_EQ(rig.status("a").ttl_s, 1u);
+  EXPECT_EQ(rig.status("b").ttl_s, 0u);
+  rig.usage("a", 1, 100);  // busy past its ttl: kept
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(Rig::anything(*rig.scheduler), std::nullopt);
+  const auto idle_from = std::chrono::steady_clock::now();
+  rig.usage("a", 0, 200);  // idle from now
+  const AbortModel abort = Rig::expect<AbortModel>(*rig.scheduler);
+  const auto waited = std::chrono::steady_clock::now() - idle_from;
+  EXPECT_EQ(abort.model, "a");
+  EXPECT_NE(abort.reason.find("ttl"), std::string::npos) << abort.reason;
+  EXPECT_GE(waited, 1000ms);  // not before the ttl
+  EXPECT_EQ(rig.status("a").state, state(ModelState::draining));
+  EXPECT_EQ(rig.status("b").state, state(ModelState::loaded));  // no ttl: never
 }
 
 }  // namespace

@@ -175,6 +175,8 @@ TEST(ModelAdmin, MemoryJsonShowsTheCeilingPressureModelsAndPool) {
   loaded.loads = 3;
   loaded.unloads = 2;
   loaded.last_problem = "kv release failed";
+  loaded.aliases = {"fast", "quick"};
+  loaded.ttl_s = 600;
   messages::ModelStatus loading;
   loading.id = "b";
   loading.state = static_cast<std::uint8_t>(ModelState::loading);
@@ -209,7 +211,9 @@ TEST(ModelAdmin, MemoryJsonShowsTheCeilingPressureModelsAndPool) {
                                     {"requests", 2},
                                     {"loads", 3},
                                     {"unloads", 2},
-                                    {"last_problem", "kv release failed"}}));
+                                    {"last_problem", "kv release failed"},
+                                    {"aliases", {"fast", "quick"}},
+                                    {"ttl_s", 600}}));
   EXPECT_EQ(out["models"][1]["state"], "loading");
   EXPECT_EQ(out["models"][1]["pinned"], false);
   EXPECT_EQ(out["models"][1]["estimated_bytes"], 900);

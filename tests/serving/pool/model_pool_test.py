@@ -14,11 +14,14 @@ over HTTP (urllib, threads for the streams) and over the ZeroMQ protocol (pyzmq 
             reports the problem (answer and status), and the server serves a again.
   cycles    200 loads / unloads of a and b while clients send requests to both: every request
             ends, and held bytes, tracked requests and the server's threads do not grow.
+  names     a folder of models (--models-dir), an alias (--alias) used over HTTP and the
+            protocol, and an idle time-to-live (--ttl): the model is unloaded after it, not before.
 
 Usage: model_pool_test.py MQLM_BINARY WORK_DIR [SCENARIO...]
 """
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -50,14 +53,15 @@ def free_port():
 
 
 class Server:
-    def __init__(self, mqlm, work, name, *extra):
+    def __init__(self, mqlm, work, name, *extra, models=None):
         self.http = f"http://127.0.0.1:{free_port()}"
         self.zmq_endpoint = f"tcp://127.0.0.1:{free_port()}"
         self.log_path = os.path.join(work, f"{name}.log")
         # The server's log goes to WORK_DIR/NAME.log (shown when a scenario fails); set
         # MQLM_TEST_LOG_LEVEL=info or debug to see the enforcer's decisions there.
         level = ["--log-level", os.environ["MQLM_TEST_LOG_LEVEL"]] if "MQLM_TEST_LOG_LEVEL" in os.environ else []
-        args = [mqlm, *level, "serve", "--model", f"a={work}/a.gguf", "--model", f"b={work}/b.gguf",
+        models = models if models is not None else ["--model", f"a={work}/a.gguf", "--model", f"b={work}/b.gguf"]
+        args = [mqlm, *level, "serve", *models,
                 "--http", self.http.removeprefix("http://"), "--listen", self.zmq_endpoint,
                 "--memory-ceiling", CEILING, "--memory-soft", "1", "--memory-hard", "1",
                 "--pool-block-mib", "1", "--kv-pages", "64", *extra]
@@ -352,7 +356,53 @@ def cycles(mqlm, work, count=200):
         server.stop()
 
 
-SCENARIOS = {"seed004": seed004, "refuse": refuse, "release": release, "cycles": cycles}
+def names(mqlm, work):
+    folder = os.path.join(work, "names-models")
+    os.makedirs(folder, exist_ok=True)
+    shutil.copyfile(os.path.join(work, "a.gguf"), os.path.join(folder, "c.gguf"))
+    # An id given twice (the folder's c and --model c) is refused before anything starts.
+    twice = subprocess.run([mqlm, "serve", "--models-dir", folder, "--model", f"c={work}/b.gguf"],
+                           capture_output=True, text=True, timeout=60)
+    check(twice.returncode == 2 and "'c' is given twice" in twice.stderr,
+          f"a duplicate id: exit {twice.returncode}, {twice.stderr.strip()}")
+
+    server = Server(mqlm, work, "names", "--alias", "fast=c", "--ttl", "c=1", "--ttl", "600",
+                    models=["--models-dir", folder, "--model", f"b={work}/b.gguf"])
+    try:
+        code, body = server.post("/v1/completions", {"model": "fast", "prompt": "Once", "max_tokens": 4})
+        ended = time.time()
+        check(code == 200 and body.get("model") == "fast", f"a completion by alias: {code} {body}")
+        code, listing = server.get("/v1/models")
+        by_id = {m["id"]: m for m in listing["data"]}
+        check(set(by_id) == {"b", "c", "fast"}, f"/v1/models lists {sorted(by_id)}")
+        check(by_id["fast"].get("alias_of") == "c" and by_id["c"].get("aliases") == ["fast"],
+              f"the alias in /v1/models: {by_id.get('fast')}, {by_id.get('c')}")
+        check(by_id["c"]["ttl_s"] == 1 and by_id["b"]["ttl_s"] == 600, f"ttls: {by_id['c']}, {by_id['b']}")
+        # Over the protocol: a load by alias is answered for the model's id.
+        events = zmq_call(server.zmq_endpoint, {"op": "load", "id": 1, "model": "fast"})
+        check(events and events[0].get("event") == "model" and events[0].get("model") == "c"
+              and events[0].get("state") == "loaded", f"a load by alias over the protocol: {events}")
+        # c has had no request since `ended`: it goes after its ttl of 1 s, and not before.
+        states = []
+        while time.time() < ended + 10:
+            state = server.model("c")["state"]
+            states.append((round(time.time() - ended, 2), state))
+            if state == "unloaded":
+                break
+            time.sleep(0.1)
+        first_unloaded = next((t for t, state in states if state == "unloaded"), None)
+        check(first_unloaded is not None and first_unloaded >= 1.0,
+              f"c unloaded {first_unloaded} s after its last request (ttl 1 s)")
+        check(server.model("c")["unloads"] == 1, f"c unloaded {server.model('c')['unloads']} times")
+        held = server.status(trim=True)["memory"]["pool"]["held_bytes"]
+        check(held <= BLOCK, f"after the ttl the pool holds {held} B")
+        print(f"names: alias answered over HTTP and ZeroMQ; c unloaded {first_unloaded} s after its last request "
+              f"(ttl 1 s); pool holds {held} B")
+    finally:
+        server.stop()
+
+
+SCENARIOS = {"seed004": seed004, "refuse": refuse, "release": release, "cycles": cycles, "names": names}
 
 
 def main():
