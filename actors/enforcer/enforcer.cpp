@@ -236,7 +236,8 @@ class Enforcer final : public Actor {
   void admit_deferred(Context& ctx);
   void set_ceiling(std::uint64_t ceiling);
   bool ceiling_unknown() const { return options_.ceiling_fraction > 0.0 && options_.ceiling_bytes == 0; }
-  void refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t needed);
+  void refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t needed,
+                         const std::vector<std::string>& busy = {}, std::uint64_t busy_bytes = 0);
   void start_unload(Context& ctx, ModelEntry& model, const std::string& reason);
   void start_waiting_loads(Context& ctx);
   void answer_askers(Context& ctx, ModelEntry& entry, const LoadAnswer& answer);
@@ -463,12 +464,22 @@ void Enforcer::admit(Context& ctx, ModelEntry& entry) {
   const std::uint64_t ceiling = options_.ceiling_bytes;
   std::vector<ModelEntry*> victims;
   if (ceiling > 0 && used + needed > ceiling) {
+    // An operator's load (an admin request) may evict busy models, whose clients then get their
+    // final event; a load that a request set off evicts only idle ones, so that one client's
+    // request never ends another's.
+    const bool may_evict_busy = std::any_of(entry.askers.begin(), entry.askers.end(),
+                                            [&](const Asker& asker) { return asker.from != options_.scheduler; });
     std::vector<ModelEntry*> candidates;
+    std::vector<std::string> busy;   // kept for their requests
+    std::uint64_t busy_bytes = 0;
     std::uint64_t evictable = 0;
     std::uint64_t evictable_later = 0;  // unpinned models still loading: evictable once loaded
     for (auto& [id, model] : models_) {
       if (model.configured.pinned) continue;
-      if (model.state == ModelState::loaded) {
+      if (model.state == ModelState::loaded && model.requests > 0 && !may_evict_busy) {
+        busy.push_back(id);
+        busy_bytes += model.bytes;
+      } else if (model.state == ModelState::loaded) {
         candidates.push_back(&model);
         evictable += model.bytes;
       } else if (model.state == ModelState::loading) {
@@ -476,7 +487,7 @@ void Enforcer::admit(Context& ctx, ModelEntry& entry) {
       }
     }
     if (used - evictable - evictable_later + needed > ceiling) {
-      refuse_for_memory(ctx, entry, needed);
+      refuse_for_memory(ctx, entry, needed, busy, busy_bytes);
       return;
     }
     if (used - evictable + needed > ceiling) {
@@ -519,8 +530,10 @@ void Enforcer::admit_deferred(Context& ctx) {
   }
 }
 
-void Enforcer::refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t needed) {
-  std::uint64_t kept = 0;  // what no eviction can free: pinned models, loaded or loading
+void Enforcer::refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t needed,
+                                 const std::vector<std::string>& busy, std::uint64_t busy_bytes) {
+  std::uint64_t kept = busy_bytes;  // what no eviction for it can free: busy models it may not evict,
+                                    // and pinned models, loaded or loading
   std::vector<std::string> pinned;
   for (const auto& [id, model] : models_) {
     if (!model.configured.pinned) continue;
@@ -541,6 +554,10 @@ void Enforcer::refuse_for_memory(Context& ctx, ModelEntry& entry, std::uint64_t 
                                "made free for it (pinned: {}): unload or unpin a model, or raise the ceiling "
                                "(--memory-ceiling)",
                                entry.id, mib(needed), mib(answer.available_bytes), mib(ceiling), joined(pinned));
+  if (!busy.empty()) {
+    answer.message += fmt::format("; or try again when {} (serving requests now) {} idle", joined(busy),
+                                  busy.size() == 1 ? "is" : "are");
+  }
   spdlog::warn("enforcer: {}", answer.message);
   answer_askers(ctx, entry, answer);
 }

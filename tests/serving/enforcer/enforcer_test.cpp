@@ -357,6 +357,35 @@ TEST(Enforcer, EvictsABusyModelAndLoadsOnlyAfterItsUnload) {
   EXPECT_EQ(rig.status("b").state, state(ModelState::loaded));
 }
 
+// A load that a request set off (the scheduler asks) evicts only idle models: one client's request
+// does not end another's streams. It is refused with the figures, the busy model named, and goes
+// through once that model is idle.
+TEST(Enforcer, ALoadForARequestDoesNotEvictABusyModel) {
+  const std::uint64_t ceiling = estimate() * 3 / 2;  // one model fits, two do not
+  Rig rig({{"models", models_option({"a", "b"})}, {"ceiling_bytes", std::to_string(ceiling)}});
+  rig.load("a", estimate());
+  rig.usage("a", 2, 1000);
+
+  rig.scheduler->send("enforcer", LoadRequest{"b"});
+  const auto refused = Rig::expect<LoadAnswer>(*rig.scheduler);
+  EXPECT_EQ(refused.outcome, outcome(LoadOutcome::insufficient_memory));
+  EXPECT_EQ(refused.needed_bytes, estimate());
+  EXPECT_EQ(refused.available_bytes, ceiling - estimate());  // a's bytes are kept for its requests
+  EXPECT_TRUE(refused.pinned.empty());
+  EXPECT_NE(refused.message.find("when a (serving requests now) is idle"), std::string::npos) << refused.message;
+  EXPECT_EQ(Rig::anything(*rig.scheduler), std::nullopt);  // no AbortModel for a
+  EXPECT_EQ(rig.status("a").state, state(ModelState::loaded));
+  EXPECT_EQ(rig.status("b").state, state(ModelState::unloaded));
+
+  rig.usage("a", 0, 2000);  // idle now: the next request's load evicts it
+  rig.scheduler->send("enforcer", LoadRequest{"b"});
+  rig.chain_unloads("a");
+  rig.executor_loads("b", estimate());
+  const auto loaded = Rig::expect<LoadAnswer>(*rig.scheduler);
+  EXPECT_EQ(loaded.outcome, outcome(LoadOutcome::loaded));
+  EXPECT_EQ(loaded.evicted, std::vector<std::string>{"a"});
+}
+
 // Idle models go before busy ones, and the least recently used first; no more than needed.
 TEST(Enforcer, EvictsTheIdleLeastRecentlyUsedFirst) {
   const std::uint64_t ceiling = estimate() * 3 + estimate() / 2;  // three fit, four do not
