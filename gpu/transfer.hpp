@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "gpu/buffer_pool.hpp"
@@ -14,6 +15,39 @@ namespace mqlm::gpu {
 
 void upload_bytes(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& dst, std::span<const std::byte> data,
                   VkDeviceSize offset = 0);
+
+// Many uploads in a row (a model's weights): each goes in chunks of `chunk_bytes` through two host
+// staging buffers kept for all of them, the GPU copying one chunk while the host fills the other
+// (large copies on several threads); a buffer the host can map is written directly. For buffers
+// that no submitted work uses. upload() returns once the bytes are copied out of `data`;
+// finish() (and the destructor) once the GPU has all of them.
+class Uploader {
+ public:
+  // always_stage: through the staging buffers even where the buffer could be mapped (tests).
+  Uploader(ComputeQueue& queue, BufferPool& pool, std::size_t chunk_bytes = std::size_t{64} << 20,
+           bool always_stage = false);
+  ~Uploader();
+  Uploader(const Uploader&) = delete;
+  Uploader& operator=(const Uploader&) = delete;
+
+  void upload(const PoolBuffer& dst, std::span<const std::byte> data, VkDeviceSize offset = 0);
+  PoolBuffer upload_new(std::span<const std::byte> data, std::string_view owner);
+  void finish();
+
+ private:
+  ComputeQueue& queue_;
+  BufferPool& pool_;
+  std::size_t chunk_;
+  bool always_stage_;
+  PoolBuffer staging_[2];
+  std::uint64_t in_flight_[2] = {0, 0};  // the submission that still reads each staging buffer
+  std::size_t next_ = 0;
+};
+
+// One upload through an Uploader of `chunk_bytes` (what upload_bytes does for a buffer the host
+// cannot map); returns when the GPU has all of it.
+void upload_staged(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& dst, std::span<const std::byte> data,
+                   VkDeviceSize offset, std::size_t chunk_bytes = std::size_t{64} << 20);
 void download_bytes(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& src, std::span<std::byte> out,
                     VkDeviceSize offset = 0);
 

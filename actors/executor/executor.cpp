@@ -358,17 +358,23 @@ const LoadedModel& Executor::load_model(const std::string& id) {
       std::min<std::size_t>(std::get<model::Vocabulary>(vocabulary).tokens.size(), loaded.config.n_vocab));
   loaded.kv_pages = options_.kv_pages;
   loaded.page_size = options_.page_size;
+  const std::int64_t read_ns = nanoseconds_since(started);
   loaded.weights = std::make_unique<model::GpuModel>(gpu_->context(), loaded.config, model::gguf_tensor_source(file),
                                                      weights_owner(id));
+  const std::int64_t weights_ns = nanoseconds_since(started);
   loaded.kv_cache = std::make_unique<model::GpuKvCache>(gpu_->context(), loaded.config, loaded.kv_pages,
                                                         loaded.page_size, kv_owner(id));
+  const std::int64_t kv_ns = nanoseconds_since(started);
   gpu_->pool.trim();
   const LoadedModel& entry = models_.insert_or_assign(id, std::move(loaded)).first->second;
 
   const gpu::PoolStats stats = gpu_->pool.stats();
-  spdlog::info("executor: model {} ({}) loaded on {} in {} ms: {:.1f} MiB of weights, KV cache of {} pages of {} "
-               "tokens ({:.1f} MiB), context {}, vocabulary {}",
+  spdlog::info("executor: model {} ({}) loaded on {} in {} ms (file and vocabulary {} ms, weights {} ms, KV cache {} "
+               "ms, trim {} ms): {:.1f} MiB of weights, KV cache of {} pages of {} tokens ({:.1f} MiB), context {}, "
+               "vocabulary {}",
                id, path.string(), gpu_->device.features().name, nanoseconds_since(started) / 1'000'000,
+               read_ns / 1'000'000, (weights_ns - read_ns) / 1'000'000, (kv_ns - weights_ns) / 1'000'000,
+               (nanoseconds_since(started) - kv_ns) / 1'000'000,
                mib(owned_bytes(stats, weights_owner(id))), entry.kv_pages, entry.page_size,
                mib(owned_bytes(stats, kv_owner(id))), entry.config.n_ctx_train, entry.n_vocab);
   return entry;

@@ -35,7 +35,7 @@ GpuKvCache::GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t 
   }
 }
 
-GpuTensor GpuModel::upload(const TensorSource& source, const TensorSpec& spec) {
+GpuTensor GpuModel::upload(gpu::Uploader& uploader, const TensorSource& source, const TensorSpec& spec) {
   auto tensor = find_tensor(source, spec);
   if (!tensor) return {};
   // A kernel binds a whole weight matrix as one storage buffer range.
@@ -46,7 +46,7 @@ GpuTensor GpuModel::upload(const TensorSource& source, const TensorSpec& spec) {
                              gpu_.queue.device().features().name);
   }
   GpuTensor t{tensor->type, tensor->rows, tensor->cols, {}};
-  t.buffer = gpu::upload_new(gpu_.queue, gpu_.pool, tensor->bytes, owner_);
+  t.buffer = uploader.upload_new(tensor->bytes, owner_);
   return t;
 }
 
@@ -59,7 +59,10 @@ GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& sourc
   }
   auto specs = tensor_specs(config_);
   std::size_t i = 0;
-  auto next = [&] { return upload(source, specs.at(i++)); };
+  // One uploader for every tensor: its staging buffers are made once, and each tensor is copied
+  // out of the file while the GPU takes the one before.
+  gpu::Uploader uploader(gpu_.queue, gpu_.pool);
+  auto next = [&] { return upload(uploader, source, specs.at(i++)); };
   token_embd_ = next();
   layers_.resize(config_.n_layers);
   for (auto& layer : layers_) {
@@ -68,6 +71,7 @@ GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& sourc
   output_norm_ = next();
   output_ = next();
   config_.tied_output = !output_.buffer;
+  uploader.finish();
 }
 
 std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile) {

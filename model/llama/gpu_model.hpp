@@ -16,6 +16,7 @@
 #include "gpu/buffer_pool.hpp"
 #include "gpu/compute_queue.hpp"
 #include "gpu/device_handle.hpp"
+#include "gpu/transfer.hpp"
 #include "gpu/kernel_library.hpp"
 #include "model/llama/reference_model.hpp"
 
@@ -92,7 +93,7 @@ class GpuModel {
   struct Layer {
     GpuTensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
   };
-  GpuTensor upload(const TensorSource& source, const TensorSpec& spec);
+  GpuTensor upload(gpu::Uploader& uploader, const TensorSource& source, const TensorSpec& spec);
   void run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile, std::vector<float>* logits,
            std::vector<std::int32_t>* argmax);
 

@@ -225,6 +225,28 @@ TEST(BufferPool, TrimReleasesMemoryOnlyAfterTheGpuFinishedReadingIt) {
   EXPECT_EQ(download<std::uint32_t>(gpu.queue, pool, dst, data.size()), data);
 }
 
+// The staged upload (what a device without host-visible device memory gets): chunks through two
+// staging buffers in turn, the GPU copying one while the host fills the other. Whatever the chunk
+// size, at any offset, the buffer holds exactly the bytes, and no staging memory stays in use.
+TEST(BufferPool, StagedUploadInChunksArrivesWhole) {
+  auto& gpu = shared_gpu();
+  BufferPool pool(gpu.queue, PoolOptions{MiB});
+  const std::size_t words = (5 * MiB + 12344) / 4;
+  std::vector<std::uint32_t> data(words);
+  for (std::size_t i = 0; i < words; ++i) data[i] = static_cast<std::uint32_t>(i * 2246822519u + 7);
+  const auto bytes = std::as_bytes(std::span<const std::uint32_t>(data));
+  for (std::size_t chunk : {std::size_t{MiB}, std::size_t{3 * MiB + 4}, std::size_t{64} << 20, std::size_t{4096}}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    PoolBuffer dst = pool.allocate(bytes.size() + 256, "weights:staged");
+    upload_staged(gpu.queue, pool, dst, bytes, 256, chunk);
+    EXPECT_EQ(download<std::uint32_t>(gpu.queue, pool, dst, words, 256), data);
+    EXPECT_EQ(pool.stats().active_by_owner.count("staging"), 0u) << "staging memory left in use";
+  }
+  PoolBuffer small = pool.allocate(16, "scratch");
+  EXPECT_THROW(upload_staged(gpu.queue, pool, small, bytes, 0, MiB), GpuError);  // does not fit
+  EXPECT_THROW(upload_staged(gpu.queue, pool, small, bytes.first(16), 0, 0), GpuError);  // no chunk size
+}
+
 TEST(BufferPool, HostMemoryIsMappedAndCountedApart) {
   auto& gpu = shared_gpu();
   BufferPool pool(gpu.queue, PoolOptions{MiB});
