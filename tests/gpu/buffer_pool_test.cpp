@@ -247,6 +247,30 @@ TEST(BufferPool, StagedUploadInChunksArrivesWhole) {
   EXPECT_THROW(upload_staged(gpu.queue, pool, small, bytes.first(16), 0, 0), GpuError);  // no chunk size
 }
 
+// A model's tensors go through one Uploader, its two staging buffers taking turns across the
+// uploads: each buffer ends up with its own bytes once finish() returns.
+TEST(BufferPool, OneUploaderForManyBuffersKeepsEachIntact) {
+  auto& gpu = shared_gpu();
+  BufferPool pool(gpu.queue, PoolOptions{MiB});
+  std::vector<std::vector<std::uint32_t>> tensors;
+  std::vector<PoolBuffer> buffers;
+  {
+    Uploader uploader(gpu.queue, pool, MiB, true);
+    for (std::size_t words : {std::size_t{1}, MiB / 4 + 3, std::size_t{777}, 3 * MiB / 4, std::size_t{64}}) {
+      std::vector<std::uint32_t> data(words);
+      for (std::size_t i = 0; i < words; ++i) data[i] = static_cast<std::uint32_t>((tensors.size() + 1) * 40503u + i);
+      buffers.push_back(uploader.upload_new(std::as_bytes(std::span<const std::uint32_t>(data)), "weights:many"));
+      tensors.push_back(std::move(data));
+    }
+    uploader.finish();
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      EXPECT_EQ(download<std::uint32_t>(gpu.queue, pool, buffers[t], tensors[t].size()), tensors[t]) << "tensor " << t;
+    }
+    EXPECT_EQ(pool.stats().active_by_owner.at("staging"), 2 * MiB);  // the two staging buffers, while it lives
+  }
+  EXPECT_EQ(pool.stats().active_by_owner.count("staging"), 0u);
+}
+
 TEST(BufferPool, HostMemoryIsMappedAndCountedApart) {
   auto& gpu = shared_gpu();
   BufferPool pool(gpu.queue, PoolOptions{MiB});
