@@ -345,6 +345,7 @@ void Enforcer::on_load_request(Context& ctx, const Message& message, const LoadR
     return;
   }
   if (entry->state == ModelState::loaded) {
+    if (entry->requests == 0) entry->idle_since_ns = ctx.now_ns();  // asked for again: its ttl starts over
     LoadAnswer answer;
     answer.model = entry->id;
     answer.outcome = static_cast<std::uint8_t>(LoadOutcome::loaded);

@@ -755,5 +755,17 @@ TEST(Enforcer, AModelIdleForItsTtlIsUnloadedAndABusyOneIsNot) {
   EXPECT_EQ(rig.status("b").state, state(ModelState::loaded));  // no ttl: never
 }
 
+// A load request for a model that is loaded and idle starts its ttl over.
+TEST(Enforcer, ALoadRequestForALoadedModelRestartsItsTtl) {
+  Rig rig({{"models", models_option({"a", "b"})}, {"preload", "a"}, {"ttl_s", "a=1"}, {"sample_ms", "50"}});
+  std::this_thread::sleep_for(700ms);
+  const auto asked = std::chrono::steady_clock::now();
+  rig.admin->send("enforcer", LoadRequest{"a"});
+  EXPECT_EQ(rig.load_answer().outcome, outcome(LoadOutcome::loaded));
+  const AbortModel abort = Rig::expect<AbortModel>(*rig.scheduler);
+  EXPECT_EQ(abort.model, "a");
+  EXPECT_GE(std::chrono::steady_clock::now() - asked, 1000ms);  // a second after the request, not after start
+}
+
 }  // namespace
 }  // namespace mqlm::actors
