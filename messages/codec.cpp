@@ -1,5 +1,6 @@
 #include "messages/codec.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -124,8 +125,30 @@ std::string validate(const UnloadAnswer& a) {
   return a.outcome >= 1 && a.outcome <= 5 ? std::string{} : "UnloadAnswer.outcome out of range";
 }
 
+// A logprob is at most 0 (a little above from rounding); one past 1e9 is nonsense, and values
+// near 2^64 would make msgpack's packer, which checks whether a float is a whole number by
+// converting it to uint64, overflow when the message is encoded again (found by the fuzzer).
+bool logprob_in_range(float value) { return !(value > 1e9f); }
+
+bool logprobs_in_range(const TokenLogprobs& l) {
+  return logprob_in_range(l.logprob) && std::all_of(l.top_logprobs.begin(), l.top_logprobs.end(), logprob_in_range);
+}
+
+std::string validate(const TokenEvent& e) {
+  return std::all_of(e.logprobs.begin(), e.logprobs.end(), logprobs_in_range) ? std::string{}
+                                                                                : "TokenEvent.logprobs out of range";
+}
+
+std::string validate(const StepResult& r) {
+  for (const OutputToken& t : r.tokens) {
+    if (!logprobs_in_range(t.logprobs)) return "StepResult.tokens[].logprobs out of range";
+  }
+  return {};
+}
+
 std::string validate(const ModelsReport& r) {
   if (r.pressure > 2) return "ModelsReport.pressure out of range";
+  if (!(r.ceiling_fraction >= 0.0 && r.ceiling_fraction <= 1.0)) return "ModelsReport.ceiling_fraction out of range";
   for (const ModelStatus& m : r.models) {
     if (m.state < 1 || m.state > 4) return "ModelsReport.models[].state out of range";
   }

@@ -557,6 +557,29 @@ TEST(MessagesCodec, OutOfRangeEnumIsInvalidWithEnvelope) {
   }
 }
 
+// Floats that no sender makes are invalid, among them those near 2^64, which msgpack's packer
+// cannot encode again without overflow (the fuzzer found ModelsReport.ceiling_fraction = 2^64).
+TEST(MessagesCodec, FloatOutOfItsFieldsRangeIsInvalidWithEnvelope) {
+  const std::string two_to_64_f64("\xcb\x43\xf0\x00\x00\x00\x00\x00\x00", 9);
+  const std::string nan_f64("\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00", 9);
+  const std::string two_to_64_f32("\xca\x5f\x80\x00\x00", 5);
+  for (const std::string& value : {two_to_64_f64, nan_f64, packed(1.5), packed(-0.25)}) {
+    EXPECT_TRUE(fails_with(decode_payload<ModelsReport>(payload_with<ModelsReport>(9, value)), ErrorCode::invalid, true));
+  }
+  for (double fraction : {0.0, 0.9, 1.0}) {
+    EXPECT_TRUE(decodes(decode_payload<ModelsReport>(payload_with<ModelsReport>(9, packed(fraction))))) << fraction;
+  }
+  auto logprobs = [](const std::string& logprob, const std::string& top) {
+    return packed_array({packed_array({packed(7), logprob, packed(std::vector<int>{8}), packed_array({top}), packed("a"s),
+                                       packed(std::vector<std::string>{"b"})})});
+  };
+  EXPECT_TRUE(fails_with(decode_payload<TokenEvent>(payload_with<TokenEvent>(2, logprobs(two_to_64_f32, packed(-1.0f)))),
+                         ErrorCode::invalid, true));
+  EXPECT_TRUE(fails_with(decode_payload<TokenEvent>(payload_with<TokenEvent>(2, logprobs(packed(-1.0f), two_to_64_f32))),
+                         ErrorCode::invalid, true));
+  EXPECT_TRUE(decodes(decode_payload<TokenEvent>(payload_with<TokenEvent>(2, logprobs(packed(-1.0f), packed(-2.5f))))));
+}
+
 TEST(MessagesCodec, IntegerOutOfItsFieldsRangeIsMalformedWithEnvelope) {
   const auto u64_max = std::numeric_limits<std::uint64_t>::max();
   const std::vector<std::pair<std::string, DecodeResult>> cases = [&] {
