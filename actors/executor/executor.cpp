@@ -136,11 +136,8 @@ ExecutorOptions parse_options(const ActorOptions& options) {
   parsed.device = text_option(options, "device", "");
   parsed.kv_pages = static_cast<std::uint32_t>(number_option("executor", options, "kv_pages", 1024, 1, kMaxUint32));
   parsed.page_size = static_cast<std::uint32_t>(number_option("executor", options, "page_size", 16, 1, kMaxUint32));
-  if (options.contains("block_mib")) parsed.block_mib = number_option("executor", options, "block_mib", 0, 1, 1 << 20);
-  if (options.contains("ceiling_bytes")) {
-    parsed.ceiling_bytes = parse_number_option("executor", "ceiling_bytes", options.at("ceiling_bytes"), 0,
-                                               std::numeric_limits<std::uint64_t>::max());
-  }
+  parsed.block_mib = number_option("executor", options, "block_mib", 0, 1, 1 << 20);  // 0: sized by the ceiling
+  parsed.ceiling_bytes = number_option("executor", options, "ceiling_bytes", 0);
   parsed.ceiling_fraction = fraction_option("executor", options, "ceiling_fraction", 0.0);
   if (auto it = options.find("fail_steps"); it != options.end()) {
     parsed.fail_steps = parse_step_list(it->first, it->second);
