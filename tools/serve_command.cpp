@@ -98,12 +98,15 @@ std::pair<std::string, std::string> ceiling_option(const std::string& text) {
   return {"ceiling_bytes", std::to_string(value << shift->second)};
 }
 
+// The id of a model pool entry ID=PATH.
+std::string pool_id(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+
 // --model ID=PATH and every *.gguf of each --models-dir (its id: the file name without .gguf), in
 // a stable order; an id given twice is refused.
 std::vector<std::string> model_pool(const ServeOptions& o) {
   std::vector<std::string> pool = o.models;
   std::set<std::string> ids;
-  for (const std::string& entry : o.models) ids.insert(entry.substr(0, entry.find('=')));
+  for (const std::string& entry : o.models) ids.insert(pool_id(entry));
   for (const std::string& dir : o.model_dirs) {
     std::error_code error;
     std::vector<std::filesystem::path> files;
@@ -145,7 +148,7 @@ std::string ttl_option(const ServeOptions& o, const std::vector<std::string>& po
     }
   }
   if (every) {
-    for (const std::string& entry : pool) ttls.try_emplace(entry.substr(0, entry.find('=')), *every);
+    for (const std::string& entry : pool) ttls.try_emplace(pool_id(entry), *every);
   }
   std::vector<std::string> pairs;
   for (const auto& [id, seconds] : ttls) pairs.push_back(id + "=" + seconds);
@@ -165,15 +168,14 @@ NodeConfig serve_config(const ServeOptions& o) {
 
   // The model pool: every actor of it gets the same list. One model named on the command line is
   // a pool of one, loaded at start.
-  std::string models, preload = fmt::format("{}", fmt::join(o.preload, ","));
-  const std::vector<std::string> pool = model_pool(o);
+  std::string preload = fmt::format("{}", fmt::join(o.preload, ","));
+  std::vector<std::string> pool = model_pool(o);
   if (pool.empty()) {
     const std::string name = !o.name.empty() ? o.name : std::filesystem::path(o.model).stem().string();
-    models = name + "=" + o.model;
+    pool.push_back(name + "=" + o.model);
     preload = name;
-  } else {
-    models = fmt::format("{}", fmt::join(pool, ";"));
   }
+  const std::string models = fmt::format("{}", fmt::join(pool, ";"));
   const std::string aliases = fmt::format("{}", fmt::join(o.aliases, ";"));
   const std::string ttls = ttl_option(o, pool);
   std::map<std::string, ActorOptions> options;

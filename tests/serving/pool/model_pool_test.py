@@ -370,6 +370,14 @@ def names(mqlm, work):
     check(twice.returncode == 2 and "'c' is given twice" in twice.stderr,
           f"a duplicate id: exit {twice.returncode}, {twice.stderr.strip()}")
 
+    # A plain --ttl reaches the one model named on the command line too.
+    single = Server(mqlm, work, "names-single", "--ttl", "600", models=[f"{work}/a.gguf"])
+    try:
+        code, listing = single.get("/v1/models")
+        check([(m["id"], m["ttl_s"]) for m in listing["data"]] == [("a", 600)], f"one model's ttl: {listing}")
+    finally:
+        single.stop()
+
     server = Server(mqlm, work, "names", "--alias", "fast=c", "--ttl", "c=1", "--ttl", "600",
                     models=["--models-dir", folder, "--model", f"b={work}/b.gguf"])
     try:
