@@ -522,7 +522,8 @@ void Enforcer::admit(Context& ctx, ModelEntry& entry) {
   start_waiting_loads(ctx);
 }
 
-// Loads that could fit only by evicting a model that was still loading: tried again now.
+// Loads that waited (for the first sample's ceiling, or for a load under way that they could
+// evict once it ends): tried again now.
 void Enforcer::admit_deferred(Context& ctx) {
   for (auto& [id, model] : models_) {
     if (model.state != ModelState::unloaded || !model.load_wanted || ceiling_unknown()) continue;
@@ -718,11 +719,7 @@ void Enforcer::on_report(Context& ctx, const ExecutorReport& report) {
     set_ceiling(static_cast<std::uint64_t>(static_cast<double>(device_.total_bytes) * options_.ceiling_fraction));
     spdlog::info("enforcer: the ceiling is {:.0f}% of the device's {:.1f} MiB: {:.1f} MiB",
                  options_.ceiling_fraction * 100, mib(device_.total_bytes), mib(options_.ceiling_bytes));
-    for (auto& [id, model] : models_) {
-      if (model.state != ModelState::unloaded || !model.load_wanted) continue;
-      model.load_wanted = false;
-      admit(ctx, model);
-    }
+    admit_deferred(ctx);  // the loads that waited for the ceiling
   }
   // The executor labels each model's pool memory "weights:ID" and "kv:ID": the measured bytes of
   // loaded models, the preloaded ones' first of all.
@@ -753,14 +750,14 @@ void Enforcer::review_pressure(Context& ctx) {
   }
   if (any_draining()) return;  // one at a time: the next is chosen once this one's memory is back
   const char* limit = now == Pressure::hard ? "hard" : "soft";
+  const std::uint64_t mark = now == Pressure::hard ? hard_bytes_ : soft_bytes_;
   const ModelEntry* sole = sole_loaded_model();
   if (sole != nullptr) {
     // Evicting the only model would be reloaded by its next request, over the mark again: a loop.
     // The ceiling is too small for it, and the operator is told so.
     pressure_note_ = fmt::format("model {} alone holds the pool above the {} limit ({:.1f} MiB of {:.1f} MiB): "
                                  "give it a higher --memory-ceiling or fewer --kv-pages",
-                                 sole->id, limit, mib(pool_.held_bytes),
-                                 mib(now == Pressure::hard ? hard_bytes_ : soft_bytes_));
+                                 sole->id, limit, mib(pool_.held_bytes), mib(mark));
     if (!note_logged_) {
       note_logged_ = true;
       spdlog::warn("enforcer: {}", pressure_note_);
@@ -771,8 +768,7 @@ void Enforcer::review_pressure(Context& ctx) {
     pressure_note_.clear();
     start_unload(ctx, *victim,
                  fmt::format("model {} is unloaded: the pool holds {:.1f} MiB, above the {} limit of {:.1f} MiB",
-                             victim->id, mib(pool_.held_bytes), limit,
-                             mib(now == Pressure::hard ? hard_bytes_ : soft_bytes_)));
+                             victim->id, mib(pool_.held_bytes), limit, mib(mark)));
     return;
   }
   bool any_unpinned = false;
