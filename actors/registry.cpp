@@ -18,6 +18,9 @@
 #if MQLM_HAS_ENFORCER
 #include "actors/enforcer/enforcer.hpp"
 #endif
+#if MQLM_HAS_CACHE_WRITER
+#include "actors/cache_writer/cache_writer.hpp"
+#endif
 
 namespace mqlm::actors {
 
@@ -37,6 +40,9 @@ std::vector<std::string> actor_kinds() {
 #endif
 #if MQLM_HAS_ENFORCER
   kinds.push_back("enforcer");
+#endif
+#if MQLM_HAS_CACHE_WRITER
+  kinds.push_back("cache-writer");
 #endif
   return kinds;
 }
@@ -72,6 +78,9 @@ std::unique_ptr<Actor> make_actor(const std::string& kind, const ActorOptions& o
 #endif
 #if MQLM_HAS_ENFORCER
   if (kind == "enforcer") return make_enforcer(options);
+#endif
+#if MQLM_HAS_CACHE_WRITER
+  if (kind == "cache-writer") return make_cache_writer(options);
 #endif
   std::string known;
   for (const auto& k : actor_kinds()) known += (known.empty() ? "" : ", ") + k;

@@ -1,7 +1,9 @@
 #include "gpu/transfer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -18,23 +20,123 @@ void check_fits(const PoolBuffer& buffer, VkDeviceSize offset, std::size_t bytes
   }
 }
 
+struct HostCopy {
+  std::byte* to;
+  const std::byte* from;
+  std::size_t bytes;
+};
+
+// The copies' bytes [begin, end), counting through them end to end.
+void copy_part(std::span<const HostCopy> copies, std::size_t begin, std::size_t end) {
+  std::size_t at = 0;
+  for (const HostCopy& c : copies) {
+    const std::size_t from = std::max(begin, at), to = std::min(end, at + c.bytes);
+    if (from < to) std::memcpy(c.to + (from - at), c.from + (from - at), to - from);
+    at += c.bytes;
+    if (at >= end) return;
+  }
+}
+
 // memcpy on several threads when there is enough to copy: weights come from a mapped file, so the
-// copy also takes the page faults, which threads take in parallel.
-void copy_bytes(std::byte* to, const std::byte* from, std::size_t bytes) {
+// copy also takes the page faults, which threads take in parallel; KV pages are thousands of small
+// copies that one thread would take longer over than the GPU takes over the transfer.
+void copy_all(std::span<const HostCopy> copies) {
   constexpr std::size_t kPerThread = std::size_t{16} << 20;
+  std::size_t bytes = 0;
+  for (const HostCopy& c : copies) bytes += c.bytes;
   const std::size_t threads =
       std::min<std::size_t>({bytes / kPerThread, std::max(1u, std::thread::hardware_concurrency()), 8});
   if (threads <= 1) {
-    std::memcpy(to, from, bytes);
+    copy_part(copies, 0, bytes);
     return;
   }
-  const std::size_t piece = (bytes + threads - 1) / threads;
+  const std::size_t share = (bytes + threads - 1) / threads;
   std::vector<std::jthread> helpers;
   for (std::size_t t = 1; t < threads; ++t) {
-    const std::size_t begin = t * piece, size = std::min(piece, bytes - std::min(bytes, begin));
-    if (size > 0) helpers.emplace_back([=] { std::memcpy(to + begin, from + begin, size); });
+    const std::size_t begin = std::min(bytes, t * share), end = std::min(bytes, begin + share);
+    if (begin < end) helpers.emplace_back([=] { copy_part(copies, begin, end); });
   }
-  std::memcpy(to, from, std::min(piece, bytes));
+  copy_part(copies, 0, std::min(share, bytes));
+}
+
+void copy_bytes(std::byte* to, const std::byte* from, std::size_t bytes) {
+  const HostCopy copy{to, from, bytes};
+  copy_all(std::span(&copy, 1));
+}
+
+// A region's part that goes through one staging chunk.
+struct StagedPiece {
+  BufferRange device;  // in the pool buffer
+  VkDeviceSize staging_offset;
+  std::byte* host = nullptr;  // downloads: where the bytes go once the chunk is on the host
+};
+
+std::size_t bytes_of(const UploadRegion& region) { return region.data.size(); }
+std::size_t bytes_of(const DownloadRegion& region) { return region.out.size(); }
+
+// Lays the regions end to end in staging chunks of `chunk` bytes, cutting a region where a chunk
+// ends: on_piece(region, offset in region, bytes, offset in chunk) for each piece (offset in chunk
+// 0 starts a chunk), on_chunk() after each chunk is full and after the last.
+template <class Region, class OnPiece, class OnChunk>
+void for_each_staged_piece(std::span<const Region> regions, std::size_t chunk, OnPiece on_piece, OnChunk on_chunk) {
+  std::size_t fill = 0;
+  for (const Region& region : regions) {
+    const std::size_t size = bytes_of(region);
+    for (std::size_t done = 0; done < size;) {
+      const std::size_t bytes = std::min(chunk - fill, size - done);
+      on_piece(region, done, bytes, fill);
+      done += bytes;
+      fill += bytes;
+      if (fill == chunk) {
+        on_chunk();
+        fill = 0;
+      }
+    }
+  }
+  if (fill > 0) on_chunk();
+}
+
+// Records the copies between `staging` and the pieces' buffers: one vkCmdCopyBuffer per buffer
+// listing all its regions, since Recording::copy takes one region and a chunk of KV pages holds
+// thousands. The first piece goes through Recording::copy for its barrier, which orders the
+// copies after the work submitted before them (steps that write or read these buffers).
+void record_staged_copies(Recording& rec, const PoolBuffer& staging, std::vector<StagedPiece>& pieces, bool to_host) {
+  std::ranges::stable_sort(pieces, std::less<>{}, [](const StagedPiece& p) { return p.device.buffer; });
+  const BufferRange stage = staging.range();
+  auto in_stage = [&](const StagedPiece& p) {
+    return BufferRange{stage.buffer, stage.offset + p.staging_offset, p.device.size};
+  };
+  rec.after_previous_submissions();
+  if (to_host) {
+    rec.copy(pieces.front().device, in_stage(pieces.front()));
+  } else {
+    rec.copy(in_stage(pieces.front()), pieces.front().device);
+  }
+  std::vector<VkBufferCopy> copies;
+  for (std::size_t i = 1; i < pieces.size();) {
+    const VkBuffer buffer = pieces[i].device.buffer;
+    copies.clear();
+    for (; i < pieces.size() && pieces[i].device.buffer == buffer; ++i) {
+      const BufferRange device = pieces[i].device, staged = in_stage(pieces[i]);
+      copies.push_back(to_host ? VkBufferCopy{device.offset, staged.offset, device.size}
+                               : VkBufferCopy{staged.offset, device.offset, device.size});
+    }
+    const auto count = static_cast<std::uint32_t>(copies.size());
+    if (to_host) {
+      vkCmdCopyBuffer(rec.command_buffer(), buffer, stage.buffer, count, copies.data());
+    } else {
+      vkCmdCopyBuffer(rec.command_buffer(), stage.buffer, buffer, count, copies.data());
+    }
+  }
+  if (to_host) {
+    // Makes the copies visible to the host's reads after it waits: coherent memory alone does not.
+    VkMemoryBarrier barrier{};
+    barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(rec.command_buffer(), VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
+                         &barrier, 0, nullptr, 0, nullptr);
+  }
 }
 
 }  // namespace
@@ -53,24 +155,44 @@ Uploader::~Uploader() {
 }
 
 void Uploader::upload(const PoolBuffer& dst, std::span<const std::byte> data, VkDeviceSize offset) {
-  check_fits(dst, offset, data.size());
-  if (data.empty()) return;
-  if (dst.mapped() != nullptr && !always_stage_) {
-    copy_bytes(dst.mapped() + offset, data.data(), data.size());
-    return;
+  const UploadRegion region{dst, offset, data};
+  upload(std::span(&region, 1));
+}
+
+void Uploader::upload(std::span<const UploadRegion> regions) {
+  for (const UploadRegion& r : regions) check_fits(r.dst, r.offset, r.data.size());
+  std::vector<UploadRegion> staged;
+  std::vector<HostCopy> direct;
+  for (const UploadRegion& r : regions) {
+    if (r.data.empty()) continue;
+    if (r.dst.mapped() != nullptr && !always_stage_) {
+      direct.push_back({r.dst.mapped() + r.offset, r.data.data(), r.data.size()});
+    } else {
+      staged.push_back(r);
+    }
   }
-  for (std::size_t done = 0; done < data.size();) {
-    const std::size_t slot = next_++ % 2;
-    PoolBuffer& staging = staging_[slot];
-    if (!staging) staging = pool_.allocate(chunk_, "staging", MemoryKind::host);
-    if (in_flight_[slot] != 0) queue_.wait(in_flight_[slot]);
-    const std::size_t bytes = std::min(chunk_, data.size() - done);
-    copy_bytes(staging.mapped(), data.data() + done, bytes);
+  copy_all(direct);
+  std::vector<StagedPiece> pieces;
+  std::vector<HostCopy> fills;
+  std::size_t slot = 0;
+  auto on_piece = [&](const UploadRegion& r, std::size_t done, std::size_t bytes, std::size_t at) {
+    if (at == 0) {  // a new chunk, into the staging buffer the GPU copied from the longest ago
+      slot = next_++ % 2;
+      if (!staging_[slot]) staging_[slot] = pool_.allocate(chunk_, "staging", MemoryKind::host);
+      if (in_flight_[slot] != 0) queue_.wait(in_flight_[slot]);
+    }
+    fills.push_back({staging_[slot].mapped() + at, r.data.data() + done, bytes});
+    pieces.push_back({r.dst.range(r.offset + done, bytes), at});
+  };
+  auto on_chunk = [&] {
+    copy_all(fills);
     auto rec = queue_.begin();
-    rec.copy(staging.range(0, bytes), dst.range(offset + done, bytes));
+    record_staged_copies(rec, staging_[slot], pieces, false);
     in_flight_[slot] = queue_.submit(rec);
-    done += bytes;
-  }
+    pieces.clear();
+    fills.clear();
+  };
+  for_each_staged_piece(std::span<const UploadRegion>(staged), chunk_, on_piece, on_chunk);
 }
 
 PoolBuffer Uploader::upload_new(std::span<const std::byte> data, std::string_view owner) {
@@ -88,14 +210,10 @@ void Uploader::finish() {
 
 void upload_staged(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& dst, std::span<const std::byte> data,
                    VkDeviceSize offset, std::size_t chunk_bytes) {
-  check_fits(dst, offset, data.size());
-  if (data.empty()) return;
-  queue.wait_idle();  // submitted work may still read the old contents
   // Through staging even where the buffer could be mapped: what a device without host-visible
   // device memory does, and what the tests check on one that has it.
-  Uploader uploader(queue, pool, std::min(chunk_bytes, data.size()), true);
-  uploader.upload(dst, data, offset);
-  uploader.finish();
+  const UploadRegion region{dst, offset, data};
+  upload_regions(queue, pool, std::span(&region, 1), chunk_bytes, true);
 }
 
 void upload_bytes(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& dst, std::span<const std::byte> data,
@@ -124,6 +242,83 @@ void download_bytes(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& src
   rec.copy(src.range(offset, out.size()), staging.range());
   queue.submit_and_wait(rec);
   std::memcpy(out.data(), staging.mapped(), out.size());
+}
+
+void upload_regions(ComputeQueue& queue, BufferPool& pool, std::span<const UploadRegion> regions,
+                    std::size_t chunk_bytes, bool always_stage) {
+  std::size_t staged = 0;
+  bool direct = false;
+  for (const UploadRegion& r : regions) {
+    check_fits(r.dst, r.offset, r.data.size());
+    if (r.dst.mapped() != nullptr && !always_stage) {
+      direct = direct || !r.data.empty();
+    } else {
+      staged += r.data.size();
+    }
+  }
+  // Submitted work may still read what a direct write replaces; staged copies wait on the GPU.
+  if (direct) queue.wait_idle();
+  Uploader uploader(queue, pool, std::min(chunk_bytes, std::max<std::size_t>(staged, 1)), always_stage);
+  uploader.upload(regions);
+  uploader.finish();
+}
+
+void download_regions(ComputeQueue& queue, BufferPool& pool, std::span<const DownloadRegion> regions,
+                      std::size_t chunk_bytes, bool always_stage) {
+  if (chunk_bytes == 0) throw GpuError("a download in chunks of 0 bytes");
+  for (const DownloadRegion& r : regions) check_fits(r.src, r.offset, r.out.size());
+  std::vector<DownloadRegion> staged;
+  std::size_t staged_bytes = 0;
+  std::vector<HostCopy> direct;
+  for (const DownloadRegion& r : regions) {
+    if (r.out.empty()) continue;
+    if (r.src.mapped() != nullptr && !always_stage) {
+      direct.push_back({r.out.data(), r.src.mapped() + r.offset, r.out.size()});
+    } else {
+      staged.push_back(r);
+      staged_bytes += r.out.size();
+    }
+  }
+  if (!direct.empty()) {
+    queue.wait_idle();  // for the bytes that submitted work writes
+    copy_all(direct);
+  }
+  if (staged.empty()) return;
+  const std::size_t chunk = std::min(chunk_bytes, staged_bytes);
+  // Two staging buffers: the GPU fills one while the host copies the other out.
+  struct Slot {
+    PoolBuffer staging;
+    std::vector<StagedPiece> pieces;
+    std::uint64_t submitted = 0;
+  };
+  std::array<Slot, 2> slots;
+  std::size_t next = 0;
+  Slot* current = nullptr;
+  auto drain = [&](Slot& s) {
+    if (s.submitted == 0) return;
+    queue.wait(s.submitted);
+    std::vector<HostCopy> copies;
+    for (const StagedPiece& p : s.pieces) copies.push_back({p.host, s.staging.mapped() + p.staging_offset, p.device.size});
+    copy_all(copies);
+    s.pieces.clear();
+    s.submitted = 0;
+  };
+  auto on_piece = [&](const DownloadRegion& r, std::size_t done, std::size_t bytes, std::size_t at) {
+    if (at == 0) {
+      current = &slots[next++ % 2];
+      drain(*current);
+      if (!current->staging) current->staging = pool.allocate(chunk, "staging", MemoryKind::host);
+    }
+    current->pieces.push_back({r.src.range(r.offset + done, bytes), at, r.out.data() + done});
+  };
+  auto on_chunk = [&] {
+    auto rec = queue.begin();
+    record_staged_copies(rec, current->staging, current->pieces, true);
+    current->submitted = queue.submit(rec);
+  };
+  for_each_staged_piece(std::span<const DownloadRegion>(staged), chunk, on_piece, on_chunk);
+  drain(slots[next % 2]);  // the older chunk first
+  drain(slots[(next + 1) % 2]);
 }
 
 }  // namespace mqlm::gpu

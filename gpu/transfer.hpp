@@ -13,6 +13,19 @@
 
 namespace mqlm::gpu {
 
+// One piece of a batched copy: bytes at `offset` of a pool buffer and the host bytes they come
+// from or go to (as many as the span holds). The buffer must outlive the copy.
+struct UploadRegion {
+  const PoolBuffer& dst;
+  VkDeviceSize offset;
+  std::span<const std::byte> data;
+};
+struct DownloadRegion {
+  const PoolBuffer& src;
+  VkDeviceSize offset;
+  std::span<std::byte> out;
+};
+
 void upload_bytes(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& dst, std::span<const std::byte> data,
                   VkDeviceSize offset = 0);
 
@@ -31,6 +44,9 @@ class Uploader {
   Uploader& operator=(const Uploader&) = delete;
 
   void upload(const PoolBuffer& dst, std::span<const std::byte> data, VkDeviceSize offset = 0);
+  // Many regions packed into the staging chunks: one submission per chunk however many regions
+  // it holds (a KV page is hundreds of small regions).
+  void upload(std::span<const UploadRegion> regions);
   PoolBuffer upload_new(std::span<const std::byte> data, std::string_view owner);
   void finish();
 
@@ -50,6 +66,17 @@ void upload_staged(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& dst,
                    VkDeviceSize offset, std::size_t chunk_bytes = std::size_t{64} << 20);
 void download_bytes(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& src, std::span<std::byte> out,
                     VkDeviceSize offset = 0);
+
+// Many scattered regions in a few submissions: staged in chunks of `chunk_bytes` (one submission
+// each, with one copy command per buffer listing all its regions), or copied through the mapping
+// where a buffer has one and `always_stage` is off (tests set it to run the staged path on
+// lavapipe). Both come after all work submitted before them and return when the copy is done:
+// the bytes on the host, or in the buffers for work submitted afterwards. Regions written must
+// not overlap.
+void upload_regions(ComputeQueue& queue, BufferPool& pool, std::span<const UploadRegion> regions,
+                    std::size_t chunk_bytes = std::size_t{64} << 20, bool always_stage = false);
+void download_regions(ComputeQueue& queue, BufferPool& pool, std::span<const DownloadRegion> regions,
+                      std::size_t chunk_bytes = std::size_t{64} << 20, bool always_stage = false);
 
 template <class T>
 void upload(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& dst, std::span<const T> data, VkDeviceSize offset = 0) {

@@ -17,6 +17,7 @@
 
 #include <msgpack.hpp>
 
+#include "messages/cache.hpp"
 #include "messages/models.hpp"
 #include "messages/serving.hpp"
 
@@ -151,17 +152,17 @@ struct ProbeReport {
   X(34, TokenEvent, 1, WhenFull::defer)                 \
   X(35, FinalEvent, 1, WhenFull::defer)                 \
   X(36, StatusQuery, 1, WhenFull::reject)               \
-  X(37, StatusReport, 1, WhenFull::defer)               \
-  X(38, StepPlan, 1, WhenFull::defer)                   \
+  X(37, StatusReport, 2, WhenFull::defer)               \
+  X(38, StepPlan, 2, WhenFull::defer)                   \
   X(39, StepResult, 1, WhenFull::defer)                 \
   X(40, ExecutorQuery, 1, WhenFull::defer)              \
-  X(41, ExecutorReport, 2, WhenFull::defer)             \
+  X(41, ExecutorReport, 3, WhenFull::defer)             \
   X(42, Drain, 1, WhenFull::defer)                      \
   X(43, Drained, 1, WhenFull::defer)                    \
   X(48, LoadModel, 1, WhenFull::defer)                  \
-  X(49, ModelLoaded, 1, WhenFull::defer)                \
+  X(49, ModelLoaded, 2, WhenFull::defer)                \
   X(50, UnloadModel, 1, WhenFull::defer)                \
-  X(51, ModelUnloaded, 1, WhenFull::defer)              \
+  X(51, ModelUnloaded, 2, WhenFull::defer)              \
   X(52, AbortModel, 1, WhenFull::defer)                 \
   X(53, ModelDrained, 1, WhenFull::defer)               \
   X(54, ModelUsage, 1, WhenFull::defer)                 \
@@ -170,7 +171,17 @@ struct ProbeReport {
   X(57, UnloadRequest, 1, WhenFull::reject)             \
   X(58, UnloadAnswer, 2, WhenFull::defer)               \
   X(59, ModelsQuery, 1, WhenFull::reject)               \
-  X(60, ModelsReport, 3, WhenFull::defer)
+  X(60, ModelsReport, 4, WhenFull::defer)               \
+  X(64, KvPagesSpilled, 1, WhenFull::defer)             \
+  X(65, PrefixLookup, 1, WhenFull::defer)               \
+  X(66, CachedPrefix, 1, WhenFull::defer)               \
+  X(67, CloseModelCache, 1, WhenFull::defer)            \
+  X(68, ModelCacheClosed, 1, WhenFull::defer)           \
+  X(69, ClearCache, 1, WhenFull::reject)                \
+  X(70, CacheCleared, 1, WhenFull::defer)               \
+  X(71, CacheQuery, 1, WhenFull::reject)                \
+  X(72, ShrinkCache, 1, WhenFull::defer)                \
+  X(73, CacheReport, 1, WhenFull::defer)
 
 enum class Kind : std::uint8_t {
 #define MQLM_KIND_ENUM(byte, type, version, policy) type = byte,

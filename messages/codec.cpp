@@ -155,6 +155,30 @@ std::string validate(const ModelsReport& r) {
   return {};
 }
 
+std::string validate(const PrefixLookup& l) {
+  return l.keys.size() <= kMaxPrefixPages ? std::string{} : "PrefixLookup.keys: more than kMaxPrefixPages";
+}
+
+std::string validate(const CachedPrefix& c) {
+  if (c.pages.size() > kMaxPrefixPages) return "CachedPrefix.pages: more than kMaxPrefixPages";
+  if (c.tiers.size() != c.pages.size()) return "CachedPrefix.tiers: not one per page";
+  for (std::uint8_t t : c.tiers) {
+    if (t < 1 || t > 2) return "CachedPrefix.tiers[] out of range";
+  }
+  return {};
+}
+
+std::string validate(const ClearCache& c) {
+  return c.tier >= 1 && c.tier <= 2 ? std::string{} : "ClearCache.tier out of range";
+}
+
+std::string validate(const StepPlan& p) {
+  if (p.restore.size() > kMaxPrefixPages || p.spill.size() > kMaxPrefixPages) {
+    return "StepPlan: more restore or spill pages than kMaxPrefixPages";
+  }
+  return {};
+}
+
 template <typename T>
 std::variant<Payload, DecodeError> convert_payload(const msgpack::object& obj) {
   if (obj.type != msgpack::type::ARRAY) {

@@ -47,7 +47,8 @@ struct Message {
 };
 
 struct DecodeLimits {
-  std::size_t max_frames = 66;                        // envelope, payload and 64 blobs
+  std::size_t max_frames = 2 + 4096;                  // envelope, payload and a prefix's pages
+                                                      // (kMaxPrefixPages) as blobs
   std::size_t max_envelope_bytes = 512;
   std::size_t max_payload_bytes = std::size_t{1} << 20;
   std::size_t max_blob_bytes = std::size_t{1} << 32;  // per blob frame

@@ -20,6 +20,7 @@
 
 #include <msgpack.hpp>
 
+#include "messages/cache.hpp"
 #include "messages/serving.hpp"
 
 namespace mqlm::messages {
@@ -68,7 +69,11 @@ struct ModelUnloaded {
   std::vector<std::string> problems;  // parts whose release failed (logged; the rest went on)
   PoolStatsWire pool;               // after
   std::int64_t unload_ns = 0;
-  MSGPACK_DEFINE(model, was_loaded, model_bytes, held_before, held_after, freed_bytes, problems, pool, unload_ns);
+  // The cache-writer's part (when there is one): the model's hot-tier bytes it released. Its
+  // problems are among `problems`.
+  std::uint64_t cache_released_bytes = 0;
+  MSGPACK_DEFINE(model, was_loaded, model_bytes, held_before, held_after, freed_bytes, problems, pool, unload_ns,
+                 cache_released_bytes);
 };
 
 // ---- enforcer <-> scheduler ---------------------------------------------------------------------
@@ -194,8 +199,14 @@ struct ModelsReport {
   // ceiling_fraction > 0: the ceiling is that fraction of the device's memory, set from the first
   // sample (ceiling_bytes is 0 until then, and loads wait for it).
   double ceiling_fraction = 0.0;
+  // The KV prefix cache's hot (RAM) and SSD tiers, as the cache-writer last reported them (when
+  // there is one), and how often the enforcer shrank the hot tier for host-memory pressure.
+  bool has_cache = false;
+  CacheReport cache;
+  std::uint64_t host_soft_bytes = 0;  // the executor's resident set above this shrinks the hot tier; 0: never
+  std::uint64_t cache_shrinks = 0;
   MSGPACK_DEFINE(models, ceiling_bytes, soft_bytes, hard_bytes, used_bytes, pressure, pressure_note, pool, device,
-                 ceiling_fraction);
+                 ceiling_fraction, has_cache, cache, host_soft_bytes, cache_shrinks);
 };
 
 }  // namespace mqlm::messages

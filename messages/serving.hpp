@@ -18,6 +18,7 @@
 
 #include <msgpack.hpp>
 
+#include "messages/cache.hpp"
 #include "model/sampling/sampling_params.hpp"
 
 namespace mqlm::messages {
@@ -145,7 +146,7 @@ struct StatusReport {
   std::uint64_t finished = 0;   // requests ended, for any reason
   std::uint64_t preemptions = 0;
   std::uint64_t computed_tokens = 0;   // prompt and recomputed tokens run through the model
-  std::uint64_t prefix_hit_tokens = 0; // prompt tokens taken from the prefix cache instead
+  std::uint64_t prefix_hit_tokens = 0; // prompt tokens taken from the GPU's prefix cache instead
   std::uint32_t kv_pages = 0;
   std::uint32_t kv_pages_in_use = 0;
   std::uint32_t kv_pages_cached = 0;
@@ -153,9 +154,13 @@ struct StatusReport {
   std::uint32_t executor_slots = 0;    // sequences the executor holds state for
   bool executor_ready = false;
   PoolStatsWire pool;
+  // Prompt tokens whose pages came back from the cache-writer instead of being computed, by tier.
+  std::uint64_t restored_hot_tokens = 0;
+  std::uint64_t restored_ssd_tokens = 0;
+  std::uint64_t spilled_pages = 0;     // prefix pages the GPU gave up, sent to the cache-writer
   MSGPACK_DEFINE(models, requests, waiting, running, steps, finished, preemptions, computed_tokens,
                  prefix_hit_tokens, kv_pages, kv_pages_in_use, kv_pages_cached, kv_references, executor_slots,
-                 executor_ready, pool);
+                 executor_ready, pool, restored_hot_tokens, restored_ssd_tokens, spilled_pages);
 };
 
 // Tells a front end the server is stopping: from now on new requests get shutting_down; with
@@ -195,7 +200,10 @@ struct PlanSequence {
 };
 
 // One step of one model. released: sequences whose executor state is to be dropped (before the
-// step runs). A plan with no sequences only releases (and trims when asked).
+// step runs). A plan with no sequences only releases (and trims when asked). Before the step
+// computes, the executor copies the spill pages out to the cache-writer, then writes the restore
+// pages from the plan's blobs (blob i into page restore[i]), in that order: a page may be given up
+// and refilled in one plan.
 struct StepPlan {
   std::uint64_t step = 0;
   std::string model;
@@ -203,7 +211,10 @@ struct StepPlan {
   std::vector<PlanSequence> sequences;
   std::vector<std::uint64_t> released;
   bool trim = false;  // trim the pool after the step
-  MSGPACK_DEFINE(step, model, starts, sequences, released, trim);
+  std::vector<SpillPage> spill;
+  std::vector<std::uint32_t> restore;
+  std::uint64_t model_key = 0;  // the prefix cache's name for the model's weights (PrefixLookup)
+  MSGPACK_DEFINE(step, model, starts, sequences, released, trim, spill, restore, model_key);
 };
 
 struct OutputToken {
@@ -243,7 +254,8 @@ struct ModelInfo {
   std::uint32_t page_size = 0;
   std::uint32_t n_ctx = 0;      // the longest sequence the model takes
   std::uint32_t n_vocab = 0;
-  MSGPACK_DEFINE(name, kv_pages, page_size, n_ctx, n_vocab);
+  std::uint64_t page_bytes = 0;  // one KV page's K and V on the host (a spilled page's blob)
+  MSGPACK_DEFINE(name, kv_pages, page_size, n_ctx, n_vocab, page_bytes);
 };
 
 // The executor's memory as the driver and the kernel see it, for the memory enforcer: the pool's

@@ -34,7 +34,8 @@ namespace {
 constexpr const char* kServeMailbox = "serve";
 constexpr const char* kDefaultHttp = "127.0.0.1:8080";
 // Every kind serve runs, in start order: what others depend on first; stopping goes in reverse.
-constexpr const char* kServeKinds[] = {"executor", "enforcer", "scheduler", "gateway", "http"};
+constexpr const char* kServeKinds[] = {"cache-writer", "executor", "enforcer", "scheduler", "gateway", "http"};
+constexpr const char* kCacheWriter = "cache-writer";
 
 struct ServeOptions {
   std::string model;
@@ -50,10 +51,20 @@ struct ServeOptions {
   double memory_hard = 0.95;
   std::uint32_t pool_block_mib = 0;  // the executor's pool block size; 0: its default
   std::string fail_release;          // fault injection for tests: this model's release throws midway
+  // The KV prefix cache beyond the GPU (the cache-writer): its hot tier's budget ("0": no
+  // cache-writer), its SSD tier ("": none), what Close and shutdown do with queued writes, and
+  // the host memory above which the enforcer shrinks the hot tier.
+  std::string hot_cache = "1G";
+  std::string ssd_cache_dir;
+  std::string ssd_cache = "16G";
+  std::string cache_close = "drain";
+  std::string host_memory_soft;
+  bool fail_cache_writes = false;    // fault injection for tests: every SSD write fails
+  std::string fail_cache_close;      // fault injection for tests: closing this model's cache throws
   std::string listen = "tcp://127.0.0.1:5555";
   std::string http;     // HOST:PORT of the http actor; "" : not run (unless --run names it)
   std::string api_key;  // the http actor's; "" : none
-  std::vector<std::string> run{"executor", "enforcer", "scheduler", "gateway"};
+  std::vector<std::string> run{"cache-writer", "executor", "enforcer", "scheduler", "gateway"};
   std::vector<std::string> addresses;
   std::string device;
   std::uint32_t kv_pages = 1024;
@@ -67,6 +78,19 @@ struct ServeOptions {
   int drain_timeout_s = 60;
   int heartbeat_timeout_ms = 10000;
 };
+
+// A number of bytes, or with K, M, G or T: binary multiples; nothing if it is not one.
+std::optional<std::uint64_t> size_in_bytes(const std::string& text) {
+  std::uint64_t value = 0;
+  const char* begin = text.data();
+  const auto [end, error] = std::from_chars(begin, begin + text.size(), value);
+  if (error != std::errc{} || text.empty()) return std::nullopt;
+  const std::string_view suffix(end, static_cast<std::size_t>(begin + text.size() - end));
+  static const std::map<std::string_view, int> kShifts = {{"", 0}, {"K", 10}, {"M", 20}, {"G", 30}, {"T", 40}};
+  auto shift = kShifts.find(suffix);
+  if (shift == kShifts.end() || (shift->second > 0 && value > (UINT64_MAX >> shift->second))) return std::nullopt;
+  return value << shift->second;
+}
 
 // --memory-ceiling as the enforcer's option: ceiling_bytes=N for a size (a number of bytes, or
 // with K, M, G or T: binary multiples), ceiling_fraction=F for a fraction of the device's memory
@@ -87,15 +111,16 @@ std::pair<std::string, std::string> ceiling_option(const std::string& text) {
     if (!(value > 0.0 && value <= 1.0)) throw bad();
     return {"ceiling_fraction", fmt::format("{}", value)};
   }
-  std::uint64_t value = 0;
-  const char* begin = text.data();
-  const auto [end, error] = std::from_chars(begin, begin + text.size(), value);
-  if (error != std::errc{}) throw bad();
-  const std::string_view suffix(end, static_cast<std::size_t>(begin + text.size() - end));
-  static const std::map<std::string_view, int> kShifts = {{"", 0}, {"K", 10}, {"M", 20}, {"G", 30}, {"T", 40}};
-  auto shift = kShifts.find(suffix);
-  if (shift == kShifts.end() || (shift->second > 0 && value > (UINT64_MAX >> shift->second))) throw bad();
-  return {"ceiling_bytes", std::to_string(value << shift->second)};
+  const auto bytes = size_in_bytes(text);
+  if (!bytes) throw bad();
+  return {"ceiling_bytes", std::to_string(*bytes)};
+}
+
+// A size flag's bytes, or a usage error naming the flag.
+std::string size_option(const std::string& flag, const std::string& text) {
+  const auto bytes = size_in_bytes(text);
+  if (!bytes) throw CommandFailed(flag + " " + text + ": give bytes (1073741824) or a size (1G, 512M)", 2);
+  return std::to_string(*bytes);
 }
 
 // The id of a model pool entry ID=PATH.
@@ -162,7 +187,7 @@ bool runs(const ServeOptions& o, const std::string& kind) {
 NodeConfig serve_config(const ServeOptions& o) {
   NodeConfig config;
   add_addresses(config.topology, o.addresses, "scheduler=ipc:///tmp/mqlm-scheduler");
-  for (const char* name : {"gateway", "http", "scheduler", "executor", "enforcer", kServeMailbox}) {
+  for (const char* name : {"gateway", "http", "scheduler", "executor", "enforcer", kCacheWriter, kServeMailbox}) {
     config.topology.add(name);
   }
 
@@ -214,8 +239,30 @@ NodeConfig serve_config(const ServeOptions& o) {
   for (const char* kind : {"gateway", "http"}) {
     if (runs(o, "enforcer") || enforcer_elsewhere) options[kind]["enforcer"] = "enforcer";
   }
+  // The cache-writer: pages the GPU gives up go to it from the executor, the scheduler asks it for
+  // prefixes, the executor closes a model's pages in it, the enforcer samples it, front ends clear it.
+  const bool cache_elsewhere = std::any_of(o.addresses.begin(), o.addresses.end(),
+                                           [](const std::string& a) { return a.starts_with("cache-writer="); });
+  const std::string hot_bytes = size_option("--hot-cache", o.hot_cache);
+  if (hot_bytes != "0" && (runs(o, kCacheWriter) || cache_elsewhere)) {
+    options[kCacheWriter] = {{"hot_bytes", hot_bytes}, {"close", o.cache_close}};
+    if (!o.ssd_cache_dir.empty()) {
+      options[kCacheWriter]["ssd_dir"] = o.ssd_cache_dir;
+      options[kCacheWriter]["ssd_bytes"] = size_option("--ssd-cache", o.ssd_cache);
+    }
+    if (o.fail_cache_writes) options[kCacheWriter]["fail_writes"] = "1";
+    if (!o.fail_cache_close.empty()) options[kCacheWriter]["fail_close"] = o.fail_cache_close;
+    for (const char* kind : {"scheduler", "executor", "enforcer"}) {
+      options[kind]["cache_writer"] = kCacheWriter;
+    }
+    if (!o.host_memory_soft.empty()) {
+      options["enforcer"]["host_soft_bytes"] = size_option("--host-memory-soft", o.host_memory_soft);
+    }
+  } else if (!o.ssd_cache_dir.empty()) {
+    throw CommandFailed("--ssd-cache-dir needs the hot cache (--hot-cache above 0): pages reach the SSD through it", 2);
+  }
   for (const char* kind : kServeKinds) {
-    if (!runs(o, kind)) continue;
+    if (!runs(o, kind) || !options.contains(kind)) continue;
     ActorOptions actor_options = options[kind];
     try {
       if (std::string(kind) != "executor") make_actor(kind, actor_options);  // bad options fail now
@@ -226,7 +273,8 @@ NodeConfig serve_config(const ServeOptions& o) {
   }
   for (const auto& r : o.run) {
     if (std::find(std::begin(kServeKinds), std::end(kServeKinds), r) == std::end(kServeKinds)) {
-      throw CommandFailed("--run takes executor, enforcer, scheduler, gateway and http, not '" + r + "'", 2);
+      throw CommandFailed("--run takes cache-writer, executor, enforcer, scheduler, gateway and http, not '" + r + "'",
+                          2);
     }
   }
   config.trace_file = o.trace;
@@ -323,6 +371,26 @@ void add_serve_command(CLI::App& app) {
                   "testing: unloading this model throws midway through its release (the rest must still be freed "
                   "and the failure reported)")
       ->group("Testing");
+  cmd->add_option("--hot-cache", o->hot_cache,
+                  "RAM for KV prefix pages the GPU gives up, shared by all models (bytes, or 1G, 512M); a returning "
+                  "prompt prefix is restored from it instead of recomputed; 0: no cache-writer")
+      ->capture_default_str();
+  cmd->add_option("--ssd-cache-dir", o->ssd_cache_dir,
+                  "keep pages leaving the hot cache in this folder too (kept across restarts, checked when read)");
+  cmd->add_option("--ssd-cache", o->ssd_cache, "the SSD cache's size limit (bytes, or 16G, 512M)")->capture_default_str();
+  cmd->add_option("--cache-close", o->cache_close,
+                  "what unloading a model and stopping do with the pages still queued for the SSD: drain (write "
+                  "them first) or drop")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"drain", "drop"}));
+  cmd->add_option("--host-memory-soft", o->host_memory_soft,
+                  "resident memory (bytes, or 48G) above which the hot cache gives up its least recently used "
+                  "pages (default: never)");
+  cmd->add_flag("--fail-cache-writes", o->fail_cache_writes, "testing: every SSD cache write fails as on a full disk")
+      ->group("Testing");
+  cmd->add_option("--fail-cache-close", o->fail_cache_close,
+                  "testing: closing this model's cached pages throws midway (they must still all be released)")
+      ->group("Testing");
   cmd->add_option("--listen", o->listen, "where clients connect: tcp://HOST:PORT or ipc://PATH")->capture_default_str();
   cmd->add_option("--http", o->http,
                   "also serve the OpenAI API over HTTP at HOST:PORT, e.g. 127.0.0.1:8080");
@@ -330,7 +398,8 @@ void add_serve_command(CLI::App& app) {
                   "the HTTP API's key: clients send Authorization: Bearer KEY (all endpoints but /health)")
       ->envname("MQLM_API_KEY");
   cmd->add_option("--run", o->run,
-                  "which actors this process runs (default: executor enforcer scheduler gateway, and http with --http)")
+                  "which actors this process runs (default: cache-writer executor enforcer scheduler gateway, and http "
+                  "with --http)")
       ->delimiter(',');
   cmd->add_option("--address", o->addresses,
                   "NAME=ENDPOINT where an actor's inbox is, here or in another process (default inproc://mqlm/NAME)");

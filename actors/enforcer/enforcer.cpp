@@ -85,6 +85,8 @@ struct EnforcerOptions {
   std::string executor = "executor";
   std::string scheduler = "scheduler";
   std::uint64_t sample_ms = 1000;
+  std::string cache_writer;         // "": no KV prefix cache beyond the GPU
+  std::uint64_t host_soft_bytes = 0;  // resident set above which the hot tier is shrunk; 0: never
 };
 
 // The configured ids listed in option `key` (ID,ID2).
@@ -116,7 +118,7 @@ EnforcerOptions parse_options(const ActorOptions& options) {
   check_option_names("enforcer", options,
                      {"models", "pinned", "preload", "kv_pages", "page_size", "ceiling_bytes", "ceiling_fraction",
                       "soft", "hard", "aliases", "ttl_s",
-                      "executor", "scheduler", "sample_ms"});
+                      "executor", "scheduler", "sample_ms", "cache_writer", "host_soft_bytes"});
   if (!options.contains("models")) {
     throw std::invalid_argument("actor enforcer needs option models=ID=PATH;ID2=PATH2 (the models it admits, "
                                 "as the executor's)");
@@ -140,6 +142,8 @@ EnforcerOptions parse_options(const ActorOptions& options) {
   parsed.executor = peer_option(options, "executor");
   parsed.scheduler = peer_option(options, "scheduler");
   parsed.sample_ms = number_option("enforcer", options, "sample_ms", 1000, 1, kMaxSampleMs);
+  parsed.cache_writer = text_option(options, "cache_writer", "");
+  parsed.host_soft_bytes = number_option("enforcer", options, "host_soft_bytes", 0);
   const auto paths = parse_model_list("enforcer", options.at("models"));
   for (const auto& [id, path] : paths) {
     auto estimate = estimate_model_bytes(path, parsed.kv_pages, parsed.page_size);
@@ -230,6 +234,7 @@ class Enforcer final : public Actor {
   void on_unloaded(Context& ctx, const ModelUnloaded& unloaded);
   void on_loaded(Context& ctx, const ModelLoaded& loaded);
   void on_report(Context& ctx, const ExecutorReport& report);
+  void on_cache_report(Context& ctx, const CacheReport& report);
   void on_timer(Context& ctx);
 
   void admit(Context& ctx, ModelEntry& entry);
@@ -258,6 +263,9 @@ class Enforcer final : public Actor {
   std::uint64_t hard_bytes_ = 0;
   std::map<std::string, ModelEntry> models_;
   PoolStatsWire pool_;  // the executor's pool, as last heard of
+  std::optional<CacheReport> cache_;  // the cache-writer's tiers, as last heard of
+  std::uint64_t cache_shrinks_ = 0;
+  std::uint64_t samples_ = 0, shrunk_at_sample_ = 0;  // one shrink per resident-set sample
   DeviceMemoryWire device_;  // the device's memory, as last sampled
   Pressure pressure_ = Pressure::none;
   std::string pressure_note_;
@@ -312,6 +320,8 @@ void Enforcer::on_message(Context& ctx, Message& message) {
     on_loaded(ctx, *loaded);
   } else if (const auto* report = message.as<ExecutorReport>(); report != nullptr && from_executor) {
     on_report(ctx, *report);
+  } else if (const auto* cache = message.as<CacheReport>(); cache != nullptr && from == options_.cache_writer) {
+    on_cache_report(ctx, *cache);
   } else if (const auto* timer = message.as<Timer>(); timer != nullptr && timer->timer_id == kSampleTimer) {
     on_timer(ctx);
   } else {
@@ -425,6 +435,10 @@ void Enforcer::on_models_query(Context& ctx, const Message& message, const Model
   report.pool = pool_;
   report.device = device_;
   report.ceiling_fraction = options_.ceiling_fraction;
+  report.has_cache = cache_.has_value();
+  if (cache_) report.cache = *cache_;
+  report.host_soft_bytes = options_.host_soft_bytes;
+  report.cache_shrinks = cache_shrinks_;
   ctx.reply(message, std::move(report));
 }
 
@@ -705,6 +719,7 @@ void Enforcer::ask_executor(Context& ctx, bool trim) {
 void Enforcer::on_timer(Context& ctx) {
   trimmed_this_sample_ = false;
   unload_expired(ctx);
+  if (!options_.cache_writer.empty()) ctx.send(options_.cache_writer, CacheQuery{});
   if (query_unanswered_ && ++samples_unanswered_ < kSamplesBeforeAskingAgain) return;
   samples_unanswered_ = 0;
   ask_executor(ctx, false);
@@ -715,6 +730,7 @@ void Enforcer::on_report(Context& ctx, const ExecutorReport& report) {
   samples_unanswered_ = 0;
   pool_ = report.pool;
   device_ = report.memory;
+  ++samples_;
   if (ceiling_unknown() && device_.total_bytes > 0) {
     set_ceiling(static_cast<std::uint64_t>(static_cast<double>(device_.total_bytes) * options_.ceiling_fraction));
     spdlog::info("enforcer: the ceiling is {:.0f}% of the device's {:.1f} MiB: {:.1f} MiB",
@@ -729,6 +745,23 @@ void Enforcer::on_report(Context& ctx, const ExecutorReport& report) {
     if (owned > 0) model.bytes = owned;
   }
   review_pressure(ctx);
+}
+
+// The hot tier is host memory the enforcer counts: when the executor's resident set is above
+// host_soft_bytes, the hot tier gives up the excess (least recently used pages first).
+void Enforcer::on_cache_report(Context& ctx, const CacheReport& report) {
+  cache_ = report;
+  const std::uint64_t rss = device_.process_rss_bytes;
+  if (options_.host_soft_bytes == 0 || rss <= options_.host_soft_bytes || report.hot_bytes == 0) return;
+  if (shrunk_at_sample_ == samples_) return;  // the resident set has not been measured since the last shrink
+  shrunk_at_sample_ = samples_;
+  const std::uint64_t excess = rss - options_.host_soft_bytes;
+  const std::uint64_t target = report.hot_bytes > excess ? report.hot_bytes - excess : 0;
+  ++cache_shrinks_;
+  spdlog::info("enforcer: resident set {:.1f} MiB is above the host soft mark {:.1f} MiB: the hot cache shrinks "
+               "from {:.1f} to {:.1f} MiB",
+               mib(rss), mib(options_.host_soft_bytes), mib(report.hot_bytes), mib(target));
+  ctx.send(options_.cache_writer, ShrinkCache{target});
 }
 
 void Enforcer::review_pressure(Context& ctx) {

@@ -39,6 +39,10 @@
 //   soft=F, hard=F             fractions of the ceiling (defaults 0.85, 0.95; 0 < soft <= hard <= 1)
 //   executor=NAME, scheduler=NAME   its peers (defaults "executor", "scheduler")
 //   sample_ms=N                how often the executor's pool is sampled (default 1000)
+//   cache_writer=NAME          the KV prefix cache's hot and SSD tiers: sampled with the executor
+//                              (CacheQuery), shown in ModelsReport
+//   host_soft_bytes=N          the executor's resident set above this has the hot tier shrink by
+//                              the excess, once per sample (ShrinkCache; default 0: never)
 //
 // It follows the replay rule (docs/architecture.md): the GGUF headers are read when it is built,
 // and its handlers take time only from ctx.now_ns().

@@ -43,6 +43,9 @@ constexpr std::uint32_t kTrimTimer = 1;
 // Pool statistics ride on every 32nd StepResult (and on any after a trim): often enough for the
 // scheduler's status to stay current, rarely enough that steps do not carry a map each.
 constexpr std::uint64_t kPoolStatsEvery = 32;
+constexpr std::uint32_t kCacheCloseTimer = 2;
+// An unload waits this long for the cache-writer's ModelCacheClosed before answering without it.
+constexpr auto kCacheCloseTimeout = std::chrono::seconds(10);
 
 // ---- options ---------------------------------------------------------------------------------
 
@@ -57,6 +60,7 @@ struct ExecutorOptions {
   double ceiling_fraction = 0.0;     // or the ceiling as a fraction of the device's memory
   std::set<std::uint64_t> fail_steps;  // GPU steps (counted from 1) that fail on purpose
   std::string fail_release;            // the model whose release throws midway, on purpose
+  std::string cache_writer;            // where evicted prefix pages go; "": nowhere
 };
 
 constexpr std::uint64_t kDefaultBlockMib = 256;
@@ -97,7 +101,7 @@ std::string configured_id(const ExecutorOptions& parsed, std::string_view key, s
 ExecutorOptions parse_options(const ActorOptions& options) {
   check_option_names("executor", options,
                      {"model", "name", "models", "preload", "device", "kv_pages", "page_size", "block_mib",
-                      "ceiling_bytes", "ceiling_fraction", "fail_steps", "fail_release"});
+                      "ceiling_bytes", "ceiling_fraction", "fail_steps", "fail_release", "cache_writer"});
   ExecutorOptions parsed;
   const std::string model = text_option(options, "model", "");
   if (options.contains("models")) {
@@ -134,6 +138,7 @@ ExecutorOptions parse_options(const ActorOptions& options) {
     parsed.fail_release = configured_id(parsed, "fail_release", it->second);
   }
   parsed.device = text_option(options, "device", "");
+  parsed.cache_writer = text_option(options, "cache_writer", "");
   parsed.kv_pages = static_cast<std::uint32_t>(number_option("executor", options, "kv_pages", 1024, 1, kMaxUint32));
   parsed.page_size = static_cast<std::uint32_t>(number_option("executor", options, "page_size", 16, 1, kMaxUint32));
   parsed.block_mib = number_option("executor", options, "block_mib", 0, 1, 1 << 20);  // 0: sized by the ceiling
@@ -259,7 +264,9 @@ struct LoadedModel {
   std::uint64_t bytes(const gpu::PoolStats& stats) const {
     return owned_bytes(stats, weights_owner(id)) + owned_bytes(stats, kv_owner(id));
   }
-  ModelInfo info() const { return ModelInfo{id, kv_pages, page_size, config.n_ctx_train, n_vocab}; }
+  ModelInfo info() const {
+    return ModelInfo{id, kv_pages, page_size, config.n_ctx_train, n_vocab, kv_cache ? kv_cache->page_bytes() : 0};
+  }
 };
 
 // A sequence's sampler, and the model it runs on: unloading a model drops its sequences.
@@ -285,7 +292,10 @@ class Executor final : public Actor {
   void answer_unload(Context& ctx, const Message& message, const UnloadModel& unload);
   void answer_query(Context& ctx, const Message& message, const ExecutorQuery& query);
   void answer_step(Context& ctx, const Message& message, const StepPlan& plan);
-  void run_plan(const StepPlan& plan, StepResult& result);
+  void run_plan(Context& ctx, const StepPlan& plan, const Frames& blobs, StepResult& result);
+  void move_pages(Context& ctx, const StepPlan& plan, const Frames& blobs, LoadedModel& loaded);
+  void on_cache_closed(Context& ctx, const ModelCacheClosed& closed);
+  void answer_pending_unloads(Context& ctx, bool timed_out);
   LoadedModel* model_for(const StepPlan& plan, std::string& problem);
   std::optional<std::string> plan_problem(const StepPlan& plan, const LoadedModel& loaded) const;
   void start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts);
@@ -311,6 +321,14 @@ class Executor final : public Actor {
   std::uint64_t gpu_steps_ = 0;    // plans that reached the GPU with sequences (what fail_steps counts)
   std::int64_t last_trim_ns_ = 0;  // ctx.now_ns() of the last trim
   bool trim_pending_ = false;      // a release found the interval not yet over: the timer trims
+  // Unloads whose answer waits for the cache-writer's ModelCacheClosed.
+  struct PendingUnload {
+    std::string to;
+    std::uint64_t correlation_id = 0;
+    ModelUnloaded answer;
+    Clock::time_point started;
+  };
+  std::map<std::string, PendingUnload> pending_unloads_;
 };
 
 void Executor::on_start(Context& ctx) {
@@ -447,8 +465,12 @@ void Executor::on_message(Context& ctx, Message& message) {
     answer_unload(ctx, message, *unload);
   } else if (const auto* query = message.as<ExecutorQuery>()) {
     answer_query(ctx, message, *query);
+  } else if (const auto* closed = message.as<ModelCacheClosed>()) {
+    on_cache_closed(ctx, *closed);
   } else if (const auto* timer = message.as<Timer>(); timer != nullptr && timer->timer_id == kTrimTimer) {
     if (trim_pending_) trim_pool(ctx);
+  } else if (timer != nullptr && timer->timer_id == kCacheCloseTimer) {
+    answer_pending_unloads(ctx, true);
   } else {
     spdlog::debug("executor: ignored a {} from {}", kind_name(message.kind()), message.envelope.from);
   }
@@ -513,7 +535,39 @@ void Executor::answer_unload(Context& ctx, const Message& message, const UnloadM
   }
   if (gpu_) answer.pool = to_wire(gpu_->pool.stats());
   answer.unload_ns = nanoseconds_since(started);
+  // The cache-writer releases the model's hot pages next. This Close leaves after every page this
+  // executor spilled for the model (one sender, one pipe), so none can arrive after it.
+  if (!options_.cache_writer.empty() && !pending_unloads_.contains(unload.model) &&
+      ctx.send(options_.cache_writer, CloseModelCache{unload.model, true}) == SendStatus::sent) {
+    pending_unloads_.emplace(unload.model, PendingUnload{message.envelope.from, message.envelope.correlation_id,
+                                                          std::move(answer), started});
+    ctx.set_timer(kCacheCloseTimer, kCacheCloseTimeout, false);
+    return;
+  }
   ctx.reply(message, std::move(answer));
+}
+
+void Executor::on_cache_closed(Context& ctx, const ModelCacheClosed& closed) {
+  auto it = pending_unloads_.find(closed.model);
+  if (it == pending_unloads_.end()) return;
+  PendingUnload pending = std::move(it->second);
+  pending_unloads_.erase(it);
+  ModelUnloaded& answer = pending.answer;
+  answer.cache_released_bytes = closed.released_bytes;
+  for (const std::string& problem : closed.problems) answer.problems.push_back("hot cache: " + problem);
+  answer.unload_ns = nanoseconds_since(pending.started);
+  ctx.send(pending.to, std::move(answer), {pending.correlation_id, 0, {}});
+}
+
+// The cache-writer did not answer in time: the unloads are answered without it, saying so.
+void Executor::answer_pending_unloads(Context& ctx, bool timed_out) {
+  for (auto& [model, pending] : std::exchange(pending_unloads_, {})) {
+    if (timed_out) {
+      pending.answer.problems.push_back(fmt::format("hot cache: the cache-writer did not answer the close within {} s",
+                                                    kCacheCloseTimeout.count()));
+    }
+    ctx.send(pending.to, std::move(pending.answer), {pending.correlation_id, 0, {}});
+  }
 }
 
 void Executor::answer_query(Context& ctx, const Message& message, const ExecutorQuery& query) {
@@ -539,7 +593,9 @@ void Executor::answer_step(Context& ctx, const Message& message, const StepPlan&
   try {
     for (std::uint64_t sequence : plan.released) sequences_.erase(sequence);
     // A plan that only releases needs no model: it may come after its model was unloaded.
-    if (!plan.starts.empty() || !plan.sequences.empty()) run_plan(plan, result);
+    if (!plan.starts.empty() || !plan.sequences.empty() || !plan.spill.empty() || !plan.restore.empty()) {
+      run_plan(ctx, plan, message.blobs, result);
+    }
   } catch (const std::exception& e) {
     // Nothing above should throw (plans are checked first, GPU failures are caught where they
     // happen): this is a bug, answered as one rather than ending the actor.
@@ -563,7 +619,7 @@ void Executor::answer_step(Context& ctx, const Message& message, const StepPlan&
 
 // Starts the plan's sequences and runs its step on the plan's model, once the plan has passed
 // every check.
-void Executor::run_plan(const StepPlan& plan, StepResult& result) {
+void Executor::run_plan(Context& ctx, const StepPlan& plan, const Frames& blobs, StepResult& result) {
   if (!gpu_) {
     fail_step(plan, result, RequestError::gpu, no_gpu_problem());
     return;
@@ -574,9 +630,53 @@ void Executor::run_plan(const StepPlan& plan, StepResult& result) {
     fail_step(plan, result, RequestError::internal, problem);
   } else if (auto invalid = plan_problem(plan, *loaded)) {
     fail_step(plan, result, RequestError::internal, "invalid step plan: " + *invalid);
+  } else if (plan.restore.size() != blobs.size()) {
+    fail_step(plan, result, RequestError::internal,
+              fmt::format("invalid step plan: {} pages to restore and {} blobs", plan.restore.size(), blobs.size()));
   } else {
+    try {
+      move_pages(ctx, plan, blobs, *loaded);
+    } catch (const std::exception& e) {
+      // The step fails; the scheduler then forgets the pages the plan was restoring.
+      fail_step(plan, result, RequestError::gpu, std::string("moving KV pages: ") + e.what());
+      if (is_device_lost(e)) {
+        result.kv_lost = true;
+        rebuild_after_device_loss();
+      }
+      return;
+    }
     start_sequences(loaded->id, plan.starts);
     if (!plan.sequences.empty()) run_step(plan, *loaded, result);
+  }
+}
+
+// The prefix pages the plan gives up go to the cache-writer (before anything overwrites them),
+// then the pages it restores are written from its blobs.
+void Executor::move_pages(Context& ctx, const StepPlan& plan, const Frames& blobs, LoadedModel& loaded) {
+  model::GpuKvCache& cache = *loaded.kv_cache;
+  const std::uint64_t page_bytes = cache.page_bytes();
+  if (!plan.spill.empty() && !options_.cache_writer.empty()) {
+    std::vector<std::uint32_t> pages;
+    std::vector<std::shared_ptr<std::vector<std::byte>>> copies;
+    std::vector<std::span<std::byte>> out;
+    for (const SpillPage& spill : plan.spill) {
+      pages.push_back(spill.page);
+      copies.push_back(std::make_shared<std::vector<std::byte>>(page_bytes));
+      out.emplace_back(*copies.back());
+    }
+    cache.read_pages(pages, out);
+    KvPagesSpilled spilled{loaded.id, plan.model_key, loaded.page_size, page_bytes, {}};
+    Frames frames;
+    for (std::size_t i = 0; i < plan.spill.size(); ++i) {
+      spilled.pages.push_back(plan.spill[i].id);
+      frames.push_back(shared_frame(std::shared_ptr<const std::vector<std::byte>>(copies[i])));
+    }
+    ctx.send(options_.cache_writer, std::move(spilled), {0, 0, std::move(frames)});
+  }
+  if (!plan.restore.empty()) {
+    std::vector<std::span<const std::byte>> data;
+    for (const zmq::message_t& blob : blobs) data.emplace_back(static_cast<const std::byte*>(blob.data()), blob.size());
+    cache.write_pages(plan.restore, data);
   }
 }
 
@@ -618,6 +718,14 @@ std::optional<std::string> Executor::plan_problem(const StepPlan& plan, const Lo
                            token, n_vocab);
       }
     }
+  }
+  for (const SpillPage& spill : plan.spill) {
+    if (spill.page >= loaded.kv_pages) return fmt::format("spill page {} is outside the KV cache's {} pages", spill.page, loaded.kv_pages);
+  }
+  std::unordered_set<std::uint32_t> restoring;
+  for (std::uint32_t page : plan.restore) {
+    if (page >= loaded.kv_pages) return fmt::format("restore page {} is outside the KV cache's {} pages", page, loaded.kv_pages);
+    if (!restoring.insert(page).second) return fmt::format("restore page {} appears twice", page);
   }
   std::unordered_set<std::uint64_t> seen;
   for (const PlanSequence& s : plan.sequences) {

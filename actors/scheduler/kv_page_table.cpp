@@ -53,8 +53,11 @@ std::optional<std::uint32_t> KvPageTable::take_page() {
   if (cached_.empty()) return std::nullopt;
   std::uint32_t p = cached_.front();  // the least recently used prefix page gives way
   cached_.pop_front();
-  by_key_.erase(*pages_[p].key);
-  pages_[p].key.reset();
+  Page& page = pages_[p];
+  by_key_.erase(*page.key);
+  if (record_evictions_) evicted_.push_back({p, {*page.key, page.parent, std::move(page.tokens)}});
+  page.key.reset();
+  page.tokens.clear();
   ++evictions_;
   return p;
 }
@@ -85,9 +88,67 @@ void KvPageTable::computed(std::uint64_t sequence, std::span<const std::int32_t>
     Page& page = pages_[seq.pages[i]];
     // Another sequence may have published the same prefix first: keep that one, ours stays private.
     if (!page.key && !by_key_.contains(key)) {
-      page.key = key;
-      by_key_[key] = seq.pages[i];
+      publish(seq.pages[i], key, i == 0 ? 0 : seq.keys[i - 1], history.subspan(i * page_size_, page_size_));
     }
+  }
+}
+
+void KvPageTable::publish(std::uint32_t p, std::uint64_t key, std::uint64_t parent,
+                          std::span<const std::int32_t> tokens) {
+  Page& page = pages_[p];
+  page.key = key;
+  page.parent = parent;
+  page.tokens.assign(tokens.begin(), tokens.end());
+  by_key_[key] = p;
+}
+
+std::vector<std::uint64_t> KvPageTable::prefix_keys(std::uint64_t model, std::span<const std::int32_t> tokens) const {
+  std::vector<std::uint64_t> keys;
+  if (tokens.empty()) return keys;
+  const std::size_t shareable = (tokens.size() - 1) / page_size_;
+  std::uint64_t key = 0;
+  for (std::size_t i = 0; i < shareable; ++i) {
+    key = chain(key, model, tokens.subspan(i * page_size_, page_size_));
+    keys.push_back(key);
+  }
+  return keys;
+}
+
+std::size_t KvPageTable::held_prefix(std::span<const std::uint64_t> keys) const {
+  std::size_t n = 0;
+  while (n < keys.size() && by_key_.contains(keys[n])) ++n;
+  return n;
+}
+
+std::optional<std::uint32_t> KvPageTable::adopt(std::uint64_t sequence, const messages::KvPageId& id,
+                                                std::span<const std::int32_t> tokens) {
+  Sequence& seq = sequences_.at(sequence);
+  if (seq.keys.size() != seq.pages.size() || tokens.size() != page_size_ ||
+      !std::equal(tokens.begin(), tokens.end(), id.tokens.begin(), id.tokens.end())) {
+    return std::nullopt;
+  }
+  const std::uint64_t parent = seq.keys.empty() ? 0 : seq.keys.back();
+  if (id.parent != parent || id.key != chain(parent, seq.model, tokens) || by_key_.contains(id.key)) {
+    return std::nullopt;
+  }
+  std::optional<std::uint32_t> p = take_page();
+  if (!p) return std::nullopt;
+  pages_[*p].references = 1;
+  publish(*p, id.key, parent, tokens);
+  seq.pages.push_back(*p);
+  seq.keys.push_back(id.key);
+  return p;
+}
+
+void KvPageTable::forget(std::uint32_t p) {
+  Page& page = pages_.at(p);
+  if (!page.key) return;
+  by_key_.erase(*page.key);
+  page.key.reset();
+  page.tokens.clear();
+  if (page.references == 0) {
+    cached_.erase(page.lru);
+    free_.push_back(p);
   }
 }
 

@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "messages/cache.hpp"
+
 namespace mqlm::actors {
 
 struct PageTableStats {
@@ -24,6 +26,12 @@ struct PageTableStats {
   std::uint64_t references = 0;  // sum of all pages' reference counts
   std::uint64_t prefix_hits = 0;   // pages reused from the prefix cache
   std::uint64_t evictions = 0;     // cached pages given to other contents
+};
+
+// A keyed page given to other contents, with what identifies its old contents.
+struct EvictedPage {
+  std::uint32_t page = 0;
+  messages::KvPageId id;
 };
 
 class KvPageTable {
@@ -48,6 +56,26 @@ class KvPageTable {
   // Drops the sequence: its pages lose a reference; keyed ones stay cached, others are freed.
   void release(std::uint64_t sequence);
 
+  // The chained keys of the pages begin() could share for these tokens (the full pages before the
+  // last token), and how many of them, from the first, the table holds.
+  std::vector<std::uint64_t> prefix_keys(std::uint64_t model, std::span<const std::int32_t> tokens) const;
+  std::size_t held_prefix(std::span<const std::uint64_t> keys) const;
+
+  // Appends a page whose contents come from elsewhere (the cache-writer) to a sequence whose pages
+  // so far are all full and keyed: `id` must continue its chain (parent = its last key, the key
+  // recomputed from model and `tokens`, which must equal id.tokens) and be held nowhere in the
+  // table. Returns the page, now keyed and referenced by the sequence, or nothing (no page free
+  // or evictable, or `id` does not fit).
+  std::optional<std::uint32_t> adopt(std::uint64_t sequence, const messages::KvPageId& id,
+                                     std::span<const std::int32_t> tokens);
+  // Drops a page's key (its contents are not what the key says: a restore that failed); an
+  // unreferenced page becomes free.
+  void forget(std::uint32_t page);
+
+  // With recording on, every keyed page given to other contents is remembered until taken.
+  void record_evictions(bool on) { record_evictions_ = on; }
+  std::vector<EvictedPage> take_evicted() { return std::exchange(evicted_, {}); }
+
   const std::vector<std::uint32_t>& block_table(std::uint64_t sequence) const;
   bool has(std::uint64_t sequence) const { return sequences_.contains(sequence); }
   std::size_t sequences() const { return sequences_.size(); }
@@ -59,6 +87,8 @@ class KvPageTable {
   struct Page {
     std::uint32_t references = 0;
     std::optional<std::uint64_t> key;          // set once the page is full and computed
+    std::uint64_t parent = 0;                  // with the key: the previous page's key
+    std::vector<std::int32_t> tokens;          // with the key: the page's tokens
     std::list<std::uint32_t>::iterator lru;    // position in cached_ when unreferenced and keyed
   };
   struct Sequence {
@@ -69,6 +99,7 @@ class KvPageTable {
 
   std::optional<std::uint32_t> take_page();
   void unreference(std::uint32_t page);
+  void publish(std::uint32_t page, std::uint64_t key, std::uint64_t parent, std::span<const std::int32_t> tokens);
   std::uint64_t chain(std::uint64_t previous, std::uint64_t model, std::span<const std::int32_t> page_tokens) const;
 
   std::uint32_t page_size_;
@@ -78,6 +109,8 @@ class KvPageTable {
   std::unordered_map<std::uint64_t, std::uint32_t> by_key_;
   std::unordered_map<std::uint64_t, Sequence> sequences_;
   std::uint64_t prefix_hits_ = 0, evictions_ = 0;
+  bool record_evictions_ = false;
+  std::vector<EvictedPage> evicted_;
 };
 
 }  // namespace mqlm::actors

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -43,7 +44,10 @@ TokenLogprobs with_token_texts(const model::Tokenizer& tokenizer, TokenLogprobs 
 // What the scheduler knows of a model: enough to turn prompts into tokens and tokens into text.
 struct Scheduler::ServedModel {
   std::string name;
-  std::uint64_t key = 0;  // mixed into prefix-cache keys, so models never share pages
+  // Mixed into prefix-cache keys, so models never share pages: the id and the file's identity, so a
+  // page on SSD is never restored into other weights served under the same id.
+  std::uint64_t key = 0;
+  std::uint64_t page_bytes = 0;      // a KV page on the host (the executor's figure)
   model::Vocabulary vocabulary;
   std::unique_ptr<model::Tokenizer> tokenizer;
   std::optional<model::ChatTemplate> chat;
@@ -70,6 +74,13 @@ struct Scheduler::Request {
   std::uint32_t prompt_tokens = 0;
   std::uint32_t computed = 0;         // tokens of history whose K and V are in the cache
   std::uint32_t cached_tokens = 0;    // prompt tokens the prefix cache gave at first admission
+  // Its prefix beyond the GPU: asked of the cache-writer once, before its first admission.
+  enum class Lookup : std::uint8_t { none, pending, done } lookup = Lookup::none;
+  std::int64_t lookup_sent_ns = 0;
+  std::uint32_t restore_from = 0;     // the page index the answer's first page is for
+  std::vector<KvPageId> restore_ids;  // the answer's pages, and their blobs and tiers
+  Frames restore_blobs;
+  std::vector<std::uint8_t> restore_tiers;
   bool admitted_once = false;
   bool running = false;
   bool executor_has_it = false;       // the executor holds its sampler
@@ -84,7 +95,7 @@ struct Scheduler::Request {
 SchedulerConfig scheduler_config(const ActorOptions& options) {
   check_option_names("scheduler", options,
                      {"model", "name", "models", "aliases", "default_model", "executor", "enforcer", "max_sequences",
-                      "token_budget", "max_waiting", "step_timeout_ms"});
+                      "token_budget", "max_waiting", "step_timeout_ms", "cache_writer", "lookup_timeout_ms"});
   SchedulerConfig c;
   auto model = options.find("model");
   auto models = options.find("models");
@@ -116,6 +127,8 @@ SchedulerConfig scheduler_config(const ActorOptions& options) {
   c.token_budget = count("token_budget", c.token_budget, 1, 1 << 20);
   c.max_waiting = count("max_waiting", c.max_waiting, 1, 1 << 24);
   c.step_timeout_ms = count("step_timeout_ms", c.step_timeout_ms, 10, 3'600'000);
+  c.cache_writer = text_option(options, "cache_writer", c.cache_writer);
+  c.lookup_timeout_ms = count("lookup_timeout_ms", c.lookup_timeout_ms, 1, 3'600'000);
   return c;
 }
 
@@ -124,6 +137,31 @@ std::unique_ptr<Actor> make_scheduler(const ActorOptions& options) {
 }
 
 namespace {
+
+// The prefix cache's name for a model: its id, its file's size and a hash of samples of the file
+// (the first MiB, where the metadata and tensor layout are, and 4 KiB at 64 places through the
+// weights), so weights replaced under the same id never share pages with the old ones, even
+// pages kept on SSD across a restart. Milliseconds for a file of gigabytes.
+std::uint64_t model_identity(const std::string& name, const std::filesystem::path& path) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, name.data(), name.size());
+  std::ifstream file(path, std::ios::binary);
+  const std::uint64_t size = std::filesystem::file_size(path);
+  XXH3_64bits_update(state, &size, sizeof size);
+  std::vector<char> sample(std::size_t{1} << 20);
+  auto hash_at = [&](std::uint64_t offset, std::size_t bytes) {
+    file.clear();
+    file.seekg(static_cast<std::streamoff>(offset));
+    file.read(sample.data(), static_cast<std::streamsize>(std::min<std::uint64_t>(bytes, size - std::min(size, offset))));
+    XXH3_64bits_update(state, sample.data(), static_cast<std::size_t>(file.gcount()));
+  };
+  hash_at(0, sample.size());
+  for (std::uint64_t i = 1; i <= 64; ++i) hash_at(size / 65 * i, 4096);
+  const std::uint64_t identity = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return identity;
+}
 
 // What the scheduler needs of the model in `path`, read when it is built (the replay rule).
 std::unique_ptr<Scheduler::ServedModel> read_served_model(const std::string& name, const std::filesystem::path& path) {
@@ -142,7 +180,7 @@ std::unique_ptr<Scheduler::ServedModel> read_served_model(const std::string& nam
   if (auto* e = std::get_if<model::TokenizerError>(&tokenizer)) throw std::invalid_argument(where + ": " + e->message);
   m.tokenizer = std::make_unique<model::Tokenizer>(std::get<model::Tokenizer>(std::move(tokenizer)));
   m.name = name;
-  m.key = XXH3_64bits(m.name.data(), m.name.size());
+  m.key = model_identity(m.name, path);
   m.n_vocab = static_cast<std::uint32_t>(m.tokenizer->size());
   if (const auto* arch = file.get<std::string>("general.architecture")) {
     if (const auto* ctx = file.get<std::uint32_t>(*arch + ".context_length")) m.n_ctx = *ctx;
@@ -193,6 +231,8 @@ void Scheduler::on_message(Context& ctx, Message& message) {
     on_load_answer(ctx, *answer);
   } else if (const auto* abort_model = message.as<AbortModel>()) {
     on_abort_model(ctx, *abort_model);
+  } else if (const auto* cached = message.as<CachedPrefix>()) {
+    on_cached_prefix(ctx, message, *cached);
   } else if (message.as<Timer>() != nullptr) {
     on_timer(ctx);
   } else if (const auto* error = message.as<Error>()) {
@@ -382,7 +422,11 @@ void Scheduler::serve_model(ServedModel& m, const ModelInfo& info) {
     spdlog::error("scheduler: the executor has no KV pages for model '{}'", m.name);
     return;
   }
-  if (!m.pages) m.pages.emplace(info.kv_pages, info.page_size);
+  if (!m.pages) {
+    m.pages.emplace(info.kv_pages, info.page_size);
+    m.pages->record_evictions(!config_.cache_writer.empty() && info.page_bytes > 0);
+  }
+  m.page_bytes = info.page_bytes;
   m.kv_capacity_tokens = info.kv_pages * info.page_size;
   if (info.n_ctx > 0) m.n_ctx = m.n_ctx > 0 ? std::min(m.n_ctx, info.n_ctx) : info.n_ctx;
   m.state = ModelState::loaded;
@@ -516,6 +560,88 @@ void Scheduler::usage_changed(Context& ctx, ServedModel& m, int delta) {
   ctx.send(config_.enforcer, ModelUsage{m.name, m.open_requests, ctx.now_ns()});
 }
 
+// ---- the prefix cache beyond the GPU -----------------------------------------------------------
+
+// Asks the cache-writer for the full pages of the prompt past those the GPU holds; the request
+// waits for the answer (or lookup_timeout_ms) before its first admission.
+void Scheduler::start_lookup(Context& ctx, Request& r) {
+  r.lookup = Request::Lookup::done;
+  ServedModel& m = *r.model;
+  if (config_.cache_writer.empty() || m.page_bytes == 0 || r.admitted_once || !m.pages) return;
+  const std::vector<std::uint64_t> keys = m.pages->prefix_keys(m.key, r.history);
+  const std::size_t held = m.pages->held_prefix(keys);
+  if (held == keys.size()) return;
+  PrefixLookup lookup{m.name, m.key, m.pages->page_size(), m.page_bytes, {}};
+  const std::size_t asked = std::min<std::size_t>(keys.size() - held, kMaxPrefixPages);
+  lookup.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(held),
+                     keys.begin() + static_cast<std::ptrdiff_t>(held + asked));
+  if (ctx.send(config_.cache_writer, std::move(lookup), {r.sequence, 0, {}}) != SendStatus::sent) return;
+  r.lookup = Request::Lookup::pending;
+  r.lookup_sent_ns = ctx.now_ns();
+  r.restore_from = static_cast<std::uint32_t>(held);
+}
+
+void Scheduler::on_cached_prefix(Context& ctx, Message& message, const CachedPrefix& cached) {
+  auto it = requests_.find(message.envelope.correlation_id);
+  if (it == requests_.end() || it->second->lookup != Request::Lookup::pending) return;  // ended, or given up on
+  Request& r = *it->second;
+  r.lookup = Request::Lookup::done;
+  if (message.blobs.size() == cached.pages.size() && cached.model == r.model->name) {
+    r.restore_ids = cached.pages;
+    r.restore_tiers = cached.tiers;
+    r.restore_blobs = std::move(message.blobs);
+  } else {
+    spdlog::warn("{}: a CachedPrefix for model {} with {} pages and {} blobs: ignored", ctx.self(), cached.model,
+                 cached.pages.size(), message.blobs.size());
+  }
+  schedule(ctx);
+}
+
+// Adds to the sequence (just begun with `reused` tokens from the GPU's prefix cache) the pages the
+// cache-writer sent that continue it, and to the plan their restores. Returns the tokens they hold.
+std::uint32_t Scheduler::restore_prefix(Request& r, std::uint32_t reused, StepPlan& plan, Frames& blobs) {
+  ServedModel& m = *r.model;
+  const std::uint32_t page_size = m.pages->page_size();
+  const std::uint32_t held = reused / page_size;
+  std::uint32_t restored = 0;
+  // The GPU may have gained pages since the lookup (another prompt computed them) or lost some
+  // (then the answer no longer continues what it has, and is let go).
+  for (std::size_t i = held >= r.restore_from ? held - r.restore_from : r.restore_ids.size(); i < r.restore_ids.size();
+       ++i) {
+    const std::size_t first = (r.restore_from + i) * page_size;
+    if (first + page_size >= r.history.size() || r.restore_blobs[i].size() != m.page_bytes) break;
+    std::optional<std::uint32_t> page =
+        m.pages->adopt(r.sequence, r.restore_ids[i], std::span<const std::int32_t>(r.history).subspan(first, page_size));
+    collect_spills(m, plan, blobs);  // what made room for it is copied out before it is written
+    if (!page) break;
+    plan.restore.push_back(*page);
+    blobs.push_back(std::move(r.restore_blobs[i]));
+    (static_cast<CacheTier>(r.restore_tiers[i]) == CacheTier::ssd ? restored_ssd_tokens_ : restored_hot_tokens_) +=
+        page_size;
+    restored += page_size;
+  }
+  r.restore_ids.clear();
+  r.restore_blobs.clear();
+  r.restore_tiers.clear();
+  return restored;
+}
+
+// The prefix pages the plan's page needs gave to other contents go to the cache-writer, copied out
+// by the executor before the step writes them. A page restored earlier in this same plan has not
+// been written yet (and the cache-writer still has it): its restore is dropped instead.
+void Scheduler::collect_spills(ServedModel& m, StepPlan& plan, Frames& blobs) {
+  for (EvictedPage& evicted : m.pages->take_evicted()) {
+    auto restore = std::find(plan.restore.begin(), plan.restore.end(), evicted.page);
+    if (restore != plan.restore.end()) {
+      blobs.erase(blobs.begin() + (restore - plan.restore.begin()));
+      plan.restore.erase(restore);
+      continue;
+    }
+    plan.spill.push_back({evicted.page, std::move(evicted.id)});
+    ++spilled_pages_;
+  }
+}
+
 // ---- planning -------------------------------------------------------------------------------
 
 void Scheduler::preempt(Request& r) {
@@ -581,16 +707,20 @@ void Scheduler::schedule(Context& ctx) {
   if (in_flight_ || !executor_ready_) return;
   ServedModel* chosen = next_model_to_step();
   StepPlan plan;
+  Frames restore_blobs;  // one per plan.restore page
   std::uint32_t budget = config_.token_budget;
   if (chosen != nullptr) {
     ServedModel& m = *chosen;
     plan.model = m.name;
+    plan.model_key = m.key;
     // Running sequences first, oldest first: each decodes a token or continues its prompt.
     for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Request& r = *requests_.at(running_[i]);
       if (r.model != &m) continue;
       if (!r.running) continue;  // preempted by an older one's page needs during this plan
-      if (!plan_sequence(r, budget, true, plan)) {
+      const bool planned = plan_sequence(r, budget, true, plan);
+      collect_spills(m, plan, restore_blobs);
+      if (!planned) {
         if (!r.running) break;
         preempt(r);  // no pages even after every newer one gave way
         break;
@@ -613,13 +743,25 @@ void Scheduler::schedule(Context& ctx) {
                                 r.prompt_tokens, r.sampling.max_tokens, m.kv_capacity_tokens));
         continue;
       }
+      // Before its first admission, a prompt asks the cache-writer for the pages the GPU lacks;
+      // the ones after it may go meanwhile.
+      if (r.lookup == Request::Lookup::none) start_lookup(ctx, r);
+      if (r.lookup == Request::Lookup::pending) {
+        ++it;
+        continue;
+      }
       // Waiting sequences hold no pages (preemption and a failed admission release them), so
       // each admission starts from the prefix cache.
       const std::uint32_t reused = m.pages->begin(r.sequence, m.key, r.history);
-      r.computed = reused;
+      const std::uint32_t restored = restore_prefix(r, reused, plan, restore_blobs);
+      r.computed = reused + restored;
       // A waiting sequence never preempts a running one: it waits for pages instead.
-      if (!plan_sequence(r, budget, false, plan)) {
-        m.pages->release(r.sequence);  // gives back the prefix pages it took, until its turn
+      const bool planned = plan_sequence(r, budget, false, plan);
+      collect_spills(m, plan, restore_blobs);
+      if (!planned) {
+        // Gives back the prefix pages it took, until its turn; restored ones stay in the GPU's
+        // prefix cache (the plan still restores them).
+        m.pages->release(r.sequence);
         r.computed = 0;
         break;
       }
@@ -630,7 +772,7 @@ void Scheduler::schedule(Context& ctx) {
       if (!r.admitted_once) {
         r.admitted_once = true;
         r.scheduled_ns = ctx.now_ns();
-        r.cached_tokens = std::min(reused, r.prompt_tokens);
+        r.cached_tokens = std::min(reused + restored, r.prompt_tokens);
       }
       if (!r.executor_has_it) {
         plan.starts.push_back({r.sequence, r.sampling, {r.history.begin(), r.history.begin() + r.prompt_tokens}});
@@ -640,14 +782,15 @@ void Scheduler::schedule(Context& ctx) {
     }
   }
 
-  if (plan.sequences.empty() && to_release_.empty()) return;
-  if (plan.sequences.empty()) plan.model.clear();  // only releases: for no model in particular
+  const bool moves_pages = !plan.spill.empty() || !plan.restore.empty();
+  if (plan.sequences.empty() && to_release_.empty() && !moves_pages) return;
+  if (plan.sequences.empty() && !moves_pages) plan.model.clear();  // only releases: for no model in particular
   if (!plan.model.empty()) last_stepped_ = plan.model;
   plan.step = next_step_++;
   plan.released = std::move(to_release_);
   to_release_.clear();
   for (const auto& s : plan.sequences) computed_tokens_ += s.tokens.size();
-  ctx.send(config_.executor, plan);
+  ctx.send(config_.executor, plan, {0, 0, std::move(restore_blobs)});
   in_flight_ = std::move(plan);
   in_flight_since_ns_ = ctx.now_ns();
 }
@@ -675,13 +818,19 @@ void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
                     "the step computing this request failed: " + result.message);
       }
     }
+    // Pages the plan restored may not hold what their keys say.
+    if (auto it = models_.find(plan.model); it != models_.end() && it->second->pages) {
+      for (std::uint32_t page : plan.restore) it->second->pages->forget(page);
+    }
     if (result.kv_lost) {
       // Nothing computed survives: every running sequence starts over, and no page is shared.
       for (std::uint64_t sequence : std::vector<std::uint64_t>(running_)) preempt(*requests_.at(sequence));
       for (auto& [name, model] : models_) {
         if (!model->pages) continue;
         const auto stats = model->pages->stats();
-        model->pages.emplace(stats.total, model->pages->page_size());
+        const std::uint32_t page_size = model->pages->page_size();
+        model->pages.emplace(stats.total, page_size);
+        model->pages->record_evictions(!config_.cache_writer.empty() && model->page_bytes > 0);
       }
     }
   } else {
@@ -788,6 +937,9 @@ StatusReport Scheduler::status() const {
   s.preemptions = preemptions_;
   s.computed_tokens = computed_tokens_;
   s.prefix_hit_tokens = prefix_hit_tokens_;
+  s.restored_hot_tokens = restored_hot_tokens_;
+  s.restored_ssd_tokens = restored_ssd_tokens_;
+  s.spilled_pages = spilled_pages_;
   for (const auto& [name, model] : models_) {
     if (!model->pages) continue;
     const PageTableStats p = model->pages->stats();
@@ -803,6 +955,19 @@ StatusReport Scheduler::status() const {
 }
 
 void Scheduler::on_timer(Context& ctx) {
+  // A cache-writer that does not answer costs a prompt its restored prefix, never its request.
+  bool lookups_given_up = false;
+  for (auto& [sequence, request] : requests_) {
+    if (request->lookup != Request::Lookup::pending) continue;
+    if ((ctx.now_ns() - request->lookup_sent_ns) / 1'000'000 < config_.lookup_timeout_ms) continue;
+    request->lookup = Request::Lookup::done;
+    lookups_given_up = true;
+  }
+  if (lookups_given_up) {
+    spdlog::warn("{}: the cache-writer did not answer prefix lookups within {} ms: computing those prompts",
+                 ctx.self(), config_.lookup_timeout_ms);
+    schedule(ctx);
+  }
   if (!in_flight_) return;
   const std::int64_t waited_ms = (ctx.now_ns() - in_flight_since_ns_) / 1'000'000;
   if (waited_ms < config_.step_timeout_ms) return;

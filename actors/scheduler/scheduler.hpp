@@ -49,10 +49,15 @@ struct SchedulerConfig {
   std::uint32_t token_budget = 512;  // tokens computed per step, decode and prefill together
   std::uint32_t max_waiting = 4096;  // queued requests; beyond, new ones are told busy
   std::uint32_t step_timeout_ms = 30000;  // a step unanswered this long fails its requests
+  std::string cache_writer;          // the KV prefix cache beyond the GPU: pages the GPU gives up go
+                                     // there (through the executor), and new prompts ask it for
+                                     // their prefix; "": none
+  std::uint32_t lookup_timeout_ms = 2000;  // a prefix lookup unanswered this long is a miss
 };
 
 // Options: model=PATH and name=ID (one model), or models=ID=PATH;ID2=PATH2, aliases=NAME=ID;... and default_model=ID;
-// executor=, enforcer=, max_sequences=, token_budget=, max_waiting=, step_timeout_ms=. Throws
+// executor=, enforcer=, max_sequences=, token_budget=, max_waiting=, step_timeout_ms=,
+// cache_writer=, lookup_timeout_ms=. Throws
 // std::invalid_argument naming a bad one.
 SchedulerConfig scheduler_config(const ActorOptions& options);
 std::unique_ptr<Actor> make_scheduler(const ActorOptions& options);
@@ -82,6 +87,12 @@ class Scheduler final : public Actor {
   void on_model_unloaded(Context& ctx, const messages::ModelUnloaded& unloaded);
   void on_load_answer(Context& ctx, const messages::LoadAnswer& answer);
   void on_abort_model(Context& ctx, const messages::AbortModel& abort);
+  // The prefix cache beyond the GPU.
+  void start_lookup(Context& ctx, Request& request);
+  void on_cached_prefix(Context& ctx, messages::Message& message, const messages::CachedPrefix& cached);
+  std::uint32_t restore_prefix(Request& request, std::uint32_t reused, messages::StepPlan& plan,
+                               messages::Frames& blobs);
+  void collect_spills(ServedModel& model, messages::StepPlan& plan, messages::Frames& blobs);
   void serve_model(ServedModel& model, const messages::ModelInfo& info);
   void request_load(Context& ctx, ServedModel& model);
   void fail_waiting(Context& ctx, ServedModel& model, messages::RequestError error, const std::string& why);
@@ -131,6 +142,7 @@ class Scheduler final : public Actor {
   std::uint32_t executor_slots_ = 0;
 
   std::uint64_t steps_ = 0, finished_ = 0, preemptions_ = 0, computed_tokens_ = 0, prefix_hit_tokens_ = 0;
+  std::uint64_t restored_hot_tokens_ = 0, restored_ssd_tokens_ = 0, spilled_pages_ = 0;
 };
 
 }  // namespace mqlm::actors

@@ -26,13 +26,67 @@ BufferRange rows_of(const PoolBuffer& buffer, std::uint64_t first_row, std::uint
 
 GpuKvCache::GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t pages, std::uint32_t page_size,
                        std::string_view owner)
-    : pages_(pages), page_size_(page_size) {
+    : queue_(gpu.queue),
+      pool_(gpu.pool),
+      pages_(pages),
+      page_size_(page_size),
+      page_layer_bytes_(std::uint64_t{page_size} * config.kv_dim() * 2) {  // F16
   if (pages == 0 || page_size == 0) throw std::invalid_argument("a KV cache needs pages of at least one token");
-  const VkDeviceSize bytes = VkDeviceSize{pages} * page_size * config.kv_dim() * 2;  // F16
+  const VkDeviceSize bytes = VkDeviceSize{pages} * page_layer_bytes_;
   for (std::uint32_t l = 0; l < config.n_layers; ++l) {
     keys_.push_back(gpu.pool.allocate(bytes, owner));
     values_.push_back(gpu.pool.allocate(bytes, owner));
   }
+}
+
+std::uint64_t GpuKvCache::page_bytes() const { return 2 * keys_.size() * page_layer_bytes_; }
+
+template <class Region, class Bytes>
+std::vector<Region> GpuKvCache::page_regions(std::span<const std::uint32_t> pages, std::span<const Bytes> host) const {
+  if (pages.size() != host.size()) {
+    throw std::invalid_argument(std::to_string(pages.size()) + " pages but " + std::to_string(host.size()) +
+                                " host buffers");
+  }
+  std::vector<Region> regions;
+  regions.reserve(pages.size() * keys_.size() * 2);
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] >= pages_) {
+      throw std::invalid_argument("page " + std::to_string(pages[i]) + " is outside a KV cache of " +
+                                  std::to_string(pages_) + " pages");
+    }
+    if (host[i].size() != page_bytes()) {
+      throw std::invalid_argument("page " + std::to_string(pages[i]) + " has " + std::to_string(host[i].size()) +
+                                  " host bytes, not the " + std::to_string(page_bytes()) + " a page takes");
+    }
+    const VkDeviceSize at = VkDeviceSize{pages[i]} * page_layer_bytes_;
+    for (std::size_t l = 0; l < keys_.size(); ++l) {
+      regions.push_back({keys_[l], at, host[i].subspan(2 * l * page_layer_bytes_, page_layer_bytes_)});
+      regions.push_back({values_[l], at, host[i].subspan((2 * l + 1) * page_layer_bytes_, page_layer_bytes_)});
+    }
+  }
+  return regions;
+}
+
+void GpuKvCache::read_pages(std::span<const std::uint32_t> pages, std::span<const std::span<std::byte>> out) {
+  auto regions = page_regions<gpu::DownloadRegion>(pages, out);
+  gpu::download_regions(queue_, pool_, regions, staging_chunk_, always_stage_);
+}
+
+void GpuKvCache::write_pages(std::span<const std::uint32_t> pages, std::span<const std::span<const std::byte>> data) {
+  auto regions = page_regions<gpu::UploadRegion>(pages, data);
+  // Two writes of one page in one batch of copies would race on the GPU.
+  std::vector<std::uint32_t> sorted(pages.begin(), pages.end());
+  std::ranges::sort(sorted);
+  if (auto twice = std::ranges::adjacent_find(sorted); twice != sorted.end()) {
+    throw std::invalid_argument("page " + std::to_string(*twice) + " is written twice in one write_pages");
+  }
+  gpu::upload_regions(queue_, pool_, regions, staging_chunk_, always_stage_);
+}
+
+void GpuKvCache::set_page_staging(std::size_t chunk_bytes, bool always_stage) {
+  if (chunk_bytes == 0) throw std::invalid_argument("page copies in staging chunks of 0 bytes");
+  staging_chunk_ = chunk_bytes;
+  always_stage_ = always_stage;
 }
 
 GpuTensor GpuModel::upload(gpu::Uploader& uploader, const TensorSource& source, const TensorSpec& spec) {

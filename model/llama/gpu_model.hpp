@@ -45,9 +45,34 @@ class GpuKvCache {
   gpu::BufferRange keys(std::uint32_t layer) const { return keys_[layer].range(); }
   gpu::BufferRange values(std::uint32_t layer) const { return values_[layer].range(); }
 
+  // Bytes one page takes on the host: for each layer, its K rows then its V rows (F16).
+  std::uint64_t page_bytes() const;
+  // Copies the pages' contents out, page i into out[i] (each exactly page_bytes()), after all work
+  // already submitted to the queue; returns when the bytes are on the host. Throws
+  // std::invalid_argument on a page id out of range or a wrong size.
+  void read_pages(std::span<const std::uint32_t> pages, std::span<const std::span<std::byte>> out);
+  // Writes pages from host bytes (each exactly page_bytes()), for steps submitted afterwards.
+  // Returns when the GPU has them. Throws std::invalid_argument on a page id out of range, named
+  // twice, or a wrong size.
+  void write_pages(std::span<const std::uint32_t> pages, std::span<const std::span<const std::byte>> data);
+  // Page copies go through staging chunks of `chunk_bytes`, and through them even where the
+  // cache's memory is mapped when `always_stage` (tests: the path of a device whose memory the
+  // host cannot map, such as an H200's).
+  void set_page_staging(std::size_t chunk_bytes, bool always_stage);
+
  private:
+  // The K or V rows of each page of each layer, in page_bytes() order, and where each page's
+  // rows begin on the host.
+  template <class Region, class Bytes>
+  std::vector<Region> page_regions(std::span<const std::uint32_t> pages, std::span<const Bytes> host) const;
+
+  gpu::ComputeQueue& queue_;
+  gpu::BufferPool& pool_;
   std::uint32_t pages_, page_size_;
-  std::vector<gpu::PoolBuffer> keys_, values_;
+  std::uint64_t page_layer_bytes_;  // one page of one layer's K (or V): page_size * kv_dim * 2
+  std::vector<gpu::PoolBuffer> keys_, values_;  // (layers) of (pages * page_size, kv_dim) F16
+  std::size_t staging_chunk_ = std::size_t{64} << 20;
+  bool always_stage_ = false;
 };
 
 // One token of a step: which sequence (an index into block_tables), its position there, and

@@ -281,9 +281,9 @@ TEST(MessagesCodec, TooManyFramesIsTooLargeBeforeTheEnvelopeIsRead) {
   EXPECT_TRUE(decodes(decode_parts({ping_envelope(), ping_payload(), "a", "b"}, limits)));
   EXPECT_TRUE(fails_with(decode_parts({ping_envelope(), ping_payload(), "a", "b", "c"}, limits),
                          ErrorCode::too_large, false));
-  // The default allows the envelope, the payload and 64 blobs.
+  // The default allows the envelope, the payload and a prefix's pages as blobs.
   std::vector<std::string> parts{ping_envelope(), ping_payload()};
-  parts.resize(66);
+  parts.resize(2 + kMaxPrefixPages);
   EXPECT_TRUE(decodes(decode_parts(parts)));
   parts.emplace_back();
   EXPECT_TRUE(fails_with(decode_parts(parts), ErrorCode::too_large, false));
@@ -481,10 +481,15 @@ TEST(MessagesCodec, WrongFieldCountIsMalformedWithEnvelope) {
   for (const Payload& payload : all_samples()) {
     SCOPED_TRACE(kind_name(kind_of(payload)));
     const std::vector<std::string> fields = packed_elements(pack_payload(payload));
-    std::vector<std::string> fewer(fields.begin(), fields.end() - 1);
+    std::vector<std::string> bodies;
+    if (!fields.empty()) {  // CacheQuery has no fields: only one too many is wrong for it
+      bodies.push_back(packed_array({}));
+      bodies.push_back(packed_array({fields.begin(), fields.end() - 1}));
+    }
     std::vector<std::string> more = fields;
-    more.push_back(fields.back());
-    for (const std::string& body : {packed_array({}), packed_array(fewer), packed_array(more)}) {
+    more.push_back(fields.empty() ? nil() : fields.back());
+    bodies.push_back(packed_array(more));
+    for (const std::string& body : bodies) {
       EXPECT_TRUE(fails_with(decode_parts({envelope_bytes(kind_of(payload)), body}), ErrorCode::malformed, true));
     }
   }
@@ -499,6 +504,8 @@ std::vector<std::string> wrong_types_for(const std::string& field) {
     case msgpack::type::ARRAY: return {nil(), packed(0.5), packed(7), packed("7"s), packed(std::map<int, int>{{1, 1}})};
     case msgpack::type::MAP: return {nil(), packed(0.5), packed(7), packed("7"s), packed(std::vector<int>{1})};
     case msgpack::type::STR: wrong.push_back(packed(7)); wrong.push_back(packed(true)); break;
+    // Byte vectors (CachedPrefix.tiers) take arrays of small integers and strings too.
+    case msgpack::type::BIN: return {nil(), packed(0.5), packed(7), packed(true), packed(std::map<int, int>{{1, 1}})};
     case msgpack::type::BOOLEAN: wrong.push_back(packed(1)); wrong.push_back(packed("true"s)); break;
     // Floating point (ModelsReport.ceiling_fraction): 0.5 is right, so not among the wrong.
     case msgpack::type::FLOAT32:

@@ -78,11 +78,18 @@ inline FinalEvent sample(std::type_identity<FinalEvent>) {
           "device lost", "held", "\n\n", 602, 128, 592, 1'000, 20'000'000, 900'000'000};
 }
 inline StatusQuery sample(std::type_identity<StatusQuery>) { return {true}; }
+inline KvPageId sample_page_id() { return {0xFEDC'BA98'7654'3210ULL, 0x0123'4567'89AB'CDEFULL, {1, 2, 3, 4}}; }
+inline CacheReport sample_cache_report() {
+  return {1ULL << 30, 2ULL << 30, 512, 1ULL << 20, 5ULL << 30, 16ULL << 30, 2560, 100, 200, 300, 400, 500, 6, 7, 8,
+          {{"tiny", 1ULL << 30}}};
+}
 inline StatusReport sample(std::type_identity<StatusReport>) {
-  return {{"tiny", "llama3-8b"}, 3, 1, 2, 1ULL << 40, 99, 4, 123456, 4096, 512, 17, 9, 33, 2, true, sample_pool()};
+  return {{"tiny", "llama3-8b"}, 3, 1, 2, 1ULL << 40, 99, 4, 123456, 4096, 512, 17, 9, 33, 2, true, sample_pool(),
+          8000, 1600, 21};
 }
 inline StepPlan sample(std::type_identity<StepPlan>) {
-  return {7, "tiny", {{42, sample_sampling(), {1, 2, 3}}}, {{42, 16, {5, 6}, {3, 9}, true}}, {41, 40}, true};
+  return {7, "tiny", {{42, sample_sampling(), {1, 2, 3}}}, {{42, 16, {5, 6}, {3, 9}, true}}, {41, 40}, true,
+          {{11, sample_page_id()}}, {12, 13}, 0xABCD'EF01'2345'6789ULL};
 }
 inline StepResult sample(std::type_identity<StepResult>) {
   return {7, {{42, 13, true, sample_logprobs()}}, static_cast<std::uint16_t>(RequestError::gpu), "out of memory",
@@ -90,7 +97,7 @@ inline StepResult sample(std::type_identity<StepResult>) {
 }
 inline ExecutorQuery sample(std::type_identity<ExecutorQuery>) { return {true}; }
 inline ExecutorReport sample(std::type_identity<ExecutorReport>) {
-  return {{{"tiny", 512, 16, 4096, 32000}},
+  return {{{"tiny", 512, 16, 4096, 32000, 2 << 20}},
           2,
           sample_pool(),
           "NVIDIA H100 80GB HBM3",
@@ -100,12 +107,12 @@ inline Drain sample(std::type_identity<Drain>) { return {true}; }
 inline Drained sample(std::type_identity<Drained>) { return {2000}; }
 inline LoadModel sample(std::type_identity<LoadModel>) { return {"llama3-8b"}; }
 inline ModelLoaded sample(std::type_identity<ModelLoaded>) {
-  return {"tiny", true, "slow disk", {"tiny", 512, 16, 4096, 32000}, 1ULL << 33, sample_pool(), 2'500'000'000};
+  return {"tiny", true, "slow disk", {"tiny", 512, 16, 4096, 32000, 2 << 20}, 1ULL << 33, sample_pool(), 2'500'000'000};
 }
 inline UnloadModel sample(std::type_identity<UnloadModel>) { return {"tiny"}; }
 inline ModelUnloaded sample(std::type_identity<ModelUnloaded>) {
   return {"tiny", true, 1ULL << 33, (1ULL << 34) + 5, 1ULL << 26, (1ULL << 34) + 5 - (1ULL << 26),
-          {"weights: injected failure"}, sample_pool(), 40'000'000};
+          {"weights: injected failure"}, sample_pool(), 40'000'000, 6ULL << 20};
 }
 inline AbortModel sample(std::type_identity<AbortModel>) { return {"tiny", "evicted to load llama3-8b"}; }
 inline ModelDrained sample(std::type_identity<ModelDrained>) { return {"tiny", 8}; }
@@ -125,8 +132,28 @@ inline ModelsReport sample(std::type_identity<ModelsReport>) {
   return {{{"tiny", "/m/tiny.gguf", true, static_cast<std::uint8_t>(ModelState::loaded), 1ULL << 33, 1ULL << 33, 77,
             2, 3, 2, "weights: injected", {"fast", "default"}, 300}},
           8ULL << 30, 6ULL << 30, 7ULL << 30, 1ULL << 33, static_cast<std::uint8_t>(Pressure::soft), "all pinned",
-          sample_pool(), {80ULL << 30, 79ULL << 30, 1ULL << 33, true, 3ULL << 30}, 0.9};
+          sample_pool(), {80ULL << 30, 79ULL << 30, 1ULL << 33, true, 3ULL << 30}, 0.9, true, sample_cache_report(),
+          48ULL << 30, 3};
 }
+inline KvPagesSpilled sample(std::type_identity<KvPagesSpilled>) {
+  return {"tiny", 0x1234'5678'9ABC'DEF0ULL, 16, 2 << 20, {sample_page_id()}};
+}
+inline PrefixLookup sample(std::type_identity<PrefixLookup>) {
+  return {"tiny", 0x1234'5678'9ABC'DEF0ULL, 16, 2 << 20, {7, 8, 1ULL << 63}};
+}
+inline CachedPrefix sample(std::type_identity<CachedPrefix>) {
+  return {"tiny", {sample_page_id(), sample_page_id()}, {static_cast<std::uint8_t>(CacheTier::hot),
+                                                         static_cast<std::uint8_t>(CacheTier::ssd)}};
+}
+inline CloseModelCache sample(std::type_identity<CloseModelCache>) { return {"tiny", false}; }
+inline ModelCacheClosed sample(std::type_identity<ModelCacheClosed>) {
+  return {"tiny", 6ULL << 20, 3, 2, 1, {"injected failure while closing"}};
+}
+inline ClearCache sample(std::type_identity<ClearCache>) { return {static_cast<std::uint8_t>(CacheTier::ssd)}; }
+inline CacheCleared sample(std::type_identity<CacheCleared>) { return {2, 1ULL << 34, 8192, {"cannot delete"}}; }
+inline CacheQuery sample(std::type_identity<CacheQuery>) { return {}; }
+inline ShrinkCache sample(std::type_identity<ShrinkCache>) { return {1ULL << 29}; }
+inline CacheReport sample(std::type_identity<CacheReport>) { return sample_cache_report(); }
 
 template <typename T>
 T sample() {
