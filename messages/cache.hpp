@@ -128,7 +128,8 @@ struct ShrinkCache {
 };
 
 struct CacheReport {
-  std::uint64_t hot_bytes = 0;          // page bytes held in RAM (queued writes included)
+  std::uint64_t hot_bytes = 0;          // page bytes held in RAM (queued writes included; the
+                                        // budget bounds the rest)
   std::uint64_t hot_budget_bytes = 0;
   std::uint32_t hot_pages = 0;
   std::uint64_t queued_write_bytes = 0; // of hot_bytes: waiting to be written to SSD

@@ -252,7 +252,7 @@ NodeConfig serve_config(const ServeOptions& o) {
     }
     if (o.fail_cache_writes) options[kCacheWriter]["fail_writes"] = "1";
     if (!o.fail_cache_close.empty()) options[kCacheWriter]["fail_close"] = o.fail_cache_close;
-    for (const char* kind : {"scheduler", "executor", "enforcer"}) {
+    for (const char* kind : {"scheduler", "executor", "enforcer", "gateway", "http"}) {
       options[kind]["cache_writer"] = kCacheWriter;
     }
     if (!o.host_memory_soft.empty()) {

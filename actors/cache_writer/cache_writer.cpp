@@ -23,17 +23,20 @@ struct CacheWriterConfig {
   std::uint64_t hot_bytes = std::uint64_t{1} << 30;
   std::filesystem::path ssd_dir;  // empty: no SSD tier
   std::uint64_t ssd_bytes = std::uint64_t{16} << 30;
+  std::uint64_t queue_bytes = std::uint64_t{256} << 20;  // RAM of pages on their way to SSD
   bool drain = true;              // close=drain: queued writes are finished, not dropped
   bool fail_writes = false;
   std::string fail_close;
 };
 
 CacheWriterConfig cache_writer_config(const ActorOptions& options) {
-  check_option_names("cache-writer", options, {"hot_bytes", "ssd_dir", "ssd_bytes", "close", "fail_writes", "fail_close"});
+  check_option_names("cache-writer", options, {"hot_bytes", "ssd_dir", "ssd_bytes", "queue_bytes", "close", "fail_writes",
+                                                      "fail_close"});
   CacheWriterConfig c;
   c.hot_bytes = number_option("cache-writer", options, "hot_bytes", c.hot_bytes);
   c.ssd_dir = text_option(options, "ssd_dir", "");
   c.ssd_bytes = number_option("cache-writer", options, "ssd_bytes", c.ssd_bytes, 1);
+  c.queue_bytes = number_option("cache-writer", options, "queue_bytes", c.queue_bytes, 1);
   const std::string close = text_option(options, "close", "drain");
   if (close != "drain" && close != "drop") {
     throw std::invalid_argument("cache-writer option close=" + close + ": expected drain or drop");
@@ -170,43 +173,33 @@ class CacheWriter final : public Actor {
     }
   }
 
+  // Pages in RAM not yet handed to the writer: what the budget bounds.
+  std::uint64_t resident_bytes() const { return hot_bytes_ - queued_bytes_; }
+
   void insert(HotPage page) {
     const std::uint64_t key = page.id.key;
     if (hot_.contains(key)) release(key);  // newer contents for the same prefix
     const std::uint64_t size = page.blob.size();
-    make_room(size);
-    if (hot_bytes_ + size > config_.hot_bytes) {
-      ++report_.dropped;  // the budget is full of pages being written, or smaller than a page
-      return;
-    }
+    shrink_to(config_.hot_bytes > size ? config_.hot_bytes - size : 0);
     hot_bytes_ += size;
     by_model_[page.model] += size;
     auto [it, inserted] = hot_.emplace(key, std::move(page));
     it->second.lru = lru_.insert(lru_.end(), key);
+    if (resident_bytes() > config_.hot_bytes) leave_hot(key);  // a budget smaller than a page
   }
 
-  // Least recently used pages leave until `needed` more bytes fit: to SSD if there is one.
-  void make_room(std::uint64_t needed) {
-    while (hot_bytes_ + needed > config_.hot_bytes && !lru_.empty()) {
-      const std::uint64_t key = lru_.front();
-      if (io_) {
-        queue_write(key);
-      } else {
-        ++report_.dropped;
-        release(key);
-      }
-    }
-  }
-
+  // Least recently used pages leave the budget until `target` bytes are left.
   void shrink_to(std::uint64_t target) {
-    while (hot_bytes_ > target && !lru_.empty()) {
-      const std::uint64_t key = lru_.front();
-      if (io_) {
-        queue_write(key);
-      } else {
-        ++report_.dropped;
-        release(key);
-      }
+    while (resident_bytes() > target && !lru_.empty()) leave_hot(lru_.front());
+  }
+
+  // A page leaves the budget: to the SSD writer if there is one with room in its queue, else gone.
+  void leave_hot(std::uint64_t key) {
+    if (io_ && queued_bytes_ + hot_.at(key).blob.size() <= config_.queue_bytes) {
+      queue_write(key);
+    } else {
+      ++report_.dropped;
+      release(key);
     }
   }
 

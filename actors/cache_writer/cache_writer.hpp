@@ -3,9 +3,9 @@
 //
 // - Hot tier: the pages the executor copied out when the scheduler gave them up (KvPagesSpilled),
 //   kept as the frames they arrived in, under one byte budget for every model, each page knowing
-//   its owner model. Least recently used pages leave first: to the SSD tier when there is one,
-//   else dropped. The budget is never exceeded: a page that finds it full of pages still being
-//   written is dropped.
+//   its owner model. Least recently used pages leave first: queued for the SSD tier when there is
+//   one (the queue's RAM is bounded apart, queue_bytes), else dropped; a page that finds the queue
+//   full is dropped (counted).
 // - SSD tier: written and read by the I/O thread (cache_io.hpp) through SsdStore (one checked
 //   file per page, the directory its index), so the actor never waits on a disk.
 // - PrefixLookup: the longest run of the asked pages it has, hot or from SSD, as CachedPrefix.
@@ -16,8 +16,9 @@
 //   (the memory enforcer) brings the hot tier under a target. CacheQuery: a CacheReport.
 // - Stopping drains or drops the write queue (close=) and releases everything.
 //
-// Options: hot_bytes=N (the hot tier's budget, default 1 GiB; 0: no hot tier), ssd_dir=PATH
-// (default: no SSD tier), ssd_bytes=N (the SSD tier's limit, default 16 GiB), close=drain|drop
+// Options: hot_bytes=N (the hot tier's budget, default 1 GiB), ssd_dir=PATH (default: no SSD
+// tier), ssd_bytes=N (the SSD tier's limit, default 16 GiB), queue_bytes=N (pages on their way to
+// SSD, default 256 MiB), close=drain|drop
 // (what Close and shutdown do with queued writes, default drain), fail_writes=1 (tests: every
 // SSD write fails as on a full disk), fail_close=ID (tests: closing model ID throws midway).
 //
