@@ -399,6 +399,27 @@ ClientRequest parse_admin(const Entries& entries, AdminOp op, std::optional<Clie
   return request;
 }
 
+// {"op": "clear_cache", "tier": "hot" | "ssd"}: the tier is required, and only those two.
+ClientRequest parse_clear_cache(const Entries& entries, std::optional<ClientId> id) {
+  AdminRequest request{AdminOp::clear_cache, std::move(id), {}, false, messages::CacheTier::hot};
+  std::optional<messages::CacheTier> tier;
+  for (const auto& [name, value] : entries.items) {
+    if (name == "op" || name == "id") continue;
+    if (name != "tier") return problem(malformed("clear_cache has no key '" + std::string(name) + "'"), request.id);
+    if (value->type != msgpack::type::STR) return problem(wrong_type("tier", "\"hot\" or \"ssd\"", *value), request.id);
+    const std::string_view text(value->via.str.ptr, value->via.str.size);
+    tier = model_admin::tier_named(text);
+    if (!tier) {
+      return problem(invalid("tier is '" + std::string(text.substr(0, kMaxKeyBytes)) +
+                             "': clear_cache empties the \"hot\" (RAM) or the \"ssd\" tier"),
+                     request.id);
+    }
+  }
+  if (!tier) return problem(invalid("clear_cache needs 'tier': \"hot\" or \"ssd\""), request.id);
+  request.tier = *tier;
+  return request;
+}
+
 ClientRequest parse_abort(const Entries& entries, ClientId id) {
   for (const auto& [name, value] : entries.items) {
     if (name != "op" && name != "id") return problem(malformed("abort has no key '" + std::string(name) + "'"), id);
@@ -488,12 +509,12 @@ ClientRequest parse_request(std::span<const std::byte> frame) {
 
   const msgpack::object* op_value = entries.find("op");
   if (entries.is_repeated("op")) return problem(malformed("the key 'op' appears twice"), id);
-  static constexpr std::string_view kOps = "generate, abort, status, load, unload or models";
+  static constexpr std::string_view kOps = "generate, abort, status, load, unload, models or clear_cache";
   if (op_value == nullptr) return problem(malformed("'op' is missing: " + std::string(kOps)), id);
   if (op_value->type != msgpack::type::STR) return problem(wrong_type("op", "a string", *op_value), id);
   std::string_view op(op_value->via.str.ptr, op_value->via.str.size);
   const bool generate = op == "generate";
-  const bool admin = op == "load" || op == "unload" || op == "models";
+  const bool admin = op == "load" || op == "unload" || op == "models" || op == "clear_cache";
   if (!generate && !admin && op != "abort" && op != "status") {
     return problem(malformed("unknown op '" + std::string(op.substr(0, kMaxKeyBytes)) + "': " + std::string(kOps)),
                    id);
@@ -509,6 +530,7 @@ ClientRequest parse_request(std::span<const std::byte> frame) {
   if (op == "load") return parse_admin(entries, AdminOp::load, std::move(id));
   if (op == "unload") return parse_admin(entries, AdminOp::unload, std::move(id));
   if (op == "models") return parse_admin(entries, AdminOp::models, std::move(id));
+  if (op == "clear_cache") return parse_clear_cache(entries, std::move(id));
   return parse_status(entries, std::move(id));
 }
 
@@ -640,7 +662,7 @@ std::string encode_status_event(const std::optional<ClientId>& id, const message
                                 std::uint64_t gateway_requests, const messages::ModelsReport* memory) {
   msgpack::sbuffer buffer;
   Packer pk(buffer);
-  begin_event(pk, "status", id ? &*id : nullptr, memory != nullptr ? 18 : 17);
+  begin_event(pk, "status", id ? &*id : nullptr, memory != nullptr ? 21 : 20);
   if (memory != nullptr) {
     pack_text(pk, "memory");
     const std::vector<std::uint8_t> packed = nlohmann::json::to_msgpack(model_admin::memory_json(*memory));
@@ -661,6 +683,9 @@ std::string encode_status_event(const std::optional<ClientId>& id, const message
   number("preemptions", report.preemptions);
   number("computed_tokens", report.computed_tokens);
   number("prefix_hit_tokens", report.prefix_hit_tokens);
+  number("restored_hot_tokens", report.restored_hot_tokens);
+  number("restored_ssd_tokens", report.restored_ssd_tokens);
+  number("spilled_pages", report.spilled_pages);
   number("kv_pages", report.kv_pages);
   number("kv_pages_in_use", report.kv_pages_in_use);
   number("kv_pages_cached", report.kv_pages_cached);

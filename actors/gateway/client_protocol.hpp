@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "messages/cache.hpp"
 #include "messages/codec.hpp"
 #include "messages/models.hpp"
 #include "messages/serving.hpp"
@@ -53,15 +54,17 @@ struct StatusRequest {
   bool trim = false;
 };
 
-// The model pool's admin requests (answered by the enforcer through the gateway): load a model,
-// unload it (if_idle: only when no request uses it), or list the models with their states.
-enum class AdminOp { load, unload, models };
+// The admin requests: the model pool's (answered by the enforcer through the gateway): load a
+// model, unload it (if_idle: only when no request uses it), or list the models with their states;
+// and the KV prefix cache's (answered by the cache-writer): empty its hot or SSD tier.
+enum class AdminOp { load, unload, models, clear_cache };
 
 struct AdminRequest {
   AdminOp op = AdminOp::models;
   std::optional<ClientId> id;
   std::string model;  // load, unload: required; models: "" for every model
   bool if_idle = false;
+  messages::CacheTier tier = messages::CacheTier::hot;  // clear_cache: required
 };
 
 // A frame that is no usable request. code is RequestError::malformed (not a map of known keys

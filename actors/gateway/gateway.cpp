@@ -49,6 +49,7 @@ struct GatewayConfig {
   std::string listen = "tcp://127.0.0.1:5555";
   std::string scheduler = "scheduler";
   std::string enforcer;  // "": the server has no model pool (admin requests are refused)
+  std::string cache_writer;  // "": the server keeps no KV pages beyond the GPU (clear_cache is refused)
   std::size_t max_requests = 4096;
   std::chrono::milliseconds keepalive{250};
   std::chrono::milliseconds heartbeat{200};
@@ -139,6 +140,9 @@ class Gateway final : public Actor {
 
   void on_message(Context& ctx, Message& message) override {
     if (message.envelope.from == config_.scheduler) last_heard_ns_ = ctx.now_ns();
+    if (!config_.cache_writer.empty() && message.envelope.from == config_.cache_writer) {
+      cache_writer_heard_ns_ = ctx.now_ns();
+    }
     const std::uint64_t request_id = message.envelope.request_id;
     if (auto* token = std::get_if<TokenEvent>(&message.payload)) {
       on_token(ctx, request_id, std::move(*token));
@@ -152,6 +156,8 @@ class Gateway final : public Actor {
       on_load_answer(ctx, message.envelope.correlation_id, *load);
     } else if (const auto* unload = message.as<UnloadAnswer>()) {
       on_unload_answer(ctx, message.envelope.correlation_id, *unload);
+    } else if (const auto* cleared = message.as<CacheCleared>()) {
+      on_cache_cleared(ctx, message.envelope.correlation_id, *cleared);
     } else if (const auto* error = message.as<Error>()) {
       on_runtime_error(ctx, message.envelope, *error);
     } else if (const auto* drain = message.as<Drain>()) {
@@ -242,7 +248,11 @@ class Gateway final : public Actor {
     } else if (auto* status = std::get_if<cp::StatusRequest>(&request)) {
       ask_status(ctx, peer, std::move(*status));
     } else if (auto* admin = std::get_if<cp::AdminRequest>(&request)) {
-      ask_enforcer(ctx, peer, std::move(*admin));
+      if (admin->op == cp::AdminOp::clear_cache) {
+        ask_cache_writer(ctx, peer, std::move(*admin));
+      } else {
+        ask_enforcer(ctx, peer, std::move(*admin));
+      }
     } else {
       reject_frame(ctx, peer, std::get<cp::RequestProblem>(std::move(request)));
     }
@@ -377,12 +387,43 @@ class Gateway final : public Actor {
       case cp::AdminOp::models:
         status = ctx.send(config_.enforcer, ModelsQuery{request.model}, SendOptions{correlation_id, 0, {}});
         break;
+      case cp::AdminOp::clear_cache:  // the cache-writer's: handle_client_message sends it to ask_cache_writer
+        refuse_admin(RequestError::internal, "clear_cache reached the enforcer's path");
+        return;
     }
     if (status != SendStatus::sent && status != SendStatus::deferred) {
       refuse_admin(status == SendStatus::unknown_actor ? RequestError::internal : RequestError::busy,
                    status == SendStatus::unknown_actor ? "the gateway has no address for its enforcer '" +
                                                              config_.enforcer + "'"
                                                        : "the enforcer's queue is full: try again later");
+      return;
+    }
+    pending_admin_.emplace(correlation_id, PendingAdmin{peer, std::move(request), ctx.now_ns()});
+  }
+
+  // clear_cache goes to the cache-writer; its CacheCleared comes back by correlation id. It is
+  // not refused while draining: emptying a cache takes nothing from a request.
+  void ask_cache_writer(Context& ctx, const Peer& peer, cp::AdminRequest request) {
+    auto refuse_clear = [&](RequestError code, const std::string& message) {
+      send_to_client(ctx, peer, cp::encode_error_event(code, message, request.id));
+    };
+    if (config_.cache_writer.empty()) {
+      refuse_clear(RequestError::invalid_request, "this server runs no cache-writer (no hot cache: --hot-cache 0), "
+                                                  "so it has no KV cache to clear");
+      return;
+    }
+    if (pending_admin_.size() >= kMaxPendingAdmin) {
+      refuse_clear(RequestError::busy, "too many admin requests are waiting: try again later");
+      return;
+    }
+    const std::uint64_t correlation_id = ++next_correlation_id_;
+    SendStatus status = ctx.send(config_.cache_writer, ClearCache{static_cast<std::uint8_t>(request.tier)},
+                                 SendOptions{correlation_id, 0, {}});
+    if (status != SendStatus::sent && status != SendStatus::deferred) {
+      refuse_clear(status == SendStatus::unknown_actor ? RequestError::internal : RequestError::busy,
+                   status == SendStatus::unknown_actor ? "the gateway has no address for its cache-writer '" +
+                                                             config_.cache_writer + "'"
+                                                       : "the cache-writer's queue is full: try again later");
       return;
     }
     pending_admin_.emplace(correlation_id, PendingAdmin{peer, std::move(request), ctx.now_ns()});
@@ -504,6 +545,17 @@ class Gateway final : public Actor {
     if (static_cast<UnloadOutcome>(answer.outcome) != UnloadOutcome::draining) pending_admin_.erase(it);
   }
 
+  void on_cache_cleared(Context& ctx, std::uint64_t correlation_id, const CacheCleared& cleared) {
+    auto it = pending_admin_.find(correlation_id);
+    if (it == pending_admin_.end()) {
+      ++dropped_events_;
+      return;
+    }
+    send_to_client(ctx, it->second.peer,
+                   cp::encode_json_event("cache_cleared", it->second.request.id, model_admin::cleared_json(cleared)));
+    pending_admin_.erase(it);
+  }
+
   // The scheduler's runtime could not take something we sent (it answers with Error): a bug on
   // one side or the other, so the request fails with internal rather than waiting forever.
   void on_runtime_error(Context& ctx, const Envelope& envelope, const Error& error) {
@@ -559,12 +611,14 @@ class Gateway final : public Actor {
     last_tick_ns_ = now;
     if (now - last_heartbeat_ns_ >= to_ns(config_.heartbeat)) {
       ctx.send(config_.scheduler, Heartbeat{++heartbeat_seq_});
+      if (clears_pending()) ctx.send(config_.cache_writer, Heartbeat{heartbeat_seq_});
       last_heartbeat_ns_ = now;
     }
     if (!late && (!requests_.empty() || !pending_status_.empty()) && scheduler_silent(now)) {
       fail_all_unavailable(ctx);
     }
     if (!late) give_up_on_enforcer(ctx, now);
+    if (!late) give_up_on_cache_writer(ctx, now);
     // A client sent nothing for a while is sent an empty frame: if it is gone, the send says so.
     // Not to REQ-framed clients: a REQ socket would take the empty frame for its one answer.
     for (auto& [routing_id, client] : clients_) {
@@ -586,7 +640,7 @@ class Gateway final : public Actor {
       answer_status_if_complete(ctx, pending_status_.find(correlation_id), true);
     }
     for (auto it = pending_admin_.begin(); it != pending_admin_.end();) {
-      if (now - it->second.asked_ns <= kAdminTimeoutNs) {
+      if (it->second.request.op == cp::AdminOp::clear_cache || now - it->second.asked_ns <= kAdminTimeoutNs) {
         ++it;
         continue;
       }
@@ -595,6 +649,29 @@ class Gateway final : public Actor {
                                             "the enforcer '" + config_.enforcer + "' did not answer in " +
                                                 std::to_string(kAdminTimeoutNs / 1'000'000'000) + " s",
                                             it->second.request.id));
+      it = pending_admin_.erase(it);
+    }
+  }
+
+  bool clears_pending() const {
+    return std::any_of(pending_admin_.begin(), pending_admin_.end(),
+                       [](const auto& entry) { return entry.second.request.op == cp::AdminOp::clear_cache; });
+  }
+
+  // A clear the cache-writer has been silent about for unavailable_ms (heartbeats answered count:
+  // an SSD clear may take longer) fails with unavailable (model_admin::clear_overdue).
+  void give_up_on_cache_writer(Context& ctx, std::int64_t now) {
+    for (auto it = pending_admin_.begin(); it != pending_admin_.end();) {
+      const PendingAdmin& pending = it->second;
+      auto overdue = pending.request.op == cp::AdminOp::clear_cache
+                         ? model_admin::clear_overdue(config_.cache_writer, now, pending.asked_ns,
+                                                      cache_writer_heard_ns_, to_ns(config_.unavailable))
+                         : std::nullopt;
+      if (!overdue) {
+        ++it;
+        continue;
+      }
+      send_to_client(ctx, pending.peer, cp::encode_error_event(RequestError::unavailable, *overdue, pending.request.id));
       it = pending_admin_.erase(it);
     }
   }
@@ -698,6 +775,7 @@ class Gateway final : public Actor {
   std::uint64_t next_correlation_id_ = 0;
   std::uint64_t heartbeat_seq_ = 0;
   std::int64_t last_heard_ns_ = 0;
+  std::int64_t cache_writer_heard_ns_ = 0;
   std::int64_t last_heartbeat_ns_ = 0;
   std::int64_t tick_ns_ = 0;
   std::int64_t last_tick_ns_ = 0;
@@ -711,12 +789,13 @@ class Gateway final : public Actor {
 
 std::unique_ptr<Actor> make_gateway(const ActorOptions& options) {
   check_option_names("gateway", options,
-                     {"listen", "scheduler", "enforcer", "max_requests", "keepalive_ms", "heartbeat_ms",
-                      "unavailable_ms"});
+                     {"listen", "scheduler", "enforcer", "cache_writer", "max_requests", "keepalive_ms",
+                      "heartbeat_ms", "unavailable_ms"});
   GatewayConfig config;
   if (auto it = options.find("listen"); it != options.end()) config.listen = it->second;
   if (auto it = options.find("scheduler"); it != options.end()) config.scheduler = it->second;
   config.enforcer = text_option(options, "enforcer", "");
+  config.cache_writer = text_option(options, "cache_writer", "");
   if (config.listen.find("://") == std::string::npos) {
     throw std::invalid_argument("gateway option listen=" + config.listen + " is not an address such as tcp://127.0.0.1:5555");
   }

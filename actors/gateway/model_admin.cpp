@@ -1,5 +1,7 @@
 #include "actors/gateway/model_admin.hpp"
 
+#include <algorithm>
+
 namespace mqlm::actors::model_admin {
 
 using namespace messages;
@@ -30,6 +32,20 @@ std::string_view pressure_name(Pressure pressure) {
   return "unknown";
 }
 
+std::string_view tier_name(CacheTier tier) {
+  switch (tier) {
+    case CacheTier::hot: return "hot";
+    case CacheTier::ssd: return "ssd";
+  }
+  return "unknown";
+}
+
+std::optional<CacheTier> tier_named(std::string_view name) {
+  if (name == "hot") return CacheTier::hot;
+  if (name == "ssd") return CacheTier::ssd;
+  return std::nullopt;
+}
+
 json model_json(const ModelStatus& model) {
   return {{"id", model.id},
           {"state", state_name(static_cast<ModelState>(model.state))},
@@ -47,18 +63,52 @@ json model_json(const ModelStatus& model) {
 json memory_json(const ModelsReport& report) {
   json models = json::array();
   for (const auto& model : report.models) models.push_back(model_json(model));
-  return {{"ceiling_bytes", report.ceiling_bytes},
-          {"soft_bytes", report.soft_bytes},
-          {"hard_bytes", report.hard_bytes},
-          {"used_bytes", report.used_bytes},
-          {"pressure", pressure_name(static_cast<Pressure>(report.pressure))},
-          {"pressure_note", report.pressure_note},
-          {"models", std::move(models)},
-          {"pool",
-           {{"held_bytes", report.pool.held_bytes},
-            {"active_bytes", report.pool.active_bytes},
-            {"cached_bytes", report.pool.cached_bytes},
-            {"blocks", report.pool.blocks}}}};
+  json out = {{"ceiling_bytes", report.ceiling_bytes},
+              {"soft_bytes", report.soft_bytes},
+              {"hard_bytes", report.hard_bytes},
+              {"used_bytes", report.used_bytes},
+              {"pressure", pressure_name(static_cast<Pressure>(report.pressure))},
+              {"pressure_note", report.pressure_note},
+              {"models", std::move(models)},
+              {"pool",
+               {{"held_bytes", report.pool.held_bytes},
+                {"active_bytes", report.pool.active_bytes},
+                {"cached_bytes", report.pool.cached_bytes},
+                {"blocks", report.pool.blocks}}}};
+  if (report.has_cache) {
+    out["host_soft_bytes"] = report.host_soft_bytes;
+    out["cache_shrinks"] = report.cache_shrinks;
+    out["cache"] = cache_json(report.cache);
+  }
+  return out;
+}
+
+json cache_json(const CacheReport& report) {
+  json by_model = json::object();
+  for (const auto& [model, bytes] : report.hot_bytes_by_model) by_model[model] = bytes;
+  return {{"hot_bytes", report.hot_bytes},
+          {"hot_budget_bytes", report.hot_budget_bytes},
+          {"hot_pages", report.hot_pages},
+          {"queued_write_bytes", report.queued_write_bytes},
+          {"ssd_bytes", report.ssd_bytes},
+          {"ssd_limit_bytes", report.ssd_limit_bytes},
+          {"ssd_pages", report.ssd_pages},
+          {"hot_hits", report.hot_hits},
+          {"ssd_hits", report.ssd_hits},
+          {"misses", report.misses},
+          {"spilled", report.spilled},
+          {"writes", report.writes},
+          {"write_failures", report.write_failures},
+          {"corrupt", report.corrupt},
+          {"dropped", report.dropped},
+          {"hot_bytes_by_model", std::move(by_model)}};
+}
+
+json cleared_json(const CacheCleared& cleared) {
+  return {{"tier", tier_name(static_cast<CacheTier>(cleared.tier))},
+          {"released_bytes", cleared.released_bytes},
+          {"released_pages", cleared.released_pages},
+          {"problems", cleared.problems}};
 }
 
 json loaded_json(const LoadAnswer& answer) {
@@ -86,6 +136,20 @@ json unload_json(const UnloadAnswer& answer) {
     out["total_ms"] = to_ms(answer.total_ns);
   }
   return out;
+}
+
+std::optional<std::string> clear_overdue(std::string_view cache_writer, std::int64_t now_ns, std::int64_t asked_ns,
+                                         std::int64_t heard_ns, std::int64_t unavailable_ns) {
+  const std::int64_t silent_ns = now_ns - std::max(asked_ns, heard_ns);
+  std::string why;
+  if (silent_ns > unavailable_ns) {
+    why = "has not answered for " + std::to_string(silent_ns / 1'000'000) + " ms (its process may have died)";
+  } else if (now_ns - asked_ns > kMaxClearWaitNs) {
+    why = "did not finish the clear in " + std::to_string(kMaxClearWaitNs / 1'000'000'000) + " s";
+  } else {
+    return std::nullopt;
+  }
+  return "the cache-writer '" + std::string(cache_writer) + "' " + why + ": the tier may not be cleared; try again later";
 }
 
 std::optional<Refusal> load_refusal(const LoadAnswer& answer) {

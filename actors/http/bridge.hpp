@@ -6,6 +6,8 @@
 //   handler ◀──accepted / token / final / status── http actor ◀──TokenEvent / FinalEvent / StatusReport──
 //   handler ──admin──▶ http actor ──LoadRequest / UnloadRequest / ModelsQuery──▶ enforcer
 //   handler ◀──admin_answer── http actor ◀──LoadAnswer / UnloadAnswer / ModelsReport──
+//   handler ──admin (clear_cache)──▶ http actor ──ClearCache──▶ cache-writer
+//   handler ◀──admin_answer── http actor ◀──CacheCleared──
 //
 // A message is a one-byte tag frame, then a msgpack body frame when the tag has one. Both ends
 // are this process's own code, but bodies are still decoded without trusting them.
@@ -19,6 +21,7 @@
 #include <zmq.hpp>
 
 #include "actors/http/http_status.hpp"
+#include "messages/cache.hpp"
 #include "messages/models.hpp"
 #include "messages/serving.hpp"
 
@@ -49,24 +52,27 @@ struct StatusAnswer {
   MSGPACK_DEFINE(ok, failure, report, figures, has_memory, memory);
 };
 
-enum class AdminOp : std::uint8_t { load = 1, unload = 2, models = 3 };
+// load, unload, models: the enforcer's; clear_cache: the cache-writer's.
+enum class AdminOp : std::uint8_t { load = 1, unload = 2, models = 3, clear_cache = 4 };
 
 struct AdminCall {
   std::uint8_t op = 0;  // AdminOp
   std::string model;
   bool if_idle = false;  // unload: only when no request uses the model
   bool wait = false;     // unload: answer when the memory is freed, not when draining starts
-  MSGPACK_DEFINE(op, model, if_idle, wait);
+  std::uint8_t tier = 0;  // clear_cache: messages::CacheTier
+  MSGPACK_DEFINE(op, model, if_idle, wait, tier);
 };
 
-// The enforcer's answer to the call (the one its op asks for), or why there is none.
+// The answer to the call (the one its op asks for), or why there is none.
 struct AdminAnswer {
   bool ok = false;
   messages::FinalEvent failure;  // when not ok: finish error with the code and message
   messages::LoadAnswer load;
   messages::UnloadAnswer unload;
   messages::ModelsReport models;
-  MSGPACK_DEFINE(ok, failure, load, unload, models);
+  messages::CacheCleared cleared;
+  MSGPACK_DEFINE(ok, failure, load, unload, models, cleared);
 };
 
 template <typename T>

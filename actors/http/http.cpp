@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/gateway/client_protocol.hpp"
+#include "actors/gateway/model_admin.hpp"
 #include "actors/http/bridge.hpp"
 #include "actors/http/http_server.hpp"
 #include "actors/http/http_status.hpp"
@@ -42,6 +43,7 @@ struct HttpConfig {
   HttpServerConfig server;
   std::string scheduler = "scheduler";
   std::string enforcer;  // "": no model pool (admin calls are refused, status has no memory)
+  std::string cache_writer;  // "": no KV pages beyond the GPU (cache clears are refused)
   std::size_t max_requests = 4096;
   std::chrono::milliseconds heartbeat{200};
   std::chrono::milliseconds unavailable{800};
@@ -129,6 +131,9 @@ class Http final : public Actor {
 
   void on_message(Context& ctx, Message& message) override {
     if (message.envelope.from == config_.scheduler) last_heard_ns_ = ctx.now_ns();
+    if (!config_.cache_writer.empty() && message.envelope.from == config_.cache_writer) {
+      cache_writer_heard_ns_ = ctx.now_ns();
+    }
     const std::uint64_t request_id = message.envelope.request_id;
     if (const auto* token = message.as<TokenEvent>()) {
       on_token(request_id, *token);
@@ -142,6 +147,8 @@ class Http final : public Actor {
       on_load_answer(message.envelope.correlation_id, *load);
     } else if (const auto* unload = message.as<UnloadAnswer>()) {
       on_unload_answer(message.envelope.correlation_id, *unload);
+    } else if (const auto* cleared = message.as<CacheCleared>()) {
+      on_cache_cleared(message.envelope.correlation_id, *cleared);
     } else if (const auto* error = message.as<Error>()) {
       on_runtime_error(ctx, message.envelope, *error);
     } else if (const auto* drain = message.as<Drain>()) {
@@ -175,6 +182,7 @@ class Http final : public Actor {
   struct PendingAdmin {
     std::string handler;
     AdminCall call;
+    std::int64_t asked_ns = 0;
   };
 
   // ---- handler input --------------------------------------------------------------------------
@@ -219,7 +227,11 @@ class Http final : public Actor {
         refuse_admin(handler, RequestError::internal, "the http actor could not read the call from its handler");
         return;
       }
-      ask_enforcer(ctx, handler, std::move(*call));
+      if (call->op == static_cast<std::uint8_t>(AdminOp::clear_cache)) {
+        ask_cache_writer(ctx, handler, *call);
+      } else {
+        ask_enforcer(ctx, handler, std::move(*call));
+      }
     } else {
       spdlog::warn("http: a handler sent unknown tag {}", static_cast<int>(tag));
     }
@@ -431,6 +443,7 @@ class Http final : public Actor {
         status = ctx.send(config_.enforcer, UnloadRequest{call.model, call.if_idle}, SendOptions{correlation_id, 0, {}});
         break;
       case AdminOp::models: status = ctx.send(config_.enforcer, ModelsQuery{call.model}, SendOptions{correlation_id, 0, {}}); break;
+      case AdminOp::clear_cache:  // the cache-writer's (ask_cache_writer)
       default:
         refuse_admin(handler, RequestError::internal, "a handler sent an unknown admin op");
         return;
@@ -442,7 +455,49 @@ class Http final : public Actor {
                        : "the enforcer's queue is full: try again later");
       return;
     }
-    pending_admin_.emplace(correlation_id, PendingAdmin{handler, std::move(call)});
+    pending_admin_.emplace(correlation_id, PendingAdmin{handler, std::move(call), ctx.now_ns()});
+  }
+
+  // A cache clear goes to the cache-writer; not refused while draining (it takes nothing from a
+  // request).
+  void ask_cache_writer(Context& ctx, const std::string& handler, const AdminCall& call) {
+    if (config_.cache_writer.empty()) {
+      refuse_admin(handler, RequestError::invalid_request,
+                   "this server runs no cache-writer (no hot cache: --hot-cache 0), so it has no KV cache to clear");
+      return;
+    }
+    const auto tier = static_cast<CacheTier>(call.tier);
+    if (tier != CacheTier::hot && tier != CacheTier::ssd) {
+      refuse_admin(handler, RequestError::internal, "a handler asked to clear an unknown cache tier");
+      return;
+    }
+    if (pending_admin_.size() >= kMaxPendingAdmin) {
+      refuse_admin(handler, RequestError::busy, "too many admin calls are waiting: try again later");
+      return;
+    }
+    const std::uint64_t correlation_id = ++next_correlation_id_;
+    SendStatus status = ctx.send(config_.cache_writer, ClearCache{call.tier}, SendOptions{correlation_id, 0, {}});
+    if (status != SendStatus::sent && status != SendStatus::deferred) {
+      refuse_admin(handler, status == SendStatus::unknown_actor ? RequestError::internal : RequestError::busy,
+                   status == SendStatus::unknown_actor
+                       ? "the http actor has no address for its cache-writer '" + config_.cache_writer + "'"
+                       : "the cache-writer's queue is full: try again later");
+      return;
+    }
+    pending_admin_.emplace(correlation_id, PendingAdmin{handler, call, ctx.now_ns()});
+  }
+
+  void on_cache_cleared(std::uint64_t correlation_id, const CacheCleared& cleared) {
+    auto it = pending_admin_.find(correlation_id);
+    if (it == pending_admin_.end()) {
+      ++dropped_events_;
+      return;
+    }
+    AdminAnswer answer;
+    answer.ok = true;
+    answer.cleared = cleared;
+    send_to_handler(it->second.handler, Tag::admin_answer, http_bridge::pack(answer));
+    pending_admin_.erase(it);
   }
 
   void on_load_answer(std::uint64_t correlation_id, const LoadAnswer& load) {
@@ -523,6 +578,7 @@ class Http final : public Actor {
     last_tick_ns_ = now;
     if (now - last_heartbeat_ns_ >= to_ns(config_.heartbeat)) {
       ctx.send(config_.scheduler, Heartbeat{++heartbeat_seq_});
+      if (clears_pending()) ctx.send(config_.cache_writer, Heartbeat{heartbeat_seq_});
       last_heartbeat_ns_ = now;
     }
     send_barrier(ctx);
@@ -530,6 +586,7 @@ class Http final : public Actor {
       fail_all_unavailable(ctx);
     }
     if (!late) answer_late_statuses(ctx, now);
+    if (!late) give_up_on_cache_writer(now);
     settle_gone_handlers(ctx);
   }
 
@@ -543,6 +600,30 @@ class Http final : public Actor {
       }
     }
     for (std::uint64_t correlation_id : late) answer_status_if_complete(ctx, pending_status_.find(correlation_id), true);
+  }
+
+  bool clears_pending() const {
+    return std::any_of(pending_admin_.begin(), pending_admin_.end(), [](const auto& entry) {
+      return entry.second.call.op == static_cast<std::uint8_t>(AdminOp::clear_cache);
+    });
+  }
+
+  // A clear the cache-writer has been silent about for unavailable_ms (heartbeats answered count:
+  // an SSD clear may take longer) fails with unavailable, a 503 (model_admin::clear_overdue).
+  void give_up_on_cache_writer(std::int64_t now) {
+    for (auto it = pending_admin_.begin(); it != pending_admin_.end();) {
+      const PendingAdmin& pending = it->second;
+      auto overdue = pending.call.op == static_cast<std::uint8_t>(AdminOp::clear_cache)
+                         ? model_admin::clear_overdue(config_.cache_writer, now, pending.asked_ns,
+                                                      cache_writer_heard_ns_, to_ns(config_.unavailable))
+                         : std::nullopt;
+      if (!overdue) {
+        ++it;
+        continue;
+      }
+      refuse_admin(pending.handler, RequestError::unavailable, *overdue);
+      it = pending_admin_.erase(it);
+    }
   }
 
   // ---- the scheduler's silence ----------------------------------------------------------------
@@ -639,6 +720,7 @@ class Http final : public Actor {
   std::uint64_t heartbeat_seq_ = 0;
   std::int64_t started_ns_ = 0;
   std::int64_t last_heard_ns_ = 0;
+  std::int64_t cache_writer_heard_ns_ = 0;
   std::int64_t last_heartbeat_ns_ = 0;
   std::int64_t tick_ns_ = 0;
   std::int64_t last_tick_ns_ = 0;
@@ -662,13 +744,14 @@ void parse_listen(const std::string& text, HttpServerConfig& server) {
 
 std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   check_option_names("http", options,
-                     {"listen", "scheduler", "enforcer", "api_key", "max_body_bytes", "max_requests", "threads", "keepalive_ms",
-                      "heartbeat_ms", "unavailable_ms"});
+                     {"listen", "scheduler", "enforcer", "cache_writer", "api_key", "max_body_bytes", "max_requests",
+                      "threads", "keepalive_ms", "heartbeat_ms", "unavailable_ms"});
   HttpConfig config;
   parse_listen(text_option(options, "listen", "127.0.0.1:8080"), config.server);
   config.scheduler = text_option(options, "scheduler", config.scheduler);
   if (config.scheduler.empty()) throw std::invalid_argument("http option scheduler= names no actor");
   config.enforcer = text_option(options, "enforcer", "");
+  config.cache_writer = text_option(options, "cache_writer", "");
   config.server.api_key = text_option(options, "api_key", "");
   config.server.max_body_bytes = number_option("http", options, "max_body_bytes", config.server.max_body_bytes, 1024,
                                                cp::kMaxFrameBytes);

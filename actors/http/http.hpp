@@ -5,12 +5,14 @@
 // Abort / StatusQuery, keeps the request counters and latency histograms, and ends every request
 // it opened with exactly one final: the scheduler's, or its own when the client went away, the
 // scheduler fell silent or the server stops. It answers Drain like the gateway. The model pool's
-// admin endpoints go to the enforcer, whose memory report joins /api/status and /v1/models.
+// admin endpoints go to the enforcer, whose memory report joins /api/status and /v1/models; the
+// cache clears (POST /api/hot-cache/clear, /api/ssd-cache/clear) go to the cache-writer.
 //
 // Options (key=value, as `mqlm node` passes them):
 //   listen=HOST:PORT     where HTTP clients connect; default 127.0.0.1:8080 (port 0: any free one)
 //   scheduler=NAME       the scheduler actor; default scheduler
 //   enforcer=NAME        the memory enforcer; default none (no admin endpoints, no memory in status)
+//   cache_writer=NAME    the KV prefix cache's cache-writer; default none (the clears answer 400)
 //   api_key=KEY          when set, every endpoint but /health wants Authorization: Bearer KEY
 //   max_body_bytes=N     larger request bodies get 413; default and most 1000000 (the scheduler
 //                        decodes Submits of up to 1 MiB)
@@ -20,7 +22,9 @@
 //                        a vanished client is noticed; default 250
 //   heartbeat_ms=N       how often the scheduler is sent a Heartbeat; default 200
 //   unavailable_ms=N     open requests fail with 503 when the scheduler said nothing for this
-//                        long (more than heartbeat_ms); default 800
+//                        long (more than heartbeat_ms); default 800. A cache clear answers 503
+//                        when the cache-writer (heartbeaten while clears wait) said nothing for
+//                        this long.
 #pragma once
 
 #include <memory>

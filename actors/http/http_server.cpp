@@ -322,6 +322,8 @@ class HttpServer::Impl {
     server.Get("/metrics", guarded(&Impl::metrics));
     server.Post(R"(/api/models/([^/]+)/load)", guarded(&Impl::load_model));
     server.Post(R"(/api/models/([^/]+)/unload)", guarded(&Impl::unload_model));
+    server.Post("/api/hot-cache/clear", guarded(&Impl::clear_hot_cache));
+    server.Post("/api/ssd-cache/clear", guarded(&Impl::clear_ssd_cache));
     server.Get("/health", [this](const httplib::Request& req, httplib::Response& res) { health(req, res); });
   }
 
@@ -334,7 +336,8 @@ class HttpServer::Impl {
       error = openai::invalid_request("Unknown request URL: " + req.method + " " + req.path.substr(0, 256) +
                                           " (this server has POST /v1/chat/completions, POST /v1/completions, GET "
                                           "/v1/models, GET /health, GET /api/status, GET /metrics, POST "
-                                          "/api/models/{id}/load and POST /api/models/{id}/unload)",
+                                          "/api/models/{id}/load, POST /api/models/{id}/unload, POST "
+                                          "/api/hot-cache/clear and POST /api/ssd-cache/clear)",
                                       std::nullopt, "unknown_url");
     } else if (res.status == 413) {
       error = openai::invalid_request("the request body is over this server's limit of " +
@@ -566,6 +569,24 @@ class HttpServer::Impl {
                           messages::UnloadOutcome::draining;
     res.status = draining ? 202 : 200;
     res.set_content(openai::dump(model_admin::unload_json(answer->unload)), "application/json");
+  }
+
+  // ---- the KV prefix cache ---------------------------------------------------------------------
+
+  // 200 with what was released (and what could not be, in problems); 400 when the server runs no
+  // cache-writer; 503 when the cache-writer does not answer (unavailable) or its queue is full
+  // (server_busy).
+  void clear_cache(messages::CacheTier tier, httplib::Response& res) const {
+    AdminCall call{static_cast<std::uint8_t>(AdminOp::clear_cache), {}, false, false, static_cast<std::uint8_t>(tier)};
+    auto answer = ask_admin(call, res);
+    if (!answer) return;
+    res.set_content(openai::dump(model_admin::cleared_json(answer->cleared)), "application/json");
+  }
+  void clear_hot_cache(const httplib::Request&, httplib::Response& res) const {
+    clear_cache(messages::CacheTier::hot, res);
+  }
+  void clear_ssd_cache(const httplib::Request&, httplib::Response& res) const {
+    clear_cache(messages::CacheTier::ssd, res);
   }
 
   std::int64_t started_unix(const StatusAnswer& answer) const {

@@ -4,7 +4,9 @@
 //
 // Endpoints: POST /v1/chat/completions and /v1/completions (streaming as server-sent events
 // ending in `data: [DONE]`, or not), GET /v1/models and /v1/models/{id}, GET /health,
-// GET /api/status (JSON) and GET /metrics (Prometheus text).
+// GET /api/status (JSON) and GET /metrics (Prometheus text); the admin calls POST
+// /api/models/{id}/load and /unload (the enforcer) and POST /api/hot-cache/clear and
+// /api/ssd-cache/clear (the cache-writer).
 #pragma once
 
 #include <chrono>

@@ -94,6 +94,46 @@ std::string labels(std::string_view key, std::string_view value) {
   return fmt::format("{{{}=\"{}\"}}", key, label_value(value));
 }
 
+// The cache-writer's tiers, as the enforcer last sampled them: one family per figure, by tier
+// where both tiers have it.
+void cache_families(Exposition& e, const messages::ModelsReport& m) {
+  const messages::CacheReport& c = m.cache;
+  const std::string hot = labels("tier", "hot");
+  const std::string ssd = labels("tier", "ssd");
+  e.family("mqlm_cache_bytes", "gauge", "KV page bytes the cache-writer holds, by tier (hot: RAM).");
+  e.sample("mqlm_cache_bytes", c.hot_bytes, hot);
+  e.sample("mqlm_cache_bytes", c.ssd_bytes, ssd);
+  e.family("mqlm_cache_limit_bytes", "gauge", "Each tier's budget (ssd 0: no SSD tier).");
+  e.sample("mqlm_cache_limit_bytes", c.hot_budget_bytes, hot);
+  e.sample("mqlm_cache_limit_bytes", c.ssd_limit_bytes, ssd);
+  e.family("mqlm_cache_pages", "gauge", "KV pages the cache-writer holds, by tier.");
+  e.sample("mqlm_cache_pages", std::uint64_t{c.hot_pages}, hot);
+  e.sample("mqlm_cache_pages", std::uint64_t{c.ssd_pages}, ssd);
+  e.single("mqlm_cache_queued_write_bytes", "gauge", "Hot-tier bytes waiting to be written to the SSD tier.",
+           c.queued_write_bytes);
+  e.family("mqlm_cache_model_hot_bytes", "gauge", "Hot-tier bytes of each model's pages.");
+  for (const auto& [model, bytes] : c.hot_bytes_by_model) {
+    e.sample("mqlm_cache_model_hot_bytes", bytes, labels("model", model));
+  }
+  e.family("mqlm_cache_hits_total", "counter", "Pages looked up and found, by the tier they were found in.");
+  e.sample("mqlm_cache_hits_total", c.hot_hits, hot);
+  e.sample("mqlm_cache_hits_total", c.ssd_hits, ssd);
+  e.single("mqlm_cache_misses_total", "counter", "Pages looked up and found in neither tier.", c.misses);
+  e.single("mqlm_cache_spilled_pages_total", "counter", "Pages the cache-writer received from the executor.",
+           c.spilled);
+  e.single("mqlm_cache_writes_total", "counter", "Pages written to the SSD tier.", c.writes);
+  e.single("mqlm_cache_write_failures_total", "counter", "SSD writes that failed (the page was dropped).",
+           c.write_failures);
+  e.single("mqlm_cache_corrupt_total", "counter", "SSD page files that failed their check (deleted, recomputed).",
+           c.corrupt);
+  e.single("mqlm_cache_dropped_pages_total", "counter", "Pages let go without being written to the SSD tier.",
+           c.dropped);
+  e.single("mqlm_cache_shrinks_total", "counter", "Times the enforcer shrank the hot tier for host-memory pressure.",
+           m.cache_shrinks);
+  e.single("mqlm_host_memory_soft_bytes", "gauge",
+           "Above this resident set of the executor, the hot tier is shrunk (0: never).", m.host_soft_bytes);
+}
+
 }  // namespace
 
 Histogram Histogram::with_bounds(std::vector<double> bounds) {
@@ -166,6 +206,9 @@ json status_json(const StatusReport& r, const HttpFigures& f, const messages::Mo
             {"preemptions", r.preemptions},
             {"computed_tokens", r.computed_tokens},
             {"prefix_hit_tokens", r.prefix_hit_tokens},
+            {"restored_hot_tokens", r.restored_hot_tokens},
+            {"restored_ssd_tokens", r.restored_ssd_tokens},
+            {"spilled_pages", r.spilled_pages},
             {"executor_ready", r.executor_ready},
             {"executor_slots", r.executor_slots}}},
           {"http",
@@ -219,6 +262,12 @@ std::string prometheus_text(const StatusReport& r, const HttpFigures& f, const m
            r.computed_tokens);
   e.single("mqlm_scheduler_prefix_hit_tokens_total", "counter", "Prompt tokens taken from the prefix cache.",
            r.prefix_hit_tokens);
+  e.family("mqlm_scheduler_restored_tokens_total", "counter",
+           "Prompt tokens restored from the cache-writer's tiers instead of computed, by tier.");
+  e.sample("mqlm_scheduler_restored_tokens_total", r.restored_hot_tokens, labels("tier", "hot"));
+  e.sample("mqlm_scheduler_restored_tokens_total", r.restored_ssd_tokens, labels("tier", "ssd"));
+  e.single("mqlm_scheduler_spilled_pages_total", "counter",
+           "Prefix pages the GPU gave up and sent to the cache-writer.", r.spilled_pages);
 
   e.family("mqlm_http_requests_total", "counter", "Requests ended, by finish reason.");
   for (const auto& [reason, count] : f.finished) {
@@ -255,6 +304,7 @@ std::string prometheus_text(const StatusReport& r, const HttpFigures& f, const m
                fmt::format("{{model=\"{}\",state=\"{}\"}}", label_value(model.id),
                            model_admin::state_name(static_cast<messages::ModelState>(model.state))));
     }
+    if (m.has_cache) cache_families(e, m);
   }
   return e.take();
 }

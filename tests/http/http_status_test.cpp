@@ -74,6 +74,10 @@ StatusReport report() {
   r.pool.peak_active_bytes = 1500;
   r.pool.held_bytes = 4096;
   r.pool.active_by_owner = {{"weights:tiny", 700}, {"kv", 300}, {"a \"quoted\"\\owner", 0}};
+  r.prefix_hit_tokens = 96;
+  r.restored_hot_tokens = 48;
+  r.restored_ssd_tokens = 32;
+  r.spilled_pages = 7;
   return r;
 }
 
@@ -94,6 +98,10 @@ TEST(StatusJson, ShowsModelBytesRequestsPagesPoolAndUptime) {
   EXPECT_EQ(s["pool"]["active_by_owner"]["kv"], 300);
   EXPECT_DOUBLE_EQ(s["uptime_seconds"].get<double>(), 2.5);
   EXPECT_EQ(s["draining"], false);
+  EXPECT_EQ(s["scheduler"]["prefix_hit_tokens"], 96);
+  EXPECT_EQ(s["scheduler"]["restored_hot_tokens"], 48);
+  EXPECT_EQ(s["scheduler"]["restored_ssd_tokens"], 32);
+  EXPECT_EQ(s["scheduler"]["spilled_pages"], 7);
   EXPECT_EQ(models_json(report(), 5)["data"][0]["id"], "tiny");
 }
 
@@ -164,6 +172,11 @@ TEST(PrometheusText, HasTypedFamiliesEscapedLabelsAndCumulativeHistograms) {
   EXPECT_EQ(e.samples["mqlm_http_time_to_first_token_seconds_bucket{le=\"+Inf\"}"], "2");
   EXPECT_EQ(e.samples["mqlm_http_time_to_first_token_seconds_count"], "2");
   EXPECT_EQ(e.samples["mqlm_http_time_per_output_token_seconds_count"], "2");
+  EXPECT_EQ(e.types["mqlm_scheduler_restored_tokens_total"], "counter");
+  EXPECT_EQ(e.samples["mqlm_scheduler_restored_tokens_total{tier=\"hot\"}"], "48");
+  EXPECT_EQ(e.samples["mqlm_scheduler_restored_tokens_total{tier=\"ssd\"}"], "32");
+  EXPECT_EQ(e.types["mqlm_scheduler_spilled_pages_total"], "counter");
+  EXPECT_EQ(e.samples["mqlm_scheduler_spilled_pages_total"], "7");
   expect_every_sample_typed(e);
 }
 
@@ -283,6 +296,85 @@ TEST(PrometheusText, MemoryGaugesAndOneStatePerModel) {
   EXPECT_FALSE(plain.types.contains("mqlm_memory_ceiling_bytes"));
   EXPECT_FALSE(plain.types.contains("mqlm_model_state"));
   EXPECT_FALSE(plain.types.contains("mqlm_model_bytes"));
+  // Without a cache-writer: no cache families.
+  for (const auto& [name, type] : e.types) EXPECT_FALSE(name.starts_with("mqlm_cache_")) << name;
+}
+
+// A server with a cache-writer: the enforcer's report carries its tiers.
+messages::ModelsReport memory_with_cache() {
+  messages::ModelsReport m = memory();
+  m.has_cache = true;
+  m.cache.hot_bytes = 6'000'000;
+  m.cache.hot_budget_bytes = 1ull << 30;
+  m.cache.hot_pages = 3;
+  m.cache.queued_write_bytes = 2'000'000;
+  m.cache.ssd_bytes = 9'000'000'000ull;
+  m.cache.ssd_limit_bytes = 16ull << 30;
+  m.cache.ssd_pages = 11;
+  m.cache.hot_hits = 21;
+  m.cache.ssd_hits = 13;
+  m.cache.misses = 8;
+  m.cache.spilled = 40;
+  m.cache.writes = 17;
+  m.cache.write_failures = 2;
+  m.cache.corrupt = 1;
+  m.cache.dropped = 5;
+  m.cache.hot_bytes_by_model = {{"a", 4'000'000}, {"c \"q\"", 2'000'000}};
+  m.host_soft_bytes = 64ull << 30;
+  m.cache_shrinks = 4;
+  return m;
+}
+
+TEST(StatusJson, ShowsTheCacheTiersInTheMemoryPicture) {
+  const messages::ModelsReport m = memory_with_cache();
+  nlohmann::json s = status_json(report(), HttpFigures{}, &m);
+  const nlohmann::json& picture = s["memory"];
+  EXPECT_EQ(picture["host_soft_bytes"], 64ull << 30);
+  EXPECT_EQ(picture["cache_shrinks"], 4);
+  EXPECT_EQ(picture["cache"], nlohmann::json::parse(R"({
+      "hot_bytes": 6000000, "hot_budget_bytes": 1073741824, "hot_pages": 3, "queued_write_bytes": 2000000,
+      "ssd_bytes": 9000000000, "ssd_limit_bytes": 17179869184, "ssd_pages": 11,
+      "hot_hits": 21, "ssd_hits": 13, "misses": 8, "spilled": 40, "writes": 17, "write_failures": 2,
+      "corrupt": 1, "dropped": 5, "hot_bytes_by_model": {"a": 4000000, "c \"q\"": 2000000}})"));
+  const messages::ModelsReport plain = memory();
+  EXPECT_FALSE(status_json(report(), HttpFigures{}, &plain)["memory"].contains("cache"));
+}
+
+TEST(PrometheusText, CacheFamiliesByTierWhenTheServerHasACacheWriter) {
+  const messages::ModelsReport m = memory_with_cache();
+  Exposition e = read_back(prometheus_text(report(), HttpFigures{}, &m));
+  expect_every_sample_typed(e);
+  for (const char* family : {"mqlm_cache_bytes", "mqlm_cache_limit_bytes", "mqlm_cache_pages",
+                             "mqlm_cache_queued_write_bytes", "mqlm_cache_model_hot_bytes",
+                             "mqlm_host_memory_soft_bytes"}) {
+    EXPECT_EQ(e.types[family], "gauge") << family;
+  }
+  for (const char* family : {"mqlm_cache_hits_total", "mqlm_cache_misses_total", "mqlm_cache_spilled_pages_total",
+                             "mqlm_cache_writes_total", "mqlm_cache_write_failures_total", "mqlm_cache_corrupt_total",
+                             "mqlm_cache_dropped_pages_total", "mqlm_cache_shrinks_total"}) {
+    EXPECT_EQ(e.types[family], "counter") << family;
+  }
+  EXPECT_EQ(e.samples["mqlm_cache_bytes{tier=\"hot\"}"], "6000000");
+  EXPECT_EQ(e.samples["mqlm_cache_bytes{tier=\"ssd\"}"], "9000000000");
+  EXPECT_EQ(e.samples["mqlm_cache_limit_bytes{tier=\"hot\"}"], "1073741824");
+  EXPECT_EQ(e.samples["mqlm_cache_limit_bytes{tier=\"ssd\"}"], "17179869184");
+  EXPECT_EQ(e.samples["mqlm_cache_pages{tier=\"hot\"}"], "3");
+  EXPECT_EQ(e.samples["mqlm_cache_pages{tier=\"ssd\"}"], "11");
+  EXPECT_EQ(e.samples["mqlm_cache_queued_write_bytes"], "2000000");
+  EXPECT_EQ(e.samples["mqlm_cache_model_hot_bytes{model=\"a\"}"], "4000000");
+  EXPECT_EQ(e.samples["mqlm_cache_model_hot_bytes{model=\"c \\\"q\\\"\"}"], "2000000");
+  EXPECT_EQ(e.samples["mqlm_cache_hits_total{tier=\"hot\"}"], "21");
+  EXPECT_EQ(e.samples["mqlm_cache_hits_total{tier=\"ssd\"}"], "13");
+  EXPECT_EQ(e.samples["mqlm_cache_misses_total"], "8");
+  EXPECT_EQ(e.samples["mqlm_cache_spilled_pages_total"], "40");
+  EXPECT_EQ(e.samples["mqlm_cache_writes_total"], "17");
+  EXPECT_EQ(e.samples["mqlm_cache_write_failures_total"], "2");
+  EXPECT_EQ(e.samples["mqlm_cache_corrupt_total"], "1");
+  EXPECT_EQ(e.samples["mqlm_cache_dropped_pages_total"], "5");
+  EXPECT_EQ(e.samples["mqlm_cache_shrinks_total"], "4");
+  EXPECT_EQ(e.samples["mqlm_host_memory_soft_bytes"], "68719476736");
+  // The scheduler's restored tokens are there with or without the enforcer's report.
+  EXPECT_EQ(e.samples["mqlm_scheduler_restored_tokens_total{tier=\"hot\"}"], "48");
 }
 
 TEST(Bridge, StatusAnswersSurviveTheTripThroughMsgpack) {
@@ -297,6 +389,27 @@ TEST(Bridge, StatusAnswersSurviveTheTripThroughMsgpack) {
   EXPECT_EQ(back->figures.finished, answer.figures.finished);
   EXPECT_EQ(back->figures.ttft_seconds.counts, answer.figures.ttft_seconds.counts);
   EXPECT_FALSE(http_bridge::unpack<http_bridge::StatusAnswer>(zmq::message_t("\x93\x01", 2)));
+}
+
+TEST(Bridge, CacheClearsSurviveTheTripThroughMsgpack) {
+  http_bridge::AdminCall call{static_cast<std::uint8_t>(http_bridge::AdminOp::clear_cache), {}, false, false,
+                              static_cast<std::uint8_t>(messages::CacheTier::ssd)};
+  const std::string call_bytes = http_bridge::pack(call);
+  auto call_back = http_bridge::unpack<http_bridge::AdminCall>(zmq::message_t(call_bytes.data(), call_bytes.size()));
+  ASSERT_TRUE(call_back);
+  EXPECT_EQ(call_back->op, call.op);
+  EXPECT_EQ(call_back->tier, call.tier);
+
+  http_bridge::AdminAnswer answer;
+  answer.ok = true;
+  answer.cleared = {static_cast<std::uint8_t>(messages::CacheTier::ssd), (std::uint64_t{1} << 60) + 1, 9, {"x"}};
+  const std::string bytes = http_bridge::pack(answer);
+  auto back = http_bridge::unpack<http_bridge::AdminAnswer>(zmq::message_t(bytes.data(), bytes.size()));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->cleared.tier, answer.cleared.tier);
+  EXPECT_EQ(back->cleared.released_bytes, answer.cleared.released_bytes);
+  EXPECT_EQ(back->cleared.released_pages, 9u);
+  EXPECT_EQ(back->cleared.problems, answer.cleared.problems);
 }
 
 // The token texts the scheduler adds to logprobs travel in TokenEvents like every other field.

@@ -171,6 +171,18 @@ TEST(ClientProtocolTest, ModelsListsEveryModelOrOne) {
   EXPECT_EQ(models.model, "b");
 }
 
+TEST(ClientProtocolTest, ClearCacheNamesItsTier) {
+  AdminRequest hot = admin(parse({{"op", "clear_cache"}, {"id", "c1"}, {"tier", "hot"}}));
+  EXPECT_EQ(hot.op, AdminOp::clear_cache);
+  EXPECT_EQ(hot.id, std::optional<ClientId>(ClientId{std::string("c1")}));
+  EXPECT_EQ(hot.tier, messages::CacheTier::hot);
+
+  AdminRequest ssd = admin(parse({{"tier", "ssd"}, {"op", "clear_cache"}}));
+  EXPECT_EQ(ssd.op, AdminOp::clear_cache);
+  EXPECT_FALSE(ssd.id.has_value());
+  EXPECT_EQ(ssd.tier, messages::CacheTier::ssd);
+}
+
 // A map header (fixmap of n pairs) followed by the given packed keys and values, so tests can
 // write what a json object cannot hold: repeated keys, keys that are not strings.
 std::string raw_map(std::uint8_t pairs, const std::vector<json>& items) {
@@ -280,9 +292,9 @@ std::vector<BadFrame> bad_frames() {
       {"status with another key", packed({{"op", "status"}, {"id", 1}, {"verbose", true}}), RequestError::malformed,
        "status has no key 'verbose'", one},
       {"unknown op lists every op", with("op", "reload"), RequestError::malformed,
-       "generate, abort, status, load, unload or models", one},
+       "generate, abort, status, load, unload, models or clear_cache", one},
       {"no op lists every op", without("op"), RequestError::malformed,
-       "generate, abort, status, load, unload or models", one},
+       "generate, abort, status, load, unload, models or clear_cache", one},
       {"load without model", packed({{"op", "load"}, {"id", 1}}), RequestError::invalid_request,
        "load needs 'model'", one},
       {"load with an empty model", packed({{"op", "load"}, {"id", "e"}, {"model", ""}}), RequestError::invalid_request,
@@ -314,6 +326,20 @@ std::vector<BadFrame> bad_frames() {
        "'model' must be a string", std::nullopt},
       {"admin id an array", packed({{"op", "unload"}, {"id", {1}}, {"model", "a"}}), RequestError::malformed,
        "'id' must be a string or an integer", std::nullopt},
+      {"clear_cache without tier", packed({{"op", "clear_cache"}, {"id", 1}}), RequestError::invalid_request,
+       "clear_cache needs 'tier'", one},
+      {"clear_cache of another tier", packed({{"op", "clear_cache"}, {"id", 1}, {"tier", "gpu"}}),
+       RequestError::invalid_request, "tier is 'gpu'", one},
+      {"clear_cache tier in capitals", packed({{"op", "clear_cache"}, {"tier", "HOT"}}), RequestError::invalid_request,
+       "\"hot\" (RAM) or the \"ssd\" tier", std::nullopt},
+      {"clear_cache tier a number", packed({{"op", "clear_cache"}, {"id", 1}, {"tier", 1}}), RequestError::malformed,
+       "'tier' must be \"hot\" or \"ssd\", not an integer", one},
+      {"clear_cache tier twice", raw_map(3, {"op", "clear_cache", "tier", "hot", "tier", "ssd"}),
+       RequestError::malformed, "'tier' appears twice", std::nullopt},
+      {"clear_cache with a model", packed({{"op", "clear_cache"}, {"id", 1}, {"tier", "hot"}, {"model", "a"}}),
+       RequestError::malformed, "clear_cache has no key 'model'", one},
+      {"clear_cache id a map", packed({{"op", "clear_cache"}, {"id", {{"a", 1}}}, {"tier", "hot"}}),
+       RequestError::malformed, "'id' must be a string or an integer", std::nullopt},
   };
 }
 
@@ -343,6 +369,7 @@ TEST(ClientProtocolTest, MutatedFramesAreRequestsOrProblemsNeverCrashes) {
       packed({{"op", "load"}, {"id", 4}, {"model", "qwen"}}),
       packed({{"op", "unload"}, {"id", "u"}, {"model", "qwen"}, {"if_idle", true}}),
       packed({{"op", "models"}, {"model", "qwen"}}),
+      packed({{"op", "clear_cache"}, {"id", 5}, {"tier", "ssd"}}),
   };
   std::mt19937 rng(20240611);
   int requests = 0;
@@ -436,6 +463,9 @@ TEST(ClientProtocolTest, ErrorAndStatusEvents) {
   report.preemptions = 1;
   report.computed_tokens = 1000;
   report.prefix_hit_tokens = 50;
+  report.restored_hot_tokens = 32;
+  report.restored_ssd_tokens = 16;
+  report.spilled_pages = 9;
   report.kv_pages = 64;
   report.kv_pages_in_use = 10;
   report.kv_pages_cached = 4;
@@ -455,6 +485,9 @@ TEST(ClientProtocolTest, ErrorAndStatusEvents) {
                           {"preemptions", 1},
                           {"computed_tokens", 1000},
                           {"prefix_hit_tokens", 50},
+                          {"restored_hot_tokens", 32},
+                          {"restored_ssd_tokens", 16},
+                          {"spilled_pages", 9},
                           {"kv_pages", 64},
                           {"kv_pages_in_use", 10},
                           {"kv_pages_cached", 4},
@@ -562,10 +595,10 @@ TEST(ClientProtocolTest, StatusEventCarriesTheMemoryPictureOnlyWhenGiven) {
 
   const std::string with_bytes = encode_status_event(ClientId{std::int64_t{8}}, report, 3, &memory);
   const std::vector<std::string> keys = packed_keys(with_bytes);
-  EXPECT_EQ(keys.size(), 20u);  // 18 fields, event and id
+  EXPECT_EQ(keys.size(), 23u);  // 21 fields, event and id
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size()) << "a key packed twice";
   json with = read(with_bytes);
-  EXPECT_EQ(with.size(), 20u);
+  EXPECT_EQ(with.size(), 23u);
   EXPECT_EQ(with["event"], "status");
   EXPECT_EQ(with["id"], 8);
   ASSERT_TRUE(with.contains("memory"));
@@ -590,14 +623,14 @@ TEST(ClientProtocolTest, StatusEventCarriesTheMemoryPictureOnlyWhenGiven) {
 
   // Everything else is the event without memory.
   const std::string without_bytes = encode_status_event(ClientId{std::int64_t{8}}, report, 3);
-  EXPECT_EQ(packed_keys(without_bytes).size(), 19u);
+  EXPECT_EQ(packed_keys(without_bytes).size(), 22u);
   json without = read(without_bytes);
   EXPECT_FALSE(without.contains("memory"));
   with.erase("memory");
   EXPECT_EQ(with, without);
 
-  // No id: 18 fields and event.
-  EXPECT_EQ(packed_keys(encode_status_event(std::nullopt, report, 0, &memory)).size(), 19u);
+  // No id: 21 fields and event.
+  EXPECT_EQ(packed_keys(encode_status_event(std::nullopt, report, 0, &memory)).size(), 22u);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The gateway actor over real ZeroMQ: it runs in an ActorThread; the scheduler is a scripted
 // Mailbox named "scheduler" that sees every Submit, Abort and StatusQuery and answers as a test
-// says; clients are DEALER (or REQ) sockets on a TCP or IPC address, speaking msgpack built with
-// nlohmann::json as a foreign client would.
+// says, and the cache-writer one named "cache-writer" that sees every ClearCache; clients are
+// DEALER (or REQ) sockets on a TCP or IPC address, speaking msgpack built with nlohmann::json as
+// a foreign client would.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -38,9 +39,9 @@ FinalEvent final_with(FinishReason finish, std::string text = {}) {
   return event;
 }
 
-// The gateway, the scripted scheduler and a control mailbox (the Drain's sender). Waiting on a
-// client or on the scheduler pumps the scheduler's mailbox, answering the gateway's heartbeats
-// unless a test has the scheduler fall silent.
+// The gateway, the scripted scheduler and cache-writer, and a control mailbox (the Drain's
+// sender). Waiting on a client or on the scheduler pumps both scripted mailboxes, answering the
+// gateway's heartbeats unless a test has one fall silent.
 class Harness {
  public:
   explicit Harness(ActorOptions options = {}, int mailbox_capacity = 1000) {
@@ -49,8 +50,10 @@ class Harness {
     world_.topology.add("gateway");
     world_.topology.add("scheduler");
     world_.topology.add("control");
+    world_.topology.add("cache-writer");
     auto topology = world_.freeze();
     scheduler_ = std::make_unique<Mailbox>(world_.context, topology, "scheduler");
+    cache_writer_ = std::make_unique<Mailbox>(world_.context, topology, "cache-writer");
     control_ = std::make_unique<Mailbox>(world_.context, topology, "control");
     if (!options.contains("listen")) options["listen"] = make_endpoint(Transport::tcp, "clients");
     listen_ = options["listen"];
@@ -70,9 +73,13 @@ class Harness {
   bool answer_heartbeats = true;
   bool scheduler_reads = true;  // false: the scheduler's mailbox fills up
   std::uint64_t heartbeats_seen = 0;
+  bool cache_writer_answers_heartbeats = true;
+  bool cache_writer_reads = true;  // false: the cache-writer's mailbox fills up
+  std::uint64_t cache_writer_heartbeats = 0;
 
-  // Takes what reaches the scheduler within the timeout.
+  // Takes what reaches the scheduler within the timeout, and what has reached the cache-writer.
   void pump(std::chrono::milliseconds timeout) {
+    pump_cache_writer();
     if (!scheduler_reads) {
       std::this_thread::sleep_for(timeout);
       return;
@@ -85,6 +92,41 @@ class Harness {
       return;
     }
     at_scheduler_.push_back(std::move(*message));
+  }
+
+  void pump_cache_writer() {
+    while (cache_writer_reads) {
+      auto message = cache_writer_->receive(0ms);
+      if (!message) return;
+      if (const auto* beat = message->as<Heartbeat>()) {
+        ++cache_writer_heartbeats;
+        if (cache_writer_answers_heartbeats) reply_from_cache_writer(*message, HeartbeatAck{beat->seq});
+        continue;
+      }
+      at_cache_writer_.push_back(std::move(*message));
+    }
+  }
+
+  // The first message of kind T that reaches the cache-writer (heartbeats aside) within the timeout.
+  template <typename T>
+  std::optional<Message> expect_at_cache_writer(std::chrono::milliseconds timeout = 5s) {
+    auto deadline = Clock::now() + timeout;
+    while (true) {
+      for (auto it = at_cache_writer_.begin(); it != at_cache_writer_.end(); ++it) {
+        if (it->as<T>() != nullptr) {
+          Message found = std::move(*it);
+          at_cache_writer_.erase(it);
+          return found;
+        }
+      }
+      if (Clock::now() >= deadline) return std::nullopt;
+      pump(10ms);
+    }
+  }
+
+  void reply_from_cache_writer(const Message& to, Payload payload) {
+    cache_writer_->send(to.envelope.from, std::move(payload),
+                        SendOptions{to.envelope.correlation_id, to.envelope.request_id, {}});
   }
 
   // The first message of kind T that reaches the scheduler (heartbeats aside) within the timeout.
@@ -131,10 +173,12 @@ class Harness {
  private:
   testing::World world_;
   std::unique_ptr<Mailbox> scheduler_;
+  std::unique_ptr<Mailbox> cache_writer_;
   std::unique_ptr<Mailbox> control_;
   std::unique_ptr<ActorThread> gateway_;
   std::string listen_;
   std::deque<Message> at_scheduler_;
+  std::deque<Message> at_cache_writer_;
 };
 
 class Client {
@@ -665,6 +709,134 @@ TEST(GatewayTest, StopEndsOpenRequestsWithShuttingDown) {
   EXPECT_EQ(abort->as<Abort>()->reason, static_cast<std::uint8_t>(AbortReason::shutdown));
 }
 
+// ---- the KV prefix cache's clear -----------------------------------------------------------------
+
+const ActorOptions kWithCacheWriter{{"cache_writer", "cache-writer"}};
+
+TEST(GatewayTest, ClearCacheReachesTheCacheWriterAndItsFiguresComeBackExactly) {
+  Harness h(kWithCacheWriter);
+  Client client(h);
+  client.send({{"op", "clear_cache"}, {"id", "c1"}, {"tier", "ssd"}});
+  auto clear = h.expect_at_cache_writer<ClearCache>();
+  ASSERT_TRUE(clear.has_value());
+  EXPECT_EQ(clear->envelope.from, "gateway");
+  EXPECT_NE(clear->envelope.correlation_id, 0u);
+  EXPECT_EQ(clear->as<ClearCache>()->tier, static_cast<std::uint8_t>(CacheTier::ssd));
+  EXPECT_FALSE(client.next(100ms).has_value()) << "the answer waits for the cache-writer's";
+  // Figures past 2^53 stay exact.
+  h.reply_from_cache_writer(*clear, CacheCleared{static_cast<std::uint8_t>(CacheTier::ssd),
+                                                 (std::uint64_t{1} << 60) + 3, 70000,
+                                                 {"page 7: delete failed: permission denied"}});
+  auto event = client.next();
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ(*event, (json{{"event", "cache_cleared"},
+                          {"id", "c1"},
+                          {"tier", "ssd"},
+                          {"released_bytes", (std::uint64_t{1} << 60) + 3},
+                          {"released_pages", 70000},
+                          {"problems", {"page 7: delete failed: permission denied"}}}));
+  EXPECT_EQ((*event)["released_bytes"].get<std::uint64_t>(), (std::uint64_t{1} << 60) + 3);
+
+  // The hot tier, with an integer id and then none.
+  client.send({{"op", "clear_cache"}, {"id", 9}, {"tier", "hot"}});
+  clear = h.expect_at_cache_writer<ClearCache>();
+  ASSERT_TRUE(clear.has_value());
+  EXPECT_EQ(clear->as<ClearCache>()->tier, static_cast<std::uint8_t>(CacheTier::hot));
+  h.reply_from_cache_writer(*clear, CacheCleared{static_cast<std::uint8_t>(CacheTier::hot), 4096, 2, {}});
+  event = client.next();
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ(*event, (json{{"event", "cache_cleared"}, {"id", 9}, {"tier", "hot"}, {"released_bytes", 4096},
+                          {"released_pages", 2}, {"problems", json::array()}}));
+  client.send({{"op", "clear_cache"}, {"tier", "hot"}});
+  clear = h.expect_at_cache_writer<ClearCache>();
+  ASSERT_TRUE(clear.has_value());
+  h.reply_from_cache_writer(*clear, CacheCleared{static_cast<std::uint8_t>(CacheTier::hot), 0, 0, {}});
+  event = client.next();
+  ASSERT_TRUE(event.has_value());
+  EXPECT_FALSE(event->contains("id"));
+  EXPECT_EQ((*event)["event"], "cache_cleared");
+
+  // An answer nobody waits for (a second one, or a stranger's) is dropped.
+  h.reply_from_cache_writer(*clear, CacheCleared{1, 5, 5, {}});
+  EXPECT_FALSE(client.next(200ms).has_value());
+  // A bad tier never reaches the cache-writer.
+  client.send({{"op", "clear_cache"}, {"id", 3}, {"tier", "gpu"}});
+  event = client.next();
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ((*event)["event"], "error");
+  EXPECT_EQ((*event)["id"], 3);
+  EXPECT_EQ(code_of(*event), "invalid_request");
+  EXPECT_FALSE(h.expect_at_cache_writer<ClearCache>(200ms).has_value());
+}
+
+TEST(GatewayTest, SilentCacheWriterFailsTheClearWithUnavailable) {
+  Harness h(kWithCacheWriter);
+  h.cache_writer_answers_heartbeats = false;  // its process "died" with the ClearCache queued
+  Client client(h);
+  const auto asked = Clock::now();
+  client.send({{"op", "clear_cache"}, {"id", "c"}, {"tier", "hot"}});
+  ASSERT_TRUE(h.expect_at_cache_writer<ClearCache>().has_value());
+  auto event = client.next(3s);
+  const double after_s = std::chrono::duration<double>(Clock::now() - asked).count();
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ((*event)["event"], "error");
+  EXPECT_EQ((*event)["id"], "c");
+  EXPECT_EQ(code_of(*event), "unavailable");
+  EXPECT_NE((*event)["message"].get<std::string>().find("cache-writer 'cache-writer' has not answered"),
+            std::string::npos)
+      << event->dump();
+  EXPECT_GT(after_s, 0.75);  // unavailable_ms, 800 by default
+  EXPECT_LT(after_s, 1.5);
+  EXPECT_GT(h.cache_writer_heartbeats, 0u) << "a clear that waits has its cache-writer heartbeaten";
+  // Serving goes on meanwhile: the scheduler is not the cache-writer.
+  auto submit = open_request(h, client, generate("g", "x"));
+  h.finish(submit.envelope.request_id, final_with(FinishReason::stop));
+  EXPECT_EQ(client.until_final("g").size(), 1u);
+}
+
+TEST(GatewayTest, ACacheWriterThatAnswersHeartbeatsMayTakeItsTime) {
+  // An SSD clear deletes a file per page: longer than unavailable_ms is not silence.
+  Harness h(kWithCacheWriter);
+  Client client(h);
+  client.send({{"op", "clear_cache"}, {"id", "slow"}, {"tier", "ssd"}});
+  auto clear = h.expect_at_cache_writer<ClearCache>();
+  ASSERT_TRUE(clear.has_value());
+  EXPECT_FALSE(client.next(1500ms).has_value()) << "failed while the cache-writer answered its heartbeats";
+  EXPECT_GT(h.cache_writer_heartbeats, 2u);
+  h.reply_from_cache_writer(*clear, CacheCleared{static_cast<std::uint8_t>(CacheTier::ssd), 1 << 20, 16, {}});
+  auto event = client.next();
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ((*event)["event"], "cache_cleared");
+  EXPECT_EQ((*event)["released_pages"], 16);
+}
+
+TEST(GatewayTest, ClearCacheWithoutACacheWriterIsAnInvalidRequest) {
+  Harness h;  // no cache_writer option: the server runs none
+  Client client(h);
+  client.send({{"op", "clear_cache"}, {"id", 1}, {"tier", "hot"}});
+  auto event = client.next();
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ((*event)["event"], "error");
+  EXPECT_EQ((*event)["id"], 1);
+  EXPECT_EQ(code_of(*event), "invalid_request");
+  EXPECT_NE((*event)["message"].get<std::string>().find("no cache-writer"), std::string::npos) << event->dump();
+  EXPECT_FALSE(h.expect_at_cache_writer<ClearCache>(200ms).has_value());
+}
+
+TEST(GatewayTest, FullCacheWriterMailboxIsBusy) {
+  Harness h(kWithCacheWriter, 4);  // the cache-writer's mailbox takes a few messages
+  h.cache_writer_reads = false;
+  Client client(h);
+  for (int i = 0; i < 40; ++i) client.send({{"op", "clear_cache"}, {"id", i}, {"tier", "hot"}});
+  // Well before the cache-writer counts as silent (800 ms), the clears it cannot take are busy.
+  auto event = client.next(500ms);
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ((*event)["event"], "error");
+  EXPECT_EQ(code_of(*event), "busy");
+  EXPECT_NE((*event)["message"].get<std::string>().find("cache-writer's queue is full"), std::string::npos)
+      << event->dump();
+}
+
 TEST(GatewayTest, OptionsAreChecked) {
   EXPECT_THROW(make_gateway({{"port", "5555"}}), std::invalid_argument);
   EXPECT_THROW(make_gateway({{"max_requests", "lots"}}), std::invalid_argument);
@@ -672,6 +844,7 @@ TEST(GatewayTest, OptionsAreChecked) {
   EXPECT_THROW(make_gateway({{"listen", "5555"}}), std::invalid_argument);
   EXPECT_THROW(make_gateway({{"heartbeat_ms", "500"}, {"unavailable_ms", "400"}}), std::invalid_argument);
   EXPECT_TRUE(make_gateway({{"keepalive_ms", "100"}, {"scheduler", "sched-2"}}) != nullptr);
+  EXPECT_TRUE(make_gateway({{"enforcer", "enforcer"}, {"cache_writer", "cache-writer"}}) != nullptr);
 
   // A second gateway on a taken address fails to start, and says where.
   Harness h;

@@ -224,6 +224,118 @@ TEST(ModelAdmin, MemoryJsonShowsTheCeilingPressureModelsAndPool) {
   EXPECT_EQ(empty["pressure"], "none");
   EXPECT_EQ(empty["models"], json::array());
   EXPECT_EQ(empty["ceiling_bytes"], 0);
+  // Without a cache-writer there is no cache to show, nor its host-memory mark.
+  EXPECT_FALSE(out.contains("cache"));
+  EXPECT_FALSE(out.contains("host_soft_bytes"));
+  EXPECT_FALSE(out.contains("cache_shrinks"));
+}
+
+messages::CacheReport cache_report() {
+  messages::CacheReport cache;
+  cache.hot_bytes = 6'000'000;
+  cache.hot_budget_bytes = 1ull << 30;
+  cache.hot_pages = 3;
+  cache.queued_write_bytes = 2'000'000;
+  cache.ssd_bytes = (std::uint64_t{1} << 60) + 7;  // past 2^53: must stay exact
+  cache.ssd_limit_bytes = 16ull << 30;
+  cache.ssd_pages = 11;
+  cache.hot_hits = 21;
+  cache.ssd_hits = 13;
+  cache.misses = 8;
+  cache.spilled = 40;
+  cache.writes = 17;
+  cache.write_failures = 2;
+  cache.corrupt = 1;
+  cache.dropped = 5;
+  cache.hot_bytes_by_model = {{"a", 4'000'000}, {"b \"q\"", 2'000'000}};
+  return cache;
+}
+
+TEST(ModelAdmin, CacheJsonShowsEveryFigureOfBothTiers) {
+  json out = cache_json(cache_report());
+  EXPECT_EQ(out, (json{{"hot_bytes", 6'000'000},
+                       {"hot_budget_bytes", 1ull << 30},
+                       {"hot_pages", 3},
+                       {"queued_write_bytes", 2'000'000},
+                       {"ssd_bytes", (std::uint64_t{1} << 60) + 7},
+                       {"ssd_limit_bytes", 16ull << 30},
+                       {"ssd_pages", 11},
+                       {"hot_hits", 21},
+                       {"ssd_hits", 13},
+                       {"misses", 8},
+                       {"spilled", 40},
+                       {"writes", 17},
+                       {"write_failures", 2},
+                       {"corrupt", 1},
+                       {"dropped", 5},
+                       {"hot_bytes_by_model", {{"a", 4'000'000}, {"b \"q\"", 2'000'000}}}}));
+  EXPECT_EQ(out["ssd_bytes"].get<std::uint64_t>(), (std::uint64_t{1} << 60) + 7);
+  EXPECT_TRUE(out["hot_bytes_by_model"].is_object());
+  // An empty hot tier still shows its models as an object, not null.
+  EXPECT_EQ(cache_json({})["hot_bytes_by_model"], json::object());
+}
+
+TEST(ModelAdmin, MemoryJsonShowsTheCacheWhenTheServerHasOne) {
+  messages::ModelsReport report;
+  report.ceiling_bytes = 10000;
+  report.has_cache = true;
+  report.cache = cache_report();
+  report.host_soft_bytes = 64ull << 30;
+  report.cache_shrinks = 4;
+  json out = memory_json(report);
+  EXPECT_EQ(out["cache"], cache_json(report.cache));
+  EXPECT_EQ(out["host_soft_bytes"], 64ull << 30);
+  EXPECT_EQ(out["cache_shrinks"], 4);
+  // The rest is the picture without a cache.
+  report.has_cache = false;
+  json without = memory_json(report);
+  EXPECT_FALSE(without.contains("cache"));
+  out.erase("cache");
+  out.erase("host_soft_bytes");
+  out.erase("cache_shrinks");
+  EXPECT_EQ(out, without);
+}
+
+TEST(ModelAdmin, ClearedJsonNamesTheTierAndWhatWasReleased) {
+  messages::CacheCleared hot{static_cast<std::uint8_t>(messages::CacheTier::hot), 123456789012ull, 4321, {}};
+  EXPECT_EQ(cleared_json(hot), (json{{"tier", "hot"},
+                                     {"released_bytes", 123456789012ull},
+                                     {"released_pages", 4321},
+                                     {"problems", json::array()}}));
+  messages::CacheCleared ssd{static_cast<std::uint8_t>(messages::CacheTier::ssd), 0, 0,
+                             {"this server has no SSD tier (--ssd-cache-dir)"}};
+  EXPECT_EQ(cleared_json(ssd), (json{{"tier", "ssd"},
+                                     {"released_bytes", 0},
+                                     {"released_pages", 0},
+                                     {"problems", {"this server has no SSD tier (--ssd-cache-dir)"}}}));
+}
+
+TEST(ModelAdmin, AClearIsOverdueOnlyWhenTheCacheWriterFellSilent) {
+  constexpr std::int64_t kMs = 1'000'000;
+  constexpr std::int64_t unavailable = 800 * kMs;
+  const std::int64_t asked = 10'000 * kMs;
+  // Heard from before the clear: its silence counts from the clear.
+  EXPECT_FALSE(clear_overdue("cw", asked + 800 * kMs, asked, asked - 5'000 * kMs, unavailable));
+  auto overdue = clear_overdue("cw", asked + 801 * kMs, asked, asked - 5'000 * kMs, unavailable);
+  ASSERT_TRUE(overdue.has_value());
+  EXPECT_EQ(*overdue, "the cache-writer 'cw' has not answered for 801 ms (its process may have died): the tier may "
+                      "not be cleared; try again later");
+  // A cache-writer that answers its heartbeats may take longer than unavailable_ms...
+  EXPECT_FALSE(clear_overdue("cw", asked + 5'000 * kMs, asked, asked + 4'900 * kMs, unavailable));
+  // ...but not forever.
+  const std::int64_t late = asked + kMaxClearWaitNs + kMs;
+  overdue = clear_overdue("cw", late, asked, late - kMs, unavailable);
+  ASSERT_TRUE(overdue.has_value());
+  EXPECT_NE(overdue->find("did not finish the clear in 600 s"), std::string::npos) << *overdue;
+}
+
+TEST(ModelAdmin, TierNamesGoBothWays) {
+  EXPECT_EQ(tier_name(messages::CacheTier::hot), "hot");
+  EXPECT_EQ(tier_name(messages::CacheTier::ssd), "ssd");
+  EXPECT_EQ(tier_name(static_cast<messages::CacheTier>(9)), "unknown");
+  EXPECT_EQ(tier_named("hot"), messages::CacheTier::hot);
+  EXPECT_EQ(tier_named("ssd"), messages::CacheTier::ssd);
+  for (std::string_view other : {"", "HOT", "gpu", "unknown", "hot "}) EXPECT_FALSE(tier_named(other)) << other;
 }
 
 }  // namespace
