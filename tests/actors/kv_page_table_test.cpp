@@ -2,6 +2,7 @@
 // reference comes back whatever the order of events.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "actors/scheduler/kv_page_table.hpp"
@@ -134,6 +135,58 @@ TEST(KvPageTableTest, RandomEventsNeverLoseAReference) {
   EXPECT_EQ(s.in_use, 0u);
   EXPECT_GT(s.prefix_hits, 100u);
   EXPECT_GT(s.evictions, 0u);
+}
+
+// A prefix that leaves the GPU and comes back: with recording on, every keyed page given to other
+// contents is reported with its key, parent and tokens; adopt() takes back exactly the pages that
+// continue a sequence's chain, and nothing else.
+TEST(KvPageTableTest, EvictedPagesComeBackOnlyWhereTheyContinueTheChain) {
+  KvPageTable table(4, 4);
+  table.record_evictions(true);
+  const auto a = tokens(9);  // two full pages before its last token
+  table.begin(1, 7, a);
+  ASSERT_TRUE(table.reserve(1, 9));
+  table.computed(1, a);
+  table.release(1);  // pages 0 and 1 stay cached, keyed
+  const std::vector<std::uint64_t> keys = table.prefix_keys(7, a);
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(table.held_prefix(keys), 2u);
+  EXPECT_TRUE(table.take_evicted().empty());
+
+  table.begin(2, 7, tokens(16, 100));
+  ASSERT_TRUE(table.reserve(2, 16));  // every page: both of a's are given up
+  std::vector<EvictedPage> evicted = table.take_evicted();
+  ASSERT_EQ(evicted.size(), 2u);
+  std::map<std::uint64_t, messages::KvPageId> by_key;
+  for (const EvictedPage& e : evicted) by_key[e.id.key] = e.id;
+  ASSERT_TRUE(by_key.contains(keys[0]) && by_key.contains(keys[1]));
+  EXPECT_EQ(by_key[keys[0]].parent, 0u);
+  EXPECT_EQ(by_key[keys[1]].parent, keys[0]);
+  EXPECT_EQ(by_key[keys[1]].tokens, std::vector<std::int32_t>(a.begin() + 4, a.begin() + 8));
+  EXPECT_EQ(table.held_prefix(keys), 0u);
+  table.release(2);
+
+  table.begin(3, 7, a);
+  auto page_tokens = [&](std::size_t i) { return std::span<const std::int32_t>(a).subspan(i * 4, 4); };
+  // Out of order, another model's, or other tokens: refused, and nothing changes.
+  EXPECT_FALSE(table.adopt(3, by_key[keys[1]], page_tokens(1)));
+  EXPECT_FALSE(table.adopt(3, by_key[keys[0]], page_tokens(1)));
+  messages::KvPageId forged = by_key[keys[0]];
+  forged.tokens[0] += 1;
+  EXPECT_FALSE(table.adopt(3, forged, page_tokens(0)));
+  EXPECT_TRUE(table.block_table(3).empty());
+  // In order: both come back, keyed and shared from now on.
+  auto first = table.adopt(3, by_key[keys[0]], page_tokens(0));
+  auto second = table.adopt(3, by_key[keys[1]], page_tokens(1));
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(table.block_table(3), (std::vector<std::uint32_t>{*first, *second}));
+  EXPECT_EQ(table.held_prefix(keys), 2u);
+  // A restore that failed: its pages are forgotten, and free once released.
+  table.forget(*second);
+  EXPECT_EQ(table.held_prefix(keys), 1u);
+  table.release(3);
+  EXPECT_EQ(table.stats().free + table.stats().cached, 4u);
+  EXPECT_EQ(table.stats().cached, 1u);
 }
 
 }  // namespace
