@@ -24,19 +24,21 @@ struct CacheWriterConfig {
   std::filesystem::path ssd_dir;  // empty: no SSD tier
   std::uint64_t ssd_bytes = std::uint64_t{16} << 30;
   std::uint64_t queue_bytes = std::uint64_t{256} << 20;  // RAM of pages on their way to SSD
+  std::uint64_t answer_bytes = std::uint64_t{2} << 30;   // pages one lookup's answer holds at most
   bool drain = true;              // close=drain: queued writes are finished, not dropped
   bool fail_writes = false;
   std::string fail_close;
 };
 
 CacheWriterConfig cache_writer_config(const ActorOptions& options) {
-  check_option_names("cache-writer", options, {"hot_bytes", "ssd_dir", "ssd_bytes", "queue_bytes", "close", "fail_writes",
-                                                      "fail_close"});
+  check_option_names("cache-writer", options, {"hot_bytes", "ssd_dir", "ssd_bytes", "queue_bytes", "answer_bytes", "close",
+                                                      "fail_writes", "fail_close"});
   CacheWriterConfig c;
   c.hot_bytes = number_option("cache-writer", options, "hot_bytes", c.hot_bytes);
   c.ssd_dir = text_option(options, "ssd_dir", "");
   c.ssd_bytes = number_option("cache-writer", options, "ssd_bytes", c.ssd_bytes, 1);
   c.queue_bytes = number_option("cache-writer", options, "queue_bytes", c.queue_bytes, 1);
+  c.answer_bytes = number_option("cache-writer", options, "answer_bytes", c.answer_bytes, 1);
   const std::string close = text_option(options, "close", "drain");
   if (close != "drain" && close != "drop") {
     throw std::invalid_argument("cache-writer option close=" + close + ": expected drain or drop");
@@ -251,7 +253,11 @@ class CacheWriter final : public Actor {
   void on_lookup(Context& ctx, const Message& message, const PrefixLookup& lookup) {
     PendingLookup pending{message.envelope.from, message.envelope.correlation_id, lookup, {}};
     bool needs_ssd = false;
+    // An answer is held in RAM whole (read from SSD, then in flight): a prompt longer than
+    // answer_bytes of pages gets its first pages back and computes the rest.
+    const std::uint64_t most = lookup.page_bytes > 0 ? config_.answer_bytes / lookup.page_bytes : 0;
     for (std::uint64_t key : lookup.keys) {
+      if (pending.slots.size() >= most) break;
       auto it = hot_.find(key);
       if (it != hot_.end() && fits(lookup, it->second.model_key, it->second.page_size, it->second.blob.size())) {
         HotPage& page = it->second;

@@ -18,7 +18,8 @@
 //
 // Options: hot_bytes=N (the hot tier's budget, default 1 GiB), ssd_dir=PATH (default: no SSD
 // tier), ssd_bytes=N (the SSD tier's limit, default 16 GiB), queue_bytes=N (pages on their way to
-// SSD, default 256 MiB), close=drain|drop
+// SSD, default 256 MiB), answer_bytes=N (the most one lookup's answer holds, default 2 GiB: it is
+// in RAM whole), close=drain|drop
 // (what Close and shutdown do with queued writes, default drain), fail_writes=1 (tests: every
 // SSD write fails as on a full disk), fail_close=ID (tests: closing model ID throws midway).
 //
