@@ -18,6 +18,8 @@ Every scenario starts its own server of tiny models with a GPU KV cache of 16 pa
   close     every SSD write fails (--fail-cache-writes) and closing a's pages throws midway
             (--fail-cache-close a): unloading a still releases all of them and says so; a and b
             serve on.
+  shrink    the process's resident memory is above --host-memory-soft: the memory enforcer has the
+            hot tier give its pages up (counted), and A is computed again, identical.
   diskfull  the server may write files of 8 KiB at most (RLIMIT_FSIZE, as a full disk): every page
             write fails, is counted, and serving goes on with identical output.
 
@@ -314,8 +316,25 @@ def scenario_diskfull(mqlm, work):
         server.stop()
 
 
+def scenario_shrink(mqlm, work):
+    server = Server(mqlm, work, "shrink", [f"{work}/a.gguf"], "--hot-cache", "64M", "--host-memory-soft", "1M")
+    try:
+        cold, _ = server.complete(PROMPT_A)
+        push_a_out(server)
+        cache = server.settled_cache(lambda c: c["spilled"] >= 6 and c["hot_bytes"] == 0 and c["dropped"] >= 6,
+                                     "the hot tier shrunk to nothing under host-memory pressure")
+        memory = server.status()["memory"]
+        check(memory["cache_shrinks"] >= 1 and memory["host_soft_bytes"] == 1 << 20,
+              f"shrinks {memory['cache_shrinks']}, host soft mark {memory['host_soft_bytes']}")
+        text, usage = server.complete(PROMPT_A)
+        check(text == cold and usage["prompt_tokens_details"]["cached_tokens"] == 0,
+              f"A after the shrink: {text!r} with {usage}, cold {cold!r} (cache: {cache})")
+    finally:
+        server.stop()
+
+
 SCENARIOS = {"hot": scenario_hot, "ssd": scenario_ssd, "corrupt": scenario_corrupt, "clear": scenario_clear,
-             "close": scenario_close, "diskfull": scenario_diskfull}
+             "close": scenario_close, "shrink": scenario_shrink, "diskfull": scenario_diskfull}
 
 
 def main():
