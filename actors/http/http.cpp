@@ -382,6 +382,13 @@ class Http final : public Actor {
       answer_status_if_complete(ctx, it, false);
       return;
     }
+    answer_admin(correlation_id, [&](AdminAnswer& answer) { answer.models = report; });
+  }
+
+  // Gives the handler of admin call `correlation_id` its answer, `fill` setting the part that
+  // came; an answer to no call waiting is counted and dropped.
+  template <typename Fill>
+  void answer_admin(std::uint64_t correlation_id, Fill fill) {
     auto it = pending_admin_.find(correlation_id);
     if (it == pending_admin_.end()) {
       ++dropped_events_;
@@ -389,7 +396,7 @@ class Http final : public Actor {
     }
     AdminAnswer answer;
     answer.ok = true;
-    answer.models = report;
+    fill(answer);
     send_to_handler(it->second.handler, Tag::admin_answer, http_bridge::pack(answer));
     pending_admin_.erase(it);
   }
@@ -488,29 +495,11 @@ class Http final : public Actor {
   }
 
   void on_cache_cleared(std::uint64_t correlation_id, const CacheCleared& cleared) {
-    auto it = pending_admin_.find(correlation_id);
-    if (it == pending_admin_.end()) {
-      ++dropped_events_;
-      return;
-    }
-    AdminAnswer answer;
-    answer.ok = true;
-    answer.cleared = cleared;
-    send_to_handler(it->second.handler, Tag::admin_answer, http_bridge::pack(answer));
-    pending_admin_.erase(it);
+    answer_admin(correlation_id, [&](AdminAnswer& answer) { answer.cleared = cleared; });
   }
 
   void on_load_answer(std::uint64_t correlation_id, const LoadAnswer& load) {
-    auto it = pending_admin_.find(correlation_id);
-    if (it == pending_admin_.end()) {
-      ++dropped_events_;
-      return;
-    }
-    AdminAnswer answer;
-    answer.ok = true;
-    answer.load = load;
-    send_to_handler(it->second.handler, Tag::admin_answer, http_bridge::pack(answer));
-    pending_admin_.erase(it);
+    answer_admin(correlation_id, [&](AdminAnswer& answer) { answer.load = load; });
   }
 
   // An accepted unload is answered twice (draining, then unloaded): a call that waits is
@@ -520,11 +509,7 @@ class Http final : public Actor {
     if (it == pending_admin_.end()) return;  // the end of an unload whose caller did not wait
     const bool draining = static_cast<UnloadOutcome>(unload.outcome) == UnloadOutcome::draining;
     if (draining && it->second.call.wait) return;
-    AdminAnswer answer;
-    answer.ok = true;
-    answer.unload = unload;
-    send_to_handler(it->second.handler, Tag::admin_answer, http_bridge::pack(answer));
-    pending_admin_.erase(it);
+    answer_admin(correlation_id, [&](AdminAnswer& answer) { answer.unload = unload; });
   }
 
   // The scheduler's runtime could not take something we sent (it answers with Error): a bug on
