@@ -25,37 +25,22 @@ Every scenario starts its own server of tiny models with a GPU KV cache of 16 pa
 
 Usage: prefix_cache_test.py MQLM_BINARY WORK_DIR [SCENARIO...]
 """
-import json
 import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
-FAILURES = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from serve_harness import FAILURES, check, free_port, http_json  # noqa: E402
+
 PROMPT_A = [5 + i % 50 for i in range(100)]
 PROMPT_B = [60 + i % 40 for i in range(200)]
 PROMPT_C = [110 + i % 45 for i in range(200)]
 A_RESTORABLE = 96  # A's full pages before its last token: 6 of 16 tokens
-
-
-def check(condition, what):
-    if not condition:
-        FAILURES.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return condition
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -91,14 +76,7 @@ class Server:
         raise RuntimeError(f"mqlm serve did not become healthy: see {self.log_path}")
 
     def request(self, method, path, body=None, timeout=120):
-        data = json.dumps(body).encode() if body is not None else b""
-        request = urllib.request.Request(self.http + path, data=data if method == "POST" else None, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return response.status, json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"null")
+        return http_json(self.http, method, path, body, timeout)
 
     def complete(self, tokens, model=None):
         body = {"model": model or "a", "prompt": tokens, "max_tokens": 8, "temperature": 0}

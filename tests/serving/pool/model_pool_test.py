@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,22 +34,11 @@ import urllib.request
 import msgpack
 import zmq
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from serve_harness import FAILURES, check, free_port, http_json  # noqa: E402
+
 BLOCK = 1 << 20  # --pool-block-mib 1
 CEILING = "13M"  # a (about 5 MiB) or b (about 9 MiB) fits, not both
-FAILURES = []
-
-
-def check(condition, what):
-    if not condition:
-        FAILURES.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return condition
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -85,14 +73,7 @@ class Server:
             return "".join(f.readlines()[-lines:])
 
     def request(self, method, path, body=None, timeout=120):
-        data = json.dumps(body).encode() if body is not None else b""
-        request = urllib.request.Request(self.http + path, data=data if method == "POST" else None, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return response.status, json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"null")
+        return http_json(self.http, method, path, body, timeout)
 
     def get(self, path):
         return self.request("GET", path)
