@@ -247,6 +247,8 @@ NodeConfig serve_config(const ServeOptions& o) {
   if (hot_bytes != "0" && (runs(o, kCacheWriter) || cache_elsewhere)) {
     options[kCacheWriter] = {{"hot_bytes", hot_bytes}, {"close", o.cache_close}};
     if (!o.ssd_cache_dir.empty()) {
+      // Stopping, the GPU's most recent prefix pages (a hot tier's worth) go to SSD too.
+      if (o.cache_close == "drain") options["scheduler"]["stop_spill_bytes"] = hot_bytes;
       options[kCacheWriter]["ssd_dir"] = o.ssd_cache_dir;
       options[kCacheWriter]["ssd_bytes"] = size_option("--ssd-cache", o.ssd_cache);
     }

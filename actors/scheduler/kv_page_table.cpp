@@ -140,6 +140,17 @@ std::optional<std::uint32_t> KvPageTable::adopt(std::uint64_t sequence, const me
   return p;
 }
 
+std::vector<EvictedPage> KvPageTable::cached_pages(std::size_t most) const {
+  std::vector<EvictedPage> pages;
+  auto it = cached_.end();
+  for (std::size_t n = std::min(most, cached_.size()); n > 0; --n) --it;  // the `most` most recent
+  for (; it != cached_.end(); ++it) {
+    const Page& page = pages_[*it];
+    pages.push_back({*it, {*page.key, page.parent, page.tokens}});
+  }
+  return pages;
+}
+
 void KvPageTable::forget(std::uint32_t p) {
   Page& page = pages_.at(p);
   if (!page.key) return;

@@ -75,6 +75,9 @@ class KvPageTable {
   // With recording on, every keyed page given to other contents is remembered until taken.
   void record_evictions(bool on) { record_evictions_ = on; }
   std::vector<EvictedPage> take_evicted() { return std::exchange(evicted_, {}); }
+  // Up to `most` of the unreferenced keyed pages, the most recently used last (what is worth
+  // keeping when the cache itself goes, as when the server stops).
+  std::vector<EvictedPage> cached_pages(std::size_t most) const;
 
   const std::vector<std::uint32_t>& block_table(std::uint64_t sequence) const;
   bool has(std::uint64_t sequence) const { return sequences_.contains(sequence); }

@@ -95,7 +95,7 @@ struct Scheduler::Request {
 SchedulerConfig scheduler_config(const ActorOptions& options) {
   check_option_names("scheduler", options,
                      {"model", "name", "models", "aliases", "default_model", "executor", "enforcer", "max_sequences",
-                      "token_budget", "max_waiting", "step_timeout_ms", "cache_writer", "lookup_timeout_ms"});
+                      "token_budget", "max_waiting", "step_timeout_ms", "cache_writer", "lookup_timeout_ms", "stop_spill_bytes"});
   SchedulerConfig c;
   auto model = options.find("model");
   auto models = options.find("models");
@@ -129,6 +129,7 @@ SchedulerConfig scheduler_config(const ActorOptions& options) {
   c.step_timeout_ms = count("step_timeout_ms", c.step_timeout_ms, 10, 3'600'000);
   c.cache_writer = text_option(options, "cache_writer", c.cache_writer);
   c.lookup_timeout_ms = count("lookup_timeout_ms", c.lookup_timeout_ms, 1, 3'600'000);
+  c.stop_spill_bytes = number_option("scheduler", options, "stop_spill_bytes", 0);
   return c;
 }
 
@@ -246,6 +247,23 @@ void Scheduler::on_stop(Context& ctx) {
   for (const auto& [sequence, request] : requests_) open.push_back(sequence);
   for (std::uint64_t sequence : open) {
     end_request(ctx, sequence, FinishReason::abort, RequestError::none, "the scheduler stopped");
+  }
+  // The prefix pages on the GPU would go with the process: the most recent go to the cache-writer,
+  // which stops after the executor and keeps them on SSD. The executor takes this plan before its
+  // own Stop, as it takes every message queued before it.
+  if (config_.cache_writer.empty() || config_.stop_spill_bytes == 0) return;
+  for (auto& [name, model] : models_) {
+    if (!model->served() || model->page_bytes == 0) continue;
+    StepPlan plan;
+    plan.step = next_step_++;
+    plan.model = name;
+    plan.model_key = model->key;
+    for (EvictedPage& page : model->pages->cached_pages(config_.stop_spill_bytes / model->page_bytes)) {
+      plan.spill.push_back({page.page, std::move(page.id)});
+    }
+    if (plan.spill.empty()) continue;
+    spdlog::info("{}: stopping: {} prefix pages of model {} go to the cache-writer", ctx.self(), plan.spill.size(), name);
+    ctx.send(config_.executor, std::move(plan));
   }
 }
 

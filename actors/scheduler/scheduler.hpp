@@ -53,11 +53,13 @@ struct SchedulerConfig {
                                      // there (through the executor), and new prompts ask it for
                                      // their prefix; "": none
   std::uint32_t lookup_timeout_ms = 2000;  // a prefix lookup unanswered this long is a miss
+  std::uint64_t stop_spill_bytes = 0;  // when stopping, the GPU's most recent prefix pages, up to
+                                       // this many bytes, go to the cache-writer (to be kept on SSD)
 };
 
 // Options: model=PATH and name=ID (one model), or models=ID=PATH;ID2=PATH2, aliases=NAME=ID;... and default_model=ID;
 // executor=, enforcer=, max_sequences=, token_budget=, max_waiting=, step_timeout_ms=,
-// cache_writer=, lookup_timeout_ms=. Throws
+// cache_writer=, lookup_timeout_ms=, stop_spill_bytes=. Throws
 // std::invalid_argument naming a bad one.
 SchedulerConfig scheduler_config(const ActorOptions& options);
 std::unique_ptr<Actor> make_scheduler(const ActorOptions& options);

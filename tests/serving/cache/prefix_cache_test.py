@@ -9,6 +9,8 @@ Every scenario starts its own server of tiny models with a GPU KV cache of 16 pa
             from the hot tier, counted) and answers exactly what it answered cold.
   ssd       a hot tier of 3 pages: A's pages go on to SSD files; A is restored from SSD, identical;
             after a restart of the server the SSD tier still serves A.
+  stop      A's pages are still on the GPU when the server stops: they go to SSD as it stops, and
+            the next server restores A from there, identical.
   corrupt   the SSD files damaged while the server is down: a flipped byte is found when read
             (counted, deleted) and a truncated file when the tier is scanned; A is recomputed,
             identical, never restored from them.
@@ -188,6 +190,22 @@ def scenario_ssd(mqlm, work):
     return cold
 
 
+def scenario_stop(mqlm, work):
+    ssd = os.path.join(work, "ssd-stop")
+    server = Server(mqlm, work, "stop", [f"{work}/a.gguf"], "--hot-cache", "1M", "--ssd-cache-dir", ssd)
+    try:
+        cold, _ = server.complete(PROMPT_A)
+        check(server.status()["scheduler"]["spilled_pages"] == 0, "A's pages left the GPU before the stop")
+    finally:
+        server.stop()
+    server = Server(mqlm, work, "stop-restart", [f"{work}/a.gguf"], "--hot-cache", "1M", "--ssd-cache-dir", ssd)
+    try:
+        server.settled_cache(lambda c: c["ssd_pages"] >= 6, "A's pages written to SSD as the server stopped")
+        restored(server, cold, "ssd")
+    finally:
+        server.stop()
+
+
 def scenario_corrupt(mqlm, work):
     cold = scenario_ssd(mqlm, work)
     ssd = os.path.join(work, "ssd")
@@ -206,10 +224,11 @@ def scenario_corrupt(mqlm, work):
         check(usage["prompt_tokens_details"]["cached_tokens"] == 0, "a damaged SSD page was used")
         cache = server.settled_cache(lambda c: c["corrupt"] >= 1, "the flipped page was found corrupt")
         check(cache["ssd_pages"] == len(pages) - cache["corrupt"], "a corrupt file was not dropped")
+        on_disk = [f for f in os.listdir(ssd) if f.endswith(".kvpage")]
+        check(len(on_disk) == len(pages) - cache["corrupt"], "the corrupt file was not deleted")
     finally:
-        server.stop()
+        server.stop()  # which writes A's pages, computed again, back to SSD
     left = sorted(os.path.join(ssd, f) for f in os.listdir(ssd) if f.endswith(".kvpage"))
-    check(len(left) < len(pages), "the corrupt file was not deleted")
     for path in left:
         os.truncate(path, os.path.getsize(path) - 7)
     server = ssd_server(mqlm, work, "corrupt-truncated", ssd)
@@ -311,7 +330,7 @@ def scenario_shrink(mqlm, work):
         server.stop()
 
 
-SCENARIOS = {"hot": scenario_hot, "ssd": scenario_ssd, "corrupt": scenario_corrupt, "clear": scenario_clear,
+SCENARIOS = {"hot": scenario_hot, "ssd": scenario_ssd, "stop": scenario_stop, "corrupt": scenario_corrupt, "clear": scenario_clear,
              "close": scenario_close, "shrink": scenario_shrink, "diskfull": scenario_diskfull}
 
 
