@@ -140,12 +140,8 @@ IoResult CacheIo::handle(WriteJob& job) {
 }
 
 IoResult CacheIo::handle(ReadJob& job) {
-  ReadDone done{job.lookup, {}};
-  for (std::uint64_t key : job.keys) {
-    done.pages.push_back(store_.read(key));
-    if (done.pages.back().status != SsdStore::ReadStatus::ok) break;
-  }
-  return {std::move(done)};
+  // Eight files at a time: on the H200 machine's disk one reader took 1.7 s for 499 pages of 2 MiB.
+  return {ReadDone{job.lookup, store_.read_run(job.keys, 8)}};
 }
 
 IoResult CacheIo::handle(ClearJob& job) {

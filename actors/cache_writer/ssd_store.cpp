@@ -1,5 +1,8 @@
 #include "actors/cache_writer/ssd_store.hpp"
 
+#include <atomic>
+#include <thread>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -300,46 +303,111 @@ SsdStore::WriteResult SsdStore::write(const StoredPage& page, std::span<const st
   return result;
 }
 
-SsdStore::ReadResult SsdStore::read(std::uint64_t key) {
-  ReadResult result;
-  auto entry = index_.find(key);
-  if (entry == index_.end()) return result;
+// What reading one page's file found, before the index hears of it: touches only the file, so
+// several run at once.
+struct SsdStore::FileRead {
+  enum class Outcome { ok, gone, corrupt, failed } outcome = Outcome::failed;
+  StoredPage page;
+  std::vector<std::byte> data;
+  std::string error;
+};
+
+SsdStore::FileRead SsdStore::read_file(std::uint64_t key, std::uint64_t expected_bytes) const {
+  FileRead read;
   const std::filesystem::path path = page_path(key);
-  auto failed = [&](const char* what, int error) {
-    result.status = ReadStatus::failed;
-    result.error = system_error(what, path, error);
-    return std::move(result);
+  auto fail = [&](FileRead::Outcome outcome, std::string error) {
+    read.outcome = outcome;
+    read.error = std::move(error);
+    read.data.clear();
+    return std::move(read);
   };
   Descriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (file.fd < 0 && errno == ENOENT) {  // deleted behind our back: a plain miss
-    forget(key);
-    return result;
-  }
-  if (file.fd < 0) return failed("open", errno);
+  if (file.fd < 0 && errno == ENOENT) return fail(FileRead::Outcome::gone, {});  // deleted behind our back
+  if (file.fd < 0) return fail(FileRead::Outcome::failed, system_error("open", path, errno));
   struct stat info {};
-  if (::fstat(file.fd, &info) != 0) return failed("stat", errno);
+  if (::fstat(file.fd, &info) != 0) return fail(FileRead::Outcome::failed, system_error("stat", path, errno));
   // Bounds the data allocation too: the index's size is at most max_bytes.
   const auto file_bytes = static_cast<std::uint64_t>(info.st_size);
-  if (file_bytes != entry->second.file_bytes) {
-    return corrupt(key, fmt::format("{} bytes, {} when written", file_bytes, entry->second.file_bytes));
+  if (file_bytes != expected_bytes) {
+    return fail(FileRead::Outcome::corrupt, fmt::format("{} bytes, {} when written", file_bytes, expected_bytes));
   }
   Header h = read_header(file.fd, file_bytes);
-  if (h.io_error != 0) return failed("read", h.io_error);
-  if (!h.problem.empty()) return corrupt(key, std::move(h.problem));
-  if (h.page.key != key) return corrupt(key, fmt::format("holds the page {:016x}", h.page.key));
-  result.data.resize(h.page.data_bytes);
-  ssize_t n = read_full(file.fd, result.data);
-  if (n < 0) return failed("read", errno);
-  if (static_cast<std::uint64_t>(n) != h.page.data_bytes) return corrupt(key, "the file ends inside its data");
-  if (page_hash(h.bytes, result.data) != h.hash) return corrupt(key, "hash mismatch");
-
+  if (h.io_error != 0) return fail(FileRead::Outcome::failed, system_error("read", path, h.io_error));
+  if (!h.problem.empty()) return fail(FileRead::Outcome::corrupt, std::move(h.problem));
+  if (h.page.key != key) return fail(FileRead::Outcome::corrupt, fmt::format("holds the page {:016x}", h.page.key));
+  read.data.resize(h.page.data_bytes);
+  ssize_t n = read_full(file.fd, read.data);
+  if (n < 0) return fail(FileRead::Outcome::failed, system_error("read", path, errno));
+  if (static_cast<std::uint64_t>(n) != h.page.data_bytes) return fail(FileRead::Outcome::corrupt, "the file ends inside its data");
+  if (page_hash(h.bytes, read.data) != h.hash) return fail(FileRead::Outcome::corrupt, "hash mismatch");
   // Recency lives in memory and in the mtime, so that a restart's scan orders pages the same way
   // (best effort: a page that keeps an old mtime is only evicted sooner after a restart).
-  recency_.splice(recency_.end(), recency_, entry->second.recency);
   ::futimens(file.fd, nullptr);
+  read.outcome = FileRead::Outcome::ok;
+  read.page = std::move(h.page);
+  return read;
+}
+
+// What the index makes of a file read: a corrupt file is deleted and forgotten, a vanished one
+// forgotten, a good one becomes the most recently used.
+SsdStore::ReadResult SsdStore::settle(std::uint64_t key, FileRead read) {
+  ReadResult result;
+  switch (read.outcome) {
+    case FileRead::Outcome::gone:
+      forget(key);
+      return result;
+    case FileRead::Outcome::corrupt:
+      return corrupt(key, std::move(read.error));
+    case FileRead::Outcome::failed:
+      result.status = ReadStatus::failed;
+      result.error = std::move(read.error);
+      return result;
+    case FileRead::Outcome::ok:
+      break;
+  }
+  auto entry = index_.find(key);
+  if (entry != index_.end()) recency_.splice(recency_.end(), recency_, entry->second.recency);
   result.status = ReadStatus::ok;
-  result.page = std::move(h.page);
+  result.page = std::move(read.page);
+  result.data = std::move(read.data);
   return result;
+}
+
+SsdStore::ReadResult SsdStore::read(std::uint64_t key) {
+  auto entry = index_.find(key);
+  if (entry == index_.end()) return {};
+  return settle(key, read_file(key, entry->second.file_bytes));
+}
+
+std::vector<SsdStore::ReadResult> SsdStore::read_run(std::span<const std::uint64_t> keys, unsigned threads) {
+  // The run the index has, from the first key: only those files are read.
+  std::vector<std::uint64_t> expected;
+  for (std::uint64_t key : keys) {
+    auto entry = index_.find(key);
+    if (entry == index_.end()) break;
+    expected.push_back(entry->second.file_bytes);
+  }
+  std::vector<FileRead> reads(expected.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < reads.size(); i = next++) reads[i] = read_file(keys[i], expected[i]);
+  };
+  {
+    std::vector<std::jthread> helpers;
+    for (unsigned t = 1; t < std::min<std::size_t>(threads, reads.size()); ++t) helpers.emplace_back(work);
+    work();
+  }
+  std::vector<ReadResult> results;
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    results.push_back(settle(keys[i], std::move(reads[i])));
+    if (results.back().status != ReadStatus::ok) break;
+  }
+  // The files after the first that failed were read for nothing, but their pages are fine: they
+  // stay in the index as they were.
+  if (results.size() < keys.size() && (results.empty() || results.back().status == ReadStatus::ok)) {
+    results.emplace_back();  // the first key the index lacks: missing
+  }
+  return results;
 }
 
 std::uint64_t SsdStore::clear() {

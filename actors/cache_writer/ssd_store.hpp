@@ -59,6 +59,10 @@ class SsdStore {
   // Reads and checks a page and marks it most recently used. A file that fails a check is
   // deleted and dropped from the index (`corrupt`); I/O errors are `failed`.
   ReadResult read(std::uint64_t key);
+  // Reads a run of pages, `threads` files at a time (an SSD serves several reads at once): the
+  // results of keys[0], keys[1], ... up to and including the first that is not ok (missing,
+  // corrupt or failed), each as read() would answer it.
+  std::vector<ReadResult> read_run(std::span<const std::uint64_t> keys, unsigned threads);
 
   bool contains(std::uint64_t key) const { return index_.contains(key); }
   const StoredPage* find(std::uint64_t key) const;  // the index's metadata, or nullptr
@@ -84,6 +88,9 @@ class SsdStore {
   void insert(StoredPage page, std::uint64_t file_bytes);
   void forget(std::uint64_t key);
   ReadResult corrupt(std::uint64_t key, std::string reason);
+  struct FileRead;
+  FileRead read_file(std::uint64_t key, std::uint64_t expected_bytes) const;
+  ReadResult settle(std::uint64_t key, FileRead read);
 
   std::filesystem::path directory_;
   std::uint64_t max_bytes_;

@@ -604,6 +604,10 @@ void Scheduler::on_cached_prefix(Context& ctx, Message& message, const CachedPre
   if (it == requests_.end() || it->second->lookup != Request::Lookup::pending) return;  // ended, or given up on
   Request& r = *it->second;
   r.lookup = Request::Lookup::done;
+  if (cached.pages.size() >= 64) {
+    spdlog::info("{}: {} prefix pages came back from the cache-writer {:.1f} ms after the lookup", ctx.self(),
+                 cached.pages.size(), static_cast<double>(ctx.now_ns() - r.lookup_sent_ns) / 1e6);
+  }
   if (message.blobs.size() == cached.pages.size() && cached.model == r.model->name) {
     r.restore_ids = cached.pages;
     r.restore_tiers = cached.tiers;

@@ -204,6 +204,38 @@ TEST_F(SsdStoreTest, DamagedFilesAreCorruptOnRead) {
   }
 }
 
+// A run read on several threads answers as reads one after the other would: every page up to the
+// first that is missing or damaged (that one included), the damaged file deleted, the pages after
+// it untouched.
+TEST_F(SsdStoreTest, ARunReadOnSeveralThreadsEndsAtItsFirstBadPage) {
+  SsdStore store(directory_, 1 << 22);
+  std::vector<std::uint64_t> keys;
+  for (std::uint64_t key = 1; key <= 12; ++key) {
+    keys.push_back(key);
+    ASSERT_TRUE(store.write(make_page(key, key - 1), make_data(4096 + key, static_cast<unsigned>(key))).ok);
+  }
+  auto whole = store.read_run(keys, 4);
+  ASSERT_EQ(whole.size(), keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(whole[i].status, ReadStatus::ok);
+    EXPECT_EQ(whole[i].data, make_data(4096 + keys[i], static_cast<unsigned>(keys[i])));
+  }
+  std::vector<std::uint64_t> longer = keys;
+  longer.push_back(99);  // not stored
+  auto missing = store.read_run(longer, 4);
+  ASSERT_EQ(missing.size(), longer.size());
+  EXPECT_EQ(missing.back().status, ReadStatus::missing);
+
+  kDamages[0].apply(store.page_path(6));
+  auto cut = store.read_run(keys, 4);
+  ASSERT_EQ(cut.size(), 6u);
+  EXPECT_EQ(cut[4].status, ReadStatus::ok);
+  EXPECT_EQ(cut[5].status, ReadStatus::corrupt);
+  EXPECT_FALSE(store.contains(6));
+  EXPECT_FALSE(fs::exists(store.page_path(6)));
+  for (std::uint64_t key = 7; key <= 12; ++key) EXPECT_EQ(store.read(key).status, ReadStatus::ok) << key;
+}
+
 TEST_F(SsdStoreTest, DamagedFilesAreDroppedAfterRestart) {
   std::uint64_t key = 100;
   for (const Damage& damage : kDamages) {
