@@ -188,7 +188,7 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
         table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
                    std::string(ops::matmul_path_name(path)), us, traffic, 2.0 * s.rows * s.k * tokens, check});
       }
-      // The narrow path (tensor cores for decode batches) from F16 activations made untimed, as the
+      // The narrow path (tensor cores past the vector path) from F16 activations made untimed, as the
       // forward pass makes them once for several matmuls.
       const auto& features = b.device_.features();
       if (tokens > 1 && ops::narrow_matmul_applies(features, type, s.rows, s.k)) {
@@ -199,21 +199,31 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
           ops::to_f16(rec, b.kernels_, acts.range(), acts16.range(), tokens, s.k, padded);
           b.queue_.submit_and_wait(rec);
         }
-        std::string name = "narrow";
-        double us = NAN;
-        std::string check;
-        try {
-          us = b.time_us([&](Recording& rec) {
-            const PoolBuffer& w = weight_copies[next_copy++ % copies];
-            ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens, false);
-          });
-          check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
-        } catch (const GpuError& e) {
-          check = std::string("failed: ") + e.what();
+        // The staged kernel alone, and with K split where its grid is small (as the model does for
+        // the residual products) when that applies.
+        const std::uint64_t split_bytes = ops::narrow_split_bytes(features, s.rows, s.k, tokens);
+        PoolBuffer parts = b.pool_.allocate(std::max<std::uint64_t>(split_bytes, 4), "bench");
+        std::vector<std::pair<std::string, bool>> variants{{"staged", false}};
+        if (split_bytes > 0) {
+          variants.push_back({fmt::format("staged, K in {}", ops::narrow_splits(features, s.rows, s.k, tokens)), true});
         }
-        double traffic = double(bytes.size()) + 2.0 * padded * s.k + 4.0 * tokens * s.rows;
-        table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
-                   name, us, traffic, 2.0 * s.rows * s.k * tokens, check});
+        for (const auto& [name, split] : variants) {
+          double us = NAN;
+          std::string check;
+          try {
+            us = b.time_us([&](Recording& rec) {
+              const PoolBuffer& w = weight_copies[next_copy++ % copies];
+              ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens, false,
+                                 split ? parts.range() : BufferRange{});
+            });
+            check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
+          } catch (const GpuError& e) {
+            check = std::string("failed: ") + e.what();
+          }
+          double traffic = double(bytes.size()) + 2.0 * padded * s.k + 4.0 * tokens * s.rows;
+          table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
+                     name, us, traffic, 2.0 * s.rows * s.k * tokens, check});
+        }
       }
     }
     b.pool_.trim();
@@ -329,7 +339,8 @@ void add_kernel_bench(CLI::App& bench) {
     bool attention_only = false;
     std::uint32_t context = 0;
     std::string matvec_shape;
-    std::string narrow_shape;
+    std::string staged_shape;
+    std::uint32_t staged_splits = 0;
     DeviceOptions device;
   };
   auto o = std::make_shared<Options>();
@@ -346,9 +357,11 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_option("--context", o->context, "context length of the attention decode rows (default: the preset's)");
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "THREADSxROWS: workgroup shape of the whole-block vector matmul for every type (default: tuned per type)");
-  cmd->add_option("--narrow-shape", o->narrow_shape,
-                  "TILESxGROUPSxSPLITSxBLOCKS: the narrow (tensor-core decode) matmul's 16-row tiles per subgroup, "
-                  "row groups and subgroups splitting K per workgroup, blocks of 32 per iteration (default: tuned)");
+  cmd->add_option("--staged-shape", o->staged_shape,
+                  "SGMxSGNxTMxTN: the narrow (tensor-core) matmul's subgroups along M and N and 16x16 fragments "
+                  "per subgroup along M and N, for every column count (default: tuned per column count)");
+  cmd->add_option("--staged-splits", o->staged_splits,
+                  "slices of K for the narrow matmul's split rows, where it splits (default: tuned)");
   cmd->add_option("--out", o->out, "also write the table, with date, device, driver and command, to this file");
   cmd->callback([o] {
     std::vector<WeightType> types;
@@ -368,19 +381,19 @@ void add_kernel_bench(CLI::App& bench) {
       }
       ops::set_matvec_shape(shape);
     }
-    if (!o->narrow_shape.empty()) {
-      ops::NarrowShape shape;
+    ops::StagedShape staged;
+    if (!o->staged_shape.empty()) {
       char x1 = 0, x2 = 0, x3 = 0;
-      std::istringstream in(o->narrow_shape);
-      if (!(in >> shape.row_tiles >> x1 >> shape.row_groups >> x2 >> shape.k_splits >> x3 >> shape.blocks) ||
-          x1 != 'x' || x2 != 'x' || x3 != 'x') {
-        throw CommandFailed("--narrow-shape wants TILESxGROUPSxSPLITSxBLOCKS, e.g. 4x1x4x1, not '" + o->narrow_shape + "'");
+      std::istringstream in(o->staged_shape);
+      if (!(in >> staged.sg_m >> x1 >> staged.sg_n >> x2 >> staged.tm >> x3 >> staged.tn) || x1 != 'x' || x2 != 'x' ||
+          x3 != 'x') {
+        throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN, e.g. 4x1x1x4, not '" + o->staged_shape + "'");
       }
-      if (auto problem = ops::narrow_shape_problem(shape); !problem.empty()) {
-        throw CommandFailed("--narrow-shape " + o->narrow_shape + ": " + problem);
+      if (auto problem = ops::staged_shape_problem(staged); !problem.empty()) {
+        throw CommandFailed("--staged-shape " + o->staged_shape + ": " + problem);
       }
-      ops::set_narrow_shape(shape);
     }
+    ops::set_staged_shape(staged, o->staged_splits);
     Bench b(o->device, o->target_ms);
     std::string header = fmt::format("- device: {}\n", b.device_.features().summary());
     std::cerr << header;
@@ -404,13 +417,17 @@ void add_kernel_bench(CLI::App& bench) {
     if (!o->out.empty()) {
       std::ofstream file(o->out);
       file << "# Kernel benchmark\n\n- date: " << utc_now() << "\n" << header
-           << fmt::format("- command: mqlm bench kernels --preset {} --tokens {} --types {}{}{}{}{}\n", o->preset,
+           << fmt::format("- command: mqlm bench kernels --preset {} --tokens {} --types {}{}{}{}{}", o->preset,
                           fmt::join(o->tokens, ","), fmt::join(o->types, ","), o->matmul_only ? " --matmul-only" : "",
                           o->attention_only ? " --attention-only" : "",
                           o->context != 0 ? fmt::format(" --context {}", o->context) : "",
                           o->matvec_shape.empty() ? "" : " --matvec-shape " + o->matvec_shape)
+           << (o->staged_shape.empty() ? "" : " --staged-shape " + o->staged_shape)
+           << (o->staged_splits == 0 ? "" : fmt::format(" --staged-splits {}", o->staged_splits)) << "\n"
            << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
-              " matmul paths: vector (few tokens), tiled, coopmat (tensor cores); check: vector and coopmat output vs tiled;"
+              " matmul paths: vector (few tokens), tiled, coopmat (tensor cores, 64x64 tiles), staged (the narrow path: tensor cores,"
+              " tiles staged through shared memory; \"K in S\": K split in S slices, as the model does for the residual products);"
+              " check: output vs tiled;"
               " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
            << columns << table.str();
       if (!file) throw CommandFailed("cannot write " + o->out);

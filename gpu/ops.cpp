@@ -128,39 +128,75 @@ MatmulPath choose_matmul_path(const DeviceFeatures& features, std::uint32_t n) {
 
 namespace {
 
-NarrowShape narrow_override;
+// The staged kernel's workgroup for n columns (shapes counted in 16-column fragments; with 8-column
+// tensor-core tiles TN doubles): 64 rows and as many columns as a decode batch fills, or 128 x 128
+// for prefill chunks. Each shape is its own module (shaders/CMakeLists.txt builds these); the
+// others are there for benchmarks to compare (bench/results/staged-matmul-2026-11-25-h100.md).
+constexpr StagedShape staged_shapes[] = {{4, 2, 2, 4}, {4, 1, 1, 4}, {4, 1, 1, 2}, {4, 1, 1, 1},
+                                         {2, 2, 4, 4}, {4, 2, 2, 2}, {2, 4, 4, 2}};
+constexpr std::size_t staged_both_tiles = 4;  // the first four are also built for 16x8x16 tiles
 
-NarrowShape narrow_shape() {
-  if (narrow_override.row_tiles != 0) return narrow_override;
-  return {2, 1, 4, 2};
+bool same_shape(const StagedShape& a, const StagedShape& b) {
+  return a.sg_m == b.sg_m && a.sg_n == b.sg_n && a.tm == b.tm && a.tn == b.tn;
 }
 
-// Column tiles per workgroup (64 columns at most) and workgroups along y for n columns.
-std::pair<std::uint32_t, std::uint32_t> narrow_tiles(const DeviceFeatures& features, std::uint32_t n) {
-  const std::uint32_t width = features.cooperative_matrix->n;
-  const std::uint32_t tiles = ceil_div(std::max(n, 1u), width);
-  const std::uint32_t per_group = std::min(tiles, 64 / width);
-  return {per_group, ceil_div(tiles, per_group)};
+StagedShape staged_override;
+std::uint32_t splits_override = 0;
+
+StagedShape staged_shape(std::uint32_t n) {
+  if (staged_override.sg_m != 0) return staged_override;
+  if (n <= 16) return staged_shapes[3];
+  if (n <= 32) return staged_shapes[2];
+  if (n <= 64) return staged_shapes[1];
+  return staged_shapes[0];
 }
+
+std::uint32_t staged_columns(const StagedShape& s) { return s.sg_n * s.tn * 16; }
 
 }  // namespace
 
-std::string narrow_shape_problem(NarrowShape s) {
-  if (s.row_tiles < 1 || s.row_tiles > 4) return "the row tiles per subgroup are 1 to 4";
-  if (s.row_groups == 0 || s.k_splits == 0 || s.blocks == 0) return "every count is at least 1";
-  const std::uint64_t subgroups = std::uint64_t{s.row_groups} * s.k_splits;
-  if (subgroups > 32) return "a workgroup has at most 32 subgroups";
-  // The kernel's shared memory: dequantized rows (F16, padded) and one row tile of sums per subgroup.
-  const std::uint64_t bytes = subgroups * 16 * s.row_tiles * (32 * s.blocks + 8) * 2 + subgroups * 16 * 64 * 4;
-  if (bytes > 48 * 1024) return fmt::format("it needs {} bytes of shared memory, more than 48 KiB", bytes);
+std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+  if (!features.cooperative_matrix) return 1;
+  const StagedShape s = staged_shape(n);
+  const std::uint32_t groups = ceil_div(m, 16 * s.sg_m * s.tm) * ceil_div(n, staged_columns(s));
+  const std::uint32_t blocks = k / 32;
+  // Decode batches whose grid would leave a large GPU (132 SMs on the H100) partly idle get enough
+  // workgroups to fill it several times over, each with at least 16 blocks of K. Wider products
+  // have enough work per workgroup to hide its loads (splitting them measured slower).
+  if (splits_override == 0 && (n > 64 || groups >= 256)) return 1;
+  const std::uint32_t splits = splits_override != 0 ? splits_override : ceil_div(512, groups);
+  return std::clamp(splits, 1u, std::max(blocks / 16, 1u));
+}
+
+std::uint64_t narrow_split_bytes(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+  const std::uint32_t splits = narrow_splits(features, m, k, n);
+  return splits > 1 ? std::uint64_t{splits} * narrow_padded_columns(features, n) * m * 4 : 0;
+}
+
+void sum_splits(Recording& rec, KernelLibrary& lib, BufferRange parts, BufferRange out, std::uint32_t count,
+                std::uint32_t splits, bool accumulate) {
+  struct {
+    std::uint32_t count, splits, accumulate;
+  } push{count, splits, accumulate ? 1u : 0u};
+  auto [gx, gy] = spread(ceil_div(count, 256));
+  rec.dispatch(kernel(lib, "sum_splits", 2, sizeof push), {parts, out}, push, gx, gy);
+}
+
+std::string staged_shape_problem(StagedShape s) {
+  if (std::none_of(std::begin(staged_shapes), std::end(staged_shapes), [&](const StagedShape& t) { return same_shape(s, t); })) {
+    std::string built;
+    for (const auto& t : staged_shapes) built += fmt::format(" {}x{}x{}x{}", t.sg_m, t.sg_n, t.tm, t.tn);
+    return "no module is built for that shape; built:" + built;
+  }
   return "";
 }
 
-void set_narrow_shape(NarrowShape shape) {
-  if (shape.row_tiles != 0) {
-    if (auto problem = narrow_shape_problem(shape); !problem.empty()) throw GpuError("narrow matmul shape: " + problem);
+void set_staged_shape(StagedShape shape, std::uint32_t splits) {
+  if (shape.sg_m != 0) {
+    if (auto problem = staged_shape_problem(shape); !problem.empty()) throw GpuError("staged matmul shape: " + problem);
   }
-  narrow_override = shape;
+  staged_override = shape;
+  splits_override = splits;
 }
 
 bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k) {
@@ -182,12 +218,13 @@ bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, st
 
 std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n) {
   if (!features.cooperative_matrix) return n;
-  auto [per_group, groups] = narrow_tiles(features, n);
-  return per_group * groups * features.cooperative_matrix->n;
+  const std::uint32_t width = staged_columns(staged_shape(n));
+  return ceil_div(std::max(n, 1u), width) * width;
 }
 
 void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
-                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate) {
+                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
+                   BufferRange split_scratch) {
   const auto& features = lib.device().features();
   if (!narrow_matmul_applies(features, type, m, k)) {
     throw GpuError(fmt::format("the narrow matmul does not take {} weights of {}x{} on {}", weight_type_name(type), m, k,
@@ -197,17 +234,26 @@ void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRa
     throw GpuError(fmt::format("the narrow matmul needs {} padded F16 activation rows", narrow_padded_columns(features, n)));
   }
   const auto& cm = *features.cooperative_matrix;
-  const NarrowShape shape = narrow_shape();
-  auto [per_group, groups_y] = narrow_tiles(features, n);
   struct {
     std::uint32_t m, k, n;
   } push{m, k, n};
-  rec.dispatch(kernel(lib, fmt::format("mul_mm_narrow_{}_{}x{}x{}", weight_type_name(type), cm.m, cm.n, cm.k), 3,
-                      sizeof push,
-                      {32 * shape.row_groups * shape.k_splits, shape.row_groups, shape.k_splits, per_group, shape.blocks,
-                       accumulate ? 1u : 0u, shape.row_tiles},
-                      32),
-               {weights, acts16, out}, push, ceil_div(m, 16 * shape.row_tiles * shape.row_groups), groups_y);
+  const StagedShape s = staged_shape(n);
+  if (cm.n != 16 && std::none_of(staged_shapes, staged_shapes + staged_both_tiles,
+                                 [&](const StagedShape& t) { return same_shape(s, t); })) {
+    throw GpuError(fmt::format("the staged matmul shape {}x{}x{}x{} is built for 16x16x16 tiles only", s.sg_m, s.sg_n,
+                               s.tm, s.tn));
+  }
+  // K split over grid z where the scratch takes the partial products; they are then summed into out.
+  const std::uint32_t splits = narrow_splits(features, m, k, n);
+  const bool split = splits > 1 && split_scratch.size >= narrow_split_bytes(features, m, k, n);
+  // Constant 0 (the workgroup size) and 1-4 (the shape) are fixed in the module; 5: accumulate.
+  rec.dispatch(kernel(lib,
+                      fmt::format("mul_mm_staged_{}_{}x{}x{}_{}x{}x{}x{}", weight_type_name(type), cm.m, cm.n, cm.k, s.sg_m,
+                                  s.sg_n, s.tm, s.tn),
+                      3, sizeof push, {0, 0, 0, 0, 0, accumulate && !split ? 1u : 0u}, 32),
+               {weights, acts16, split ? split_scratch : out}, push, ceil_div(m, 16 * s.sg_m * s.tm),
+               ceil_div(n, staged_columns(s)), split ? splits : 1);
+  if (split) sum_splits(rec, lib, split_scratch, out, m * n, splits, accumulate);
 }
 
 void to_f16(Recording& rec, KernelLibrary& lib, BufferRange in, BufferRange out, std::uint32_t rows, std::uint32_t n,

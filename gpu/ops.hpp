@@ -53,11 +53,12 @@ struct MatvecShape {
 };
 void set_matvec_shape(MatvecShape shape);
 
-// The narrow path: tensor cores for decode batches (a few to 64 columns; more take further
-// workgroups). Each weight block is read from memory once per 64 columns, dequantized to F16 in
-// shared memory; the activations are F16 with their columns padded to whole tiles. Needs
-// VK_NV_cooperative_matrix with 16-row, 16-deep tiles and subgroups of 32; takes F16, Q8_0 and
-// Q4_0 weights with K % 32 == 0 (and M % 16 == 0 for F16).
+// The narrow path: the tensor cores for every product wider than the vector path (decode batches
+// and prefill chunks), shaders/mul_mm_staged.comp. A workgroup owns a tile of up to 128 rows and
+// up to 128 columns; each weight block is read from memory once per tile's columns, dequantized
+// to F16 in shared memory; the activations are F16 with their columns padded to whole tiles.
+// Needs VK_NV_cooperative_matrix with 16-row, 16-deep tiles and subgroups of 32; takes F16, Q8_0
+// and Q4_0 weights with K % 32 == 0 (and M % 16 == 0 for F16).
 bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k);
 // Whether callers should take the narrow path for n columns: where it applies, past the vector
 // path's columns (it beats the tiled paths up to 512 columns and more on the H100 and H200).
@@ -67,17 +68,28 @@ bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, st
 std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n);
 // out(n, m) = acts16(n, k) x weights(m, k)^T, or out += it with accumulate (the residual add);
 // acts16: F16 with narrow_padded_columns(n) rows (what to_f16 writes).
+// With split_scratch of narrow_split_bytes(m, k, n) or more, a product whose grid is too small to
+// fill the GPU splits K over several workgroups, whose partial products go to the scratch and are
+// then added (in a fixed order) into out. Not for products recorded to run alongside each other.
 void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
-                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate);
-// The narrow kernel's workgroup: 16-row tiles per subgroup (1 to 4: each activation fragment
-// loaded is used by all of them), row groups, subgroups splitting K per group, blocks of 32 per
-// iteration. All 0 (the default) uses the tuned shape; benchmarks set others to tune.
-struct NarrowShape {
-  std::uint32_t row_tiles = 0, row_groups = 0, k_splits = 0, blocks = 0;
+                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
+                   BufferRange split_scratch = {});
+// How many slices of K the narrow path cuts an m x k product of n columns into (1: none), and the
+// scratch bytes that takes (0 for none).
+std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n);
+std::uint64_t narrow_split_bytes(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n);
+// out[i] (+)= sum over z < splits of parts[z * count + i], i < count.
+void sum_splits(Recording& rec, KernelLibrary& lib, BufferRange parts, BufferRange out, std::uint32_t count,
+                std::uint32_t splits, bool accumulate);
+// The staged kernel's workgroup (shaders/mul_mm_staged.comp): subgroups along M and N, 16-row and
+// 16-column fragments per subgroup. One module is built per shape; staged_shape_problem says
+// whether one is. set_staged_shape overrides the shape chosen per column count (all 0: the tuned
+// choice) and the K splits (0: the tuned choice); benchmarks set them to compare.
+struct StagedShape {
+  std::uint32_t sg_m = 0, sg_n = 0, tm = 0, tn = 0;
 };
-// Why the shape cannot run (too many subgroups, too much shared memory), or "" if it can.
-std::string narrow_shape_problem(NarrowShape shape);
-void set_narrow_shape(NarrowShape shape);
+std::string staged_shape_problem(StagedShape shape);
+void set_staged_shape(StagedShape shape, std::uint32_t splits = 0);
 // out(padded_rows, n) F16 = in(rows, n) F32, the rows past `rows` zero.
 void to_f16(Recording& rec, KernelLibrary& lib, BufferRange in, BufferRange out, std::uint32_t rows, std::uint32_t n,
             std::uint32_t padded_rows);

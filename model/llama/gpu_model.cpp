@@ -239,9 +239,22 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     ops::to_f16(rec_of(), lib, in.range(), acts16.range(), rows, width, padded);
   };
-  auto matmul_narrow = [&](const GpuTensor& w, PoolBuffer& out, std::uint32_t rows, bool accumulate) {
+  // The residual products (attention output, down projection) have few rows for a large GPU: the
+  // narrow path splits their K where this scratch (sized for the larger of the two) holds the parts.
+  PoolBuffer split_parts;
+  if (!layers_.empty()) {
+    std::uint64_t bytes = 0;
+    for (const GpuTensor* w : {&layers_.front().wo, &layers_.front().w_down}) {
+      if (!narrow(*w, n)) continue;
+      bytes = std::max(bytes, ops::narrow_split_bytes(features, static_cast<std::uint32_t>(w->rows),
+                                                      static_cast<std::uint32_t>(w->cols), n));
+    }
+    if (bytes > 0) split_parts = pool.allocate(bytes, "scratch");
+  }
+  auto matmul_narrow = [&](const GpuTensor& w, PoolBuffer& out, std::uint32_t rows, bool accumulate, bool split = false) {
     ops::matmul_narrow(rec_of(), lib, w.type, w.buffer.range(), acts16.range(), out.range(),
-                       static_cast<std::uint32_t>(w.rows), static_cast<std::uint32_t>(w.cols), rows, accumulate);
+                       static_cast<std::uint32_t>(w.rows), static_cast<std::uint32_t>(w.cols), rows, accumulate,
+                       split && split_parts ? split_parts.range() : gpu::BufferRange{});
   };
   auto matmul = [&](const GpuTensor& w, const PoolBuffer& in, PoolBuffer& out, std::uint32_t rows) {
     if (narrow(w, rows)) {
@@ -292,7 +305,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     if (narrow(w, n)) {  // x += w * in, the add fused into the product
       to_f16(in, n, k);
-      matmul_narrow(w, x, n, true);
+      matmul_narrow(w, x, n, true, true);
       return;
     }
     matmul(w, in, proj, n);

@@ -382,8 +382,8 @@ TEST(AttentionPlan, SplitsDecodeAndNotPrefill) {
 }
 
 // The narrow (tensor-core) path is chosen only where it can run: tiles of 16 x 16 x 16 or 16 x 8
-// x 16, subgroups of 32, whole blocks; its activations are padded to whole column tiles, 64
-// columns per workgroup. (Its output is checked on the H100 by `mqlm bench kernels` against the
+// x 16, subgroups of 32, whole blocks; its activations are padded to whole column tiles of its
+// workgroup shape for that many columns. (Its output is checked on the H100 by `mqlm bench kernels` against the
 // tiled path, and end to end by bench/check-batched-greedy.sh: lavapipe has no tensor cores.)
 TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
   DeviceFeatures lavapipe;
@@ -403,21 +403,52 @@ TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
   EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::q4_0, 4096, 4080));  // not whole blocks
   EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 8));  // the vector path's
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 9));
+  // Decode batches take tiles of 16, 32 or 64 columns; wider products tiles of 128.
   for (auto [n, padded] : std::vector<std::pair<std::uint32_t, std::uint32_t>>{
-           {1, 16}, {16, 16}, {17, 32}, {33, 48}, {64, 64}, {65, 128}, {100, 128}, {129, 192}}) {
+           {1, 16}, {16, 16}, {17, 32}, {33, 64}, {64, 64}, {65, 128}, {100, 128}, {129, 256}}) {
     EXPECT_EQ(ops::narrow_padded_columns(h100, n), padded) << n;
   }
+  // K is split where the grid of 64-row tiles is small (a decode batch through the down
+  // projection), never for prefill chunks, and never into slices of fewer than 16 blocks.
+  EXPECT_EQ(ops::narrow_splits(h100, 4096, 14336, 64), 8u);
+  EXPECT_EQ(ops::narrow_split_bytes(h100, 4096, 14336, 64), 8ull * 64 * 4096 * 4);
+  EXPECT_EQ(ops::narrow_splits(h100, 28672, 4096, 64), 1u);
+  EXPECT_EQ(ops::narrow_split_bytes(h100, 28672, 4096, 64), 0u);
+  EXPECT_EQ(ops::narrow_splits(h100, 4096, 4096, 512), 1u);
+  EXPECT_EQ(ops::narrow_splits(h100, 4096, 1024, 16), 2u);
   h100.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
   EXPECT_EQ(ops::narrow_padded_columns(h100, 9), 16u);
   EXPECT_EQ(ops::narrow_padded_columns(h100, 65), 128u);
   h100.subgroup_size = 64;
   EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::q4_0, 4096, 4096));
 
-  EXPECT_EQ(ops::narrow_shape_problem({2, 1, 4, 2}), "");
-  EXPECT_NE(ops::narrow_shape_problem({5, 1, 1, 1}), "");
-  EXPECT_NE(ops::narrow_shape_problem({4, 1, 8, 1}), "");  // 72 KiB of shared memory
-  EXPECT_NE(ops::narrow_shape_problem({1, 0, 1, 1}), "");
-  EXPECT_THROW(ops::set_narrow_shape({1, 64, 1, 1}), GpuError);
+  EXPECT_EQ(ops::staged_shape_problem({4, 1, 1, 4}), "");
+  EXPECT_NE(ops::staged_shape_problem({5, 1, 1, 1}), "");  // no module is built for it
+  EXPECT_NE(ops::staged_shape_problem({1, 0, 1, 1}), "");
+  EXPECT_THROW(ops::set_staged_shape({1, 64, 1, 1}), GpuError);
+}
+
+// The partial products of a split K are added in order into the output, or onto it.
+TEST(SumSplits, AddsTheSlicesIntoOrOntoTheOutput) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t count = 1000, splits = 5;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  Vec parts(std::size_t{count} * splits), start(count);
+  for (auto& v : parts) v = dist(rng);
+  for (auto& v : start) v = dist(rng);
+  for (bool accumulate : {false, true}) {
+    PoolBuffer p = g.up(parts), out = g.up(start);
+    auto rec = g.queue.begin();
+    ops::sum_splits(rec, g.kernels, p.range(), out.range(), count, splits, accumulate);
+    g.queue.submit_and_wait(rec);
+    Vec got = g.down<float>(out, count);
+    for (std::uint32_t i = 0; i < count; ++i) {
+      float want = accumulate ? start[i] : 0.0f;
+      for (std::uint32_t z = 0; z < splits; ++z) want += parts[std::size_t{z} * count + i];
+      ASSERT_FLOAT_EQ(got[i], want) << "accumulate " << accumulate << " at " << i;
+    }
+  }
 }
 
 // The reference must itself be able to fail: a wrong answer is caught by the same bound.

@@ -1,0 +1,234 @@
+#version 450
+// out(N, M) = activations(N, K) x weights(M, K)^T on tensor cores, for everything wider than the
+// vector path: decode batches and prefill chunks. VK_NV_cooperative_matrix; built only into
+// pipelines on devices that report it, never on lavapipe.
+//
+// A workgroup owns a BM x BN tile of the output (BM = SG_M * TM * 16 rows, BN = SG_N * TN * CM_N
+// columns); each of its SG_M x SG_N subgroups owns TM x TN fragments of it. K advances 32 at a time
+// (one GGUF block) through two shared-memory stages: while the tensor cores multiply the tile in one
+// stage, the loads for the next are in flight, and the whole workgroup then dequantizes them to F16
+// into the other stage; one barrier per step. Weights are read from memory once per BN columns.
+// Dequantization works on packed halves: a nibble (or a byte) becomes the mantissa of 1024.0 by
+// bit operations, and one subtraction and one multiplication give two weights at a time.
+// ACCUMULATE: out += the product (the residual add, fused). A grid of z > 1 splits K: workgroup z
+// takes the z-th share of the blocks and writes its sums to slice z of out (N x M each), which
+// the host then adds up (sum_splits.comp), for grids too small to fill the GPU.
+//
+// The host guarantees: subgroups of 32, K % 32 == 0, M % 16 == 0 for F16 weights, 16-byte aligned
+// buffer offsets, activations F16 with their columns padded to whole BN tiles (the pad zero).
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+
+// The shape is fixed at compile time (one module per shape), so that every loop below unrolls and
+// every fragment index is a constant: arrays of fragments then live in registers.
+const uint SG_M = SHAPE_SG_M;  // subgroups along M
+const uint SG_N = SHAPE_SG_N;  // subgroups along N
+const uint TM = SHAPE_TM;      // 16-row fragments per subgroup
+const uint TN = SHAPE_TN;      // CM_N-column fragments per subgroup
+layout(local_size_x = 32 * SG_M * SG_N) in;
+layout(constant_id = 5) const uint ACCUMULATE = 0;  // 1: out += the product
+layout(push_constant) uniform Params { uint M; uint K; uint N; } p;
+
+layout(binding = 1) readonly buffer Acts { uvec4 b4[]; };  // F16, 8 to a word
+layout(binding = 2) buffer Out { float out_data[]; };
+
+const uint THREADS = 32 * SG_M * SG_N;
+const uint BM = SG_M * TM * 16;
+const uint BN = SG_N * TN * CM_N;
+// A row of a stage: 32 F16 (4 words of 16 bytes) and one word of pad, so that the rows a fragment
+// load reads start on different banks. Strides and offsets below count 16-byte words.
+const uint STRIDE = 5;
+const uint A_STAGE = BM * STRIDE;
+const uint B_STAGE = BN * STRIDE;
+shared uvec4 tile_a[2 * A_STAGE];  // [stage][m][k]
+shared uvec4 tile_b[2 * B_STAGE];  // [stage][n][k]: column-major K x N
+// Edge fragments go through here (one per subgroup) to be written element by element.
+shared float tile_c[SG_M * SG_N * 16 * CM_N];
+
+// Two F16 in one word (the first in the low bits), as shared memory takes them.
+uint halves(f16vec2 v) { return packFloat2x16(v); }
+
+#if defined(A_F16)
+layout(binding = 0) readonly buffer W { uvec4 w4[]; };
+// A stage of weights: BM rows x 4 words; each thread carries A_LOADS of them.
+const uint A_UNITS = BM * 4;
+const uint A_LOADS = (A_UNITS + THREADS - 1) / THREADS;
+uvec4 a_regs[A_LOADS];
+
+void load_a(uint m0, uint b) {
+  [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
+    const uint u = gl_LocalInvocationIndex + i * THREADS;
+    if (u < A_UNITS) {
+      const uint row = min(m0 + u / 4, p.M - 1);
+      a_regs[i] = w4[(row * p.K + 32 * b) / 8 + u % 4];
+    }
+  }
+}
+
+void store_a(uint stage) {
+  [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
+    const uint u = gl_LocalInvocationIndex + i * THREADS;
+    if (u < A_UNITS) tile_a[stage * A_STAGE + (u / 4) * STRIDE + u % 4] = a_regs[i];
+  }
+}
+#else
+layout(binding = 0) readonly buffer W { uint16_t w16[]; };
+// A stage of weights: BM rows x one block, taken in halves (16 weights: two runs of 8 for Q4_0,
+// one run of 16 for Q8_0); each thread carries A_LOADS halves: the scale and the quant halfwords.
+const uint A_UNITS = BM * 2;
+const uint A_LOADS = (A_UNITS + THREADS - 1) / THREADS;
+#if defined(A_Q4_0)
+const uint BLOCK_HALFWORDS = 9, QUANT_HALFWORDS = 4;
+#else
+const uint BLOCK_HALFWORDS = 17, QUANT_HALFWORDS = 8;
+#endif
+uint16_t a_scale[A_LOADS];
+uint16_t a_quants[A_LOADS * QUANT_HALFWORDS];
+
+void load_a(uint m0, uint b) {
+  [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
+    const uint u = gl_LocalInvocationIndex + i * THREADS;
+    if (u < A_UNITS) {
+      const uint row = min(m0 + u / 2, p.M - 1), half_ = u % 2;
+      const uint h = BLOCK_HALFWORDS * (row * (p.K / 32) + b);
+      a_scale[i] = w16[h];
+      [[unroll]] for (uint q = 0; q < QUANT_HALFWORDS; ++q) a_quants[i * QUANT_HALFWORDS + q] = w16[h + 1 + QUANT_HALFWORDS * half_ + q];
+    }
+  }
+}
+
+void store_a(uint stage) {
+  [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
+    const uint u = gl_LocalInvocationIndex + i * THREADS;
+    if (u >= A_UNITS) continue;
+    const uint base = stage * A_STAGE + (u / 2) * STRIDE, half_ = u % 2;
+    const float16_t d = uint16BitsToFloat16(a_scale[i]);
+#if defined(A_Q4_0)
+    // Bytes qs[8 * half_ ...] hold weights 8 * half_ + j (low nibbles) and 16 + 8 * half_ + j (high).
+    uint lo[4], hi[4];
+    [[unroll]] for (uint w = 0; w < 2; ++w) {
+      const uint x = uint(a_quants[i * 4 + 2 * w]) | (uint(a_quants[i * 4 + 2 * w + 1]) << 16);
+      // Nibble pairs (j, j + 1) placed in the mantissas of two halves of 1024.0, then (q - 8) * d.
+      const uint pairs[4] = uint[4]((x & 0xFu) | ((x << 8) & 0xF0000u), ((x >> 16) & 0xFu) | ((x >> 8) & 0xF0000u),
+                                    ((x >> 4) & 0xFu) | ((x << 4) & 0xF0000u), ((x >> 20) & 0xFu) | ((x >> 12) & 0xF0000u));
+      [[unroll]] for (uint j = 0; j < 2; ++j) {
+        lo[2 * w + j] = halves((unpackFloat2x16(pairs[j] | 0x64006400u) - float16_t(1032.0)) * d);
+        hi[2 * w + j] = halves((unpackFloat2x16(pairs[2 + j] | 0x64006400u) - float16_t(1032.0)) * d);
+      }
+    }
+    tile_a[base + half_] = uvec4(lo[0], lo[1], lo[2], lo[3]);
+    tile_a[base + 2 + half_] = uvec4(hi[0], hi[1], hi[2], hi[3]);
+#else
+    // Weights 16 * half_ + j: signed bytes, biased by 128 into the mantissas of 1024.0, then q * d.
+    uint v[8];
+    [[unroll]] for (uint q = 0; q < 8; ++q) {
+      const uint x = uint(a_quants[i * 8 + q]);
+      const uint pair = (((x & 0xFFu) | ((x << 8) & 0xFF0000u)) ^ 0x00800080u) | 0x64006400u;
+      v[q] = halves((unpackFloat2x16(pair) - float16_t(1152.0)) * d);
+    }
+    tile_a[base + 2 * half_] = uvec4(v[0], v[1], v[2], v[3]);
+    tile_a[base + 2 * half_ + 1] = uvec4(v[4], v[5], v[6], v[7]);
+#endif
+  }
+}
+#endif
+
+// A stage of activations: BN columns x 4 words.
+const uint B_UNITS = BN * 4;
+const uint B_LOADS = (B_UNITS + THREADS - 1) / THREADS;
+uvec4 b_regs[B_LOADS];
+
+void load_b(uint n0, uint b) {
+  [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
+    const uint u = gl_LocalInvocationIndex + i * THREADS;
+    if (u < B_UNITS) b_regs[i] = b4[((n0 + u / 4) * p.K + 32 * b) / 8 + u % 4];
+  }
+}
+
+void store_b(uint stage) {
+  [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
+    const uint u = gl_LocalInvocationIndex + i * THREADS;
+    if (u < B_UNITS) tile_b[stage * B_STAGE + (u / 4) * STRIDE + u % 4] = b_regs[i];
+  }
+}
+
+bool whole_fragment(uint m, uint n) { return m + 16 <= p.M && n + CM_N <= p.N && p.M % 4 == 0; }
+
+void main() {
+  const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+  const uint sm = sg % SG_M, sn = sg / SG_M;
+  const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
+  // Split K (grid z > 1): this workgroup's share of the blocks, its sums written to slice z of out
+  // (N x M each), which the host then adds up (sum_splits).
+  const uint blocks = p.K / 32, splits = gl_NumWorkGroups.z, per_split = (blocks + splits - 1) / splits;
+  const uint b_begin = min(gl_WorkGroupID.z * per_split, blocks), b_end = min(b_begin + per_split, blocks);
+  const uint o_base = gl_WorkGroupID.z * p.N * p.M;
+
+  // Whole fragments inside the output (with 16-byte aligned columns) are read and written in place
+  // (with ACCUMULATE they start from out); the others go through this subgroup's slice of tile_c.
+  fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N> acc[TM * TN];
+  [[unroll]] for (uint i = 0; i < TM; ++i) {
+    [[unroll]] for (uint j = 0; j < TN; ++j) {
+      const uint m = m0 + sm * TM * 16 + 16 * i, n = n0 + sn * TN * CM_N + CM_N * j;
+      if (ACCUMULATE != 0u && whole_fragment(m, n)) {
+        coopMatLoadNV(acc[i * TN + j], out_data, o_base + n * p.M + m, p.M, true);
+      } else {
+        acc[i * TN + j] = fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N>(0.0);
+      }
+    }
+  }
+
+  load_a(m0, b_begin);
+  load_b(n0, b_begin);
+  store_a(0);
+  store_b(0);
+  barrier();
+  for (uint b = b_begin; b < b_end; ++b) {
+    const uint stage = (b - b_begin) % 2;
+    if (b + 1 < b_end) {  // in flight while the tensor cores work on this stage
+      load_a(m0, b + 1);
+      load_b(n0, b + 1);
+    }
+    [[unroll]] for (uint h = 0; h < 2; ++h) {
+      fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[TM];
+      [[unroll]] for (uint i = 0; i < TM; ++i) {
+        coopMatLoadNV(a[i], tile_a, stage * A_STAGE + (sm * TM * 16 + 16 * i) * STRIDE + 2 * h, STRIDE, false);
+      }
+      [[unroll]] for (uint j = 0; j < TN; ++j) {
+        fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> bj;
+        coopMatLoadNV(bj, tile_b, stage * B_STAGE + (sn * TN * CM_N + CM_N * j) * STRIDE + 2 * h, STRIDE, true);
+        [[unroll]] for (uint i = 0; i < TM; ++i) acc[i * TN + j] = coopMatMulAddNV(a[i], bj, acc[i * TN + j]);
+      }
+    }
+    if (b + 1 < b_end) {
+      store_a(1 - stage);
+      store_b(1 - stage);
+    }
+    barrier();
+  }
+
+  const uint c_base = sg * 16 * CM_N;
+  [[unroll]] for (uint i = 0; i < TM; ++i) {
+    [[unroll]] for (uint j = 0; j < TN; ++j) {
+      const uint m = m0 + sm * TM * 16 + 16 * i, n = n0 + sn * TN * CM_N + CM_N * j;
+      if (m >= p.M || n >= p.N) continue;
+      const uint f = i * TN + j;
+      if (whole_fragment(m, n)) {
+        coopMatStoreNV(acc[f], out_data, o_base + n * p.M + m, p.M, true);
+        continue;
+      }
+      coopMatStoreNV(acc[f], tile_c, c_base, 16, true);
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();
+      for (uint e = lane; e < 16 * CM_N; e += 32) {
+        const uint row = m + e % 16, col = n + e / 16;
+        if (row >= p.M || col >= p.N) continue;
+        const uint o = o_base + col * p.M + row;
+        out_data[o] = ACCUMULATE != 0u ? out_data[o] + tile_c[c_base + e] : tile_c[c_base + e];
+      }
+      subgroupBarrier();
+    }
+  }
+}
