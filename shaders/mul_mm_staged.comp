@@ -27,6 +27,9 @@ const uint SG_M = SHAPE_SG_M;  // subgroups along M
 const uint SG_N = SHAPE_SG_N;  // subgroups along N
 const uint TM = SHAPE_TM;      // 16-row fragments per subgroup
 const uint TN = SHAPE_TN;      // CM_N-column fragments per subgroup
+#ifndef PREFETCH
+#define PREFETCH 1  // steps of K between issuing a stage's loads and storing it to shared memory
+#endif
 layout(local_size_x = 32 * SG_M * SG_N) in;
 layout(constant_id = 5) const uint ACCUMULATE = 0;  // 1: out += the product
 layout(push_constant) uniform Params { uint M; uint K; uint N; } p;
@@ -55,22 +58,22 @@ layout(binding = 0) readonly buffer W { uvec4 w4[]; };
 // A stage of weights: BM rows x 4 words; each thread carries A_LOADS of them.
 const uint A_UNITS = BM * 4;
 const uint A_LOADS = (A_UNITS + THREADS - 1) / THREADS;
-uvec4 a_regs[A_LOADS];
+uvec4 a_regs[PREFETCH * A_LOADS];
 
-void load_a(uint m0, uint b) {
+void load_a(uint r, uint m0, uint b) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u < A_UNITS) {
       const uint row = min(m0 + u / 4, p.M - 1);
-      a_regs[i] = w4[(row * p.K + 32 * b) / 8 + u % 4];
+      a_regs[r * A_LOADS + i] = w4[(row * p.K + 32 * b) / 8 + u % 4];
     }
   }
 }
 
-void store_a(uint stage) {
+void store_a(uint r, uint stage) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u < A_UNITS) tile_a[stage * A_STAGE + (u / 4) * STRIDE + u % 4] = a_regs[i];
+    if (u < A_UNITS) tile_a[stage * A_STAGE + (u / 4) * STRIDE + u % 4] = a_regs[r * A_LOADS + i];
   }
 }
 #else
@@ -84,32 +87,32 @@ const uint BLOCK_HALFWORDS = 9, QUANT_HALFWORDS = 4;
 #else
 const uint BLOCK_HALFWORDS = 17, QUANT_HALFWORDS = 8;
 #endif
-uint16_t a_scale[A_LOADS];
-uint16_t a_quants[A_LOADS * QUANT_HALFWORDS];
+uint16_t a_scale[PREFETCH * A_LOADS];
+uint16_t a_quants[PREFETCH * A_LOADS * QUANT_HALFWORDS];
 
-void load_a(uint m0, uint b) {
+void load_a(uint r, uint m0, uint b) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u < A_UNITS) {
       const uint row = min(m0 + u / 2, p.M - 1), half_ = u % 2;
       const uint h = BLOCK_HALFWORDS * (row * (p.K / 32) + b);
-      a_scale[i] = w16[h];
-      [[unroll]] for (uint q = 0; q < QUANT_HALFWORDS; ++q) a_quants[i * QUANT_HALFWORDS + q] = w16[h + 1 + QUANT_HALFWORDS * half_ + q];
+      a_scale[r * A_LOADS + i] = w16[h];
+      [[unroll]] for (uint q = 0; q < QUANT_HALFWORDS; ++q) a_quants[(r * A_LOADS + i) * QUANT_HALFWORDS + q] = w16[h + 1 + QUANT_HALFWORDS * half_ + q];
     }
   }
 }
 
-void store_a(uint stage) {
+void store_a(uint r, uint stage) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u >= A_UNITS) continue;
     const uint base = stage * A_STAGE + (u / 2) * STRIDE, half_ = u % 2;
-    const float16_t d = uint16BitsToFloat16(a_scale[i]);
+    const float16_t d = uint16BitsToFloat16(a_scale[r * A_LOADS + i]);
 #if defined(A_Q4_0)
     // Bytes qs[8 * half_ ...] hold weights 8 * half_ + j (low nibbles) and 16 + 8 * half_ + j (high).
     uint lo[4], hi[4];
     [[unroll]] for (uint w = 0; w < 2; ++w) {
-      const uint x = uint(a_quants[i * 4 + 2 * w]) | (uint(a_quants[i * 4 + 2 * w + 1]) << 16);
+      const uint x = uint(a_quants[(r * A_LOADS + i) * 4 + 2 * w]) | (uint(a_quants[(r * A_LOADS + i) * 4 + 2 * w + 1]) << 16);
       // Nibble pairs (j, j + 1) placed in the mantissas of two halves of 1024.0, then (q - 8) * d.
       const uint pairs[4] = uint[4]((x & 0xFu) | ((x << 8) & 0xF0000u), ((x >> 16) & 0xFu) | ((x >> 8) & 0xF0000u),
                                     ((x >> 4) & 0xFu) | ((x << 4) & 0xF0000u), ((x >> 20) & 0xFu) | ((x >> 12) & 0xF0000u));
@@ -124,7 +127,7 @@ void store_a(uint stage) {
     // Weights 16 * half_ + j: signed bytes, biased by 128 into the mantissas of 1024.0, then q * d.
     uint v[8];
     [[unroll]] for (uint q = 0; q < 8; ++q) {
-      const uint x = uint(a_quants[i * 8 + q]);
+      const uint x = uint(a_quants[(r * A_LOADS + i) * 8 + q]);
       const uint pair = (((x & 0xFFu) | ((x << 8) & 0xFF0000u)) ^ 0x00800080u) | 0x64006400u;
       v[q] = halves((unpackFloat2x16(pair) - float16_t(1152.0)) * d);
     }
@@ -138,19 +141,19 @@ void store_a(uint stage) {
 // A stage of activations: BN columns x 4 words.
 const uint B_UNITS = BN * 4;
 const uint B_LOADS = (B_UNITS + THREADS - 1) / THREADS;
-uvec4 b_regs[B_LOADS];
+uvec4 b_regs[PREFETCH * B_LOADS];
 
-void load_b(uint n0, uint b) {
+void load_b(uint r, uint n0, uint b) {
   [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u < B_UNITS) b_regs[i] = b4[((n0 + u / 4) * p.K + 32 * b) / 8 + u % 4];
+    if (u < B_UNITS) b_regs[r * B_LOADS + i] = b4[((n0 + u / 4) * p.K + 32 * b) / 8 + u % 4];
   }
 }
 
-void store_b(uint stage) {
+void store_b(uint r, uint stage) {
   [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u < B_UNITS) tile_b[stage * B_STAGE + (u / 4) * STRIDE + u % 4] = b_regs[i];
+    if (u < B_UNITS) tile_b[stage * B_STAGE + (u / 4) * STRIDE + u % 4] = b_regs[r * B_LOADS + i];
   }
 }
 
@@ -180,33 +183,43 @@ void main() {
     }
   }
 
-  load_a(m0, b_begin);
-  load_b(n0, b_begin);
-  store_a(0);
-  store_b(0);
+  // Stage b's loads are issued PREFETCH steps before it is stored to shared memory, into register
+  // slot b % PREFETCH (the loop over d unrolls, so the slots are registers).
+  [[unroll]] for (uint d = 0; d < PREFETCH; ++d) {
+    if (b_begin + d < b_end) {
+      load_a(d, m0, b_begin + d);
+      load_b(d, n0, b_begin + d);
+    }
+  }
+  store_a(0, 0);
+  store_b(0, 0);
   barrier();
-  for (uint b = b_begin; b < b_end; ++b) {
-    const uint stage = (b - b_begin) % 2;
-    if (b + 1 < b_end) {  // in flight while the tensor cores work on this stage
-      load_a(m0, b + 1);
-      load_b(n0, b + 1);
-    }
-    [[unroll]] for (uint h = 0; h < 2; ++h) {
-      fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[TM];
-      [[unroll]] for (uint i = 0; i < TM; ++i) {
-        coopMatLoadNV(a[i], tile_a, stage * A_STAGE + (sm * TM * 16 + 16 * i) * STRIDE + 2 * h, STRIDE, false);
+  for (uint b0 = b_begin; b0 < b_end; b0 += PREFETCH) {
+    [[unroll]] for (uint d = 0; d < PREFETCH; ++d) {
+      const uint b = b0 + d, stage = (b - b_begin) % 2;
+      if (b < b_end) {
+        if (b + PREFETCH < b_end) {  // slot d is free: stage b is in shared memory
+          load_a(d, m0, b + PREFETCH);
+          load_b(d, n0, b + PREFETCH);
+        }
+        [[unroll]] for (uint h = 0; h < 2; ++h) {
+          fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[TM];
+          [[unroll]] for (uint i = 0; i < TM; ++i) {
+            coopMatLoadNV(a[i], tile_a, stage * A_STAGE + (sm * TM * 16 + 16 * i) * STRIDE + 2 * h, STRIDE, false);
+          }
+          [[unroll]] for (uint j = 0; j < TN; ++j) {
+            fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> bj;
+            coopMatLoadNV(bj, tile_b, stage * B_STAGE + (sn * TN * CM_N + CM_N * j) * STRIDE + 2 * h, STRIDE, true);
+            [[unroll]] for (uint i = 0; i < TM; ++i) acc[i * TN + j] = coopMatMulAddNV(a[i], bj, acc[i * TN + j]);
+          }
+        }
+        if (b + 1 < b_end) {  // the next stage into the other buffer
+          store_a((d + 1) % PREFETCH, 1 - stage);
+          store_b((d + 1) % PREFETCH, 1 - stage);
+        }
+        barrier();
       }
-      [[unroll]] for (uint j = 0; j < TN; ++j) {
-        fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> bj;
-        coopMatLoadNV(bj, tile_b, stage * B_STAGE + (sn * TN * CM_N + CM_N * j) * STRIDE + 2 * h, STRIDE, true);
-        [[unroll]] for (uint i = 0; i < TM; ++i) acc[i * TN + j] = coopMatMulAddNV(a[i], bj, acc[i * TN + j]);
-      }
     }
-    if (b + 1 < b_end) {
-      store_a(1 - stage);
-      store_b(1 - stage);
-    }
-    barrier();
   }
 
   const uint c_base = sg * 16 * CM_N;
