@@ -358,8 +358,9 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "THREADSxROWS: workgroup shape of the whole-block vector matmul for every type (default: tuned per type)");
   cmd->add_option("--staged-shape", o->staged_shape,
-                  "SGMxSGNxTMxTN: the narrow (tensor-core) matmul's subgroups along M and N and 16x16 fragments "
-                  "per subgroup along M and N, for every column count (default: tuned per column count)");
+                  "SGMxSGNxTMxTN[xKB]: the narrow (tensor-core) matmul's subgroups along M and N, 16x16 fragments "
+                  "per subgroup along M and N, and blocks of 32 along K per stage (1 if not given), for every column "
+                  "count (default: tuned per column count)");
   cmd->add_option("--staged-splits", o->staged_splits,
                   "slices of K for the narrow matmul's split rows, where it splits (default: tuned)");
   cmd->add_option("--out", o->out, "also write the table, with date, device, driver and command, to this file");
@@ -387,7 +388,11 @@ void add_kernel_bench(CLI::App& bench) {
       std::istringstream in(o->staged_shape);
       if (!(in >> staged.sg_m >> x1 >> staged.sg_n >> x2 >> staged.tm >> x3 >> staged.tn) || x1 != 'x' || x2 != 'x' ||
           x3 != 'x') {
-        throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN, e.g. 4x1x1x4, not '" + o->staged_shape + "'");
+        throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN[xKB], e.g. 4x1x1x4x2, not '" + o->staged_shape + "'");
+      }
+      char x4 = 0;
+      if (in >> x4 && (x4 != 'x' || !(in >> staged.kb))) {
+        throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN[xKB], e.g. 4x1x1x4x2, not '" + o->staged_shape + "'");
       }
       if (auto problem = ops::staged_shape_problem(staged); !problem.empty()) {
         throw CommandFailed("--staged-shape " + o->staged_shape + ": " + problem);

@@ -129,25 +129,28 @@ MatmulPath choose_matmul_path(const DeviceFeatures& features, std::uint32_t n) {
 namespace {
 
 // The staged kernel's workgroup for n columns (shapes counted in 16-column fragments; with 8-column
-// tensor-core tiles TN doubles): 64 rows and as many columns as a decode batch fills, or 128 x 128
-// for prefill chunks. Each shape is its own module (shaders/CMakeLists.txt builds these); the
+// tensor-core tiles TN doubles): 64 rows and as many columns as a decode batch fills, two blocks of
+// K per stage (where K allows), or 128 x 128 for prefill chunks, one block per stage (two would
+// not fit in 48 KiB). Each shape is its own module (shaders/CMakeLists.txt builds these); the
 // others are there for benchmarks to compare (bench/results/staged-matmul-2026-11-25-h100.md).
-constexpr StagedShape staged_shapes[] = {{4, 2, 2, 4}, {4, 1, 1, 4}, {4, 1, 1, 2}, {4, 1, 1, 1},
-                                         {2, 2, 4, 4}, {4, 2, 2, 2}, {2, 4, 4, 2}};
-constexpr std::size_t staged_both_tiles = 4;  // the first four are also built for 16x8x16 tiles
+constexpr StagedShape staged_shapes[] = {{4, 2, 2, 4, 1}, {4, 1, 1, 4, 2}, {4, 1, 1, 2, 2}, {4, 1, 1, 1, 2},
+                                         {4, 1, 1, 4, 1}, {4, 1, 1, 2, 1}, {4, 1, 1, 1, 1}, {2, 2, 4, 4, 1},
+                                         {4, 2, 2, 2, 1}, {2, 4, 4, 2, 1}};
+constexpr std::size_t staged_both_tiles = 7;  // the first seven are also built for 16x8x16 tiles
 
 bool same_shape(const StagedShape& a, const StagedShape& b) {
-  return a.sg_m == b.sg_m && a.sg_n == b.sg_n && a.tm == b.tm && a.tn == b.tn;
+  return a.sg_m == b.sg_m && a.sg_n == b.sg_n && a.tm == b.tm && a.tn == b.tn && a.kb == b.kb;
 }
 
 StagedShape staged_override;
 std::uint32_t splits_override = 0;
 
-StagedShape staged_shape(std::uint32_t n) {
+StagedShape staged_shape(std::uint32_t n, std::uint32_t k) {
   if (staged_override.sg_m != 0) return staged_override;
-  if (n <= 16) return staged_shapes[3];
-  if (n <= 32) return staged_shapes[2];
-  if (n <= 64) return staged_shapes[1];
+  const std::size_t two_blocks = k % 64 == 0 ? 0 : 3;  // the same shapes with one block per stage
+  if (n <= 16) return staged_shapes[3 + two_blocks];
+  if (n <= 32) return staged_shapes[2 + two_blocks];
+  if (n <= 64) return staged_shapes[1 + two_blocks];
   return staged_shapes[0];
 }
 
@@ -157,7 +160,7 @@ std::uint32_t staged_columns(const StagedShape& s) { return s.sg_n * s.tn * 16; 
 
 std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
   if (!features.cooperative_matrix) return 1;
-  const StagedShape s = staged_shape(n);
+  const StagedShape s = staged_shape(n, k);
   const std::uint32_t groups = ceil_div(m, 16 * s.sg_m * s.tm) * ceil_div(n, staged_columns(s));
   const std::uint32_t blocks = k / 32;
   // Decode batches whose grid would leave a large GPU (132 SMs on the H100) partly idle get enough
@@ -185,7 +188,7 @@ void sum_splits(Recording& rec, KernelLibrary& lib, BufferRange parts, BufferRan
 std::string staged_shape_problem(StagedShape s) {
   if (std::none_of(std::begin(staged_shapes), std::end(staged_shapes), [&](const StagedShape& t) { return same_shape(s, t); })) {
     std::string built;
-    for (const auto& t : staged_shapes) built += fmt::format(" {}x{}x{}x{}", t.sg_m, t.sg_n, t.tm, t.tn);
+    for (const auto& t : staged_shapes) built += fmt::format(" {}x{}x{}x{}x{}", t.sg_m, t.sg_n, t.tm, t.tn, t.kb);
     return "no module is built for that shape; built:" + built;
   }
   return "";
@@ -218,7 +221,7 @@ bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, st
 
 std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n) {
   if (!features.cooperative_matrix) return n;
-  const std::uint32_t width = staged_columns(staged_shape(n));
+  const std::uint32_t width = staged_columns(staged_shape(n, 64));  // the column tiles do not depend on k
   return ceil_div(std::max(n, 1u), width) * width;
 }
 
@@ -237,19 +240,23 @@ void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRa
   struct {
     std::uint32_t m, k, n;
   } push{m, k, n};
-  const StagedShape s = staged_shape(n);
+  const StagedShape s = staged_shape(n, k);
   if (cm.n != 16 && std::none_of(staged_shapes, staged_shapes + staged_both_tiles,
                                  [&](const StagedShape& t) { return same_shape(s, t); })) {
-    throw GpuError(fmt::format("the staged matmul shape {}x{}x{}x{} is built for 16x16x16 tiles only", s.sg_m, s.sg_n,
-                               s.tm, s.tn));
+    throw GpuError(fmt::format("the staged matmul shape {}x{}x{}x{}x{} is built for 16x16x16 tiles only", s.sg_m,
+                               s.sg_n, s.tm, s.tn, s.kb));
+  }
+  if (k % (32 * s.kb) != 0) {
+    throw GpuError(fmt::format("the staged matmul shape with {} blocks per stage needs K % {} == 0, not {}", s.kb,
+                               32 * s.kb, k));
   }
   // K split over grid z where the scratch takes the partial products; they are then summed into out.
   const std::uint32_t splits = narrow_splits(features, m, k, n);
   const bool split = splits > 1 && split_scratch.size >= narrow_split_bytes(features, m, k, n);
   // Constant 0 (the workgroup size) and 1-4 (the shape) are fixed in the module; 5: accumulate.
   rec.dispatch(kernel(lib,
-                      fmt::format("mul_mm_staged_{}_{}x{}x{}_{}x{}x{}x{}", weight_type_name(type), cm.m, cm.n, cm.k, s.sg_m,
-                                  s.sg_n, s.tm, s.tn),
+                      fmt::format("mul_mm_staged_{}_{}x{}x{}_{}x{}x{}x{}x{}", weight_type_name(type), cm.m, cm.n, cm.k,
+                                  s.sg_m, s.sg_n, s.tm, s.tn, s.kb),
                       3, sizeof push, {0, 0, 0, 0, 0, accumulate && !split ? 1u : 0u}, 32),
                {weights, acts16, split ? split_scratch : out}, push, ceil_div(m, 16 * s.sg_m * s.tm),
                ceil_div(n, staged_columns(s)), split ? splits : 1);

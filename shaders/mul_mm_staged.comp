@@ -4,8 +4,8 @@
 // pipelines on devices that report it, never on lavapipe.
 //
 // A workgroup owns a BM x BN tile of the output (BM = SG_M * TM * 16 rows, BN = SG_N * TN * CM_N
-// columns); each of its SG_M x SG_N subgroups owns TM x TN fragments of it. K advances 32 at a time
-// (one GGUF block) through two shared-memory stages: while the tensor cores multiply the tile in one
+// columns); each of its SG_M x SG_N subgroups owns TM x TN fragments of it. K advances 32 * KB at a
+// time (KB GGUF blocks) through two shared-memory stages: while the tensor cores multiply the tile in one
 // stage, the loads for the next are in flight, and the whole workgroup then dequantizes them to F16
 // into the other stage; one barrier per step. Weights are read from memory once per BN columns.
 // Dequantization works on packed halves: a nibble (or a byte) becomes the mantissa of 1024.0 by
@@ -27,6 +27,7 @@ const uint SG_M = SHAPE_SG_M;  // subgroups along M
 const uint SG_N = SHAPE_SG_N;  // subgroups along N
 const uint TM = SHAPE_TM;      // 16-row fragments per subgroup
 const uint TN = SHAPE_TN;      // CM_N-column fragments per subgroup
+const uint KB = SHAPE_KB;      // blocks of 32 along K per stage
 #ifndef PREFETCH
 #define PREFETCH 1  // steps of K between issuing a stage's loads and storing it to shared memory
 #endif
@@ -40,9 +41,9 @@ layout(binding = 2) buffer Out { float out_data[]; };
 const uint THREADS = 32 * SG_M * SG_N;
 const uint BM = SG_M * TM * 16;
 const uint BN = SG_N * TN * CM_N;
-// A row of a stage: 32 F16 (4 words of 16 bytes) and one word of pad, so that the rows a fragment
-// load reads start on different banks. Strides and offsets below count 16-byte words.
-const uint STRIDE = 5;
+// A row of a stage: 32 * KB F16 (4 * KB words of 16 bytes) and one word of pad, so that the rows a
+// fragment load reads start on different banks. Strides and offsets below count 16-byte words.
+const uint STRIDE = 4 * KB + 1;
 const uint A_STAGE = BM * STRIDE;
 const uint B_STAGE = BN * STRIDE;
 shared uvec4 tile_a[2 * A_STAGE];  // [stage][m][k]
@@ -55,8 +56,8 @@ uint halves(f16vec2 v) { return packFloat2x16(v); }
 
 #if defined(A_F16)
 layout(binding = 0) readonly buffer W { uvec4 w4[]; };
-// A stage of weights: BM rows x 4 words; each thread carries A_LOADS of them.
-const uint A_UNITS = BM * 4;
+// A stage of weights: BM rows x 4 * KB words; each thread carries A_LOADS of them.
+const uint A_UNITS = BM * 4 * KB;
 const uint A_LOADS = (A_UNITS + THREADS - 1) / THREADS;
 uvec4 a_regs[PREFETCH * A_LOADS];
 
@@ -64,8 +65,8 @@ void load_a(uint r, uint m0, uint b) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u < A_UNITS) {
-      const uint row = min(m0 + u / 4, p.M - 1);
-      a_regs[r * A_LOADS + i] = w4[(row * p.K + 32 * b) / 8 + u % 4];
+      const uint row = min(m0 + u / (4 * KB), p.M - 1);
+      a_regs[r * A_LOADS + i] = w4[(row * p.K + 32 * KB * b) / 8 + u % (4 * KB)];
     }
   }
 }
@@ -73,14 +74,14 @@ void load_a(uint r, uint m0, uint b) {
 void store_a(uint r, uint stage) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u < A_UNITS) tile_a[stage * A_STAGE + (u / 4) * STRIDE + u % 4] = a_regs[r * A_LOADS + i];
+    if (u < A_UNITS) tile_a[stage * A_STAGE + (u / (4 * KB)) * STRIDE + u % (4 * KB)] = a_regs[r * A_LOADS + i];
   }
 }
 #else
 layout(binding = 0) readonly buffer W { uint16_t w16[]; };
-// A stage of weights: BM rows x one block, taken in halves (16 weights: two runs of 8 for Q4_0,
+// A stage of weights: BM rows x KB blocks, taken in halves (16 weights: two runs of 8 for Q4_0,
 // one run of 16 for Q8_0); each thread carries A_LOADS halves: the scale and the quant halfwords.
-const uint A_UNITS = BM * 2;
+const uint A_UNITS = BM * 2 * KB;
 const uint A_LOADS = (A_UNITS + THREADS - 1) / THREADS;
 #if defined(A_Q4_0)
 const uint BLOCK_HALFWORDS = 9, QUANT_HALFWORDS = 4;
@@ -94,8 +95,8 @@ void load_a(uint r, uint m0, uint b) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u < A_UNITS) {
-      const uint row = min(m0 + u / 2, p.M - 1), half_ = u % 2;
-      const uint h = BLOCK_HALFWORDS * (row * (p.K / 32) + b);
+      const uint row = min(m0 + u / (2 * KB), p.M - 1), half_ = u % 2;
+      const uint h = BLOCK_HALFWORDS * (row * (p.K / 32) + KB * b + (u / 2) % KB);
       a_scale[r * A_LOADS + i] = w16[h];
       [[unroll]] for (uint q = 0; q < QUANT_HALFWORDS; ++q) a_quants[(r * A_LOADS + i) * QUANT_HALFWORDS + q] = w16[h + 1 + QUANT_HALFWORDS * half_ + q];
     }
@@ -106,7 +107,7 @@ void store_a(uint r, uint stage) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u >= A_UNITS) continue;
-    const uint base = stage * A_STAGE + (u / 2) * STRIDE, half_ = u % 2;
+    const uint base = stage * A_STAGE + (u / (2 * KB)) * STRIDE + 4 * ((u / 2) % KB), half_ = u % 2;
     const float16_t d = uint16BitsToFloat16(a_scale[r * A_LOADS + i]);
 #if defined(A_Q4_0)
     // Bytes qs[8 * half_ ...] hold weights 8 * half_ + j (low nibbles) and 16 + 8 * half_ + j (high).
@@ -138,22 +139,22 @@ void store_a(uint r, uint stage) {
 }
 #endif
 
-// A stage of activations: BN columns x 4 words.
-const uint B_UNITS = BN * 4;
+// A stage of activations: BN columns x 4 * KB words.
+const uint B_UNITS = BN * 4 * KB;
 const uint B_LOADS = (B_UNITS + THREADS - 1) / THREADS;
 uvec4 b_regs[PREFETCH * B_LOADS];
 
 void load_b(uint r, uint n0, uint b) {
   [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u < B_UNITS) b_regs[r * B_LOADS + i] = b4[((n0 + u / 4) * p.K + 32 * b) / 8 + u % 4];
+    if (u < B_UNITS) b_regs[r * B_LOADS + i] = b4[((n0 + u / (4 * KB)) * p.K + 32 * KB * b) / 8 + u % (4 * KB)];
   }
 }
 
 void store_b(uint r, uint stage) {
   [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u < B_UNITS) tile_b[stage * B_STAGE + (u / 4) * STRIDE + u % 4] = b_regs[r * B_LOADS + i];
+    if (u < B_UNITS) tile_b[stage * B_STAGE + (u / (4 * KB)) * STRIDE + u % (4 * KB)] = b_regs[r * B_LOADS + i];
   }
 }
 
@@ -165,7 +166,7 @@ void main() {
   const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
   // Split K (grid z > 1): this workgroup's share of the blocks, its sums written to slice z of out
   // (N x M each), which the host then adds up (sum_splits).
-  const uint blocks = p.K / 32, splits = gl_NumWorkGroups.z, per_split = (blocks + splits - 1) / splits;
+  const uint blocks = p.K / (32 * KB), splits = gl_NumWorkGroups.z, per_split = (blocks + splits - 1) / splits;
   const uint b_begin = min(gl_WorkGroupID.z * per_split, blocks), b_end = min(b_begin + per_split, blocks);
   const uint o_base = gl_WorkGroupID.z * p.N * p.M;
 
@@ -202,7 +203,7 @@ void main() {
           load_a(d, m0, b + PREFETCH);
           load_b(d, n0, b + PREFETCH);
         }
-        [[unroll]] for (uint h = 0; h < 2; ++h) {
+        [[unroll]] for (uint h = 0; h < 2 * KB; ++h) {
           fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[TM];
           [[unroll]] for (uint i = 0; i < TM; ++i) {
             coopMatLoadNV(a[i], tile_a, stage * A_STAGE + (sm * TM * 16 + 16 * i) * STRIDE + 2 * h, STRIDE, false);
