@@ -207,6 +207,26 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
         if (split_bytes > 0) {
           variants.push_back({fmt::format("staged, K in {}", ops::narrow_splits(features, s.rows, s.k, tokens)), true});
         }
+        // Wide products of quantized weights: dequantized to F16 once, then the F16 kernel (both timed).
+        if (ops::narrow_dequantizes(features, type, s.rows, s.k, tokens)) {
+          PoolBuffer w16 = b.pool_.allocate(std::uint64_t{s.rows} * s.k * 2, "bench");
+          double us = NAN;
+          std::string check;
+          try {
+            us = b.time_us([&](Recording& rec) {
+              const PoolBuffer& w = weight_copies[next_copy++ % copies];
+              ops::dequantize_f16(rec, b.kernels_, type, w.range(), w16.range(), s.rows, s.k);
+              ops::matmul_narrow(rec, b.kernels_, WeightType::f16, w16.range(), acts16.range(), out.range(), s.rows, s.k,
+                                 tokens, false);
+            });
+            check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
+          } catch (const GpuError& e) {
+            check = std::string("failed: ") + e.what();
+          }
+          table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
+                     "staged, via F16", us, double(bytes.size()) + 2.0 * padded * s.k + 4.0 * tokens * s.rows,
+                     2.0 * s.rows * s.k * tokens, check});
+        }
         for (const auto& [name, split] : variants) {
           double us = NAN;
           std::string check;
@@ -431,7 +451,8 @@ void add_kernel_bench(CLI::App& bench) {
            << (o->staged_splits == 0 ? "" : fmt::format(" --staged-splits {}", o->staged_splits)) << "\n"
            << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
               " matmul paths: vector (few tokens), tiled, coopmat (tensor cores, 64x64 tiles), staged (the narrow path: tensor cores,"
-              " tiles staged through shared memory; \"K in S\": K split in S slices, as the model does for the residual products);"
+              " tiles staged through shared memory; \"K in S\": K split in S slices, as the model does for the residual products;"
+              " \"via F16\": the weights dequantized to F16 first, both timed, as the model does for wide products);"
               " check: output vs tiled;"
               " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
            << columns << table.str();

@@ -263,6 +263,29 @@ void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRa
   if (split) sum_splits(rec, lib, split_scratch, out, m * n, splits, accumulate);
 }
 
+bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+  // At 512 columns the F16 kernel is 25-40% faster than the Q4_0 and Q8_0 ones on the H100, which
+  // pays for writing the F16 matrix once (bench/results/staged-matmul-2026-11-25-h100.md).
+  constexpr std::uint32_t min_columns = 512;
+  return (type == WeightType::q4_0 || type == WeightType::q8_0) && n >= min_columns && m % 16 == 0 &&
+         narrow_matmul_applies(features, type, m, k);
+}
+
+void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange out16,
+                    std::uint32_t m, std::uint32_t k) {
+  if ((type != WeightType::q4_0 && type != WeightType::q8_0) || k % 32 != 0) {
+    throw GpuError(fmt::format("dequantize_f16 takes Q4_0 and Q8_0 rows of whole blocks, not {} with K {}",
+                               weight_type_name(type), k));
+  }
+  if (out16.size < std::uint64_t{m} * k * 2) throw GpuError("dequantize_f16: the output is smaller than M x K F16");
+  struct {
+    std::uint32_t m, k;
+  } push{m, k};
+  auto [gx, gy] = spread(ceil_div(std::uint64_t{m} * (k / 32) * 2, 256));
+  rec.dispatch(kernel(lib, fmt::format("dequant_f16_{}", weight_type_name(type)), 2, sizeof push), {weights, out16}, push,
+               gx, gy);
+}
+
 void to_f16(Recording& rec, KernelLibrary& lib, BufferRange in, BufferRange out, std::uint32_t rows, std::uint32_t n,
             std::uint32_t padded_rows) {
   struct {

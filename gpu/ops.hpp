@@ -90,6 +90,12 @@ struct StagedShape {
 };
 std::string staged_shape_problem(StagedShape shape);
 void set_staged_shape(StagedShape shape, std::uint32_t splits = 0);
+// Whether a product of n columns is faster as dequantize_f16 into a scratch matrix and the narrow
+// path on F16 weights (wide prefill chunks of Q4_0 and Q8_0 weights) than on the blocks in place.
+bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n);
+// out16(m, k) F16 = Q4_0 or Q8_0 weights (m, k), K % 32 == 0.
+void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange out16,
+                    std::uint32_t m, std::uint32_t k);
 // out(padded_rows, n) F16 = in(rows, n) F32, the rows past `rows` zero.
 void to_f16(Recording& rec, KernelLibrary& lib, BufferRange in, BufferRange out, std::uint32_t rows, std::uint32_t n,
             std::uint32_t padded_rows);

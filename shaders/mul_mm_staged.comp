@@ -8,8 +8,7 @@
 // time (KB GGUF blocks) through two shared-memory stages: while the tensor cores multiply the tile in one
 // stage, the loads for the next are in flight, and the whole workgroup then dequantizes them to F16
 // into the other stage; one barrier per step. Weights are read from memory once per BN columns.
-// Dequantization works on packed halves: a nibble (or a byte) becomes the mantissa of 1024.0 by
-// bit operations, and one subtraction and one multiplication give two weights at a time.
+// Dequantization works on packed halves (dequant_f16.glsl).
 // ACCUMULATE: out += the product (the residual add, fused). A grid of z > 1 splits K: workgroup z
 // takes the z-th share of the blocks and writes its sums to slice z of out (N x M each), which
 // the host then adds up (sum_splits.comp), for grids too small to fill the GPU.
@@ -51,8 +50,7 @@ shared uvec4 tile_b[2 * B_STAGE];  // [stage][n][k]: column-major K x N
 // Edge fragments go through here (one per subgroup) to be written element by element.
 shared float tile_c[SG_M * SG_N * 16 * CM_N];
 
-// Two F16 in one word (the first in the low bits), as shared memory takes them.
-uint halves(f16vec2 v) { return packFloat2x16(v); }
+#include "dequant_f16.glsl"
 
 #if defined(A_F16)
 layout(binding = 0) readonly buffer W { uvec4 w4[]; };
@@ -110,28 +108,15 @@ void store_a(uint r, uint stage) {
     const uint base = stage * A_STAGE + (u / (2 * KB)) * STRIDE + 4 * ((u / 2) % KB), half_ = u % 2;
     const float16_t d = uint16BitsToFloat16(a_scale[r * A_LOADS + i]);
 #if defined(A_Q4_0)
-    // Bytes qs[8 * half_ ...] hold weights 8 * half_ + j (low nibbles) and 16 + 8 * half_ + j (high).
-    uint lo[4], hi[4];
-    [[unroll]] for (uint w = 0; w < 2; ++w) {
-      const uint x = uint(a_quants[(r * A_LOADS + i) * 4 + 2 * w]) | (uint(a_quants[(r * A_LOADS + i) * 4 + 2 * w + 1]) << 16);
-      // Nibble pairs (j, j + 1) placed in the mantissas of two halves of 1024.0, then (q - 8) * d.
-      const uint pairs[4] = uint[4]((x & 0xFu) | ((x << 8) & 0xF0000u), ((x >> 16) & 0xFu) | ((x >> 8) & 0xF0000u),
-                                    ((x >> 4) & 0xFu) | ((x << 4) & 0xF0000u), ((x >> 20) & 0xFu) | ((x >> 12) & 0xF0000u));
-      [[unroll]] for (uint j = 0; j < 2; ++j) {
-        lo[2 * w + j] = halves((unpackFloat2x16(pairs[j] | 0x64006400u) - float16_t(1032.0)) * d);
-        hi[2 * w + j] = halves((unpackFloat2x16(pairs[2 + j] | 0x64006400u) - float16_t(1032.0)) * d);
-      }
-    }
-    tile_a[base + half_] = uvec4(lo[0], lo[1], lo[2], lo[3]);
-    tile_a[base + 2 + half_] = uvec4(hi[0], hi[1], hi[2], hi[3]);
+    const uint ri = r * A_LOADS + i;
+    uvec4 lo, hi;
+    q4_0_half_to_f16(d, uint(a_quants[ri * 4]) | (uint(a_quants[ri * 4 + 1]) << 16),
+                     uint(a_quants[ri * 4 + 2]) | (uint(a_quants[ri * 4 + 3]) << 16), lo, hi);
+    tile_a[base + half_] = lo;
+    tile_a[base + 2 + half_] = hi;
 #else
-    // Weights 16 * half_ + j: signed bytes, biased by 128 into the mantissas of 1024.0, then q * d.
     uint v[8];
-    [[unroll]] for (uint q = 0; q < 8; ++q) {
-      const uint x = uint(a_quants[(r * A_LOADS + i) * 8 + q]);
-      const uint pair = (((x & 0xFFu) | ((x << 8) & 0xFF0000u)) ^ 0x00800080u) | 0x64006400u;
-      v[q] = halves((unpackFloat2x16(pair) - float16_t(1152.0)) * d);
-    }
+    [[unroll]] for (uint q = 0; q < 8; ++q) v[q] = q8_0_pair_to_f16(d, uint(a_quants[(r * A_LOADS + i) * 8 + q]));
     tile_a[base + 2 * half_] = uvec4(v[0], v[1], v[2], v[3]);
     tile_a[base + 2 * half_ + 1] = uvec4(v[4], v[5], v[6], v[7]);
 #endif

@@ -251,10 +251,48 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     if (bytes > 0) split_parts = pool.allocate(bytes, "scratch");
   }
-  auto matmul_narrow = [&](const GpuTensor& w, PoolBuffer& out, std::uint32_t rows, bool accumulate, bool split = false) {
-    ops::matmul_narrow(rec_of(), lib, w.type, w.buffer.range(), acts16.range(), out.range(),
-                       static_cast<std::uint32_t>(w.rows), static_cast<std::uint32_t>(w.cols), rows, accumulate,
-                       split && split_parts ? split_parts.range() : gpu::BufferRange{});
+  // Wide steps (prefill chunks) multiply Q4_0 and Q8_0 weights as F16 matrices dequantized once per
+  // step into this scratch, sized for the widest group of products recorded alongside each other.
+  auto dequantizes = [&](const GpuTensor& w) {
+    return ops::narrow_dequantizes(features, w.type, static_cast<std::uint32_t>(w.rows), static_cast<std::uint32_t>(w.cols), n);
+  };
+  auto f16_bytes = [](const GpuTensor& w) { return std::uint64_t{w.rows} * w.cols * 2; };
+  PoolBuffer weights16;
+  if (!layers_.empty()) {
+    const Layer& l = layers_.front();
+    std::uint64_t bytes = 0;
+    for (auto group : {std::vector<const GpuTensor*>{&l.wq, &l.wk, &l.wv}, {&l.w_gate, &l.w_up}, {&l.wo}, {&l.w_down}}) {
+      std::uint64_t sum = 0;
+      for (const GpuTensor* w : group) sum += dequantizes(*w) ? f16_bytes(*w) : 0;
+      bytes = std::max(bytes, sum);
+    }
+    if (bytes > 0) weights16 = pool.allocate(bytes, "scratch");
+  }
+  // Dequantizes each of `ws` that takes it into its own part of weights16 (the dispatches run
+  // alongside each other); returns each one's F16 range, empty for the others.
+  auto dequantize_all = [&](std::initializer_list<const GpuTensor*> ws) {
+    std::vector<gpu::BufferRange> ranges;
+    std::uint64_t offset = 0;
+    bool first = true;
+    for (const GpuTensor* w : ws) {
+      if (!weights16 || !dequantizes(*w)) {
+        ranges.emplace_back();
+        continue;
+      }
+      ranges.push_back(weights16.range(offset, f16_bytes(*w)));
+      offset += f16_bytes(*w);
+      if (!std::exchange(first, false)) rec_of().next_runs_alongside();
+      ops::dequantize_f16(rec_of(), lib, w->type, w->buffer.range(), ranges.back(), static_cast<std::uint32_t>(w->rows),
+                          static_cast<std::uint32_t>(w->cols));
+    }
+    return ranges;
+  };
+  auto matmul_narrow = [&](const GpuTensor& w, PoolBuffer& out, std::uint32_t rows, bool accumulate, bool split = false,
+                           gpu::BufferRange dequantized = {}) {
+    const bool f16 = dequantized.buffer != VK_NULL_HANDLE;
+    ops::matmul_narrow(rec_of(), lib, f16 ? gpu::WeightType::f16 : w.type, f16 ? dequantized : w.buffer.range(),
+                       acts16.range(), out.range(), static_cast<std::uint32_t>(w.rows), static_cast<std::uint32_t>(w.cols),
+                       rows, accumulate, split && split_parts ? split_parts.range() : gpu::BufferRange{});
   };
   auto matmul = [&](const GpuTensor& w, const PoolBuffer& in, PoolBuffer& out, std::uint32_t rows) {
     if (narrow(w, rows)) {
@@ -283,14 +321,23 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       for (const auto& [w, out] : outs) narrowed = narrowed || narrow(*w, n);
       if (narrowed) to_f16(h, n, c.n_embd);
     }
+    std::vector<gpu::BufferRange> dequantized(outs.size());
+    if (narrowed) {
+      std::vector<const GpuTensor*> ws;
+      for (const auto& [w, out] : outs) ws.push_back(w);
+      if (ws.size() == 2) dequantized = dequantize_all({ws[0], ws[1]});
+      if (ws.size() == 3) dequantized = dequantize_all({ws[0], ws[1], ws[2]});
+    }
     bool first = true;
+    std::size_t i = 0;
     for (const auto& [w, out] : outs) {
       if (!std::exchange(first, false)) rec_of().next_runs_alongside();
+      const gpu::BufferRange w16 = dequantized[i++];
       if (fused) {
         ops::matvec_rms_norm(rec_of(), lib, w->type, w->buffer.range(), x.range(), norm.buffer.range(), c.rms_eps,
                              out->range(), static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
       } else if (narrowed && narrow(*w, n)) {
-        matmul_narrow(*w, *out, n, false);
+        matmul_narrow(*w, *out, n, false, false, w16);
       } else {
         ops::matmul(rec_of(), lib, w->type, w->buffer.range(), h.range(), false, out->range(),
                     static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
@@ -305,7 +352,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     if (narrow(w, n)) {  // x += w * in, the add fused into the product
       to_f16(in, n, k);
-      matmul_narrow(w, x, n, true, true);
+      const gpu::BufferRange w16 = dequantize_all({&w}).front();
+      matmul_narrow(w, x, n, true, true, w16);
       return;
     }
     matmul(w, in, proj, n);

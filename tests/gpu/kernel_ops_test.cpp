@@ -428,6 +428,34 @@ TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
   EXPECT_THROW(ops::set_staged_shape({1, 64, 1, 1}), GpuError);
 }
 
+// Q4_0 and Q8_0 matrices dequantized to F16 on the GPU are the CPU's dequantization rounded to
+// F16, bit for bit (d * q is exact in F32, so rounding it once is what the packed halves do).
+TEST(DequantizeF16, IsTheCpuDequantizationRoundedToHalf) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t m = 37, k = 96;
+  for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
+    auto bytes = random_weights(type, m, k, 5);
+    Vec want = dequantize(type, bytes, m, k);
+    PoolBuffer w = g.up(std::vector<std::byte>(bytes)), out = g.pool.allocate(std::uint64_t{m} * k * 2, "test");
+    auto rec = g.queue.begin();
+    ops::dequantize_f16(rec, g.kernels, type, w.range(), out.range(), m, k);
+    g.queue.submit_and_wait(rec);
+    auto got = g.down<std::uint16_t>(out, std::size_t{m} * k);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], float_to_half(want[i])) << weight_type_name(type) << " at row " << i / k << ", column " << i % k;
+    }
+    auto rec2 = g.queue.begin();
+    EXPECT_THROW(ops::dequantize_f16(rec2, g.kernels, WeightType::q4_k, w.range(), out.range(), m, k), GpuError);
+  }
+  DeviceFeatures h100;
+  h100.subgroup_size = 32;
+  h100.cooperative_matrix = CooperativeMatrixShape{16, 16, 16};
+  EXPECT_TRUE(ops::narrow_dequantizes(h100, WeightType::q4_0, 14336, 4096, 2048));
+  EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::q4_0, 14336, 4096, 64));  // decode batches: in place
+  EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::f16, 14336, 4096, 2048));
+  EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::q8_0, 100, 4096, 2048));  // F16 tiles need M % 16 == 0
+}
+
 // The partial products of a split K are added in order into the output, or onto it.
 TEST(SumSplits, AddsTheSlicesIntoOrOntoTheOutput) {
   Gpu& g = shared_gpu();

@@ -1,0 +1,36 @@
+#version 450
+// out(M, K) F16 = the Q4_0 or Q8_0 weights (M, K) in their GGUF layout, K % 32 == 0: what a wide
+// product multiplies by as F16 weights, when dequantizing the matrix once is cheaper than in every
+// column tile (gpu/ops.hpp, matmul_narrow). One invocation per half block (16 weights).
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+#include "dequant_f16.glsl"
+
+layout(local_size_x = 256) in;
+layout(push_constant) uniform Params { uint M; uint K; } p;
+layout(binding = 0) readonly buffer W { uint16_t w16[]; };
+layout(binding = 1) writeonly buffer Out { uvec4 out4[]; };  // F16, 8 to a word
+
+void main() {
+  const uint u = flat_group() * 256 + gl_LocalInvocationIndex;
+  const uint blocks = p.K / 32;
+  if (u >= p.M * blocks * 2) return;
+  const uint block = u / 2, half_ = u % 2;  // block = row * blocks + b: rows are whole blocks
+  const uint word = 4 * block;              // the block's first 16-byte word of F16 output
+#if defined(A_Q4_0)
+  const uint h = 9 * block;
+  const float16_t d = uint16BitsToFloat16(w16[h]);
+  const uint q = h + 1 + 4 * half_;
+  uvec4 lo, hi;
+  q4_0_half_to_f16(d, uint(w16[q]) | (uint(w16[q + 1]) << 16), uint(w16[q + 2]) | (uint(w16[q + 3]) << 16), lo, hi);
+  out4[word + half_] = lo;
+  out4[word + 2 + half_] = hi;
+#else
+  const uint h = 17 * block;
+  const float16_t d = uint16BitsToFloat16(w16[h]);
+  uint v[8];
+  [[unroll]] for (uint i = 0; i < 8; ++i) v[i] = q8_0_pair_to_f16(d, uint(w16[h + 1 + 8 * half_ + i]));
+  out4[word + 2 * half_] = uvec4(v[0], v[1], v[2], v[3]);
+  out4[word + 2 * half_ + 1] = uvec4(v[4], v[5], v[6], v[7]);
+#endif
+}
