@@ -13,6 +13,10 @@ namespace {
 
 constexpr std::uint32_t max_groups = 65535;
 constexpr std::uint32_t matvec_threads = 128, matvec_rows = 2, matvec_max_cols = 8;
+// From 6 columns the tensor cores beat the vector kernels, whose arithmetic grows with the columns:
+// H100, llama3-8b Q4_0, a decode step of 4 / 6 / 8 sequences takes 10.6 / 16.2 / 21.1 ms on the
+// vector kernels and 15.7 / 15.8 / 15.9 ms on the narrow path (bench/results/staged-matmul-2026-11-25-h100.md).
+constexpr std::uint32_t narrow_min_columns = 6;
 constexpr std::uint32_t tile_m = 64, tile_n = 64;
 constexpr std::uint32_t topk_chunk = 1024;
 
@@ -216,7 +220,7 @@ bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std:
 
 bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
                              std::uint32_t n) {
-  return n > matvec_max_cols && narrow_matmul_applies(features, type, m, k);
+  return n >= narrow_min_columns && narrow_matmul_applies(features, type, m, k);
 }
 
 std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n) {

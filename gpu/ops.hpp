@@ -60,8 +60,8 @@ void set_matvec_shape(MatvecShape shape);
 // Needs VK_NV_cooperative_matrix with 16-row, 16-deep tiles and subgroups of 32; takes F16, Q8_0
 // and Q4_0 weights with K % 32 == 0 (and M % 16 == 0 for F16).
 bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k);
-// Whether callers should take the narrow path for n columns: where it applies, past the vector
-// path's columns (it beats the tiled paths up to 512 columns and more on the H100 and H200).
+// Whether callers should take the narrow path for n columns: where it applies, from 6 columns (up
+// to 8 it takes the place of the vector path, which it beats there on the H100).
 bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
                              std::uint32_t n);
 // The activation rows (columns of the product) the narrow path reads for n: n rounded up to its tiles.

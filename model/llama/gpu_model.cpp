@@ -306,7 +306,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   // x += w * in: fused into the mat-vec where it can be (decode), else a product and an add.
   // Decode steps take the mat-vec path, which can fold the residual add (and silu) into it.
   auto fused_decode = [&](const GpuTensor& w) {
-    return ops::choose_matmul_path(q.device().features(), n) == ops::MatmulPath::vector &&
+    return !narrow(w, n) && ops::choose_matmul_path(q.device().features(), n) == ops::MatmulPath::vector &&
            ops::matvec_can_accumulate(w.type, static_cast<std::uint32_t>(w.cols), n);
   };
   // out_i = w_i * rmsnorm(x): in decode each mat-vec normalises x as it loads it; otherwise the

@@ -401,7 +401,9 @@ TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
   EXPECT_TRUE(ops::narrow_matmul_applies(h100, WeightType::f16, 4096, 4096));
   EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::q4_k, 4096, 4096));
   EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::q4_0, 4096, 4080));  // not whole blocks
-  EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 8));  // the vector path's
+  EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 5));  // the vector path's
+  EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 6));
+  EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_k, 4096, 4096, 8));  // not a type it reads
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 9));
   // Decode batches take tiles of 16, 32 or 64 columns; wider products tiles of 128.
   for (auto [n, padded] : std::vector<std::pair<std::uint32_t, std::uint32_t>>{
