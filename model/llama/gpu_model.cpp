@@ -270,7 +270,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   }
   // Dequantizes each of `ws` that takes it into its own part of weights16 (the dispatches run
   // alongside each other); returns each one's F16 range, empty for the others.
-  auto dequantize_all = [&](std::initializer_list<const GpuTensor*> ws) {
+  auto dequantize_all = [&](const std::vector<const GpuTensor*>& ws) {
     std::vector<gpu::BufferRange> ranges;
     std::uint64_t offset = 0;
     bool first = true;
@@ -325,8 +325,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     if (narrowed) {
       std::vector<const GpuTensor*> ws;
       for (const auto& [w, out] : outs) ws.push_back(w);
-      if (ws.size() == 2) dequantized = dequantize_all({ws[0], ws[1]});
-      if (ws.size() == 3) dequantized = dequantize_all({ws[0], ws[1], ws[2]});
+      dequantized = dequantize_all(ws);
     }
     bool first = true;
     std::size_t i = 0;
