@@ -199,50 +199,41 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
           ops::to_f16(rec, b.kernels_, acts.range(), acts16.range(), tokens, s.k, padded);
           b.queue_.submit_and_wait(rec);
         }
-        // The staged kernel alone, and with K split where its grid is small (as the model does for
-        // the residual products) when that applies.
-        const std::uint64_t split_bytes = ops::narrow_split_bytes(features, s.rows, s.k, tokens);
-        PoolBuffer parts = b.pool_.allocate(std::max<std::uint64_t>(split_bytes, 4), "bench");
-        std::vector<std::pair<std::string, bool>> variants{{"staged", false}};
-        if (split_bytes > 0) {
-          variants.push_back({fmt::format("staged, K in {}", ops::narrow_splits(features, s.rows, s.k, tokens)), true});
-        }
+        // One row of the table per way of running the narrow path: timed, checked against the tiled path.
+        const double traffic = double(bytes.size()) + 2.0 * padded * s.k + 4.0 * tokens * s.rows;
+        auto narrow_row = [&](const std::string& name, const std::function<void(Recording&, const PoolBuffer&)>& record) {
+          double us = NAN;
+          std::string check;
+          try {
+            us = b.time_us([&](Recording& rec) { record(rec, weight_copies[next_copy++ % copies]); });
+            check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
+          } catch (const GpuError& e) {
+            check = std::string("failed: ") + e.what();
+          }
+          table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
+                     name, us, traffic, 2.0 * s.rows * s.k * tokens, check});
+        };
         // Wide products of quantized weights: dequantized to F16 once, then the F16 kernel (both timed).
         if (ops::narrow_dequantizes(features, type, s.rows, s.k, tokens)) {
           PoolBuffer w16 = b.pool_.allocate(std::uint64_t{s.rows} * s.k * 2, "bench");
-          double us = NAN;
-          std::string check;
-          try {
-            us = b.time_us([&](Recording& rec) {
-              const PoolBuffer& w = weight_copies[next_copy++ % copies];
-              ops::dequantize_f16(rec, b.kernels_, type, w.range(), w16.range(), s.rows, s.k);
-              ops::matmul_narrow(rec, b.kernels_, WeightType::f16, w16.range(), acts16.range(), out.range(), s.rows, s.k,
-                                 tokens, false);
-            });
-            check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
-          } catch (const GpuError& e) {
-            check = std::string("failed: ") + e.what();
-          }
-          table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
-                     "staged, via F16", us, double(bytes.size()) + 2.0 * padded * s.k + 4.0 * tokens * s.rows,
-                     2.0 * s.rows * s.k * tokens, check});
+          narrow_row("staged, via F16", [&](Recording& rec, const PoolBuffer& w) {
+            ops::dequantize_f16(rec, b.kernels_, type, w.range(), w16.range(), s.rows, s.k);
+            ops::matmul_narrow(rec, b.kernels_, WeightType::f16, w16.range(), acts16.range(), out.range(), s.rows, s.k,
+                               tokens, false);
+          });
         }
-        for (const auto& [name, split] : variants) {
-          double us = NAN;
-          std::string check;
-          try {
-            us = b.time_us([&](Recording& rec) {
-              const PoolBuffer& w = weight_copies[next_copy++ % copies];
-              ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens, false,
-                                 split ? parts.range() : BufferRange{});
-            });
-            check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
-          } catch (const GpuError& e) {
-            check = std::string("failed: ") + e.what();
-          }
-          double traffic = double(bytes.size()) + 2.0 * padded * s.k + 4.0 * tokens * s.rows;
-          table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
-                     name, us, traffic, 2.0 * s.rows * s.k * tokens, check});
+        // The staged kernel alone, and with K split where its grid is small (as the model does for
+        // the residual products) when that applies.
+        narrow_row("staged", [&](Recording& rec, const PoolBuffer& w) {
+          ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens, false);
+        });
+        if (const std::uint64_t split_bytes = ops::narrow_split_bytes(features, s.rows, s.k, tokens); split_bytes > 0) {
+          PoolBuffer parts = b.pool_.allocate(split_bytes, "bench");
+          narrow_row(fmt::format("staged, K in {}", ops::narrow_splits(features, s.rows, s.k, tokens)),
+                     [&](Recording& rec, const PoolBuffer& w) {
+                       ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k,
+                                          tokens, false, parts.range());
+                     });
         }
       }
     }

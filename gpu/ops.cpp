@@ -142,8 +142,11 @@ constexpr StagedShape staged_shapes[] = {{4, 2, 2, 4, 1}, {4, 1, 1, 4, 2}, {4, 1
                                          {4, 2, 2, 2, 1}, {2, 4, 4, 2, 1}};
 constexpr std::size_t staged_both_tiles = 7;  // the first seven are also built for 16x8x16 tiles
 
-bool same_shape(const StagedShape& a, const StagedShape& b) {
-  return a.sg_m == b.sg_m && a.sg_n == b.sg_n && a.tm == b.tm && a.tn == b.tn && a.kb == b.kb;
+// Whether one of the first `count` shapes is s.
+bool built_among(const StagedShape& s, std::size_t count) {
+  return std::any_of(staged_shapes, staged_shapes + count, [&](const StagedShape& t) {
+    return t.sg_m == s.sg_m && t.sg_n == s.sg_n && t.tm == s.tm && t.tn == s.tn && t.kb == s.kb;
+  });
 }
 
 StagedShape staged_override;
@@ -190,7 +193,7 @@ void sum_splits(Recording& rec, KernelLibrary& lib, BufferRange parts, BufferRan
 }
 
 std::string staged_shape_problem(StagedShape s) {
-  if (std::none_of(std::begin(staged_shapes), std::end(staged_shapes), [&](const StagedShape& t) { return same_shape(s, t); })) {
+  if (!built_among(s, std::size(staged_shapes))) {
     std::string built;
     for (const auto& t : staged_shapes) built += fmt::format(" {}x{}x{}x{}x{}", t.sg_m, t.sg_n, t.tm, t.tn, t.kb);
     return "no module is built for that shape; built:" + built;
@@ -245,8 +248,7 @@ void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRa
     std::uint32_t m, k, n;
   } push{m, k, n};
   const StagedShape s = staged_shape(n, k);
-  if (cm.n != 16 && std::none_of(staged_shapes, staged_shapes + staged_both_tiles,
-                                 [&](const StagedShape& t) { return same_shape(s, t); })) {
+  if (cm.n != 16 && !built_among(s, staged_both_tiles)) {
     throw GpuError(fmt::format("the staged matmul shape {}x{}x{}x{}x{} is built for 16x16x16 tiles only", s.sg_m,
                                s.sg_n, s.tm, s.tn, s.kb));
   }

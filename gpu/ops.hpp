@@ -83,8 +83,8 @@ void sum_splits(Recording& rec, KernelLibrary& lib, BufferRange parts, BufferRan
                 std::uint32_t splits, bool accumulate);
 // The staged kernel's workgroup (shaders/mul_mm_staged.comp): subgroups along M and N, 16-row and
 // 16-column fragments per subgroup, blocks of 32 along K per stage. One module is built per shape;
-// staged_shape_problem says whether one is. set_staged_shape overrides the shape chosen per column count (all 0: the tuned
-// choice) and the K splits (0: the tuned choice); benchmarks set them to compare.
+// staged_shape_problem says whether one is. set_staged_shape overrides the shape chosen per column
+// count (all 0: the tuned choice) and the K splits (0: the tuned choice); benchmarks set them.
 struct StagedShape {
   std::uint32_t sg_m = 0, sg_n = 0, tm = 0, tn = 0, kb = 1;
 };

@@ -4,10 +4,10 @@
 // pipelines on devices that report it, never on lavapipe.
 //
 // A workgroup owns a BM x BN tile of the output (BM = SG_M * TM * 16 rows, BN = SG_N * TN * CM_N
-// columns); each of its SG_M x SG_N subgroups owns TM x TN fragments of it. K advances 32 * KB at a
-// time (KB GGUF blocks) through two shared-memory stages: while the tensor cores multiply the tile in one
-// stage, the loads for the next are in flight, and the whole workgroup then dequantizes them to F16
-// into the other stage; one barrier per step. Weights are read from memory once per BN columns.
+// columns); each of its SG_M x SG_N subgroups owns TM x TN fragments of it. K advances 32 * KB at
+// a time (KB GGUF blocks) through two shared-memory stages: while the tensor cores multiply the
+// tile in one stage, the loads for the next are in flight, and the whole workgroup then
+// dequantizes them to F16 into the other stage; one barrier per step. Weights are read from memory once per BN columns.
 // Dequantization works on packed halves (dequant_f16.glsl).
 // ACCUMULATE: out += the product (the residual add, fused). A grid of z > 1 splits K: workgroup z
 // takes the z-th share of the blocks and writes its sums to slice z of out (N x M each), which
@@ -27,9 +27,6 @@ const uint SG_N = SHAPE_SG_N;  // subgroups along N
 const uint TM = SHAPE_TM;      // 16-row fragments per subgroup
 const uint TN = SHAPE_TN;      // CM_N-column fragments per subgroup
 const uint KB = SHAPE_KB;      // blocks of 32 along K per stage
-#ifndef PREFETCH
-#define PREFETCH 1  // steps of K between issuing a stage's loads and storing it to shared memory
-#endif
 layout(local_size_x = 32 * SG_M * SG_N) in;
 layout(constant_id = 5) const uint ACCUMULATE = 0;  // 1: out += the product
 layout(push_constant) uniform Params { uint M; uint K; uint N; } p;
@@ -57,22 +54,22 @@ layout(binding = 0) readonly buffer W { uvec4 w4[]; };
 // A stage of weights: BM rows x 4 * KB words; each thread carries A_LOADS of them.
 const uint A_UNITS = BM * 4 * KB;
 const uint A_LOADS = (A_UNITS + THREADS - 1) / THREADS;
-uvec4 a_regs[PREFETCH * A_LOADS];
+uvec4 a_regs[A_LOADS];
 
-void load_a(uint r, uint m0, uint b) {
+void load_a(uint m0, uint b) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u < A_UNITS) {
       const uint row = min(m0 + u / (4 * KB), p.M - 1);
-      a_regs[r * A_LOADS + i] = w4[(row * p.K + 32 * KB * b) / 8 + u % (4 * KB)];
+      a_regs[i] = w4[(row * p.K + 32 * KB * b) / 8 + u % (4 * KB)];
     }
   }
 }
 
-void store_a(uint r, uint stage) {
+void store_a(uint stage) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u < A_UNITS) tile_a[stage * A_STAGE + (u / (4 * KB)) * STRIDE + u % (4 * KB)] = a_regs[r * A_LOADS + i];
+    if (u < A_UNITS) tile_a[stage * A_STAGE + (u / (4 * KB)) * STRIDE + u % (4 * KB)] = a_regs[i];
   }
 }
 #else
@@ -86,29 +83,29 @@ const uint BLOCK_HALFWORDS = 9, QUANT_HALFWORDS = 4;
 #else
 const uint BLOCK_HALFWORDS = 17, QUANT_HALFWORDS = 8;
 #endif
-uint16_t a_scale[PREFETCH * A_LOADS];
-uint16_t a_quants[PREFETCH * A_LOADS * QUANT_HALFWORDS];
+uint16_t a_scale[A_LOADS];
+uint16_t a_quants[A_LOADS * QUANT_HALFWORDS];
 
-void load_a(uint r, uint m0, uint b) {
+void load_a(uint m0, uint b) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u < A_UNITS) {
       const uint row = min(m0 + u / (2 * KB), p.M - 1), half_ = u % 2;
       const uint h = BLOCK_HALFWORDS * (row * (p.K / 32) + KB * b + (u / 2) % KB);
-      a_scale[r * A_LOADS + i] = w16[h];
-      [[unroll]] for (uint q = 0; q < QUANT_HALFWORDS; ++q) a_quants[(r * A_LOADS + i) * QUANT_HALFWORDS + q] = w16[h + 1 + QUANT_HALFWORDS * half_ + q];
+      a_scale[i] = w16[h];
+      [[unroll]] for (uint q = 0; q < QUANT_HALFWORDS; ++q) a_quants[(i) * QUANT_HALFWORDS + q] = w16[h + 1 + QUANT_HALFWORDS * half_ + q];
     }
   }
 }
 
-void store_a(uint r, uint stage) {
+void store_a(uint stage) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u >= A_UNITS) continue;
     const uint base = stage * A_STAGE + (u / (2 * KB)) * STRIDE + 4 * ((u / 2) % KB), half_ = u % 2;
-    const float16_t d = uint16BitsToFloat16(a_scale[r * A_LOADS + i]);
+    const float16_t d = uint16BitsToFloat16(a_scale[i]);
 #if defined(A_Q4_0)
-    const uint ri = r * A_LOADS + i;
+    const uint ri = i;
     uvec4 lo, hi;
     q4_0_half_to_f16(d, uint(a_quants[ri * 4]) | (uint(a_quants[ri * 4 + 1]) << 16),
                      uint(a_quants[ri * 4 + 2]) | (uint(a_quants[ri * 4 + 3]) << 16), lo, hi);
@@ -116,7 +113,7 @@ void store_a(uint r, uint stage) {
     tile_a[base + 2 + half_] = hi;
 #else
     uint v[8];
-    [[unroll]] for (uint q = 0; q < 8; ++q) v[q] = q8_0_pair_to_f16(d, uint(a_quants[(r * A_LOADS + i) * 8 + q]));
+    [[unroll]] for (uint q = 0; q < 8; ++q) v[q] = q8_0_pair_to_f16(d, uint(a_quants[(i) * 8 + q]));
     tile_a[base + 2 * half_] = uvec4(v[0], v[1], v[2], v[3]);
     tile_a[base + 2 * half_ + 1] = uvec4(v[4], v[5], v[6], v[7]);
 #endif
@@ -127,19 +124,19 @@ void store_a(uint r, uint stage) {
 // A stage of activations: BN columns x 4 * KB words.
 const uint B_UNITS = BN * 4 * KB;
 const uint B_LOADS = (B_UNITS + THREADS - 1) / THREADS;
-uvec4 b_regs[PREFETCH * B_LOADS];
+uvec4 b_regs[B_LOADS];
 
-void load_b(uint r, uint n0, uint b) {
+void load_b(uint n0, uint b) {
   [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u < B_UNITS) b_regs[r * B_LOADS + i] = b4[((n0 + u / (4 * KB)) * p.K + 32 * KB * b) / 8 + u % (4 * KB)];
+    if (u < B_UNITS) b_regs[i] = b4[((n0 + u / (4 * KB)) * p.K + 32 * KB * b) / 8 + u % (4 * KB)];
   }
 }
 
-void store_b(uint r, uint stage) {
+void store_b(uint stage) {
   [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u < B_UNITS) tile_b[stage * B_STAGE + (u / (4 * KB)) * STRIDE + u % (4 * KB)] = b_regs[r * B_LOADS + i];
+    if (u < B_UNITS) tile_b[stage * B_STAGE + (u / (4 * KB)) * STRIDE + u % (4 * KB)] = b_regs[i];
   }
 }
 
@@ -169,43 +166,37 @@ void main() {
     }
   }
 
-  // Stage b's loads are issued PREFETCH steps before it is stored to shared memory, into register
-  // slot b % PREFETCH (the loop over d unrolls, so the slots are registers).
-  [[unroll]] for (uint d = 0; d < PREFETCH; ++d) {
-    if (b_begin + d < b_end) {
-      load_a(d, m0, b_begin + d);
-      load_b(d, n0, b_begin + d);
-    }
+  // One stage's loads are in flight while the tensor cores work on the other (deeper prefetch,
+  // through more register slots, measured no faster on the H100).
+  if (b_begin < b_end) {  // a split's share may be empty: read nothing past the weights
+    load_a(m0, b_begin);
+    load_b(n0, b_begin);
   }
-  store_a(0, 0);
-  store_b(0, 0);
+  store_a(0);
+  store_b(0);
   barrier();
-  for (uint b0 = b_begin; b0 < b_end; b0 += PREFETCH) {
-    [[unroll]] for (uint d = 0; d < PREFETCH; ++d) {
-      const uint b = b0 + d, stage = (b - b_begin) % 2;
-      if (b < b_end) {
-        if (b + PREFETCH < b_end) {  // slot d is free: stage b is in shared memory
-          load_a(d, m0, b + PREFETCH);
-          load_b(d, n0, b + PREFETCH);
-        }
-        [[unroll]] for (uint h = 0; h < 2 * KB; ++h) {
-          fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[TM];
-          [[unroll]] for (uint i = 0; i < TM; ++i) {
-            coopMatLoadNV(a[i], tile_a, stage * A_STAGE + (sm * TM * 16 + 16 * i) * STRIDE + 2 * h, STRIDE, false);
-          }
-          [[unroll]] for (uint j = 0; j < TN; ++j) {
-            fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> bj;
-            coopMatLoadNV(bj, tile_b, stage * B_STAGE + (sn * TN * CM_N + CM_N * j) * STRIDE + 2 * h, STRIDE, true);
-            [[unroll]] for (uint i = 0; i < TM; ++i) acc[i * TN + j] = coopMatMulAddNV(a[i], bj, acc[i * TN + j]);
-          }
-        }
-        if (b + 1 < b_end) {  // the next stage into the other buffer
-          store_a((d + 1) % PREFETCH, 1 - stage);
-          store_b((d + 1) % PREFETCH, 1 - stage);
-        }
-        barrier();
+  for (uint b = b_begin; b < b_end; ++b) {
+    const uint stage = (b - b_begin) % 2;
+    if (b + 1 < b_end) {
+      load_a(m0, b + 1);
+      load_b(n0, b + 1);
+    }
+    [[unroll]] for (uint h = 0; h < 2 * KB; ++h) {
+      fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[TM];
+      [[unroll]] for (uint i = 0; i < TM; ++i) {
+        coopMatLoadNV(a[i], tile_a, stage * A_STAGE + (sm * TM * 16 + 16 * i) * STRIDE + 2 * h, STRIDE, false);
+      }
+      [[unroll]] for (uint j = 0; j < TN; ++j) {
+        fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> bj;
+        coopMatLoadNV(bj, tile_b, stage * B_STAGE + (sn * TN * CM_N + CM_N * j) * STRIDE + 2 * h, STRIDE, true);
+        [[unroll]] for (uint i = 0; i < TM; ++i) acc[i * TN + j] = coopMatMulAddNV(a[i], bj, acc[i * TN + j]);
       }
     }
+    if (b + 1 < b_end) {  // the next stage into the other buffer
+      store_a(1 - stage);
+      store_b(1 - stage);
+    }
+    barrier();
   }
 
   const uint c_base = sg * 16 * CM_N;
