@@ -188,9 +188,39 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
         table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
                    std::string(ops::matmul_path_name(path)), us, traffic, 2.0 * s.rows * s.k * tokens, check});
       }
+      // One row of the table per other way of running a product: timed, checked against the tiled path.
+      auto extra_row = [&](const std::string& name, double traffic,
+                           const std::function<void(Recording&, const PoolBuffer&)>& record) {
+        double us = NAN;
+        std::string check;
+        try {
+          us = b.time_us([&](Recording& rec) { record(rec, weight_copies[next_copy++ % copies]); });
+          check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
+        } catch (const GpuError& e) {
+          check = std::string("failed: ") + e.what();
+        }
+        table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
+                   name, us, traffic, 2.0 * s.rows * s.k * tokens, check});
+      };
+      const auto& features = b.device_.features();
+      // Decode's int8 mat-vec from activations quantized once (quantize_q8): alone, as it runs
+      // after the quantizing dispatch, and with that dispatch.
+      if (tokens <= 8 && ops::matvec_int8(features, type) && ops::matvec_can_accumulate(type, s.k, tokens)) {
+        auto q8 = b.pool_.allocate(ops::q8_acts_bytes(s.k, tokens), "bench");
+        const double traffic = double(bytes.size()) + double(ops::q8_acts_bytes(s.k, tokens)) + 4.0 * tokens * s.rows;
+        extra_row("vector, q8 acts", traffic, [&](Recording& rec, const PoolBuffer& w) {
+          ops::quantize_q8(rec, b.kernels_, acts.range(), q8.range(), s.k, tokens);
+          ops::matvec_q8(rec, b.kernels_, type, w.range(), q8.range(), out.range(), s.rows, s.k, tokens, false);
+        });
+        auto rec = b.queue_.begin();
+        ops::quantize_q8(rec, b.kernels_, acts.range(), q8.range(), s.k, tokens);
+        b.queue_.submit_and_wait(rec);
+        extra_row("vector, q8 acts made before", traffic, [&](Recording& rec, const PoolBuffer& w) {
+          ops::matvec_q8(rec, b.kernels_, type, w.range(), q8.range(), out.range(), s.rows, s.k, tokens, false);
+        });
+      }
       // The narrow path (tensor cores past the vector path) from F16 activations made untimed, as the
       // forward pass makes them once for several matmuls.
-      const auto& features = b.device_.features();
       if (tokens > 1 && ops::narrow_matmul_applies(features, type, s.rows, s.k)) {
         const std::uint32_t padded = ops::narrow_padded_columns(features, tokens);
         auto acts16 = b.pool_.allocate(std::uint64_t{padded} * s.k * 2, "bench");
@@ -199,19 +229,9 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
           ops::to_f16(rec, b.kernels_, acts.range(), acts16.range(), tokens, s.k, padded);
           b.queue_.submit_and_wait(rec);
         }
-        // One row of the table per way of running the narrow path: timed, checked against the tiled path.
         const double traffic = double(bytes.size()) + 2.0 * padded * s.k + 4.0 * tokens * s.rows;
         auto narrow_row = [&](const std::string& name, const std::function<void(Recording&, const PoolBuffer&)>& record) {
-          double us = NAN;
-          std::string check;
-          try {
-            us = b.time_us([&](Recording& rec) { record(rec, weight_copies[next_copy++ % copies]); });
-            check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
-          } catch (const GpuError& e) {
-            check = std::string("failed: ") + e.what();
-          }
-          table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
-                     name, us, traffic, 2.0 * s.rows * s.k * tokens, check});
+          extra_row(name, traffic, record);
         };
         // Wide products of quantized weights: dequantized to F16 once, then the F16 kernel (both timed).
         if (ops::narrow_dequantizes(features, type, s.rows, s.k, tokens)) {

@@ -263,7 +263,9 @@ Device::Device(const DeviceOptions& options) {
     if (memory_.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
       features_.device_local_bytes = std::max<std::uint64_t>(features_.device_local_bytes, memory_.memoryHeaps[h].size);
   }
-  features_.integer_dot_product = has(extensions, "VK_KHR_shader_integer_dot_product") || p.apiVersion >= VK_API_VERSION_1_3;
+  // Core in Vulkan 1.3; the feature is queried below and used only when the device enables it.
+  const bool dot_core = p.apiVersion >= VK_API_VERSION_1_3;
+  const bool dot_extension = !dot_core && has(extensions, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
   features_.bfloat16 = has(extensions, "VK_KHR_shader_bfloat16");
   features_.cooperative_matrix_khr = has(extensions, "VK_KHR_cooperative_matrix");
   bool nv_coopmat = has(extensions, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) && subgroup.subgroupSize == 32;
@@ -275,9 +277,12 @@ Device::Device(const DeviceOptions& options) {
   // Required features: 8- and 16-bit storage and arithmetic (GGUF blocks), timeline semaphores.
   VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{};
   coopmat.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+  VkPhysicalDeviceShaderIntegerDotProductFeatures dot{};
+  dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
+  dot.pNext = features_.cooperative_matrix ? static_cast<void*>(&coopmat) : nullptr;
   VkPhysicalDeviceVulkan12Features f12{};
   f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-  f12.pNext = features_.cooperative_matrix ? static_cast<void*>(&coopmat) : nullptr;
+  f12.pNext = dot_core || dot_extension ? static_cast<void*>(&dot) : dot.pNext;
   VkPhysicalDeviceVulkan11Features f11{};
   f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
   f11.pNext = &f12;
@@ -296,14 +301,19 @@ Device::Device(const DeviceOptions& options) {
     throw GpuError(fmt::format("{} lacks Vulkan features mqlm needs: {}", p.deviceName, fmt::join(missing, ", ")));
   }
   if (features_.cooperative_matrix && !coopmat.cooperativeMatrix) features_.cooperative_matrix.reset();
+  features_.integer_dot_product = (dot_core || dot_extension) && dot.shaderIntegerDotProduct;
 
   VkPhysicalDeviceCooperativeMatrixFeaturesNV enable_coopmat{};
 
   enable_coopmat.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
   enable_coopmat.cooperativeMatrix = VK_TRUE;
+  VkPhysicalDeviceShaderIntegerDotProductFeatures enable_dot{};
+  enable_dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
+  enable_dot.pNext = features_.cooperative_matrix ? static_cast<void*>(&enable_coopmat) : nullptr;
+  enable_dot.shaderIntegerDotProduct = VK_TRUE;
   VkPhysicalDeviceVulkan12Features e12{};
   e12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-  e12.pNext = features_.cooperative_matrix ? static_cast<void*>(&enable_coopmat) : nullptr;
+  e12.pNext = features_.integer_dot_product ? static_cast<void*>(&enable_dot) : enable_dot.pNext;
   e12.storageBuffer8BitAccess = e12.shaderFloat16 = e12.shaderInt8 = e12.timelineSemaphore = VK_TRUE;
   VkPhysicalDeviceVulkan11Features e11{};
   e11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
@@ -332,6 +342,7 @@ Device::Device(const DeviceOptions& options) {
 
   std::vector<const char*> enable = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
   if (features_.cooperative_matrix) enable.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  if (features_.integer_dot_product && dot_extension) enable.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
   memory_budget_ = has(extensions, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   if (memory_budget_) enable.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   float priority = 1.0f;

@@ -1,7 +1,10 @@
 #include "gpu/ops.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -56,6 +59,14 @@ MatvecShape matvec_shape(WeightType type) {
     case WeightType::q4_k: return {128, 4};
     default: return {128, 2};
   }
+}
+
+std::optional<bool> matvec_int8_override;
+
+// The whole-block vector kernel's module for weights of `type` and activations `acts` (b32, b16,
+// silu, rmsnorm): the int8 one where matvec_int8 says so.
+std::string matvec_blocks_kernel(const DeviceFeatures& features, WeightType type, std::string_view acts) {
+  return fmt::format("mul_mat_vec_blocks_{}_{}{}", weight_type_name(type), acts, matvec_int8(features, type) ? "_i8" : "");
 }
 
 struct RowsPush {
@@ -316,7 +327,8 @@ MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRan
       if (matvec_blocks(type, k)) {
         auto shape = matvec_shape(type);
         auto [gx, gy] = spread(ceil_div(m, shape.rows));
-        rec.dispatch(kernel(lib, "mul_mat_vec_blocks_" + suffix, 3, sizeof push, {shape.threads, shape.rows, n}),
+        rec.dispatch(kernel(lib, matvec_blocks_kernel(features, type, acts_f16 ? "b16" : "b32"), 3, sizeof push,
+                            {shape.threads, shape.rows, n}),
                      {weights, acts, out}, push, gx, gy);
         break;
       }
@@ -359,7 +371,7 @@ void record_matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType typ
   } push{m, k, n};
   auto shape = matvec_shape(type);
   auto [gx, gy] = spread(ceil_div(m, shape.rows));
-  rec.dispatch(kernel(lib, fmt::format("mul_mat_vec_blocks_{}_{}", weight_type_name(type), acts_name),
+  rec.dispatch(kernel(lib, matvec_blocks_kernel(lib.device().features(), type, acts_name),
                       static_cast<std::uint32_t>(buffers.size()), sizeof push, {shape.threads, shape.rows, n, 1}),
                buffers, push, gx, gy);
 }
@@ -387,12 +399,69 @@ void matvec_rms_norm(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
   } push{m, k, n, eps};
   auto shape = matvec_shape(type);
   auto [gx, gy] = spread(ceil_div(m, shape.rows));
-  rec.dispatch(kernel(lib, fmt::format("mul_mat_vec_blocks_{}_rmsnorm", weight_type_name(type)), 4, sizeof push,
+  rec.dispatch(kernel(lib, matvec_blocks_kernel(lib.device().features(), type, "rmsnorm"), 4, sizeof push,
                       {shape.threads, shape.rows, n, 0}),
                {weights, x, out, norm_weight}, push, gx, gy);
 }
 
 void set_matvec_shape(MatvecShape shape) { matvec_override = shape; }
+
+void set_matvec_int8(std::optional<bool> enabled) { matvec_int8_override = enabled; }
+
+bool matvec_int8(const DeviceFeatures& features, WeightType type) {
+  static const bool from_env = [] {
+    const char* v = std::getenv("MQLM_MATVEC_INT8");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  bool enabled = matvec_int8_override.value_or(from_env);
+  return enabled && features.integer_dot_product && (type == WeightType::q8_0 || type == WeightType::q4_0);
+}
+
+std::uint64_t q8_acts_bytes(std::uint32_t k, std::uint32_t n) { return std::uint64_t{n} * k + std::uint64_t{n} * (k / 32) * 4; }
+
+namespace {
+void record_quantize_q8(Recording& rec, KernelLibrary& lib, std::string_view variant,
+                        std::initializer_list<BufferRange> buffers, const void* push, std::uint32_t push_bytes,
+                        std::uint32_t k, std::uint32_t n) {
+  if (k % 32 != 0 || n == 0) throw GpuError(fmt::format("quantize_q8: K {} is not whole blocks of 32, or no columns", k));
+  if (buffers.begin()[1].size < q8_acts_bytes(k, n)) throw GpuError("quantize_q8: the output is smaller than q8_acts_bytes");
+  rec.dispatch(kernel(lib, std::string(variant), static_cast<std::uint32_t>(buffers.size()), push_bytes), buffers, push,
+               ceil_div(k, 2048), n);
+}
+}  // namespace
+
+void quantize_q8(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t k, std::uint32_t n) {
+  record_quantize_q8(rec, lib, "quantize_q8", {x, out}, &k, sizeof k, k, n);
+}
+
+void quantize_q8_rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange norm_weight, float eps,
+                          BufferRange out, std::uint32_t k, std::uint32_t n) {
+  struct {
+    std::uint32_t k;
+    float eps;
+  } push{k, eps};
+  record_quantize_q8(rec, lib, "quantize_q8_rmsnorm", {x, out, norm_weight}, &push, sizeof push, k, n);
+}
+
+void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,
+                      std::uint32_t k, std::uint32_t n) {
+  record_quantize_q8(rec, lib, "quantize_q8_silu", {gate, out, up}, &k, sizeof k, k, n);
+}
+
+void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
+               BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate) {
+  if (!matvec_int8(lib.device().features(), type) || !matvec_can_accumulate(type, k, n)) {
+    throw GpuError(fmt::format("no int8 mat-vec for {} with k {} and {} columns on this device", weight_type_name(type), k, n));
+  }
+  struct {
+    std::uint32_t m, k, n;
+  } push{m, k, n};
+  auto shape = matvec_shape(type);
+  auto [gx, gy] = spread(ceil_div(m, shape.rows));
+  rec.dispatch(kernel(lib, fmt::format("mul_mat_vec_blocks_{}_q8", weight_type_name(type)), 3, sizeof push,
+                      {shape.threads, shape.rows, n, accumulate ? 1u : 0u}),
+               {weights, acts_q8, out}, push, gx, gy);
+}
 
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,
               BufferRange v_cache, BufferRange slots, std::uint32_t tokens, std::uint32_t row) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "gpu/compute_queue.hpp"
@@ -52,6 +53,26 @@ struct MatvecShape {
   std::uint32_t threads = 0, rows = 0;
 };
 void set_matvec_shape(MatvecShape shape);
+// Q8_0 and Q4_0 mat-vecs quantize their activations to int8 per 32-element block (the scale is the
+// block's largest magnitude / 127) and take integer dot products, where the device enabled them
+// (features().integer_dot_product). On unless set_matvec_int8(false) or MQLM_MATVEC_INT8=0, which
+// benchmarks use to compare with the float kernel.
+void set_matvec_int8(std::optional<bool> enabled);  // nullopt: the default
+bool matvec_int8(const DeviceFeatures& features, WeightType type);
+
+// Decode's int8 mat-vecs read activations quantized once per step instead of in every workgroup:
+// quantize_q8* write n columns of k (k % 32 == 0) as int8 blocks with their scales (the rounding
+// reference::int8_blocks makes) into q8_acts_bytes(k, n) bytes; the input is x, rmsnorm(x) *
+// norm_weight, or silu(gate) * up. matvec_q8 then computes out = weights x acts (or out += with
+// `accumulate`) for Q8_0 or Q4_0 weights where matvec_int8 and matvec_can_accumulate say so.
+std::uint64_t q8_acts_bytes(std::uint32_t k, std::uint32_t n);
+void quantize_q8(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t k, std::uint32_t n);
+void quantize_q8_rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange norm_weight, float eps,
+                          BufferRange out, std::uint32_t k, std::uint32_t n);
+void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,
+                      std::uint32_t k, std::uint32_t n);
+void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
+               BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate);
 
 // The narrow path: the tensor cores for every product wider than the vector path (decode batches
 // and prefill chunks), shaders/mul_mm_staged.comp. A workgroup owns a tile of up to 128 rows and

@@ -73,6 +73,17 @@ Vec matmul(const Vec& weights, const Vec& acts, std::size_t m, std::size_t k, st
   return out;
 }
 
+Vec int8_blocks(const Vec& acts) {
+  Vec out(acts.size());
+  for (std::size_t b = 0; b + 32 <= acts.size(); b += 32) {
+    float amax = 0;
+    for (std::size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::abs(acts[i]));
+    const float inv = amax > 0 ? 1.0f / amax : 0.0f;
+    for (std::size_t i = b; i < b + 32; ++i) out[i] = std::round(std::clamp(acts[i] * inv, -1.0f, 1.0f) * 127.0f) * (amax / 127.0f);
+  }
+  return out;
+}
+
 Vec attention(const Vec& q, const LogicalCache& cache, const std::vector<std::uint32_t>& seq,
               const std::vector<std::uint32_t>& pos, const ops::AttentionShape& s) {
   std::size_t d = s.head_dim, group = s.heads / s.kv_heads;

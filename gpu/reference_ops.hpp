@@ -18,6 +18,9 @@ Vec softmax(const Vec& x, std::size_t rows, std::size_t n, float scale);
 Vec rope(const Vec& x, const std::vector<std::int32_t>& positions, const ops::RopeShape& shape);
 // weights: (m, k) already dequantized; acts: (n, k); returns (n, m).
 Vec matmul(const Vec& weights, const Vec& acts, std::size_t m, std::size_t k, std::size_t n);
+// Activations as the int8 mat-vec sees them (ops::matvec_int8): each block of 32 rounded to
+// multiples of its largest magnitude / 127. Size a multiple of 32.
+Vec int8_blocks(const Vec& acts);
 
 // The logical cache: keys[seq][pos] is one (kv_heads * head_dim) row; same for values.
 struct LogicalCache {

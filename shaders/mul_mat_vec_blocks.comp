@@ -8,9 +8,25 @@
 //   Q4_K: 32 weights (the 16-byte header + one 16-byte word of quants)
 // The activations of a unit are loaded once and reused by every row; the scale of a block is
 // applied once per unit. Partial sums are reduced in each subgroup, then across subgroups.
+// With X_INT8 (Q8_0 and Q4_0 only) the activations of each 32-element block are quantized to int8
+// as they are loaded (scale: the block's largest magnitude / 127, found across the four threads
+// that share the block) and each four weights take one integer dot product: a few instructions
+// per weight fewer than unpacking them to floats, which is what bounds the float kernel.
+// With B_Q8 (and X_INT8) the activations come quantized already (quantize_q8.comp), a quarter of
+// the bytes of F32 for each workgroup to read.
 // The host guarantees: K % 8 == 0 for float types (rows 16-byte aligned), K a multiple of the
 // block for quantized ones, buffer offsets 16-byte aligned.
 #include "common.glsl"
+#if defined(X_INT8)
+#extension GL_EXT_spirv_intrinsics : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+// OpSDotKHR (SPV_KHR_integer_dot_product) on two 32-bit words of four signed bytes each: the sum
+// of the four products. glslc 2023.2 has no GLSL built-in for it. Capabilities: DotProduct (6019),
+// DotProductInput4x8BitPacked (6018); the literal 0 names the packed 4 x 8-bit format.
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot_packed(int a, int b, spirv_literal int packed_vector_format);
+int dot4x8(uint a, uint b) { return sdot_packed(int(a), int(b), 0); }
+#endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 2;
@@ -39,6 +55,12 @@ vec4 load_x4(uint c, uint q) {
   vec4 g = gate4[c * (p.K / 4) + q];
   return g / (1.0 + exp(-g)) * up4[c * (p.K / 4) + q];
 }
+#elif defined(B_Q8)
+// Activations quantized by quantize_q8.comp (X_INT8 only): the bytes of every column as words,
+// then one float scale per block of 32 from word ncols * K / 4.
+layout(binding = 1) readonly buffer ActsQ8 { uint xw[]; };
+layout(binding = 1) readonly buffer ActsQ8Pairs { uvec2 xw2[]; };
+layout(binding = 1) readonly buffer ActsQ8Scales { float x_scale[]; };
 #elif defined(B_F16)
 layout(binding = 1) readonly buffer ActsF16 { uvec2 b_h4[]; };
 vec4 load_x4(uint c, uint q) {
@@ -62,7 +84,15 @@ vec4 load_x4(uint c, uint q) { return b_f4[c * (p.K / 4) + q]; }
 #endif
 
 float acc[ROWS][NCOLS];
+#if defined(X_INT8)
+uint xq[NCOLS][2];  // the unit's eight activations of column c, int8, in the order x_quad gives
+float xd[NCOLS];    // their block's scale: activation = xd * int8
+#if defined(A_Q4_0)
+int xsum8[NCOLS];   // 8 * the sum of the eight int8 values (Q4_0 stores weight + 8)
+#endif
+#else
 vec4 xs[NCOLS][XQUADS];
+#endif
 
 // The activation quads unit u uses, in the order accumulate() expects them.
 uint x_quad(uint u, uint i) {
@@ -116,6 +146,27 @@ void accumulate(uint r, uint row, uint u) {
   uvec4 v = w8[row * (p.K / 8) + u];
   vec4 w0 = bf16x4(v.x, v.y), w1 = bf16x4(v.z, v.w);
   for (uint c = 0; c < NCOLS; ++c) acc[r][c] += dot(w0, xs[c][0]) + dot(w1, xs[c][1]);
+}
+#elif defined(A_Q8_0) && defined(X_INT8)
+layout(binding = 0) readonly buffer W { uint16_t w16[]; };
+void accumulate(uint r, uint row, uint u) {
+  uint h = 17 * (row * (p.K / 32) + u / 4);
+  uint q = h + 1 + 4 * (u % 4);
+  float d = unpackHalf2x16(uint(w16[h])).x;
+  uint w0 = uint(w16[q]) | (uint(w16[q + 1]) << 16), w1 = uint(w16[q + 2]) | (uint(w16[q + 3]) << 16);
+  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += d * xd[c] * float(dot4x8(w0, xq[c][0]) + dot4x8(w1, xq[c][1]));
+}
+#elif defined(A_Q4_0) && defined(X_INT8)
+layout(binding = 0) readonly buffer W { uint16_t w16[]; };
+void accumulate(uint r, uint row, uint u) {
+  uint h = 9 * (row * (p.K / 32) + u / 4);
+  uint q = h + 1 + 2 * (u % 4);
+  float d = unpackHalf2x16(uint(w16[h])).x;
+  // qs[4j .. 4j+3]: the low nibbles are elements 4j.., the high ones 16 + 4j.. (x_quad's order)
+  uint w = uint(w16[q]) | (uint(w16[q + 1]) << 16);
+  uint lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+  for (uint c = 0; c < NCOLS; ++c)
+    acc[r][c] += d * xd[c] * float(dot4x8(lo, xq[c][0]) + dot4x8(hi, xq[c][1]) - xsum8[c]);
 }
 #elif defined(A_Q8_0)
 // block of 32 (17 halfwords): f16 d, int8 qs[32]
@@ -184,6 +235,52 @@ void accumulate(uint r, uint row, uint u) {
 }
 #endif
 
+#if defined(B_Q8)
+// Loads the unit's quantized activations: Q8_0's unit is eight consecutive bytes (two words),
+// Q4_0's the words of elements 4j.. and 16 + 4j.. of its block (j = u % 4).
+void load_unit(uint u) {
+  for (uint c = 0; c < NCOLS; ++c) {
+#if defined(A_Q8_0)
+    uvec2 w = xw2[c * (p.K / 8) + u];
+    xq[c][0] = w.x;
+    xq[c][1] = w.y;
+#else
+    uint base = c * (p.K / 4) + 8 * (u / 4) + u % 4;
+    xq[c][0] = xw[base];
+    xq[c][1] = xw[base + 4];
+    xsum8[c] = 8 * (dot4x8(xq[c][0], 0x01010101u) + dot4x8(xq[c][1], 0x01010101u));
+#endif
+    xd[c] = x_scale[p.ncols * (p.K / 4) + c * (p.K / 32) + u / 4];
+  }
+}
+#elif defined(X_INT8)
+// Quantizes the unit's activations. The four units of a block sit on four neighbouring threads
+// (u = tid + i * workgroup size, the workgroup a multiple of 4), so two xor shuffles give the
+// block's largest magnitude (lavapipe's subgroupClusteredMax(v, 4) got this wrong: the tests
+// failed with it); packSnorm4x8 rounds v / amax * 127 into bytes.
+void load_unit(uint u) {
+  for (uint c = 0; c < NCOLS; ++c) {
+    vec4 a = load_x4(c, x_quad(u, 0)), b = load_x4(c, x_quad(u, 1));
+    vec4 m = max(abs(a), abs(b));
+    float amax = max(max(m.x, m.y), max(m.z, m.w));
+    amax = max(amax, subgroupShuffleXor(amax, 1u));
+    amax = max(amax, subgroupShuffleXor(amax, 2u));
+    float inv = amax > 0.0 ? 1.0 / amax : 0.0;
+    xq[c][0] = packSnorm4x8(a * inv);
+    xq[c][1] = packSnorm4x8(b * inv);
+    xd[c] = amax * (1.0 / 127.0);
+#if defined(A_Q4_0)
+    xsum8[c] = 8 * (dot4x8(xq[c][0], 0x01010101u) + dot4x8(xq[c][1], 0x01010101u));
+#endif
+  }
+}
+#else
+void load_unit(uint u) {
+  for (uint c = 0; c < NCOLS; ++c)
+    for (uint i = 0; i < XQUADS; ++i) xs[c][i] = load_x4(c, x_quad(u, i));
+}
+#endif
+
 // One partial sum per (row, column, subgroup); subgroups are at least 4 wide.
 shared float partials[ROWS * NCOLS][gl_WorkGroupSize.x / 4];
 
@@ -220,8 +317,7 @@ void main() {
 
   uint units = p.K / UNIT;
   for (uint u = tid; u < units; u += gl_WorkGroupSize.x) {
-    for (uint c = 0; c < NCOLS; ++c)
-      for (uint i = 0; i < XQUADS; ++i) xs[c][i] = load_x4(c, x_quad(u, i));
+    load_unit(u);
     // Rows past M read row M - 1 (kept in bounds) and are not written.
     for (uint r = 0; r < ROWS; ++r) accumulate(r, min(row0 + r, p.M - 1), u);
   }

@@ -309,11 +309,27 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     return !narrow(w, n) && ops::choose_matmul_path(q.device().features(), n) == ops::MatmulPath::vector &&
            ops::matvec_can_accumulate(w.type, static_cast<std::uint32_t>(w.cols), n);
   };
-  // out_i = w_i * rmsnorm(x): in decode each mat-vec normalises x as it loads it; otherwise the
-  // norm is its own dispatch into h. The projections run without barriers between them.
+  // Decode products of Q8_0 and Q4_0 weights take int8 activations, quantized once into acts_q8
+  // by the dispatch before them (which also makes the norm or silu(gate) * up).
+  auto int8_decode = [&](const GpuTensor& w) { return fused_decode(w) && ops::matvec_int8(features, w.type); };
+  PoolBuffer acts_q8;
+  auto q8 = [&]() {
+    if (!acts_q8) acts_q8 = pool.allocate(ops::q8_acts_bytes(std::max({c.n_embd, c.q_dim(), c.n_ff}), n), "scratch");
+    return acts_q8.range();
+  };
+  // out_i = w_i * rmsnorm(x): in decode the int8 mat-vecs read it quantized, the others normalise x
+  // as they load it; otherwise the norm is its own dispatch into h. The projections run without
+  // barriers between them.
   auto normed_projections = [&](const GpuTensor& norm, std::initializer_list<std::pair<const GpuTensor*, PoolBuffer*>> outs) {
-    bool fused = true;
-    for (const auto& [w, out] : outs) fused = fused && fused_decode(*w);
+    bool fused = true, int8 = true;
+    for (const auto& [w, out] : outs) {
+      fused = fused && fused_decode(*w);
+      int8 = int8 && int8_decode(*w);
+    }
+    if (int8) {
+      ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), c.rms_eps, q8(), c.n_embd, n);
+      mark("norm");
+    }
     bool narrowed = false;
     if (!fused) {
       ops::rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
@@ -332,7 +348,10 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     for (const auto& [w, out] : outs) {
       if (!std::exchange(first, false)) rec_of().next_runs_alongside();
       const gpu::BufferRange w16 = dequantized[i++];
-      if (fused) {
+      if (int8) {
+        ops::matvec_q8(rec_of(), lib, w->type, w->buffer.range(), q8(), out->range(), static_cast<std::uint32_t>(w->rows),
+                       static_cast<std::uint32_t>(w->cols), n, false);
+      } else if (fused) {
         ops::matvec_rms_norm(rec_of(), lib, w->type, w->buffer.range(), x.range(), norm.buffer.range(), c.rms_eps,
                              out->range(), static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
       } else if (narrowed && narrow(*w, n)) {
@@ -345,6 +364,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   };
   auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
+    if (int8_decode(w)) {
+      ops::quantize_q8(rec_of(), lib, in.range(), q8(), k, n);
+      ops::matvec_q8(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n, true);
+      return;
+    }
     if (fused_decode(w)) {
       ops::matvec_accumulate(rec_of(), lib, w.type, w.buffer.range(), in.range(), false, x.range(), rows, k, n);
       return;
@@ -419,7 +443,12 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
 
     normed_projections(L.ffn_norm, {{&L.w_gate, &gate}, {&L.w_up, &up}});
     mark("matmul gate, up");
-    if (fused_decode(L.w_down)) {  // x += down * (silu(gate) * up), one kernel
+    if (int8_decode(L.w_down)) {  // x += down * (silu(gate) * up), made and quantized before
+      ops::quantize_q8_silu(rec_of(), lib, gate.range(), up.range(), q8(), c.n_ff, n);
+      mark("silu");
+      ops::matvec_q8(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), q8(), x.range(),
+                     static_cast<std::uint32_t>(L.w_down.rows), static_cast<std::uint32_t>(L.w_down.cols), n, true);
+    } else if (fused_decode(L.w_down)) {  // x += down * (silu(gate) * up), one kernel
       ops::matvec_accumulate_silu(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), gate.range(), up.range(),
                                   x.range(), static_cast<std::uint32_t>(L.w_down.rows),
                                   static_cast<std::uint32_t>(L.w_down.cols), n);

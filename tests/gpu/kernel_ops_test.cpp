@@ -4,6 +4,7 @@
 // shape means adding rows to the table in all_cases().
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -54,6 +55,16 @@ template <class T>
 std::vector<double> doubles(const std::vector<T>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
+
+// The activations a mat-vec of `type` works on: int8 blocks where the device takes that path.
+Vec as_matvec_sees(Gpu& gpu, WeightType type, const Vec& acts) {
+  return ops::matvec_int8(gpu.device.features(), type) ? reference::int8_blocks(acts) : acts;
+}
+
+// Int8 activations: one rounding may land the other way on the GPU (its 1 / amax is a few ulp
+// off), an error of amax / 127 on one product term, which this bound allows a few of.
+constexpr double int8_tolerance = 1e-6;
+bool int8_type(WeightType type) { return type == WeightType::q8_0 || type == WeightType::q4_0; }
 
 template <class Record>
 void run_step(Gpu& gpu, Record&& record) {
@@ -156,7 +167,8 @@ void add_weight_cases(std::vector<OpCase>& cases) {
         std::size_t k = shape.aligned ? 768 : k_for(type, shape.large_k);
         std::string name = fmt::format("matmul_{}_{}_{}x{}x{}_{}", tname, ops::matmul_path_name(shape.path), shape.m, k,
                                        shape.n, f16 ? "f16acts" : "f32acts");
-        cases.push_back({name, 1e-10, [type, shape, f16, k](Gpu& gpu) {
+        const bool int8 = shape.path == ops::MatmulPath::vector && int8_type(type);
+        cases.push_back({name, int8 ? int8_tolerance : 1e-10, [type, shape, f16, k](Gpu& gpu) {
                            auto bytes = quantize(type, random_vec(shape.m * k, 10), k);
                            auto weights = dequantize(type, bytes, shape.m, k);
                            auto acts = random_vec(shape.n * k, 11);
@@ -170,6 +182,7 @@ void add_weight_cases(std::vector<OpCase>& cases) {
                            run_step(gpu, [&](Recording& rec) {
                              ops::matmul(rec, gpu.kernels, type, r(bw), r(ba), f16, r(out), shape.m, k, shape.n, shape.path);
                            });
+                           if (shape.path == ops::MatmulPath::vector) acts = as_matvec_sees(gpu, type, acts);
                            return Outcome{doubles(gpu.down<float>(out, shape.n * shape.m)),
                                           doubles(reference::matmul(weights, acts, shape.m, k, shape.n))};
                          }});
@@ -481,6 +494,113 @@ TEST(SumSplits, AddsTheSlicesIntoOrOntoTheOutput) {
   }
 }
 
+// The fused mat-vecs' element-wise bound: float kernels sum in another order; int8 ones may also
+// round one activation the other way (see int8_tolerance), up to amax / 127 times a weight.
+double bound(WeightType type) { return int8_type(type) ? 2e-2 : 1e-3; }
+
+// The int8 mat-vec quantizes each block of 32 activations by its own scale: blocks 10^4 times
+// larger than their neighbours do not cost the small ones their precision (one scale per column
+// would round those to zero). The large blocks meet zero weights, so the product is the small
+// blocks' alone. Both kernels, int8 and float, run and are checked here.
+TEST(MatvecInt8, QuantizesEachBlockByItsOwnScale) {
+  Gpu& g = shared_gpu();
+  if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
+  const std::uint32_t m = 70, k = 1024;
+  auto large = [](std::size_t i) { return (i / 32) % 3 == 0; };
+  auto nmse = [](const Vec& got, const Vec& want) {
+    double err = 0, norm = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      err += (got[i] - double(want[i])) * (got[i] - double(want[i]));
+      norm += double(want[i]) * want[i];
+    }
+    return err / norm;
+  };
+  for (WeightType type : {WeightType::q8_0, WeightType::q4_0}) {
+    for (std::uint32_t n : {1u, 3u}) {
+      Vec w_in = random_vec(std::size_t{m} * k, 40 + n);
+      for (std::size_t i = 0; i < w_in.size(); ++i) if (large(i % k)) w_in[i] = 0;
+      auto bytes = quantize(type, w_in, k);
+      Vec weights = dequantize(type, bytes, m, k);
+      Vec acts = random_vec(std::size_t{n} * k, 50 + n);
+      for (std::size_t i = 0; i < acts.size(); ++i) acts[i] *= large(i % k) ? 100.0f : 0.01f;
+      PoolBuffer w = g.up(bytes), a = g.up(acts), out = g.scratch(std::uint64_t{n} * m * 4);
+      auto run = [&](bool int8) {
+        ops::set_matvec_int8(int8);
+        run_step(g, [&](Recording& rec) {
+          ops::matmul(rec, g.kernels, type, w.range(), a.range(), false, out.range(), m, k, n, ops::MatmulPath::vector);
+        });
+        ops::set_matvec_int8(std::nullopt);
+        return g.down<float>(out, std::size_t{n} * m);
+      };
+      Vec exact = reference::matmul(weights, acts, m, k, n);
+      Vec blocks = reference::matmul(weights, reference::int8_blocks(acts), m, k, n);
+      Vec int8 = run(true), floats = run(false);
+      EXPECT_LT(nmse(int8, blocks), int8_tolerance) << weight_type_name(type) << " n " << n;
+      EXPECT_LT(nmse(int8, exact), 1e-3) << weight_type_name(type) << " n " << n;
+      EXPECT_GT(nmse(int8, exact), 1e-12) << "the int8 kernel did not quantize";
+      EXPECT_LT(nmse(floats, exact), 1e-10) << "the float kernel";
+    }
+  }
+}
+
+// Decode's int8 path in two dispatches: quantize_q8* makes the activations (x, rmsnorm(x) *
+// weight, or silu(gate) * up) as int8 blocks once; matvec_q8 multiplies (and adds to the output).
+// The quantized buffer itself is checked against the reference's rounding, then the products.
+TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
+  Gpu& g = shared_gpu();
+  if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
+  const std::uint32_t m = 37, k = 2048 + 512;  // two workgroups of quantize_q8, the second partly idle
+  enum class Input { plain, rmsnorm, silu };
+  for (Input input : {Input::plain, Input::rmsnorm, Input::silu}) {
+    for (std::uint32_t n : {1u, 3u}) {
+      std::mt19937_64 rng(n * 10 + static_cast<int>(input));
+      std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+      Vec a(std::size_t{n} * k), b(input == Input::rmsnorm ? k : std::size_t{n} * k);
+      for (auto* v : {&a, &b}) for (auto& x : *v) x = dist(rng);
+      Vec acts = input == Input::plain     ? a
+                 : input == Input::rmsnorm ? reference::rms_norm(a, b, n, k, 1e-5f)
+                                           : reference::silu_mul(a, b);
+      PoolBuffer ab = g.up(a), bb = g.up(b), q = g.scratch(ops::q8_acts_bytes(k, n));
+      run_step(g, [&](Recording& rec) {
+        if (input == Input::plain) ops::quantize_q8(rec, g.kernels, ab.range(), q.range(), k, n);
+        if (input == Input::rmsnorm) ops::quantize_q8_rms_norm(rec, g.kernels, ab.range(), bb.range(), 1e-5f, q.range(), k, n);
+        if (input == Input::silu) ops::quantize_q8_silu(rec, g.kernels, ab.range(), bb.range(), q.range(), k, n);
+      });
+      // The buffer: n * k signed bytes, then n * k / 32 float scales.
+      auto bytes = g.down<std::int8_t>(q, ops::q8_acts_bytes(k, n));
+      Vec scales(std::size_t{n} * k / 32);
+      std::memcpy(scales.data(), bytes.data() + std::size_t{n} * k, scales.size() * 4);
+      Vec want = reference::int8_blocks(acts);
+      std::size_t off_by_one = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        const float got = scales[i / 32] * bytes[i];
+        ASSERT_NEAR(got, want[i], scales[i / 32] * 1.01f) << "element " << i;  // at most one rounding apart
+        off_by_one += std::abs(got - want[i]) > 1e-3f * scales[i / 32];
+      }
+      EXPECT_LE(off_by_one, want.size() / 1000) << "roundings the other way";
+
+      for (WeightType type : {WeightType::q8_0, WeightType::q4_0}) {
+        auto wbytes = random_weights(type, m, k, 3 + n);
+        Vec weights = dequantize(type, wbytes, m, k);
+        Vec residual = random_vec(std::size_t{n} * m, 7);
+        PoolBuffer w = g.up(std::vector<std::byte>(wbytes)), out = g.up(residual), plain = g.scratch(std::uint64_t{n} * m * 4);
+        run_step(g, [&](Recording& rec) {
+          ops::matvec_q8(rec, g.kernels, type, w.range(), q.range(), out.range(), m, k, n, true);
+          rec.next_runs_alongside();
+          ops::matvec_q8(rec, g.kernels, type, w.range(), q.range(), plain.range(), m, k, n, false);
+        });
+        Vec product = reference::matmul(weights, want, m, k, n);
+        Vec got = g.down<float>(out, residual.size()), got_plain = g.down<float>(plain, residual.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], residual[i] + product[i], bound(type) * (1 + std::abs(product[i])))
+              << weight_type_name(type) << " n " << n << " at " << i;
+          ASSERT_NEAR(got_plain[i], product[i], bound(type) * (1 + std::abs(product[i])));
+        }
+      }
+    }
+  }
+}
+
 // The reference must itself be able to fail: a wrong answer is caught by the same bound.
 // The accumulating mat-vec adds the product to what the output held (the residual stream).
 TEST(MatvecAccumulate, AddsTheProductToTheOutput) {
@@ -501,9 +621,9 @@ TEST(MatvecAccumulate, AddsTheProductToTheOutput) {
       ops::matvec_accumulate(rec, g.kernels, type, w.range(), a.range(), false, out.range(), m, k, n);
       g.queue.submit_and_wait(rec);
       Vec got = g.down<float>(out, residual.size());
-      Vec product = reference::matmul(weights, acts, m, k, n);
+      Vec product = reference::matmul(weights, as_matvec_sees(g, type, acts), m, k, n);
       for (std::size_t i = 0; i < got.size(); ++i) {
-        ASSERT_NEAR(got[i], residual[i] + product[i], 1e-3 * (1 + std::abs(product[i])))
+        ASSERT_NEAR(got[i], residual[i] + product[i], bound(type) * (1 + std::abs(product[i])))
             << weight_type_name(type) << " n " << n << " at " << i;
       }
     }
@@ -530,9 +650,9 @@ TEST(MatvecAccumulate, RmsNormOfTheInputIsTheInput) {
       ops::matvec_rms_norm(rec, g.kernels, type, w.range(), xb.range(), nb.range(), 1e-5f, out.range(), m, k, n);
       g.queue.submit_and_wait(rec);
       Vec got = g.down<float>(out, std::size_t{n} * m);
-      Vec expected = reference::matmul(weights, reference::rms_norm(x, norm, n, k, 1e-5f), m, k, n);
+      Vec expected = reference::matmul(weights, as_matvec_sees(g, type, reference::rms_norm(x, norm, n, k, 1e-5f)), m, k, n);
       for (std::size_t i = 0; i < got.size(); ++i) {
-        ASSERT_NEAR(got[i], expected[i], 2e-3 * (1 + std::abs(expected[i])))
+        ASSERT_NEAR(got[i], expected[i], 2 * bound(type) * (1 + std::abs(expected[i])))
             << weight_type_name(type) << " n " << n << " at " << i;
       }
     }
@@ -556,9 +676,9 @@ TEST(MatvecAccumulate, SiluOfTheGateTimesUpIsTheInput) {
       ops::matvec_accumulate_silu(rec, g.kernels, type, w.range(), gb.range(), ub.range(), out.range(), m, k, n);
       g.queue.submit_and_wait(rec);
       Vec got = g.down<float>(out, residual.size());
-      Vec product = reference::matmul(weights, reference::silu_mul(gate, up), m, k, n);
+      Vec product = reference::matmul(weights, as_matvec_sees(g, type, reference::silu_mul(gate, up)), m, k, n);
       for (std::size_t i = 0; i < got.size(); ++i) {
-        ASSERT_NEAR(got[i], residual[i] + product[i], 2e-3 * (1 + std::abs(product[i])))
+        ASSERT_NEAR(got[i], residual[i] + product[i], 2 * bound(type) * (1 + std::abs(product[i])))
             << weight_type_name(type) << " n " << n << " at " << i;
       }
     }

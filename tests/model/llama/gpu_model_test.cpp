@@ -4,6 +4,10 @@
 //
 // Bound: the largest logit difference, divided by the largest reference logit, below 2e-2.
 // The GPU keeps K and V in F16 and sums in F32 in another order; the reference is F32 / F64.
+// Where the GPU's mat-vecs quantize activations to int8 (Q8_0, Q4_0), the reference does too, and
+// the bound is 6e-2: rounding to int8 is discontinuous, so the small differences above round a few
+// activations the other way, and random weights amplify that over the layers (3.8% seen on
+// lavapipe; 22% when the reference does not quantize, so the bound still tells the two apart).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +16,7 @@
 #include <span>
 
 #include "memory_model.hpp"
+#include "gpu/ops.hpp"
 #include "model/llama/gpu_model.hpp"
 #include "tests/gpu/gpu_fixture.hpp"
 
@@ -23,6 +28,7 @@ using testing::random_model;
 using testing::tiny;
 
 constexpr double kBound = 2e-2;
+constexpr double kInt8Bound = 6e-2;
 
 double normalised_error(std::span<const float> gpu, std::span<const float> reference) {
   double worst = 0, scale = 1e-6;
@@ -45,6 +51,9 @@ TEST_P(GpuModelTest, MatchesTheReference) {
   ReferenceModel reference = ReferenceModel::load(config, weights.source());
 
   auto& g = gpu::testing::shared_gpu();
+  // Every step here is at most 8 tokens: the mat-vec path, int8 activations for Q8_0 and Q4_0.
+  reference.int8_activations = gpu::ops::matvec_int8(g.device.features(), type);
+  const double bound = reference.int8_activations ? kInt8Bound : kBound;
   GpuContext ctx{g.queue, g.pool, g.kernels};
   GpuModel model(ctx, config, weights.source(), "weights:tiny");
   constexpr std::uint32_t kPageSize = 4;
@@ -68,7 +77,7 @@ TEST_P(GpuModelTest, MatchesTheReference) {
   for (std::uint32_t p = 0; p < prompts[0].size(); ++p) prefill.push_back({0, p, prompts[0][p], true});
   auto gpu_logits = step(prefill);
   auto ref_logits = refs[0].forward(prompts[0]);
-  EXPECT_LT(normalised_error(gpu_logits, ref_logits), kBound) << "prefill";
+  EXPECT_LT(normalised_error(gpu_logits, ref_logits), bound) << "prefill";
 
   // Step 2: sequence 1 prefills, sequence 2 prefills a chunk of 3, sequence 0 decodes one token;
   // only the last row of each is wanted.
@@ -84,7 +93,7 @@ TEST_P(GpuModelTest, MatchesTheReference) {
   last_row(refs[2].forward(std::span(prompts[2]).first(3)));
   const std::int32_t thirteen = 13;
   last_row(refs[0].forward(std::span(&thirteen, 1)));
-  EXPECT_LT(normalised_error(gpu_logits, expected), kBound) << "mixed step";
+  EXPECT_LT(normalised_error(gpu_logits, expected), bound) << "mixed step";
 
   // Steps 3..8: all three decode together, feeding back the reference's greedy choice.
   std::vector<std::uint32_t> next_pos{8, 2, 3};
@@ -100,7 +109,7 @@ TEST_P(GpuModelTest, MatchesTheReference) {
       next_tok[s] = static_cast<std::int32_t>(std::max_element(r.begin(), r.end()) - r.begin());
       ++next_pos[s];
     }
-    EXPECT_LT(normalised_error(gpu_logits, expected), kBound) << "decode round " << round;
+    EXPECT_LT(normalised_error(gpu_logits, expected), bound) << "decode round " << round;
   }
 }
 

@@ -1,0 +1,56 @@
+#version 450
+// Activations for the int8 mat-vec (mul_mat_vec_blocks.comp with B_Q8): each block of 32 elements
+// of each of n columns becomes 32 signed bytes and one float scale, value ~= scale * byte, the
+// scale being the block's largest magnitude / 127 (the rounding reference::int8_blocks makes).
+// The input is x (PLAIN), rmsnorm(x) * weight (RMSNORM) or silu(gate) * up (SILU), made here so
+// that the mat-vec's many workgroups read a quarter of the bytes and do none of this work.
+// Output: the bytes of every column (n * K bytes, as 32-bit words), then the scales (n * K / 32
+// floats) from word n * K / 4. Grid: (ceil(K / 2048), n); K a multiple of 32.
+#include "common.glsl"
+#extension GL_KHR_shader_subgroup_shuffle : require
+
+layout(local_size_x = 256) in;
+#if defined(RMSNORM)
+layout(push_constant) uniform Params { uint K; float eps; } p;
+#else
+layout(push_constant) uniform Params { uint K; } p;
+#endif
+layout(binding = 0) readonly buffer A { vec4 a4[]; };  // x, or the gate
+layout(binding = 1) writeonly buffer Q { uvec2 q2[]; };
+layout(binding = 1) writeonly buffer S { float s_out[]; };
+#if defined(RMSNORM) || defined(SILU)
+layout(binding = 2) readonly buffer B { vec4 b4[]; };  // the norm weight, or up
+#endif
+#if defined(RMSNORM)
+#include "reduce.glsl"
+#endif
+
+void main() {
+  const uint c = gl_WorkGroupID.y;
+  const uint tid = gl_LocalInvocationIndex;
+  const uint row4 = c * (p.K / 4);
+#if defined(RMSNORM)
+  // Every workgroup of the column finds its scale (the column is a few KiB, in L2).
+  float ss = 0.0;
+  for (uint i = tid; i < p.K / 4; i += 256) ss += dot(a4[row4 + i], a4[row4 + i]);
+  const float inv_rms = inversesqrt(workgroup_sum(ss) / float(p.K) + p.eps);
+#endif
+  // Each thread takes 8 elements, four threads a block; a workgroup 64 blocks.
+  const uint unit = gl_WorkGroupID.x * 256 + tid;  // elements 8 * unit .. + 7 of the column
+  if (unit >= p.K / 8) return;  // K / 8 is a multiple of 4: the four threads of a block leave together
+  vec4 v0 = a4[row4 + 2 * unit], v1 = a4[row4 + 2 * unit + 1];
+#if defined(RMSNORM)
+  v0 *= inv_rms * b4[2 * unit];
+  v1 *= inv_rms * b4[2 * unit + 1];
+#elif defined(SILU)
+  v0 = v0 / (1.0 + exp(-v0)) * b4[row4 + 2 * unit];
+  v1 = v1 / (1.0 + exp(-v1)) * b4[row4 + 2 * unit + 1];
+#endif
+  vec4 m = max(abs(v0), abs(v1));
+  float amax = max(max(m.x, m.y), max(m.z, m.w));
+  amax = max(amax, subgroupShuffleXor(amax, 1u));
+  amax = max(amax, subgroupShuffleXor(amax, 2u));
+  const float inv = amax > 0.0 ? 1.0 / amax : 0.0;
+  q2[c * (p.K / 8) + unit] = uvec2(packSnorm4x8(v0 * inv), packSnorm4x8(v1 * inv));
+  if (unit % 4 == 0) s_out[gl_NumWorkGroups.y * (p.K / 4) + c * (p.K / 32) + unit / 4] = amax * (1.0 / 127.0);
+}
