@@ -51,11 +51,14 @@ bool matvec_blocks(WeightType type, std::uint32_t k) {
 
 // Threads and rows per workgroup of the whole-block vector kernel: enough rows that the
 // activations loaded for a unit of K are reused, few enough that every SM gets many workgroups.
-MatvecShape matvec_shape(WeightType type) {
+// Q4_0 and Q8_0 matrices of at most 4096 rows (attention output, down projection) take 256
+// threads: one wave of the H100 then still has all its threads (128 threads: 7-16% slower there,
+// 5-9% faster for the taller matrices; bench/results/int8-matvec-2026-11-25-h100.md).
+MatvecShape matvec_shape(WeightType type, std::uint32_t m) {
   if (matvec_override.threads != 0) return matvec_override;
   switch (type) {
     case WeightType::q4_0:
-    case WeightType::q8_0:
+    case WeightType::q8_0: return {m <= 4096 ? 256u : 128u, 4};
     case WeightType::q4_k: return {128, 4};
     default: return {128, 2};
   }
@@ -111,19 +114,35 @@ void get_rows(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange w
                ceil_div(ceil_div(k, 4), 64), n_ids);
 }
 
-void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positions, BufferRange out, const RopeShape& s) {
+namespace {
+struct RopePush {
+  std::uint32_t head_dim, n_dims, heads, tokens;
+  float base, scale;
+  std::uint32_t neox, kv_heads;
+};
+RopePush rope_push(const RopeShape& s, std::uint32_t kv_heads) {
   std::uint32_t dims = s.rotary_dims == 0 ? s.head_dim : s.rotary_dims;
   if (s.head_dim % 2 != 0 || dims % 2 != 0 || dims > s.head_dim) {
     throw GpuError(fmt::format("rope needs even head_dim and rotary dims <= head_dim (got {} and {})", s.head_dim, dims));
   }
-  struct {
-    std::uint32_t head_dim, n_dims, heads, tokens;
-    float base, scale;
-    std::uint32_t neox;
-  } push{s.head_dim, dims, s.heads, s.tokens, s.freq_base, s.freq_scale, s.neox ? 1u : 0u};
-  std::uint32_t rows = s.tokens * s.heads;
-  auto [gy, gz] = spread(rows);
-  rec.dispatch(kernel(lib, "rope", 3, sizeof push), {x, positions, out}, push, ceil_div(s.head_dim / 2, 64), gy, gz);
+  return {s.head_dim, dims, s.heads, s.tokens, s.freq_base, s.freq_scale, s.neox ? 1u : 0u, kv_heads};
+}
+}  // namespace
+
+void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positions, BufferRange out, const RopeShape& s) {
+  const RopePush push = rope_push(s, 0);
+  auto [gy, gz] = spread(s.tokens * s.heads);
+  // The plain kernel's push constants are the first seven fields.
+  rec.dispatch(kernel(lib, "rope", 3, sizeof push - 4), {x, positions, out}, push, ceil_div(s.head_dim / 2, 64), gy, gz);
+}
+
+void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_new, BufferRange v_new,
+                   BufferRange positions, BufferRange k_cache, BufferRange v_cache, BufferRange slots,
+                   const RopeShape& s, std::uint32_t kv_heads) {
+  const RopePush push = rope_push(s, kv_heads);
+  auto [gy, gz] = spread(s.tokens * (s.heads + kv_heads));
+  rec.dispatch(kernel(lib, "rope_kv_write", 7, sizeof push), {q, positions, k_new, v_new, k_cache, v_cache, slots}, push,
+               ceil_div(s.head_dim / 2, 64), gy, gz);
 }
 
 std::string_view matmul_path_name(MatmulPath path) {
@@ -325,7 +344,7 @@ MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRan
     case MatmulPath::vector: {
       if (n > matvec_max_cols) throw GpuError(fmt::format("the vector matmul takes at most {} columns, not {}", matvec_max_cols, n));
       if (matvec_blocks(type, k)) {
-        auto shape = matvec_shape(type);
+        auto shape = matvec_shape(type, m);
         auto [gx, gy] = spread(ceil_div(m, shape.rows));
         rec.dispatch(kernel(lib, matvec_blocks_kernel(features, type, acts_f16 ? "b16" : "b32"), 3, sizeof push,
                             {shape.threads, shape.rows, n}),
@@ -369,7 +388,7 @@ void record_matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType typ
   struct {
     std::uint32_t m, k, n;
   } push{m, k, n};
-  auto shape = matvec_shape(type);
+  auto shape = matvec_shape(type, m);
   auto [gx, gy] = spread(ceil_div(m, shape.rows));
   rec.dispatch(kernel(lib, matvec_blocks_kernel(lib.device().features(), type, acts_name),
                       static_cast<std::uint32_t>(buffers.size()), sizeof push, {shape.threads, shape.rows, n, 1}),
@@ -397,7 +416,7 @@ void matvec_rms_norm(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
     std::uint32_t m, k, n;
     float eps;
   } push{m, k, n, eps};
-  auto shape = matvec_shape(type);
+  auto shape = matvec_shape(type, m);
   auto [gx, gy] = spread(ceil_div(m, shape.rows));
   rec.dispatch(kernel(lib, matvec_blocks_kernel(lib.device().features(), type, "rmsnorm"), 4, sizeof push,
                       {shape.threads, shape.rows, n, 0}),
@@ -456,7 +475,7 @@ void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange 
   struct {
     std::uint32_t m, k, n;
   } push{m, k, n};
-  auto shape = matvec_shape(type);
+  auto shape = matvec_shape(type, m);
   auto [gx, gy] = spread(ceil_div(m, shape.rows));
   rec.dispatch(kernel(lib, fmt::format("mul_mat_vec_blocks_{}_q8", weight_type_name(type)), 3, sizeof push,
                       {shape.threads, shape.rows, n, accumulate ? 1u : 0u}),

@@ -36,6 +36,12 @@ struct RopeShape {
 };
 // x, out: (tokens, heads, head_dim); positions: (tokens) int32.
 void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positions, BufferRange out, const RopeShape& shape);
+// One dispatch for what a layer does between its q/k/v products and attention: q (tokens,
+// shape.heads, head_dim) rotated in place; k (tokens, kv_heads, head_dim) rotated and v as it is
+// written into their cache slots as kv_write does. Same results as rope on q and k, then kv_write.
+void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_new, BufferRange v_new,
+                   BufferRange positions, BufferRange k_cache, BufferRange v_cache, BufferRange slots,
+                   const RopeShape& shape, std::uint32_t kv_heads);
 
 enum class MatmulPath : std::uint8_t { automatic, vector, tiled, cooperative };
 std::string_view matmul_path_name(MatmulPath path);

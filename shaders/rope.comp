@@ -2,32 +2,67 @@
 // Rotary position embedding of x(tokens, heads, head_dim) at positions[token]: pair i of the
 // first n_dims dimensions turns by pos * freq_scale * base^(-2i / n_dims). Normal layout pairs
 // (2i, 2i + 1); NeoX layout pairs (i, i + n_dims / 2). Dimensions past n_dims are copied.
+// With KV_WRITE, one dispatch does what a layer needs between its q/k/v products and attention:
+// q(tokens, heads, head_dim) turns in place, and k (turned) and v go as F16 into their cache
+// slots (slot = page * page_size + offset, from the host), rows = tokens * (heads + kv_heads).
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
+#if defined(KV_WRITE)
+layout(push_constant) uniform Params {
+  uint head_dim; uint n_dims; uint heads; uint tokens; float freq_base; float freq_scale; uint neox; uint kv_heads;
+} p;
+layout(binding = 0) buffer Q { float q[]; };
+layout(binding = 1) readonly buffer Pos { int positions[]; };
+layout(binding = 2) readonly buffer K { float k_new[]; };
+layout(binding = 3) readonly buffer V { float v_new[]; };
+layout(binding = 4) writeonly buffer KCache { float16_t k_cache[]; };
+layout(binding = 5) writeonly buffer VCache { float16_t v_cache[]; };
+layout(binding = 6) readonly buffer Slots { uint slots[]; };
+#else
 layout(push_constant) uniform Params {
   uint head_dim; uint n_dims; uint heads; uint tokens; float freq_base; float freq_scale; uint neox;
 } p;
 layout(binding = 0) readonly buffer X { float x[]; };
 layout(binding = 1) readonly buffer Pos { int positions[]; };
 layout(binding = 2) writeonly buffer Out { float out_data[]; };
+#endif
 
 void main() {
   uint i = gl_GlobalInvocationID.x;  // pair index within the head, or a copied dimension
   uint row = gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y;
+#if defined(KV_WRITE)
+  const uint per_token = p.heads + p.kv_heads;
+  if (row >= p.tokens * per_token || i >= p.head_dim / 2) return;
+  const uint token = row / per_token, h = row % per_token;
+  const bool is_q = h < p.heads;
+  // q: its row in place; k: read from k_new, written to the cache row of the token's slot.
+  const uint base = is_q ? (token * p.heads + h) * p.head_dim : (token * p.kv_heads + h - p.heads) * p.head_dim;
+  const uint dst = is_q ? 0 : slots[token] * (p.kv_heads * p.head_dim) + (h - p.heads) * p.head_dim;
+  if (!is_q) {  // v is copied as it is, two dimensions per thread
+    v_cache[dst + 2 * i] = float16_t(v_new[base + 2 * i]);
+    v_cache[dst + 2 * i + 1] = float16_t(v_new[base + 2 * i + 1]);
+  }
+#define LOAD(j) (is_q ? q[base + (j)] : k_new[base + (j)])
+#define STORE(j, value) if (is_q) q[base + (j)] = (value); else k_cache[dst + (j)] = float16_t(value)
+#else
   if (row >= p.tokens * p.heads || i >= p.head_dim / 2) return;
-  uint token = row / p.heads;
-  uint base = row * p.head_dim;
+  const uint token = row / p.heads;
+  const uint base = row * p.head_dim;
+#define LOAD(j) x[base + (j)]
+#define STORE(j, value) out_data[base + (j)] = (value)
+#endif
   if (2 * i >= p.n_dims) {
-    out_data[base + 2 * i] = x[base + 2 * i];
-    out_data[base + 2 * i + 1] = x[base + 2 * i + 1];
+    float a = LOAD(2 * i), b = LOAD(2 * i + 1);
+    STORE(2 * i, a);
+    STORE(2 * i + 1, b);
     return;
   }
   float theta = float(positions[token]) * p.freq_scale * pow(p.freq_base, -2.0 * float(i) / float(p.n_dims));
   float c = cos(theta), s = sin(theta);
   uint i0 = p.neox != 0 ? i : 2 * i;
   uint i1 = p.neox != 0 ? i + p.n_dims / 2 : 2 * i + 1;
-  float x0 = x[base + i0], x1 = x[base + i1];
-  out_data[base + i0] = x0 * c - x1 * s;
-  out_data[base + i1] = x0 * s + x1 * c;
+  float x0 = LOAD(i0), x1 = LOAD(i1);
+  STORE(i0, x0 * c - x1 * s);
+  STORE(i1, x0 * s + x1 * c);
 }

@@ -410,8 +410,6 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   ops::get_rows(rec_of(), lib, token_embd_.type, token_embd_.buffer.range(), ids_buf.range(), x.range(), c.n_embd, n);
   mark("embedding");
   ops::RopeShape rope{n, c.n_head, c.head_dim, 0, c.rope_base, 1.0f / c.rope_scale, c.rope_neox()};
-  ops::RopeShape rope_k = rope;
-  rope_k.heads = c.n_head_kv;
   ops::AttentionShape attention{n, c.n_head, c.n_head_kv, c.head_dim, page_size, max_pages,
                                 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   PoolBuffer attn_scratch = pool.allocate(ops::attention_scratch_bytes(attention), "scratch");
@@ -428,13 +426,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       ops::rms_norm(rec_of(), lib, qb.range(), L.q_norm.buffer.range(), qb.range(), n * c.n_head, c.head_dim, c.rms_eps);
       rec_of().next_runs_alongside();  // q and k are normalised apart
       ops::rms_norm(rec_of(), lib, kb.range(), L.k_norm.buffer.range(), kb.range(), n * c.n_head_kv, c.head_dim, c.rms_eps);
+      mark("qk norm");
     }
-    ops::rope(rec_of(), lib, qb.range(), pos_buf.range(), qb.range(), rope);
-    rec_of().next_runs_alongside();  // q and k rotate apart
-    ops::rope(rec_of(), lib, kb.range(), pos_buf.range(), kb.range(), rope_k);
-    mark("qk norm, rope");
-    ops::kv_write(rec_of(), lib, kb.range(), vb.range(), cache.keys(l), cache.values(l), slots_buf.range(), n, c.kv_dim());
-    mark("kv write");
+    ops::rope_kv_write(rec_of(), lib, qb.range(), kb.range(), vb.range(), pos_buf.range(), cache.keys(l), cache.values(l),
+                       slots_buf.range(), rope, c.n_head_kv);
+    mark("rope, kv write");
     ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
                    attn_scratch.range(), attn.range(), attention);
     mark("attention");
@@ -458,7 +454,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       residual_matmul(L.w_down, gate);
     }
     mark("matmul down");
-    if ((l + 1) % layers_per_submission_ == 0 && l + 1 < c.n_layers) {
+    // The first part is one layer, so the GPU starts while the host records the next ones.
+    if ((l == 0 || (l + 1) % layers_per_submission_ == 0) && l + 1 < c.n_layers) {
       q.submit(rec_of());
       current.emplace(q.begin());
       rec_of().after_previous_submissions();

@@ -104,8 +104,8 @@ class GpuModel {
   // Uploads every tensor; throws std::runtime_error naming a missing or misshapen one.
   GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& source, std::string owner);
   const LlamaConfig& config() const { return config_; }
-  // A step is submitted in parts of this many layers, so the host records a part while the GPU
-  // runs the one before; any value gives the same results.
+  // A step is submitted in parts (its first layer, then this many layers each), so the host records
+  // a part while the GPU runs the one before; any value gives the same results.
   void set_layers_per_submission(std::uint32_t layers) { layers_per_submission_ = std::max(1u, layers); }
 
   // Runs the step; returns (outputs, n_vocab) logits, one row per token marked output, in order.

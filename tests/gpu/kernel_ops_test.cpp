@@ -543,6 +543,47 @@ TEST(MatvecInt8, QuantizesEachBlockByItsOwnScale) {
   }
 }
 
+// rope_kv_write does in one dispatch what rope on q and k, then kv_write, do in three: the same
+// q, and the same bits in every slot of both caches (the ones it should not touch stay zero).
+TEST(RopeKvWrite, MatchesRopeThenKvWrite) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t heads = 4, kv_heads = 2, slots_total = 12;
+  const std::vector<std::uint32_t> slots{5, 0, 9};
+  for (ops::RopeShape shape : {ops::RopeShape{3, heads, 64, 0, 10000.0f, 1.0f, false},
+                               ops::RopeShape{3, heads, 128, 0, 500000.0f, 0.5f, true},
+                               ops::RopeShape{3, heads, 64, 32, 10000.0f, 1.0f, true}}) {
+    const std::uint32_t d = shape.head_dim, row = kv_heads * d;
+    Vec q = random_vec(std::size_t{3} * heads * d, 1), k = random_vec(std::size_t{3} * row, 2),
+        v = random_vec(std::size_t{3} * row, 3);
+    std::vector<std::int32_t> pos{7, 0, 300};
+    std::vector<std::uint16_t> zeros(std::size_t{slots_total} * row, 0);
+    auto run = [&](bool fused) {
+      PoolBuffer bq = g.up(q), bk = g.up(k), bv = g.up(v), bp = g.up(pos), bs = g.up(slots);
+      PoolBuffer kc = g.up(zeros), vc = g.up(zeros);
+      run_step(g, [&](Recording& rec) {
+        if (fused) {
+          ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(kc), r(vc), r(bs), shape, kv_heads);
+          return;
+        }
+        ops::rope(rec, g.kernels, r(bq), r(bp), r(bq), shape);
+        ops::RopeShape kshape = shape;
+        kshape.heads = kv_heads;
+        ops::rope(rec, g.kernels, r(bk), r(bp), r(bk), kshape);
+        ops::kv_write(rec, g.kernels, r(bk), r(bv), r(kc), r(vc), r(bs), 3, row);
+      });
+      return std::tuple{g.down<float>(bq, q.size()), g.down<std::uint16_t>(kc, zeros.size()),
+                        g.down<std::uint16_t>(vc, zeros.size())};
+    };
+    auto [q1, k1, v1] = run(true);
+    auto [q3, k3, v3] = run(false);
+    EXPECT_EQ(q1, q3) << "d " << d << (shape.neox ? " neox" : "");
+    EXPECT_EQ(k1, k3);
+    EXPECT_EQ(v1, v3);
+    EXPECT_NE(q1, q);  // something turned
+    EXPECT_NE(k1, zeros);
+  }
+}
+
 // Decode's int8 path in two dispatches: quantize_q8* makes the activations (x, rmsnorm(x) *
 // weight, or silu(gate) * up) as int8 blocks once; matvec_q8 multiplies (and adds to the output).
 // The quantized buffer itself is checked against the reference's rounding, then the products.
