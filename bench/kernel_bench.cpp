@@ -334,8 +334,14 @@ void bench_attention(Bench& b, Table& table, const Model& m, std::uint32_t t) {
   // Both paths, the one `automatic` takes first, so that the crossover can be read off the table.
   auto chosen = ops::plan_attention(s).path;
   auto other = chosen == ops::AttentionPath::split ? ops::AttentionPath::one_pass : ops::AttentionPath::split;
-  for (auto path : {chosen, other}) {
+  // Decode: also the split path with other numbers of key ranges than it picks.
+  std::vector<std::pair<ops::AttentionPath, std::uint32_t>> runs{{chosen, 0}, {other, 0}};
+  if (decode) {
+    for (std::uint32_t splits : {4u, 8u, 16u, 64u}) runs.emplace_back(ops::AttentionPath::split, splits);
+  }
+  for (auto [path, splits] : runs) {
     s.path = path;
+    s.splits = splits;
     auto plan = ops::plan_attention(s);
     auto scratch = b.pool_.allocate(ops::attention_scratch_bytes(s), "bench");
     us = b.time_us([&](Recording& rec) {
@@ -345,7 +351,7 @@ void bench_attention(Bench& b, Table& table, const Model& m, std::uint32_t t) {
     std::string name = path == ops::AttentionPath::split ? fmt::format("split x{}", plan.splits) : "one-pass";
     table.add({decode ? "attention decode" : "attention prefill",
                fmt::format("{}/{} heads d{} ctx {}", m.heads, m.kv_heads, m.head_dim, length), t,
-               path == chosen ? name : name + " (not auto)", us, kv_read + 8.0 * t * m.heads * m.head_dim,
+               path == chosen && splits == 0 ? name : name + " (not auto)", us, kv_read + 8.0 * t * m.heads * m.head_dim,
                4.0 * keys * m.heads * m.head_dim, ""});
   }
 }

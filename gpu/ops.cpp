@@ -467,11 +467,35 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
   record_quantize_q8(rec, lib, "quantize_q8_silu", {gate, out, up}, &k, sizeof k, k, n);
 }
 
-void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
-               BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate) {
+namespace {
+void check_matvec_q8(KernelLibrary& lib, WeightType type, std::uint32_t k, std::uint32_t n) {
   if (!matvec_int8(lib.device().features(), type) || !matvec_can_accumulate(type, k, n)) {
     throw GpuError(fmt::format("no int8 mat-vec for {} with k {} and {} columns on this device", weight_type_name(type), k, n));
   }
+}
+}  // namespace
+
+void matvec_q8_next_norm(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
+                         BufferRange x, std::uint32_t m, std::uint32_t k, std::uint32_t n, BufferRange norm_weight,
+                         float eps, BufferRange next_q8, BufferRange counter) {
+  check_matvec_q8(lib, type, k, n);
+  if (m % 32 != 0 || next_q8.size < q8_acts_bytes(m, n) || counter.size < 4) {
+    throw GpuError(fmt::format("matvec_q8_next_norm: {} rows are not whole blocks of 32, or a buffer is too small", m));
+  }
+  struct {
+    std::uint32_t m, k, n;
+    float eps;
+  } push{m, k, n, eps};
+  auto shape = matvec_shape(type, m);
+  auto [gx, gy] = spread(ceil_div(m, shape.rows));
+  rec.dispatch(kernel(lib, fmt::format("mul_mat_vec_blocks_{}_q8_next_norm", weight_type_name(type)), 6, sizeof push,
+                      {shape.threads, shape.rows, n, 1}),
+               {weights, acts_q8, x, norm_weight, next_q8, counter}, push, gx, gy);
+}
+
+void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
+               BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate) {
+  check_matvec_q8(lib, type, k, n);
   struct {
     std::uint32_t m, k, n;
   } push{m, k, n};
@@ -528,7 +552,8 @@ AttentionPlan plan_attention(const AttentionShape& s) {
   if (!split) return {AttentionPath::one_pass, 1};
   if (s.splits != 0) return {AttentionPath::split, s.splits};
   std::uint32_t groups = std::max(1u, s.heads / attention_head_group(s) * s.tokens);
-  std::uint32_t by_keys = std::max(1u, ceil_div(std::uint64_t{s.page_size} * s.max_pages, attention_tile));
+  const std::uint64_t keys = s.max_context != 0 ? s.max_context : std::uint64_t{s.page_size} * s.max_pages;
+  std::uint32_t by_keys = std::max(1u, ceil_div(keys, attention_tile));
   return {AttentionPath::split,
           std::clamp(ceil_div(attention_target_groups, groups), 1u, std::min(attention_max_splits, by_keys))};
 }

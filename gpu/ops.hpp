@@ -79,6 +79,12 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
                       std::uint32_t k, std::uint32_t n);
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate);
+// matvec_q8 with accumulate (x += weights x acts), which also writes next_q8 as
+// quantize_q8_rms_norm(x, norm_weight, eps) would after it (m % 32 == 0): the last workgroup to
+// finish does it. `counter`: 4 bytes holding 0, which the dispatch leaves 0 again.
+void matvec_q8_next_norm(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
+                         BufferRange x, std::uint32_t m, std::uint32_t k, std::uint32_t n, BufferRange norm_weight,
+                         float eps, BufferRange next_q8, BufferRange counter);
 
 // The narrow path: the tensor cores for every product wider than the vector path (decode batches
 // and prefill chunks), shaders/mul_mm_staged.comp. A workgroup owns a tile of up to 128 rows and
@@ -159,13 +165,15 @@ struct AttentionShape {
   float scale = 0;                             // usually 1 / sqrt(head_dim)
   AttentionPath path = AttentionPath::automatic;  // tests and benchmarks force one
   std::uint32_t splits = 0;                       // key ranges per token of the split path; 0: chosen
+  std::uint32_t max_context = 0;  // the most keys a token of the step sees; 0: max_pages * page_size
 };
 struct AttentionPlan {
   AttentionPath path = AttentionPath::one_pass;
   std::uint32_t splits = 1;
 };
 // What attention() runs for this shape: `automatic` takes the split path for up to 64 tokens,
-// with enough key ranges (from max_pages * page_size) for a few hundred workgroups.
+// with enough key ranges for a few hundred workgroups, but no more than tiles of keys in
+// max_context (or max_pages * page_size).
 AttentionPlan plan_attention(const AttentionShape& shape);
 // The scratch attention() needs for the partial results of the split path (at least 16 bytes).
 std::uint64_t attention_scratch_bytes(const AttentionShape& shape);

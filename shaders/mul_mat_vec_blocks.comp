@@ -32,12 +32,24 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 2;
 layout(constant_id = 2) const uint NCOLS = 1;
 layout(constant_id = 3) const uint ACCUMULATE = 0;  // 1: out += the product (a residual add, fused)
-#if defined(B_RMSNORM)
+#if defined(B_RMSNORM) || defined(NEXT_NORM)
 layout(push_constant) uniform Params { uint M; uint K; uint ncols; float eps; } p;
 #else
 layout(push_constant) uniform Params { uint M; uint K; uint ncols; } p;
 #endif
+#if defined(NEXT_NORM)
+// The residual products of decode (B_Q8, ACCUMULATE) also make the next product's input: the
+// last workgroup to finish (counted in groups_done) reads the whole of out, the residual stream
+// x, and writes rmsnorm(x) * norm weight quantized as quantize_q8.comp does, sparing a dispatch
+// and its barrier. out is coherent and each workgroup makes its rows visible before it counts.
+layout(binding = 2) coherent buffer Out { float out_data[]; };
+layout(binding = 3) readonly buffer NextNormW { vec4 next_nw4[]; };
+layout(binding = 4) writeonly buffer NextQ { uvec2 next_q2[]; };
+layout(binding = 4) writeonly buffer NextS { float next_s[]; };
+layout(binding = 5) coherent buffer Counter { uint groups_done; };
+#else
 layout(binding = 2) buffer Out { float out_data[]; };
+#endif
 
 // Activation quads: elements 4q .. 4q+3 of column c.
 #if defined(B_RMSNORM)
@@ -306,6 +318,39 @@ void find_row_scales(uint tid) {
 }
 #endif
 
+#if defined(NEXT_NORM)
+shared bool last_group;
+shared float next_ss[gl_WorkGroupSize.x / 4];
+// rmsnorm(out) * weight of each column as int8 blocks (M % 32 == 0), by the whole workgroup: each
+// thread takes 8 elements at a time, four threads a block (the layout quantize_q8.comp writes).
+void next_norm_quantize(uint tid) {
+  for (uint c = 0; c < NCOLS; ++c) {
+    const uint base = c * p.M;
+    float ss = 0.0;
+    for (uint i = tid; i < p.M; i += gl_WorkGroupSize.x) ss += out_data[base + i] * out_data[base + i];
+    ss = subgroupAdd(ss);
+    if (subgroupElect()) next_ss[gl_SubgroupID] = ss;
+    barrier();
+    float total = 0.0;
+    for (uint g = 0; g < gl_NumSubgroups; ++g) total += next_ss[g];
+    barrier();  // next_ss is reused by the next column
+    const float inv_rms = inversesqrt(total / float(p.M) + p.eps);
+    for (uint u = tid; u < p.M / 8; u += gl_WorkGroupSize.x) {
+      const uint e = base + 8 * u;
+      vec4 v0 = vec4(out_data[e], out_data[e + 1], out_data[e + 2], out_data[e + 3]) * inv_rms * next_nw4[2 * u];
+      vec4 v1 = vec4(out_data[e + 4], out_data[e + 5], out_data[e + 6], out_data[e + 7]) * inv_rms * next_nw4[2 * u + 1];
+      vec4 m = max(abs(v0), abs(v1));
+      float amax = max(max(m.x, m.y), max(m.z, m.w));
+      amax = max(amax, subgroupShuffleXor(amax, 1u));
+      amax = max(amax, subgroupShuffleXor(amax, 2u));
+      const float inv = amax > 0.0 ? 1.0 / amax : 0.0;
+      next_q2[c * (p.M / 8) + u] = uvec2(packSnorm4x8(v0 * inv), packSnorm4x8(v1 * inv));
+      if (u % 4 == 0) next_s[p.ncols * (p.M / 4) + c * (p.M / 32) + u / 4] = amax * (1.0 / 127.0);
+    }
+  }
+}
+#endif
+
 void main() {
   uint row0 = flat_group() * ROWS;
   uint tid = gl_LocalInvocationIndex;
@@ -338,4 +383,14 @@ void main() {
       out_data[o] = ACCUMULATE != 0u ? out_data[o] + s : s;
     }
   }
+#if defined(NEXT_NORM)
+  memoryBarrierBuffer();  // this workgroup's rows of out are visible before it counts itself done
+  barrier();
+  if (tid == 0) last_group = atomicAdd(groups_done, 1u) == gl_NumWorkGroups.x * gl_NumWorkGroups.y - 1u;
+  barrier();
+  if (!last_group) return;
+  memoryBarrierBuffer();
+  next_norm_quantize(tid);
+  if (tid == 0) groups_done = 0u;  // ready for the next dispatch that counts with it
+#endif
 }

@@ -1,5 +1,6 @@
 #include "model/llama/gpu_model.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -317,6 +318,24 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     if (!acts_q8) acts_q8 = pool.allocate(ops::q8_acts_bytes(std::max({c.n_embd, c.q_dim(), c.n_ff}), n), "scratch");
     return acts_q8.range();
   };
+  // The quantized rmsnorm(x) those products read: made by the residual product before them (its
+  // last workgroup, counting finished ones in `counter`) where that product is int8 too.
+  PoolBuffer normed_q8, counter;
+  bool normed_ready = false;
+  auto normed = [&]() {
+    if (!normed_q8) normed_q8 = pool.allocate(ops::q8_acts_bytes(c.n_embd, n), "scratch");
+    return normed_q8.range();
+  };
+  auto counter_range = [&]() {
+    if (!counter) {
+      counter = pool.allocate(4, "scratch");
+      rec_of().fill(counter.range(), 0);
+    }
+    return counter.range();
+  };
+  auto all_int8 = [&](std::initializer_list<const GpuTensor*> ws) {
+    return std::all_of(ws.begin(), ws.end(), [&](const GpuTensor* w) { return int8_decode(*w); });
+  };
   // out_i = w_i * rmsnorm(x): in decode the int8 mat-vecs read it quantized, the others normalise x
   // as they load it; otherwise the norm is its own dispatch into h. The projections run without
   // barriers between them.
@@ -326,8 +345,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       fused = fused && fused_decode(*w);
       int8 = int8 && int8_decode(*w);
     }
-    if (int8) {
-      ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), c.rms_eps, q8(), c.n_embd, n);
+    if (int8 && !std::exchange(normed_ready, false)) {
+      ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), c.rms_eps, normed(), c.n_embd, n);
       mark("norm");
     }
     bool narrowed = false;
@@ -349,8 +368,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       if (!std::exchange(first, false)) rec_of().next_runs_alongside();
       const gpu::BufferRange w16 = dequantized[i++];
       if (int8) {
-        ops::matvec_q8(rec_of(), lib, w->type, w->buffer.range(), q8(), out->range(), static_cast<std::uint32_t>(w->rows),
-                       static_cast<std::uint32_t>(w->cols), n, false);
+        ops::matvec_q8(rec_of(), lib, w->type, w->buffer.range(), normed(), out->range(),
+                       static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n, false);
       } else if (fused) {
         ops::matvec_rms_norm(rec_of(), lib, w->type, w->buffer.range(), x.range(), norm.buffer.range(), c.rms_eps,
                              out->range(), static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
@@ -362,11 +381,24 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       }
     }
   };
-  auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
+  // x += w * (int8 acts in q8()); also makes the quantized next_norm(x) for the products after it
+  // when they are int8 (next_norm null: none follows).
+  auto residual_q8 = [&](const GpuTensor& w, const GpuTensor* next_norm, std::initializer_list<const GpuTensor*> next) {
+    const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
+    if (next_norm != nullptr && rows % 32 == 0 && all_int8(next)) {
+      ops::matvec_q8_next_norm(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n,
+                               next_norm->buffer.range(), c.rms_eps, normed(), counter_range());
+      normed_ready = true;
+      return;
+    }
+    ops::matvec_q8(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n, true);
+  };
+  auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in, const GpuTensor* next_norm,
+                             std::initializer_list<const GpuTensor*> next) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
     if (int8_decode(w)) {
       ops::quantize_q8(rec_of(), lib, in.range(), q8(), k, n);
-      ops::matvec_q8(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n, true);
+      residual_q8(w, next_norm, next);
       return;
     }
     if (fused_decode(w)) {
@@ -412,6 +444,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   ops::RopeShape rope{n, c.n_head, c.head_dim, 0, c.rope_base, 1.0f / c.rope_scale, c.rope_neox()};
   ops::AttentionShape attention{n, c.n_head, c.n_head_kv, c.head_dim, page_size, max_pages,
                                 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  for (const StepToken& t : batch.tokens) attention.max_context = std::max(attention.max_context, t.position + 1);
   PoolBuffer attn_scratch = pool.allocate(ops::attention_scratch_bytes(attention), "scratch");
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
@@ -434,7 +467,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
                    attn_scratch.range(), attn.range(), attention);
     mark("attention");
-    residual_matmul(L.wo, attn);
+    residual_matmul(L.wo, attn, &L.ffn_norm, {&L.w_gate, &L.w_up});
     mark("matmul out");
 
     normed_projections(L.ffn_norm, {{&L.w_gate, &gate}, {&L.w_up, &up}});
@@ -442,8 +475,12 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     if (int8_decode(L.w_down)) {  // x += down * (silu(gate) * up), made and quantized before
       ops::quantize_q8_silu(rec_of(), lib, gate.range(), up.range(), q8(), c.n_ff, n);
       mark("silu");
-      ops::matvec_q8(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), q8(), x.range(),
-                     static_cast<std::uint32_t>(L.w_down.rows), static_cast<std::uint32_t>(L.w_down.cols), n, true);
+      if (l + 1 < c.n_layers) {
+        const Layer& next = layers_[l + 1];
+        residual_q8(L.w_down, &next.attn_norm, {&next.wq, &next.wk, &next.wv});
+      } else {
+        residual_q8(L.w_down, nullptr, {});
+      }
     } else if (fused_decode(L.w_down)) {  // x += down * (silu(gate) * up), one kernel
       ops::matvec_accumulate_silu(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), gate.range(), up.range(),
                                   x.range(), static_cast<std::uint32_t>(L.w_down.rows),
@@ -451,7 +488,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     } else {
       ops::silu_mul(rec_of(), lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
       mark("silu");
-      residual_matmul(L.w_down, gate);
+      residual_matmul(L.w_down, gate, nullptr, {});
     }
     mark("matmul down");
     // The first part is one layer, so the GPU starts while the host records the next ones.
