@@ -475,18 +475,27 @@ void check_matvec_q8(KernelLibrary& lib, WeightType type, std::uint32_t k, std::
 }
 }  // namespace
 
+bool matvec_next_norm_fits(WeightType type, std::uint32_t m) {
+  static const bool off = [] {  // MQLM_NEXT_NORM=0: benchmarks compare with the norm as its own dispatch
+    const char* v = std::getenv("MQLM_NEXT_NORM");
+    return v != nullptr && std::string_view(v) == "0";
+  }();
+  return !off && m % 32 == 0 && m <= 64 * matvec_shape(type, m).threads;  // NEXT_UNITS units of 8 a thread
+}
+
 void matvec_q8_next_norm(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                          BufferRange x, std::uint32_t m, std::uint32_t k, std::uint32_t n, BufferRange norm_weight,
                          float eps, BufferRange next_q8, BufferRange counter) {
   check_matvec_q8(lib, type, k, n);
-  if (m % 32 != 0 || next_q8.size < q8_acts_bytes(m, n) || counter.size < 4) {
-    throw GpuError(fmt::format("matvec_q8_next_norm: {} rows are not whole blocks of 32, or a buffer is too small", m));
+  auto shape = matvec_shape(type, m);
+  if (!matvec_next_norm_fits(type, m) || next_q8.size < q8_acts_bytes(m, n) || counter.size < 4) {
+    throw GpuError(fmt::format("matvec_q8_next_norm: {} rows are not whole blocks of 32 or more than its last workgroup "
+                               "holds, or a buffer is too small", m));
   }
   struct {
     std::uint32_t m, k, n;
     float eps;
   } push{m, k, n, eps};
-  auto shape = matvec_shape(type, m);
   auto [gx, gy] = spread(ceil_div(m, shape.rows));
   rec.dispatch(kernel(lib, fmt::format("mul_mat_vec_blocks_{}_q8_next_norm", weight_type_name(type)), 6, sizeof push,
                       {shape.threads, shape.rows, n, 1}),
@@ -521,7 +530,7 @@ namespace {
 constexpr std::uint32_t attention_tile = 32;             // keys per tile of attention_split.comp
 // The split kernel wins at every batch size measured on the H100 (3.2x the one-pass kernel at a
 // 512-token prefill, 4.8x at one decode token); the one-pass kernel stays for head dims that are
-// not a multiple of 4 and for explicit requests.
+// other than 16, 32, 64 and 128 and for explicit requests.
 constexpr std::uint32_t attention_split_max_tokens = 1u << 20;
 constexpr std::uint32_t attention_target_groups = 512;   // enough to fill 132 SMs a few times
 constexpr std::uint32_t attention_max_splits = 64;
@@ -544,11 +553,14 @@ std::uint32_t attention_head_group(const AttentionShape& s) {
 
 AttentionPlan plan_attention(const AttentionShape& s) {
   check_attention_shape(s);
-  if (s.path == AttentionPath::split && s.head_dim % 4 != 0) {
-    throw GpuError(fmt::format("split attention reads rows as vec4: head_dim {} is not a multiple of 4", s.head_dim));
+  // The split kernel gives each key four threads of vec4 chunks, and its value loop 128 / (head_dim / 4)
+  // keys a pass: head dims 16, 32, 64 and 128.
+  const bool split_fits = s.head_dim % 16 == 0 && 128 % s.head_dim == 0;
+  if (s.path == AttentionPath::split && !split_fits) {
+    throw GpuError(fmt::format("split attention takes head dims 16, 32, 64 and 128, not {}", s.head_dim));
   }
   bool split = s.path == AttentionPath::split || (s.path == AttentionPath::automatic &&
-                                                  s.tokens <= attention_split_max_tokens && s.head_dim % 4 == 0);
+                                                  s.tokens <= attention_split_max_tokens && split_fits);
   if (!split) return {AttentionPath::one_pass, 1};
   if (s.splits != 0) return {AttentionPath::split, s.splits};
   std::uint32_t groups = std::max(1u, s.heads / attention_head_group(s) * s.tokens);

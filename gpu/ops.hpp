@@ -80,8 +80,9 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate);
 // matvec_q8 with accumulate (x += weights x acts), which also writes next_q8 as
-// quantize_q8_rms_norm(x, norm_weight, eps) would after it (m % 32 == 0): the last workgroup to
-// finish does it. `counter`: 4 bytes holding 0, which the dispatch leaves 0 again.
+// quantize_q8_rms_norm(x, norm_weight, eps) would after it (where matvec_next_norm_fits): the
+// last workgroup to finish does it. `counter`: 4 bytes holding 0, which the dispatch leaves 0 again.
+bool matvec_next_norm_fits(WeightType type, std::uint32_t m);  // m % 32 == 0, and m not too large
 void matvec_q8_next_norm(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                          BufferRange x, std::uint32_t m, std::uint32_t k, std::uint32_t n, BufferRange norm_weight,
                          float eps, BufferRange next_q8, BufferRange counter);

@@ -5,13 +5,17 @@
 // workgroup takes HG query heads that share one KV head, so each K and V row is read once for all
 // of them. With one split it writes the output; with more it writes a partial softmax (running
 // max, sum of exponentials, un-normalised output) that attention_combine.comp merges.
-// Grid: (heads / HG, tokens, splits). Keys go in tiles of TK: scores with one subgroup per key and
-// its lanes over the head dimension (vec4 of f16 each), then the tile's softmax with one subgroup
-// per head, then values with threads over (head dimension / 4, key).
+// Grid: (heads / HG, tokens, splits). Keys go in tiles of TK: scores with four threads per key,
+// each over a quarter of the head dimension (vec4 of f16 each), then the tile's softmax with one
+// subgroup per head, then values with threads over (head dimension / 4, key). Each thread issues
+// all its loads of a tile before it uses them: a decode step's workgroups have one or two tiles,
+// so the latency of dependent loads, not bandwidth, is what they wait on.
 #include "common.glsl"
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x = 128) in;
-layout(constant_id = 0) const uint D = 128;  // head dimension, a multiple of 4 up to 128
+layout(constant_id = 0) const uint D = 128;  // head dimension: 16, 32, 64 or 128
 layout(constant_id = 1) const uint HG = 1;   // query heads per workgroup, at most 8
 layout(push_constant) uniform Params {
   uint heads; uint kv_heads; uint page_size; uint max_pages; uint tokens; float scale; uint splits;
@@ -59,21 +63,20 @@ void main() {
       slot_sh[tid] = j < end ? block_table[sp.x * p.max_pages + j / p.page_size] * p.page_size + j % p.page_size : 0;
     }
     barrier();
-    for (uint k = gl_SubgroupID; k < TK; k += gl_NumSubgroups) {
-      if (tile + k >= end) {
-        if (subgroupElect()) for (uint g = 0; g < HG; ++g) s_sh[g * TK + k] = -1.0 / 0.0;
-        continue;
-      }
-      float part[HG];
-      for (uint g = 0; g < HG; ++g) part[g] = 0.0;
-      uint row = (slot_sh[k] * p.kv_heads + kvh) * C;
-      for (uint c = lane; c < C; c += gl_SubgroupSize) {
-        vec4 kv = unpack4(k_cache[row + c]);
-        for (uint g = 0; g < HG; ++g) part[g] += dot(q_sh[g * C + c], kv);
-      }
+    {
+      // Scores: four threads per key (TK * 4 = the workgroup), each over a quarter of the head's
+      // chunks, all loads issued before any is used; two xor shuffles sum the four parts.
+      const uint k = tid / 4, part_of = tid % 4;
+      const bool live = tile + k < end;
+      const uint row = (slot_sh[k] * p.kv_heads + kvh) * C;
+      vec4 kv[C / 4];
+      [[unroll]] for (uint j = 0; j < C / 4; ++j) kv[j] = live ? unpack4(k_cache[row + part_of + 4 * j]) : vec4(0.0);
       for (uint g = 0; g < HG; ++g) {
-        float s = subgroupAdd(part[g]);
-        if (subgroupElect()) s_sh[g * TK + k] = s;
+        float s = 0.0;
+        [[unroll]] for (uint j = 0; j < C / 4; ++j) s += dot(q_sh[g * C + part_of + 4 * j], kv[j]);
+        s += subgroupShuffleXor(s, 1u);
+        s += subgroupShuffleXor(s, 2u);
+        if (part_of == 0) s_sh[g * TK + k] = live ? s : -1.0 / 0.0;
       }
     }
     barrier();
@@ -97,9 +100,15 @@ void main() {
     }
     barrier();
     for (uint g = 0; g < HG; ++g) o[g] *= corr_sh[g];
-    for (uint k = vk; k < TK && tile + k < end; k += NK) {
-      vec4 v = unpack4(v_cache[(slot_sh[k] * p.kv_heads + kvh) * C + vc]);
-      for (uint g = 0; g < HG; ++g) o[g] += s_sh[g * TK + k] * v;
+    // Values: every load of the tile issued before the sums (keys past the end weigh 0).
+    vec4 vs[TK / NK];
+    [[unroll]] for (uint i = 0; i < TK / NK; ++i) {
+      const uint k = vk + i * NK;
+      vs[i] = tile + k < end ? unpack4(v_cache[(slot_sh[k] * p.kv_heads + kvh) * C + vc]) : vec4(0.0);
+    }
+    [[unroll]] for (uint i = 0; i < TK / NK; ++i) {
+      const uint k = vk + i * NK;
+      if (tile + k < end) for (uint g = 0; g < HG; ++g) o[g] += s_sh[g * TK + k] * vs[i];
     }
     barrier();
   }

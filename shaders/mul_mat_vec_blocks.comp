@@ -20,6 +20,7 @@
 #if defined(X_INT8)
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
 // OpSDotKHR (SPV_KHR_integer_dot_product) on two 32-bit words of four signed bytes each: the sum
 // of the four products. glslc 2023.2 has no GLSL built-in for it. Capabilities: DotProduct (6019),
 // DotProductInput4x8BitPacked (6018); the literal 0 names the packed 4 x 8-bit format.
@@ -321,13 +322,22 @@ void find_row_scales(uint tid) {
 #if defined(NEXT_NORM)
 shared bool last_group;
 shared float next_ss[gl_WorkGroupSize.x / 4];
+layout(binding = 2) coherent buffer OutQuads { vec4 out4[]; };
+const uint NEXT_UNITS = 8;  // units of 8 elements a thread holds: M <= 64 * workgroup size (host checks)
 // rmsnorm(out) * weight of each column as int8 blocks (M % 32 == 0), by the whole workgroup: each
-// thread takes 8 elements at a time, four threads a block (the layout quantize_q8.comp writes).
+// thread loads its units of 8 elements once (all loads in flight together), four threads a block
+// (the layout quantize_q8.comp writes).
 void next_norm_quantize(uint tid) {
+  const uint units = p.M / 8;
   for (uint c = 0; c < NCOLS; ++c) {
-    const uint base = c * p.M;
+    vec4 v[2 * NEXT_UNITS];
     float ss = 0.0;
-    for (uint i = tid; i < p.M; i += gl_WorkGroupSize.x) ss += out_data[base + i] * out_data[base + i];
+    [[unroll]] for (uint i = 0; i < NEXT_UNITS; ++i) {
+      const uint u = tid + i * gl_WorkGroupSize.x;
+      v[2 * i] = u < units ? out4[(c * p.M) / 4 + 2 * u] : vec4(0.0);
+      v[2 * i + 1] = u < units ? out4[(c * p.M) / 4 + 2 * u + 1] : vec4(0.0);
+    }
+    [[unroll]] for (uint i = 0; i < 2 * NEXT_UNITS; ++i) ss += dot(v[i], v[i]);
     ss = subgroupAdd(ss);
     if (subgroupElect()) next_ss[gl_SubgroupID] = ss;
     barrier();
@@ -335,10 +345,10 @@ void next_norm_quantize(uint tid) {
     for (uint g = 0; g < gl_NumSubgroups; ++g) total += next_ss[g];
     barrier();  // next_ss is reused by the next column
     const float inv_rms = inversesqrt(total / float(p.M) + p.eps);
-    for (uint u = tid; u < p.M / 8; u += gl_WorkGroupSize.x) {
-      const uint e = base + 8 * u;
-      vec4 v0 = vec4(out_data[e], out_data[e + 1], out_data[e + 2], out_data[e + 3]) * inv_rms * next_nw4[2 * u];
-      vec4 v1 = vec4(out_data[e + 4], out_data[e + 5], out_data[e + 6], out_data[e + 7]) * inv_rms * next_nw4[2 * u + 1];
+    [[unroll]] for (uint i = 0; i < NEXT_UNITS; ++i) {
+      const uint u = tid + i * gl_WorkGroupSize.x;
+      if (u >= units) break;  // units is a multiple of 4: the four threads of a block stop together
+      vec4 v0 = v[2 * i] * inv_rms * next_nw4[2 * u], v1 = v[2 * i + 1] * inv_rms * next_nw4[2 * u + 1];
       vec4 m = max(abs(v0), abs(v1));
       float amax = max(max(m.x, m.y), max(m.z, m.w));
       amax = max(amax, subgroupShuffleXor(amax, 1u));

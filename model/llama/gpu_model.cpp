@@ -385,7 +385,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   // when they are int8 (next_norm null: none follows).
   auto residual_q8 = [&](const GpuTensor& w, const GpuTensor* next_norm, std::initializer_list<const GpuTensor*> next) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
-    if (next_norm != nullptr && rows % 32 == 0 && all_int8(next)) {
+    if (next_norm != nullptr && ops::matvec_next_norm_fits(w.type, rows) && all_int8(next)) {
       ops::matvec_q8_next_norm(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n,
                                next_norm->buffer.range(), c.rms_eps, normed(), counter_range());
       normed_ready = true;
