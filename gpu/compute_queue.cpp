@@ -76,12 +76,6 @@ void Recording::copy(BufferRange src, BufferRange dst) {
   vkCmdCopyBuffer(command_buffer_, src.buffer, dst.buffer, 1, &region);
 }
 
-void Recording::fill(BufferRange dst, std::uint32_t value) {
-  if (dst.size % 4 != 0) throw GpuError(fmt::format("fill of {} bytes: a multiple of 4 is needed", dst.size));
-  barrier_if_needed();
-  vkCmdFillBuffer(command_buffer_, dst.buffer, dst.offset, dst.size, value);
-}
-
 void Recording::write_timestamp(VkQueryPool pool, std::uint32_t query) {
   barrier_if_needed();
   vkCmdWriteTimestamp(command_buffer_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pool, query);

@@ -428,12 +428,18 @@ void set_matvec_shape(MatvecShape shape) { matvec_override = shape; }
 void set_matvec_int8(std::optional<bool> enabled) { matvec_int8_override = enabled; }
 
 bool matvec_int8(const DeviceFeatures& features, WeightType type) {
-  static const bool from_env = [] {
+  static const std::optional<bool> from_env = []() -> std::optional<bool> {
     const char* v = std::getenv("MQLM_MATVEC_INT8");
-    return v == nullptr || std::string_view(v) != "0";
+    if (v == nullptr) return std::nullopt;
+    return std::string_view(v) != "0";
   }();
-  bool enabled = matvec_int8_override.value_or(from_env);
-  return enabled && features.integer_dot_product && (type == WeightType::q8_0 || type == WeightType::q4_0);
+  const std::optional<bool> chosen = matvec_int8_override ? matvec_int8_override : from_env;
+  if (!features.integer_dot_product) return false;
+  // By default Q4_0 only: its float kernel is bound by unpacking nibbles, and int8 takes decode
+  // from 213 to 244 tok/s on the H100; Q8_0's float kernel is not, and the dispatches that
+  // quantize the activations cost it more than the dot products win (182 -> 170 tok/s).
+  if (!chosen) return type == WeightType::q4_0;
+  return *chosen && (type == WeightType::q8_0 || type == WeightType::q4_0);
 }
 
 std::uint64_t q8_acts_bytes(std::uint32_t k, std::uint32_t n) { return std::uint64_t{n} * k + std::uint64_t{n} * (k / 32) * 4; }
@@ -474,33 +480,6 @@ void check_matvec_q8(KernelLibrary& lib, WeightType type, std::uint32_t k, std::
   }
 }
 }  // namespace
-
-bool matvec_next_norm_fits(WeightType type, std::uint32_t m) {
-  static const bool off = [] {  // MQLM_NEXT_NORM=0: benchmarks compare with the norm as its own dispatch
-    const char* v = std::getenv("MQLM_NEXT_NORM");
-    return v != nullptr && std::string_view(v) == "0";
-  }();
-  return !off && m % 32 == 0 && m <= 64 * matvec_shape(type, m).threads;  // NEXT_UNITS units of 8 a thread
-}
-
-void matvec_q8_next_norm(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
-                         BufferRange x, std::uint32_t m, std::uint32_t k, std::uint32_t n, BufferRange norm_weight,
-                         float eps, BufferRange next_q8, BufferRange counter) {
-  check_matvec_q8(lib, type, k, n);
-  auto shape = matvec_shape(type, m);
-  if (!matvec_next_norm_fits(type, m) || next_q8.size < q8_acts_bytes(m, n) || counter.size < 4) {
-    throw GpuError(fmt::format("matvec_q8_next_norm: {} rows are not whole blocks of 32 or more than its last workgroup "
-                               "holds, or a buffer is too small", m));
-  }
-  struct {
-    std::uint32_t m, k, n;
-    float eps;
-  } push{m, k, n, eps};
-  auto [gx, gy] = spread(ceil_div(m, shape.rows));
-  rec.dispatch(kernel(lib, fmt::format("mul_mat_vec_blocks_{}_q8_next_norm", weight_type_name(type)), 6, sizeof push,
-                      {shape.threads, shape.rows, n, 1}),
-               {weights, acts_q8, x, norm_weight, next_q8, counter}, push, gx, gy);
-}
 
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate) {

@@ -59,11 +59,12 @@ struct MatvecShape {
   std::uint32_t threads = 0, rows = 0;
 };
 void set_matvec_shape(MatvecShape shape);
-// Q8_0 and Q4_0 mat-vecs quantize their activations to int8 per 32-element block (the scale is the
-// block's largest magnitude / 127) and take integer dot products, where the device enabled them
-// (features().integer_dot_product). On unless set_matvec_int8(false) or MQLM_MATVEC_INT8=0, which
-// benchmarks use to compare with the float kernel.
-void set_matvec_int8(std::optional<bool> enabled);  // nullopt: the default
+// The int8 mat-vec: activations quantized to int8 per 32-element block (the scale is the block's
+// largest magnitude / 127) and integer dot products, where the device enabled them
+// (features().integer_dot_product). By default for Q4_0 only (measured faster there, slower for
+// Q8_0); set_matvec_int8(true) or MQLM_MATVEC_INT8=1 takes it for Q8_0 and Q4_0, false or 0 for
+// neither (benchmarks and tests compare).
+void set_matvec_int8(std::optional<bool> enabled);  // nullopt: the default (or the environment's)
 bool matvec_int8(const DeviceFeatures& features, WeightType type);
 
 // Decode's int8 mat-vecs read activations quantized once per step instead of in every workgroup:
@@ -79,13 +80,6 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
                       std::uint32_t k, std::uint32_t n);
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate);
-// matvec_q8 with accumulate (x += weights x acts), which also writes next_q8 as
-// quantize_q8_rms_norm(x, norm_weight, eps) would after it (where matvec_next_norm_fits): the
-// last workgroup to finish does it. `counter`: 4 bytes holding 0, which the dispatch leaves 0 again.
-bool matvec_next_norm_fits(WeightType type, std::uint32_t m);  // m % 32 == 0, and m not too large
-void matvec_q8_next_norm(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
-                         BufferRange x, std::uint32_t m, std::uint32_t k, std::uint32_t n, BufferRange norm_weight,
-                         float eps, BufferRange next_q8, BufferRange counter);
 
 // The narrow path: the tensor cores for every product wider than the vector path (decode batches
 // and prefill chunks), shaders/mul_mm_staged.comp. A workgroup owns a tile of up to 128 rows and

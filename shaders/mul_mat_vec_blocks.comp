@@ -20,7 +20,6 @@
 #if defined(X_INT8)
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-#extension GL_EXT_control_flow_attributes : require
 // OpSDotKHR (SPV_KHR_integer_dot_product) on two 32-bit words of four signed bytes each: the sum
 // of the four products. glslc 2023.2 has no GLSL built-in for it. Capabilities: DotProduct (6019),
 // DotProductInput4x8BitPacked (6018); the literal 0 names the packed 4 x 8-bit format.
@@ -33,24 +32,12 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 2;
 layout(constant_id = 2) const uint NCOLS = 1;
 layout(constant_id = 3) const uint ACCUMULATE = 0;  // 1: out += the product (a residual add, fused)
-#if defined(B_RMSNORM) || defined(NEXT_NORM)
+#if defined(B_RMSNORM)
 layout(push_constant) uniform Params { uint M; uint K; uint ncols; float eps; } p;
 #else
 layout(push_constant) uniform Params { uint M; uint K; uint ncols; } p;
 #endif
-#if defined(NEXT_NORM)
-// The residual products of decode (B_Q8, ACCUMULATE) also make the next product's input: the
-// last workgroup to finish (counted in groups_done) reads the whole of out, the residual stream
-// x, and writes rmsnorm(x) * norm weight quantized as quantize_q8.comp does, sparing a dispatch
-// and its barrier. out is coherent and each workgroup makes its rows visible before it counts.
-layout(binding = 2) coherent buffer Out { float out_data[]; };
-layout(binding = 3) readonly buffer NextNormW { vec4 next_nw4[]; };
-layout(binding = 4) writeonly buffer NextQ { uvec2 next_q2[]; };
-layout(binding = 4) writeonly buffer NextS { float next_s[]; };
-layout(binding = 5) coherent buffer Counter { uint groups_done; };
-#else
 layout(binding = 2) buffer Out { float out_data[]; };
-#endif
 
 // Activation quads: elements 4q .. 4q+3 of column c.
 #if defined(B_RMSNORM)
@@ -319,48 +306,6 @@ void find_row_scales(uint tid) {
 }
 #endif
 
-#if defined(NEXT_NORM)
-shared bool last_group;
-shared float next_ss[gl_WorkGroupSize.x / 4];
-layout(binding = 2) coherent buffer OutQuads { vec4 out4[]; };
-const uint NEXT_UNITS = 8;  // units of 8 elements a thread holds: M <= 64 * workgroup size (host checks)
-// rmsnorm(out) * weight of each column as int8 blocks (M % 32 == 0), by the whole workgroup: each
-// thread loads its units of 8 elements once (all loads in flight together), four threads a block
-// (the layout quantize_q8.comp writes).
-void next_norm_quantize(uint tid) {
-  const uint units = p.M / 8;
-  for (uint c = 0; c < NCOLS; ++c) {
-    vec4 v[2 * NEXT_UNITS];
-    float ss = 0.0;
-    [[unroll]] for (uint i = 0; i < NEXT_UNITS; ++i) {
-      const uint u = tid + i * gl_WorkGroupSize.x;
-      v[2 * i] = u < units ? out4[(c * p.M) / 4 + 2 * u] : vec4(0.0);
-      v[2 * i + 1] = u < units ? out4[(c * p.M) / 4 + 2 * u + 1] : vec4(0.0);
-    }
-    [[unroll]] for (uint i = 0; i < 2 * NEXT_UNITS; ++i) ss += dot(v[i], v[i]);
-    ss = subgroupAdd(ss);
-    if (subgroupElect()) next_ss[gl_SubgroupID] = ss;
-    barrier();
-    float total = 0.0;
-    for (uint g = 0; g < gl_NumSubgroups; ++g) total += next_ss[g];
-    barrier();  // next_ss is reused by the next column
-    const float inv_rms = inversesqrt(total / float(p.M) + p.eps);
-    [[unroll]] for (uint i = 0; i < NEXT_UNITS; ++i) {
-      const uint u = tid + i * gl_WorkGroupSize.x;
-      if (u >= units) break;  // units is a multiple of 4: the four threads of a block stop together
-      vec4 v0 = v[2 * i] * inv_rms * next_nw4[2 * u], v1 = v[2 * i + 1] * inv_rms * next_nw4[2 * u + 1];
-      vec4 m = max(abs(v0), abs(v1));
-      float amax = max(max(m.x, m.y), max(m.z, m.w));
-      amax = max(amax, subgroupShuffleXor(amax, 1u));
-      amax = max(amax, subgroupShuffleXor(amax, 2u));
-      const float inv = amax > 0.0 ? 1.0 / amax : 0.0;
-      next_q2[c * (p.M / 8) + u] = uvec2(packSnorm4x8(v0 * inv), packSnorm4x8(v1 * inv));
-      if (u % 4 == 0) next_s[p.ncols * (p.M / 4) + c * (p.M / 32) + u / 4] = amax * (1.0 / 127.0);
-    }
-  }
-}
-#endif
-
 void main() {
   uint row0 = flat_group() * ROWS;
   uint tid = gl_LocalInvocationIndex;
@@ -393,14 +338,4 @@ void main() {
       out_data[o] = ACCUMULATE != 0u ? out_data[o] + s : s;
     }
   }
-#if defined(NEXT_NORM)
-  memoryBarrierBuffer();  // this workgroup's rows of out are visible before it counts itself done
-  barrier();
-  if (tid == 0) last_group = atomicAdd(groups_done, 1u) == gl_NumWorkGroups.x * gl_NumWorkGroups.y - 1u;
-  barrier();
-  if (!last_group) return;
-  memoryBarrierBuffer();
-  next_norm_quantize(tid);
-  if (tid == 0) groups_done = 0u;  // ready for the next dispatch that counts with it
-#endif
 }

@@ -318,23 +318,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     if (!acts_q8) acts_q8 = pool.allocate(ops::q8_acts_bytes(std::max({c.n_embd, c.q_dim(), c.n_ff}), n), "scratch");
     return acts_q8.range();
   };
-  // The quantized rmsnorm(x) those products read: made by the residual product before them (its
-  // last workgroup, counting finished ones in `counter`) where that product is int8 too.
-  PoolBuffer normed_q8, counter;
-  bool normed_ready = false;
+  // The quantized rmsnorm(x) the int8 projections read.
+  PoolBuffer normed_q8;
   auto normed = [&]() {
     if (!normed_q8) normed_q8 = pool.allocate(ops::q8_acts_bytes(c.n_embd, n), "scratch");
     return normed_q8.range();
-  };
-  auto counter_range = [&]() {
-    if (!counter) {
-      counter = pool.allocate(4, "scratch");
-      rec_of().fill(counter.range(), 0);
-    }
-    return counter.range();
-  };
-  auto all_int8 = [&](std::initializer_list<const GpuTensor*> ws) {
-    return std::all_of(ws.begin(), ws.end(), [&](const GpuTensor* w) { return int8_decode(*w); });
   };
   // out_i = w_i * rmsnorm(x): in decode the int8 mat-vecs read it quantized, the others normalise x
   // as they load it; otherwise the norm is its own dispatch into h. The projections run without
@@ -345,7 +333,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       fused = fused && fused_decode(*w);
       int8 = int8 && int8_decode(*w);
     }
-    if (int8 && !std::exchange(normed_ready, false)) {
+    if (int8) {
       ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), c.rms_eps, normed(), c.n_embd, n);
       mark("norm");
     }
@@ -381,24 +369,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       }
     }
   };
-  // x += w * (int8 acts in q8()); also makes the quantized next_norm(x) for the products after it
-  // when they are int8 (next_norm null: none follows).
-  auto residual_q8 = [&](const GpuTensor& w, const GpuTensor* next_norm, std::initializer_list<const GpuTensor*> next) {
-    const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
-    if (next_norm != nullptr && ops::matvec_next_norm_fits(w.type, rows) && all_int8(next)) {
-      ops::matvec_q8_next_norm(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n,
-                               next_norm->buffer.range(), c.rms_eps, normed(), counter_range());
-      normed_ready = true;
-      return;
-    }
-    ops::matvec_q8(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n, true);
-  };
-  auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in, const GpuTensor* next_norm,
-                             std::initializer_list<const GpuTensor*> next) {
+  auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
     if (int8_decode(w)) {
       ops::quantize_q8(rec_of(), lib, in.range(), q8(), k, n);
-      residual_q8(w, next_norm, next);
+      ops::matvec_q8(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n, true);
       return;
     }
     if (fused_decode(w)) {
@@ -467,7 +442,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
                    attn_scratch.range(), attn.range(), attention);
     mark("attention");
-    residual_matmul(L.wo, attn, &L.ffn_norm, {&L.w_gate, &L.w_up});
+    residual_matmul(L.wo, attn);
     mark("matmul out");
 
     normed_projections(L.ffn_norm, {{&L.w_gate, &gate}, {&L.w_up, &up}});
@@ -475,12 +450,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     if (int8_decode(L.w_down)) {  // x += down * (silu(gate) * up), made and quantized before
       ops::quantize_q8_silu(rec_of(), lib, gate.range(), up.range(), q8(), c.n_ff, n);
       mark("silu");
-      if (l + 1 < c.n_layers) {
-        const Layer& next = layers_[l + 1];
-        residual_q8(L.w_down, &next.attn_norm, {&next.wq, &next.wk, &next.wv});
-      } else {
-        residual_q8(L.w_down, nullptr, {});
-      }
+      ops::matvec_q8(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), q8(), x.range(),
+                     static_cast<std::uint32_t>(L.w_down.rows), static_cast<std::uint32_t>(L.w_down.cols), n, true);
     } else if (fused_decode(L.w_down)) {  // x += down * (silu(gate) * up), one kernel
       ops::matvec_accumulate_silu(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), gate.range(), up.range(),
                                   x.range(), static_cast<std::uint32_t>(L.w_down.rows),
@@ -488,7 +459,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     } else {
       ops::silu_mul(rec_of(), lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
       mark("silu");
-      residual_matmul(L.w_down, gate, nullptr, {});
+      residual_matmul(L.w_down, gate);
     }
     mark("matmul down");
     // The first part is one layer, so the GPU starts while the host records the next ones.

@@ -61,6 +61,12 @@ Vec as_matvec_sees(Gpu& gpu, WeightType type, const Vec& acts) {
   return ops::matvec_int8(gpu.device.features(), type) ? reference::int8_blocks(acts) : acts;
 }
 
+// Takes the int8 mat-vec for both Q8_0 and Q4_0 (the default is Q4_0 only) while it lives.
+struct Int8ForBoth {
+  Int8ForBoth() { ops::set_matvec_int8(true); }
+  ~Int8ForBoth() { ops::set_matvec_int8(std::nullopt); }
+};
+
 // Int8 activations: one rounding may land the other way on the GPU (its 1 / amax is a few ulp
 // off), an error of amax / 127 on one product term, which this bound allows a few of.
 constexpr double int8_tolerance = 1e-6;
@@ -590,6 +596,7 @@ TEST(RopeKvWrite, MatchesRopeThenKvWrite) {
 TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
   Gpu& g = shared_gpu();
   if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
+  Int8ForBoth both;
   const std::uint32_t m = 37, k = 2048 + 512;  // two workgroups of quantize_q8, the second partly idle
   enum class Input { plain, rmsnorm, silu };
   for (Input input : {Input::plain, Input::rmsnorm, Input::silu}) {
@@ -637,59 +644,6 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
               << weight_type_name(type) << " n " << n << " at " << i;
           ASSERT_NEAR(got_plain[i], product[i], bound(type) * (1 + std::abs(product[i])));
         }
-      }
-    }
-  }
-}
-
-// The residual product that also quantizes the next norm's output (its last workgroup does):
-// x matches matvec_q8's to the bit, the int8 blocks quantize_q8_rms_norm's after it (the sum of
-// squares is added in another order: a rounding may land the other way), and the counter is left
-// at zero, so a second dispatch with it does the same.
-TEST(MatvecQ8, NextNormIsMadeByTheLastWorkgroup) {
-  Gpu& g = shared_gpu();
-  if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
-  const std::uint32_t m = 96, k = 512;
-  for (WeightType type : {WeightType::q8_0, WeightType::q4_0}) {
-    for (std::uint32_t n : {1u, 3u}) {
-      auto wbytes = random_weights(type, m, k, 60 + n);
-      Vec acts = random_vec(std::size_t{n} * k, 61), x0 = random_vec(std::size_t{n} * m, 62), norm = random_vec(m, 63);
-      PoolBuffer w = g.up(std::vector<std::byte>(wbytes)), a = g.up(acts), nw = g.up(norm);
-      PoolBuffer q_in = g.scratch(ops::q8_acts_bytes(k, n)), counter = g.up(std::vector<std::uint32_t>{0});
-      run_step(g, [&](Recording& rec) { ops::quantize_q8(rec, g.kernels, a.range(), q_in.range(), k, n); });
-      auto separate = [&] {
-        PoolBuffer x = g.up(x0), q = g.scratch(ops::q8_acts_bytes(m, n));
-        run_step(g, [&](Recording& rec) {
-          ops::matvec_q8(rec, g.kernels, type, w.range(), q_in.range(), x.range(), m, k, n, true);
-          ops::quantize_q8_rms_norm(rec, g.kernels, x.range(), nw.range(), 1e-5f, q.range(), m, n);
-        });
-        return std::pair{g.down<float>(x, x0.size()), g.down<std::int8_t>(q, ops::q8_acts_bytes(m, n))};
-      };
-      auto fused = [&] {
-        PoolBuffer x = g.up(x0), q = g.scratch(ops::q8_acts_bytes(m, n));
-        run_step(g, [&](Recording& rec) {
-          ops::matvec_q8_next_norm(rec, g.kernels, type, w.range(), q_in.range(), x.range(), m, k, n, nw.range(), 1e-5f,
-                                   q.range(), counter.range());
-        });
-        return std::pair{g.down<float>(x, x0.size()), g.down<std::int8_t>(q, ops::q8_acts_bytes(m, n))};
-      };
-      auto [want_x, want_q] = separate();
-      for (int round = 0; round < 2; ++round) {
-        auto [got_x, got_q] = fused();
-        EXPECT_EQ(got_x, want_x) << weight_type_name(type) << " n " << n << " round " << round;
-        std::size_t apart = 0;
-        for (std::size_t i = 0; i < std::size_t{n} * m; ++i) {
-          ASSERT_LE(std::abs(got_q[i] - want_q[i]), 1) << "byte " << i << " round " << round;
-          apart += got_q[i] != want_q[i];
-        }
-        EXPECT_LE(apart, std::size_t{n} * m / 100) << "bytes rounded the other way, round " << round;
-        Vec got_s(std::size_t{n} * m / 32), want_s(got_s.size());
-        std::memcpy(got_s.data(), got_q.data() + std::size_t{n} * m, got_s.size() * 4);
-        std::memcpy(want_s.data(), want_q.data() + std::size_t{n} * m, want_s.size() * 4);
-        for (std::size_t i = 0; i < got_s.size(); ++i) {
-          ASSERT_NEAR(got_s[i], want_s[i], 1e-5f * std::abs(want_s[i])) << "scale " << i << " round " << round;
-        }
-        EXPECT_EQ(g.down<std::uint32_t>(counter, 1)[0], 0u) << "the counter is left at zero";
       }
     }
   }
