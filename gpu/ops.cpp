@@ -557,13 +557,8 @@ std::uint64_t attention_scratch_bytes(const AttentionShape& s) {
 
 void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
                BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,
-               const AttentionShape& s, BufferRange out_q8) {
+               const AttentionShape& s) {
   auto plan = plan_attention(s);
-  const bool quantize = out_q8.buffer != VK_NULL_HANDLE;
-  // out_q8 made by its own dispatch after the attention.
-  auto quantize_after = [&] {
-    if (quantize) quantize_q8(rec, lib, out, out_q8, s.heads * s.head_dim, s.tokens);
-  };
   if (plan.path == AttentionPath::one_pass) {
     struct {
       std::uint32_t heads, kv_heads, page_size, max_pages, tokens;
@@ -571,7 +566,6 @@ void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
     } push{s.heads, s.kv_heads, s.page_size, s.max_pages, s.tokens, s.scale};
     rec.dispatch(kernel(lib, "attention", 6, sizeof push, {s.head_dim}),
                  {q, k_cache, v_cache, block_tables, token_seq_pos, out}, push, s.heads, s.tokens);
-    quantize_after();
     return;
   }
   if (s.tokens > max_groups || plan.splits > max_groups) {
@@ -590,22 +584,12 @@ void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
   rec.dispatch(kernel(lib, "attention_split", 7, sizeof push, {s.head_dim, hg}),
                {q, k_cache, v_cache, block_tables, token_seq_pos, out, scratch}, push, s.heads / hg, s.tokens,
                plan.splits);
-  if (plan.splits == 1) {
-    quantize_after();
-    return;
-  }
+  if (plan.splits == 1) return;
   struct {
     std::uint32_t heads, tokens, splits;
   } combine{s.heads, s.tokens, plan.splits};
-  if (quantize && s.head_dim % 32 == 0) {
-    if (out_q8.size < q8_acts_bytes(s.heads * s.head_dim, s.tokens)) throw GpuError("attention: out_q8 is too small");
-    rec.dispatch(kernel(lib, "attention_combine_q8", 3, sizeof combine, {s.head_dim}), {scratch, out, out_q8}, combine,
-                 s.heads, s.tokens);
-    return;
-  }
   rec.dispatch(kernel(lib, "attention_combine", 2, sizeof combine, {s.head_dim}), {scratch, out}, combine, s.heads,
                s.tokens);
-  quantize_after();
 }
 
 void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n) {

@@ -174,12 +174,10 @@ AttentionPlan plan_attention(const AttentionShape& shape);
 std::uint64_t attention_scratch_bytes(const AttentionShape& shape);
 // q, out: (tokens, heads, head_dim); token_seq_pos: (tokens) pairs of uint32 (sequence, position);
 // a token sees positions 0 .. its own of its sequence, through block_tables. scratch: at least
-// attention_scratch_bytes(shape). With out_q8, out is also written there as quantize_q8 would
-// (K = heads * head_dim, a multiple of 32): by the split path's combining dispatch where it runs
-// and head_dim % 32 == 0, else by a quantize_q8 dispatch after.
+// attention_scratch_bytes(shape).
 void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
                BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,
-               const AttentionShape& shape, BufferRange out_q8 = {});
+               const AttentionShape& shape);
 
 // out: (rows) uint32, the index of each row's largest value (the lowest on ties).
 void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n);

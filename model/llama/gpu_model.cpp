@@ -372,6 +372,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   };
   auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
+    if (int8_decode(w)) {
+      ops::quantize_q8(rec_of(), lib, in.range(), q8(), k, n);
+      ops::matvec_q8(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n, true);
+      return;
+    }
     if (fused_decode(w)) {
       ops::matvec_accumulate(rec_of(), lib, w.type, w.buffer.range(), in.range(), false, x.range(), rows, k, n);
       return;
@@ -435,17 +440,10 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     ops::rope_kv_write(rec_of(), lib, qb.range(), kb.range(), vb.range(), pos_buf.range(), cache.keys(l), cache.values(l),
                        slots_buf.range(), rope, c.n_head_kv);
     mark("rope, kv write");
-    // The attention output product's int8 input is made by attention itself.
-    const bool out_int8 = int8_decode(L.wo);
     ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
-                   attn_scratch.range(), attn.range(), attention, out_int8 ? q8() : gpu::BufferRange{});
+                   attn_scratch.range(), attn.range(), attention);
     mark("attention");
-    if (out_int8) {
-      ops::matvec_q8(rec_of(), lib, L.wo.type, L.wo.buffer.range(), q8(), x.range(), static_cast<std::uint32_t>(L.wo.rows),
-                     static_cast<std::uint32_t>(L.wo.cols), n, true);
-    } else {
-      residual_matmul(L.wo, attn);
-    }
+    residual_matmul(L.wo, attn);
     mark("matmul out");
 
     normed_projections(L.ffn_norm, {{&L.w_gate, &gate}, {&L.w_up, &up}});

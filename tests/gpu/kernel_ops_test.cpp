@@ -649,35 +649,6 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
   }
 }
 
-// Attention with out_q8 writes the quantize_q8 bytes of its output: from the combining dispatch
-// (several splits), or from a quantize_q8 after it (one split, or the one-pass path).
-TEST(AttentionQ8, WritesItsOutputQuantized) {
-  Gpu& g = shared_gpu();
-  const std::uint32_t heads = 4, kv_heads = 2, d = 64, page = 16, max_pages = 8, tokens = 2;
-  const std::uint32_t k = heads * d;
-  for (auto [path, splits] : {std::pair{ops::AttentionPath::split, 4u}, std::pair{ops::AttentionPath::split, 1u},
-                              std::pair{ops::AttentionPath::one_pass, 0u}}) {
-    std::vector<std::uint32_t> tables(2 * max_pages);
-    std::iota(tables.begin(), tables.end(), 0u);
-    std::vector<std::uint32_t> seq_pos{0, 100, 1, 37};
-    Vec kc = random_vec(std::size_t{2} * max_pages * page * kv_heads * d, 5), q = random_vec(std::size_t{tokens} * k, 6);
-    std::vector<std::uint16_t> kh(kc.size());
-    for (std::size_t i = 0; i < kc.size(); ++i) kh[i] = float_to_half(kc[i]);
-    PoolBuffer bk = g.up(kh), bv = g.up(kh), bq = g.up(q), bt = g.up(tables), bs = g.up(seq_pos);
-    ops::AttentionShape shape{tokens, heads, kv_heads, d, page, max_pages, 0.125f, path, splits};
-    PoolBuffer scratch = g.scratch(ops::attention_scratch_bytes(shape)), out = g.scratch(std::uint64_t{tokens} * k * 4);
-    PoolBuffer fused = g.scratch(ops::q8_acts_bytes(k, tokens)), apart = g.scratch(ops::q8_acts_bytes(k, tokens));
-    run_step(g, [&](Recording& rec) {
-      ops::attention(rec, g.kernels, r(bq), r(bk), r(bv), r(bt), r(bs), r(scratch), r(out), shape, r(fused));
-      ops::quantize_q8(rec, g.kernels, r(out), r(apart), k, tokens);
-    });
-    EXPECT_EQ(g.down<std::uint8_t>(fused, ops::q8_acts_bytes(k, tokens)), g.down<std::uint8_t>(apart, ops::q8_acts_bytes(k, tokens)))
-        << "splits " << splits;
-    auto bytes = g.down<std::int8_t>(fused, std::size_t{tokens} * k);
-    EXPECT_TRUE(std::any_of(bytes.begin(), bytes.end(), [](std::int8_t b) { return b == 127 || b == -127; }));
-  }
-}
-
 // The reference must itself be able to fail: a wrong answer is caught by the same bound.
 // The accumulating mat-vec adds the product to what the output held (the residual stream).
 TEST(MatvecAccumulate, AddsTheProductToTheOutput) {
