@@ -295,10 +295,24 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
                        acts16.range(), out.range(), static_cast<std::uint32_t>(w.rows), static_cast<std::uint32_t>(w.cols),
                        rows, accumulate, split && split_parts ? split_parts.range() : gpu::BufferRange{});
   };
+  // Int8 activations (ops::matvec_int8) of up to n columns, quantized by the dispatch before the
+  // product that reads them.
+  PoolBuffer acts_q8;
+  auto q8 = [&]() {
+    if (!acts_q8) acts_q8 = pool.allocate(ops::q8_acts_bytes(std::max({c.n_embd, c.q_dim(), c.n_ff}), n), "scratch");
+    return acts_q8.range();
+  };
   auto matmul = [&](const GpuTensor& w, const PoolBuffer& in, PoolBuffer& out, std::uint32_t rows) {
     if (narrow(w, rows)) {
       to_f16(in, rows, static_cast<std::uint32_t>(w.cols));
       matmul_narrow(w, out, rows, false);
+      return;
+    }
+    const auto m = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
+    if (ops::choose_matmul_path(features, rows) == ops::MatmulPath::vector && ops::matvec_int8(features, w.type) &&
+        ops::matvec_can_accumulate(w.type, k, rows)) {  // quantized once, not in each workgroup
+      ops::quantize_q8(rec_of(), lib, in.range(), q8(), k, rows);
+      ops::matvec_q8(rec_of(), lib, w.type, w.buffer.range(), q8(), out.range(), m, k, rows, false);
       return;
     }
     ops::matmul(rec_of(), lib, w.type, w.buffer.range(), in.range(), false, out.range(), static_cast<std::uint32_t>(w.rows),
@@ -314,11 +328,6 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   // activations quantized once by the dispatch before them (which also makes the norm or
   // silu(gate) * up): into normed_q8 for the projections of a norm, acts_q8 for the others.
   auto int8_decode = [&](const GpuTensor& w) { return fused_decode(w) && ops::matvec_int8(features, w.type); };
-  PoolBuffer acts_q8;
-  auto q8 = [&]() {
-    if (!acts_q8) acts_q8 = pool.allocate(ops::q8_acts_bytes(std::max({c.n_embd, c.q_dim(), c.n_ff}), n), "scratch");
-    return acts_q8.range();
-  };
   // The quantized rmsnorm(x) the int8 projections read.
   PoolBuffer normed_q8;
   auto normed = [&]() {

@@ -424,6 +424,16 @@ TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 6));
   EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_k, 4096, 4096, 8));  // not a type it reads
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 9));
+  // With integer dot products, Q4_0 products larger than 4096 x 4096 stay on the int8 mat-vec up to
+  // 8 columns.
+  EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 28672, 4096, 8));
+  h100.integer_dot_product = true;
+  EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 28672, 4096, 8));
+  EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 14336, 6));
+  EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 8));
+  EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 28672, 4096, 9));
+  EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q8_0, 28672, 4096, 8));  // Q8_0: no int8 by default
+  h100.integer_dot_product = false;
   // Decode batches take tiles of 16, 32 or 64 columns; wider products tiles of 128.
   for (auto [n, padded] : std::vector<std::pair<std::uint32_t, std::uint32_t>>{
            {1, 16}, {16, 16}, {17, 32}, {33, 64}, {64, 64}, {65, 128}, {100, 128}, {129, 256}}) {
