@@ -309,8 +309,10 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       return;
     }
     const auto m = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
-    if (ops::choose_matmul_path(features, rows) == ops::MatmulPath::vector && ops::matvec_int8(features, w.type) &&
-        ops::matvec_can_accumulate(w.type, k, rows)) {  // quantized once, not in each workgroup
+    // From 2 columns the int8 input is quantized once rather than in each workgroup (H100, the
+    // output matrix at 4 columns: 269 against 398 us); for one, the extra dispatch costs more.
+    if (rows >= 2 && ops::choose_matmul_path(features, rows) == ops::MatmulPath::vector &&
+        ops::matvec_int8(features, w.type) && ops::matvec_can_accumulate(w.type, k, rows)) {
       ops::quantize_q8(rec_of(), lib, in.range(), q8(), k, rows);
       ops::matvec_q8(rec_of(), lib, w.type, w.buffer.range(), q8(), out.range(), m, k, rows, false);
       return;
