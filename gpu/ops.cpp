@@ -433,24 +433,13 @@ void set_matvec_shape(MatvecShape shape) { matvec_override = shape; }
 
 void set_matvec_int8(std::optional<bool> enabled) { matvec_int8_override = enabled; }
 
-namespace {
-std::optional<bool> matvec_int8_chosen() {
+bool matvec_int8(const DeviceFeatures& features, WeightType type) {
   static const std::optional<bool> from_env = []() -> std::optional<bool> {
     const char* v = std::getenv("MQLM_MATVEC_INT8");
     if (v == nullptr) return std::nullopt;
     return std::string_view(v) != "0";
   }();
-  return matvec_int8_override ? matvec_int8_override : from_env;
-}
-}  // namespace
-
-bool matvec_q8_available(const DeviceFeatures& features, WeightType type) {
-  return features.integer_dot_product && (type == WeightType::q8_0 || type == WeightType::q4_0) &&
-         matvec_int8_chosen().value_or(true);
-}
-
-bool matvec_int8(const DeviceFeatures& features, WeightType type) {
-  const std::optional<bool> chosen = matvec_int8_chosen();
+  const std::optional<bool> chosen = matvec_int8_override ? matvec_int8_override : from_env;
   if (!features.integer_dot_product) return false;
   // By default Q4_0 only: its float kernel is bound by unpacking nibbles, and int8 takes decode
   // from 213 to 244 tok/s on the H100; Q8_0's float kernel is not, and the dispatches that
@@ -492,7 +481,7 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
 
 namespace {
 void check_matvec_q8(KernelLibrary& lib, WeightType type, std::uint32_t k, std::uint32_t n) {
-  if (!matvec_q8_available(lib.device().features(), type) || !matvec_can_accumulate(type, k, n)) {
+  if (!matvec_int8(lib.device().features(), type) || !matvec_can_accumulate(type, k, n)) {
     throw GpuError(fmt::format("no int8 mat-vec for {} with k {} and {} columns on this device", weight_type_name(type), k, n));
   }
 }

@@ -67,15 +67,11 @@ void set_matvec_shape(MatvecShape shape);
 void set_matvec_int8(std::optional<bool> enabled);  // nullopt: the default (or the environment's)
 bool matvec_int8(const DeviceFeatures& features, WeightType type);
 
-// Whether matvec_q8 runs for this type here: Q8_0 and Q4_0 where the device has integer dot
-// products, unless set_matvec_int8(false) or MQLM_MATVEC_INT8=0. Where a product's input is made by
-// a dispatch of its own anyway (the projections of an rmsnorm in decode), it pays for Q8_0 too.
-bool matvec_q8_available(const DeviceFeatures& features, WeightType type);
 // Decode's int8 mat-vecs read activations quantized once per step instead of in every workgroup:
 // quantize_q8* write n columns of k (k % 32 == 0) as int8 blocks with their scales (the rounding
 // reference::int8_blocks makes) into q8_acts_bytes(k, n) bytes; the input is x, rmsnorm(x) *
 // norm_weight, or silu(gate) * up. matvec_q8 then computes out = weights x acts (or out += with
-// `accumulate`) for Q8_0 or Q4_0 weights where matvec_q8_available and matvec_can_accumulate say so.
+// `accumulate`) for Q8_0 or Q4_0 weights where matvec_int8 and matvec_can_accumulate say so.
 std::uint64_t q8_acts_bytes(std::uint32_t k, std::uint32_t n);
 void quantize_q8(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t k, std::uint32_t n);
 void quantize_q8_rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange norm_weight, float eps,

@@ -340,11 +340,10 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   // as they load it; otherwise the norm is its own dispatch into h. The projections run without
   // barriers between them.
   auto normed_projections = [&](const GpuTensor& norm, std::initializer_list<std::pair<const GpuTensor*, PoolBuffer*>> outs) {
-    // The int8 path also for Q8_0 here: the norm is made once, not in each workgroup of the products.
     bool fused = true, int8 = true;
     for (const auto& [w, out] : outs) {
       fused = fused && fused_decode(*w);
-      int8 = int8 && fused_decode(*w) && ops::matvec_q8_available(features, w->type);
+      int8 = int8 && int8_decode(*w);
     }
     if (int8) {
       ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), c.rms_eps, normed(), c.n_embd, n);

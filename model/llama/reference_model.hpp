@@ -46,10 +46,8 @@ struct ReferenceModel {
   std::vector<float> output_norm;              // (n_embd)
   std::vector<float> output;                   // (n_vocab, n_embd); empty when tied to token_embd
   // The matrix products see their activations rounded to int8 blocks (gpu::reference::int8_blocks),
-  // as the GPU's int8 mat-vecs do: the projections of the layers' norms (q/k/v, gate/up) where
-  // int8_normed, the others (attention output, down, output matrix) where int8_other. Tests set
-  // them as the GPU chooses (gpu::ops::matvec_q8_available, matvec_int8) to compare at a tight bound.
-  bool int8_normed = false, int8_other = false;
+  // as the GPU's int8 mat-vec does (gpu::ops::matvec_int8); tests set it to compare at a tight bound.
+  bool int8_activations = false;
 
   // Throws std::runtime_error naming the tensor that is missing or has the wrong shape.
   static ReferenceModel load(LlamaConfig config, const TensorSource& source);
@@ -69,7 +67,7 @@ class ReferenceSequence {
                                      std::span<const std::int32_t> positions);
   std::vector<float> ffn_block(const ReferenceLayer& layer, const std::vector<float>& x, std::size_t tokens) const;
   std::vector<float> matmul(const std::vector<float>& weights, const std::vector<float>& x, std::size_t m, std::size_t k,
-                            std::size_t n, bool normed_input) const;
+                            std::size_t n) const;
 
   const ReferenceModel& model_;
   std::vector<std::vector<std::vector<float>>> keys_, values_;  // [layer][position] -> (kv_dim)

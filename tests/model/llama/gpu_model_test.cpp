@@ -52,9 +52,8 @@ TEST_P(GpuModelTest, MatchesTheReference) {
 
   auto& g = gpu::testing::shared_gpu();
   // Every step here is at most 8 tokens: the mat-vec path, int8 activations for Q8_0 and Q4_0.
-  reference.int8_normed = gpu::ops::matvec_q8_available(g.device.features(), type);
-  reference.int8_other = gpu::ops::matvec_int8(g.device.features(), type);
-  const double bound = reference.int8_normed || reference.int8_other ? kInt8Bound : kBound;
+  reference.int8_activations = gpu::ops::matvec_int8(g.device.features(), type);
+  const double bound = reference.int8_activations ? kInt8Bound : kBound;
   GpuContext ctx{g.queue, g.pool, g.kernels};
   GpuModel model(ctx, config, weights.source(), "weights:tiny");
   constexpr std::uint32_t kPageSize = 4;
