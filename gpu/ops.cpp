@@ -72,6 +72,22 @@ std::string matvec_blocks_kernel(const DeviceFeatures& features, WeightType type
   return fmt::format("mul_mat_vec_blocks_{}_{}{}", weight_type_name(type), acts, matvec_int8(features, type) ? "_i8" : "");
 }
 
+struct MatvecPush {
+  std::uint32_t m, k, n;
+};
+
+// Records the whole-block mat-vec module `module` (mul_mat_vec_blocks.comp) for weights of `type`:
+// its workgroup shape for push.m rows, push.n columns, and whether it adds to the output.
+template <class Push>
+void dispatch_matvec_blocks(Recording& rec, KernelLibrary& lib, const std::string& module, WeightType type,
+                            std::initializer_list<BufferRange> buffers, const Push& push, bool accumulate) {
+  const MatvecShape shape = matvec_shape(type, push.m);
+  auto [gx, gy] = spread(ceil_div(push.m, shape.rows));
+  rec.dispatch(kernel(lib, module, static_cast<std::uint32_t>(buffers.size()), sizeof push,
+                      {shape.threads, shape.rows, push.n, accumulate ? 1u : 0u}),
+               buffers, push, gx, gy);
+}
+
 struct RowsPush {
   std::uint32_t n, rows;
   float value;
@@ -350,11 +366,8 @@ MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRan
     case MatmulPath::vector: {
       if (n > matvec_max_cols) throw GpuError(fmt::format("the vector matmul takes at most {} columns, not {}", matvec_max_cols, n));
       if (matvec_blocks(type, k)) {
-        auto shape = matvec_shape(type, m);
-        auto [gx, gy] = spread(ceil_div(m, shape.rows));
-        rec.dispatch(kernel(lib, matvec_blocks_kernel(features, type, acts_f16 ? "b16" : "b32"), 3, sizeof push,
-                            {shape.threads, shape.rows, n}),
-                     {weights, acts, out}, push, gx, gy);
+        dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(features, type, acts_f16 ? "b16" : "b32"), type,
+                               {weights, acts, out}, push, false);
         break;
       }
       auto [gx, gy] = spread(ceil_div(m, matvec_rows));
@@ -391,14 +404,8 @@ void record_matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType typ
   if (!matvec_can_accumulate(type, k, n)) {
     throw GpuError(fmt::format("no accumulating mat-vec for {} with k {} and {} columns", weight_type_name(type), k, n));
   }
-  struct {
-    std::uint32_t m, k, n;
-  } push{m, k, n};
-  auto shape = matvec_shape(type, m);
-  auto [gx, gy] = spread(ceil_div(m, shape.rows));
-  rec.dispatch(kernel(lib, matvec_blocks_kernel(lib.device().features(), type, acts_name),
-                      static_cast<std::uint32_t>(buffers.size()), sizeof push, {shape.threads, shape.rows, n, 1}),
-               buffers, push, gx, gy);
+  dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(lib.device().features(), type, acts_name), type, buffers,
+                         MatvecPush{m, k, n}, true);
 }
 }  // namespace
 
@@ -422,11 +429,8 @@ void matvec_rms_norm(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
     std::uint32_t m, k, n;
     float eps;
   } push{m, k, n, eps};
-  auto shape = matvec_shape(type, m);
-  auto [gx, gy] = spread(ceil_div(m, shape.rows));
-  rec.dispatch(kernel(lib, matvec_blocks_kernel(lib.device().features(), type, "rmsnorm"), 4, sizeof push,
-                      {shape.threads, shape.rows, n, 0}),
-               {weights, x, out, norm_weight}, push, gx, gy);
+  dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(lib.device().features(), type, "rmsnorm"), type,
+                         {weights, x, out, norm_weight}, push, false);
 }
 
 void set_matvec_shape(MatvecShape shape) { matvec_override = shape; }
@@ -479,25 +483,13 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
   record_quantize_q8(rec, lib, "quantize_q8_silu", {gate, out, up}, &k, sizeof k, k, n);
 }
 
-namespace {
-void check_matvec_q8(KernelLibrary& lib, WeightType type, std::uint32_t k, std::uint32_t n) {
+void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
+               BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate) {
   if (!matvec_int8(lib.device().features(), type) || !matvec_can_accumulate(type, k, n)) {
     throw GpuError(fmt::format("no int8 mat-vec for {} with k {} and {} columns on this device", weight_type_name(type), k, n));
   }
-}
-}  // namespace
-
-void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
-               BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate) {
-  check_matvec_q8(lib, type, k, n);
-  struct {
-    std::uint32_t m, k, n;
-  } push{m, k, n};
-  auto shape = matvec_shape(type, m);
-  auto [gx, gy] = spread(ceil_div(m, shape.rows));
-  rec.dispatch(kernel(lib, fmt::format("mul_mat_vec_blocks_{}_q8", weight_type_name(type)), 3, sizeof push,
-                      {shape.threads, shape.rows, n, accumulate ? 1u : 0u}),
-               {weights, acts_q8, out}, push, gx, gy);
+  dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8", weight_type_name(type)), type,
+                         {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate);
 }
 
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,

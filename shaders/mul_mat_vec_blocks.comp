@@ -19,7 +19,7 @@
 #include "common.glsl"
 #if defined(X_INT8)
 #extension GL_EXT_spirv_intrinsics : require
-#extension GL_KHR_shader_subgroup_shuffle : require
+#include "int8_blocks.glsl"
 // OpSDotKHR (SPV_KHR_integer_dot_product) on two 32-bit words of four signed bytes each: the sum
 // of the four products. glslc 2023.2 has no GLSL built-in for it. Capabilities: DotProduct (6019),
 // DotProductInput4x8BitPacked (6018); the literal 0 names the packed 4 x 8-bit format.
@@ -235,6 +235,11 @@ void accumulate(uint r, uint row, uint u) {
 }
 #endif
 
+#if defined(A_Q4_0) && defined(X_INT8)
+// 8 * the sum of column c's eight int8 values, which Q4_0's offset of 8 takes off the dot products.
+void set_xsum8(uint c) { xsum8[c] = 8 * (dot4x8(xq[c][0], 0x01010101u) + dot4x8(xq[c][1], 0x01010101u)); }
+#endif
+
 #if defined(B_Q8)
 // Loads the unit's quantized activations: Q8_0's unit is eight consecutive bytes (two words),
 // Q4_0's the words of elements 4j.. and 16 + 4j.. of its block (j = u % 4).
@@ -248,29 +253,24 @@ void load_unit(uint u) {
     uint base = c * (p.K / 4) + 8 * (u / 4) + u % 4;
     xq[c][0] = xw[base];
     xq[c][1] = xw[base + 4];
-    xsum8[c] = 8 * (dot4x8(xq[c][0], 0x01010101u) + dot4x8(xq[c][1], 0x01010101u));
+    set_xsum8(c);
 #endif
     xd[c] = x_scale[p.ncols * (p.K / 4) + c * (p.K / 32) + u / 4];
   }
 }
 #elif defined(X_INT8)
 // Quantizes the unit's activations. The four units of a block sit on four neighbouring threads
-// (u = tid + i * workgroup size, the workgroup a multiple of 4), so two xor shuffles give the
-// block's largest magnitude (lavapipe's subgroupClusteredMax(v, 4) got this wrong: the tests
-// failed with it); packSnorm4x8 rounds v / amax * 127 into bytes.
+// (u = tid + i * workgroup size, the workgroup a multiple of 4), as int8_blocks.glsl needs.
 void load_unit(uint u) {
   for (uint c = 0; c < NCOLS; ++c) {
     vec4 a = load_x4(c, x_quad(u, 0)), b = load_x4(c, x_quad(u, 1));
-    vec4 m = max(abs(a), abs(b));
-    float amax = max(max(m.x, m.y), max(m.z, m.w));
-    amax = max(amax, subgroupShuffleXor(amax, 1u));
-    amax = max(amax, subgroupShuffleXor(amax, 2u));
-    float inv = amax > 0.0 ? 1.0 / amax : 0.0;
-    xq[c][0] = packSnorm4x8(a * inv);
-    xq[c][1] = packSnorm4x8(b * inv);
-    xd[c] = amax * (1.0 / 127.0);
+    const float amax = block_amax(a, b);
+    const uvec2 bytes = block_bytes(a, b, amax);
+    xq[c][0] = bytes.x;
+    xq[c][1] = bytes.y;
+    xd[c] = block_scale(amax);
 #if defined(A_Q4_0)
-    xsum8[c] = 8 * (dot4x8(xq[c][0], 0x01010101u) + dot4x8(xq[c][1], 0x01010101u));
+    set_xsum8(c);
 #endif
   }
 }

@@ -7,7 +7,7 @@
 // Output: the bytes of every column (n * K bytes, as 32-bit words), then the scales (n * K / 32
 // floats) from word n * K / 4. Grid: (ceil(K / 2048), n); K a multiple of 32.
 #include "common.glsl"
-#extension GL_KHR_shader_subgroup_shuffle : require
+#include "int8_blocks.glsl"
 
 layout(local_size_x = 256) in;
 #if defined(RMSNORM)
@@ -46,11 +46,7 @@ void main() {
   v0 = v0 / (1.0 + exp(-v0)) * b4[row4 + 2 * unit];
   v1 = v1 / (1.0 + exp(-v1)) * b4[row4 + 2 * unit + 1];
 #endif
-  vec4 m = max(abs(v0), abs(v1));
-  float amax = max(max(m.x, m.y), max(m.z, m.w));
-  amax = max(amax, subgroupShuffleXor(amax, 1u));
-  amax = max(amax, subgroupShuffleXor(amax, 2u));
-  const float inv = amax > 0.0 ? 1.0 / amax : 0.0;
-  q2[c * (p.K / 8) + unit] = uvec2(packSnorm4x8(v0 * inv), packSnorm4x8(v1 * inv));
-  if (unit % 4 == 0) s_out[gl_NumWorkGroups.y * (p.K / 4) + c * (p.K / 32) + unit / 4] = amax * (1.0 / 127.0);
+  const float amax = block_amax(v0, v1);
+  q2[c * (p.K / 8) + unit] = block_bytes(v0, v1, amax);
+  if (unit % 4 == 0) s_out[gl_NumWorkGroups.y * (p.K / 4) + c * (p.K / 32) + unit / 4] = block_scale(amax);
 }

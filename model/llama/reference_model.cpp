@@ -26,8 +26,8 @@ void add_bias(Vec& x, const Vec& bias) {
 
 }  // namespace
 
-Vec ReferenceSequence::matmul(const Vec& weights, const Vec& x, std::size_t m, std::size_t k, std::size_t n) const {
-  return ref::matmul(weights, model_.int8_activations ? ref::int8_blocks(x) : x, m, k, n);
+Vec ReferenceSequence::product_input(const Vec& x) const {
+  return model_.int8_activations ? ref::int8_blocks(x) : x;
 }
 
 std::optional<TensorBytes> find_tensor(const TensorSource& source, const TensorSpec& spec) {
@@ -92,16 +92,17 @@ std::vector<float> ReferenceSequence::forward(std::span<const std::int32_t> toke
   }
   positions_ += n;
   Vec normed = ref::rms_norm(x, model_.output_norm, n, c.n_embd, c.rms_eps);
-  return matmul(model_.output_matrix(), normed, c.n_vocab, c.n_embd, n);
+  return ref::matmul(model_.output_matrix(), product_input(normed), c.n_vocab, c.n_embd, n);
 }
 
 std::vector<float> ReferenceSequence::attention_block(const ReferenceLayer& layer, std::size_t l, const Vec& x,
                                                       std::span<const std::int32_t> positions) {
   const LlamaConfig& c = model_.config;
   const std::size_t n = positions.size();
-  Vec q = matmul(layer.wq, x, c.q_dim(), c.n_embd, n);   // (tokens, n_head, head_dim)
-  Vec k = matmul(layer.wk, x, c.kv_dim(), c.n_embd, n);  // (tokens, n_head_kv, head_dim)
-  Vec v = matmul(layer.wv, x, c.kv_dim(), c.n_embd, n);
+  const Vec in = product_input(x);
+  Vec q = ref::matmul(layer.wq, in, c.q_dim(), c.n_embd, n);   // (tokens, n_head, head_dim)
+  Vec k = ref::matmul(layer.wk, in, c.kv_dim(), c.n_embd, n);  // (tokens, n_head_kv, head_dim)
+  Vec v = ref::matmul(layer.wv, in, c.kv_dim(), c.n_embd, n);
   add_bias(q, layer.bq);
   add_bias(k, layer.bk);
   add_bias(v, layer.bv);
@@ -127,14 +128,15 @@ std::vector<float> ReferenceSequence::attention_block(const ReferenceLayer& laye
   gpu::ops::AttentionShape shape{static_cast<std::uint32_t>(n), c.n_head, c.n_head_kv, c.head_dim, 0, 0,
                                  1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   Vec attended = ref::attention(q, cache, seq, at, shape);  // (tokens, n_head, head_dim)
-  return matmul(layer.wo, attended, c.n_embd, c.q_dim(), n);
+  return ref::matmul(layer.wo, product_input(attended), c.n_embd, c.q_dim(), n);
 }
 
 std::vector<float> ReferenceSequence::ffn_block(const ReferenceLayer& layer, const Vec& x, std::size_t n) const {
   const LlamaConfig& c = model_.config;
-  Vec gate = matmul(layer.w_gate, x, c.n_ff, c.n_embd, n);
-  Vec up = matmul(layer.w_up, x, c.n_ff, c.n_embd, n);
-  return matmul(layer.w_down, ref::silu_mul(gate, up), c.n_embd, c.n_ff, n);
+  const Vec in = product_input(x);
+  Vec gate = ref::matmul(layer.w_gate, in, c.n_ff, c.n_embd, n);
+  Vec up = ref::matmul(layer.w_up, in, c.n_ff, c.n_embd, n);
+  return ref::matmul(layer.w_down, product_input(ref::silu_mul(gate, up)), c.n_embd, c.n_ff, n);
 }
 
 }  // namespace mqlm::model

@@ -66,8 +66,8 @@ class ReferenceSequence {
   std::vector<float> attention_block(const ReferenceLayer& layer, std::size_t layer_index, const std::vector<float>& x,
                                      std::span<const std::int32_t> positions);
   std::vector<float> ffn_block(const ReferenceLayer& layer, const std::vector<float>& x, std::size_t tokens) const;
-  std::vector<float> matmul(const std::vector<float>& weights, const std::vector<float>& x, std::size_t m, std::size_t k,
-                            std::size_t n) const;
+  // x as the matrix products see it (rounded to int8 blocks where the model says so).
+  std::vector<float> product_input(const std::vector<float>& x) const;
 
   const ReferenceModel& model_;
   std::vector<std::vector<std::vector<float>>> keys_, values_;  // [layer][position] -> (kv_dim)
