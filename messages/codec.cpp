@@ -1,6 +1,7 @@
 #include "messages/codec.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -179,6 +180,24 @@ std::string validate(const StepPlan& p) {
   return {};
 }
 
+// msgpack's packer tells whether a float is a whole number by converting it to a 64-bit integer,
+// which overflows for finite values of 2^63 and more in magnitude; a message carrying one could
+// not be encoded again. The fuzzer found such floats field after field (ModelsReport, TokenEvent,
+// StepPlan's sampling parameters), so no field may carry one: the payload is invalid.
+bool floats_encodable(const msgpack::object& o) {
+  switch (o.type) {
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: return std::isinf(o.via.f64) || !(std::abs(o.via.f64) >= 0x1p63);
+    case msgpack::type::ARRAY:
+      return std::all_of(o.via.array.ptr, o.via.array.ptr + o.via.array.size, floats_encodable);
+    case msgpack::type::MAP:
+      return std::all_of(o.via.map.ptr, o.via.map.ptr + o.via.map.size, [](const msgpack::object_kv& kv) {
+        return floats_encodable(kv.key) && floats_encodable(kv.val);
+      });
+    default: return true;
+  }
+}
+
 template <typename T>
 std::variant<Payload, DecodeError> convert_payload(const msgpack::object& obj) {
   if (obj.type != msgpack::type::ARRAY) {
@@ -188,6 +207,9 @@ std::variant<Payload, DecodeError> convert_payload(const msgpack::object& obj) {
     return error(ErrorCode::malformed, std::string(MessageTraits<T>::name) + ": expected " +
                                            std::to_string(field_count<T>()) + " fields, got " +
                                            std::to_string(obj.via.array.size));
+  }
+  if (!floats_encodable(obj)) {
+    return error(ErrorCode::invalid, std::string(MessageTraits<T>::name) + ": a float of 2^63 or more in magnitude");
   }
   T value;
   try {

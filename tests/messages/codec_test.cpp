@@ -565,7 +565,8 @@ TEST(MessagesCodec, OutOfRangeEnumIsInvalidWithEnvelope) {
 }
 
 // Floats that no sender makes are invalid, among them those near 2^64, which msgpack's packer
-// cannot encode again without overflow (the fuzzer found ModelsReport.ceiling_fraction = 2^64).
+// cannot encode again without overflow (the fuzzer found ModelsReport.ceiling_fraction = 2^64,
+// then TokenEvent's logprobs, then StepPlan's sampling parameters): in any field.
 TEST(MessagesCodec, FloatOutOfItsFieldsRangeIsInvalidWithEnvelope) {
   const std::string two_to_64_f64("\xcb\x43\xf0\x00\x00\x00\x00\x00\x00", 9);
   const std::string nan_f64("\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00", 9);
@@ -585,6 +586,18 @@ TEST(MessagesCodec, FloatOutOfItsFieldsRangeIsInvalidWithEnvelope) {
   EXPECT_TRUE(fails_with(decode_payload<TokenEvent>(payload_with<TokenEvent>(2, logprobs(packed(-1.0f), two_to_64_f32))),
                          ErrorCode::invalid, true));
   EXPECT_TRUE(decodes(decode_payload<TokenEvent>(payload_with<TokenEvent>(2, logprobs(packed(-1.0f), packed(-2.5f))))));
+  // Any field, however deep: a StepPlan's sampling temperature of 2^64 (the fuzzer's find) or -2^64.
+  auto plan_with_temperature = [](const std::string& value) {
+    std::string sampling = packed(samples::sample_sampling());
+    const std::string seven_tenths("\xca\x3f\x33\x33\x33", 5);  // the sample's temperature, 0.7f
+    sampling.replace(sampling.find(seven_tenths), seven_tenths.size(), value);
+    return payload_with<StepPlan>(2, packed_array({packed_array({packed(42), sampling, packed(std::vector<int>{1, 2, 3})})}));
+  };
+  const std::string minus_two_to_64_f32("\xca\xdf\x80\x00\x00", 5);
+  for (const std::string& value : {two_to_64_f32, minus_two_to_64_f32, two_to_64_f64}) {
+    EXPECT_TRUE(fails_with(decode_payload<StepPlan>(plan_with_temperature(value)), ErrorCode::invalid, true));
+  }
+  EXPECT_TRUE(decodes(decode_payload<StepPlan>(plan_with_temperature(packed(0.5f)))));
 }
 
 TEST(MessagesCodec, IntegerOutOfItsFieldsRangeIsMalformedWithEnvelope) {
