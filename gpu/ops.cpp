@@ -270,11 +270,10 @@ bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std:
 bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
                              std::uint32_t n) {
   if (n < narrow_min_columns || !narrow_matmul_applies(features, type, m, k)) return false;
-  // Up to 8 columns the int8 mat-vec beats the tensor cores on the larger matrices (H100, Q4_0,
-  // 8 columns: gate/up 169 against 190 us, down 81 against 97, the output matrix 707 against 744,
-  // quantizing included); on 4096 x 4096 and smaller the split tensor-core kernel wins (out: 34
-  // against 57 us).
-  const bool int8_wins = n <= matvec_max_cols && matvec_int8(features, type) && std::uint64_t{m} * k > 4096ull * 4096;
+  // Up to 8 columns the int8 mat-vec (its fixed-shape modules) beats the tensor cores on every
+  // product (H100, Q4_0, 8 columns: gate/up 111 against 192 us, down 54 against 97 split, q/k/v 28
+  // against 49, the attention output 26 against 34, the output matrix 461 against 748).
+  const bool int8_wins = n <= matvec_max_cols && matvec_int8(features, type);
   return !int8_wins;
 }
 
@@ -488,8 +487,42 @@ void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange 
   if (!matvec_int8(lib.device().features(), type) || !matvec_can_accumulate(type, k, n)) {
     throw GpuError(fmt::format("no int8 mat-vec for {} with k {} and {} columns on this device", weight_type_name(type), k, n));
   }
+  // The module whose shape is fixed at compile time (every loop over rows and columns unrolled;
+  // H100, Q4_0, 8 columns: gate/up 166 -> 111 us, 1 column: 31.3 -> 28.6); the one with the shape in
+  // specialization constants for other shapes (set_matvec_shape).
+  if (n <= matvec_max_cols && matvec_shape(type, m).rows == 4) {
+    dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8_c{}", weight_type_name(type), n), type,
+                           {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate);
+    return;
+  }
   dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8", weight_type_name(type)), type,
                          {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate);
+}
+
+bool matvec_q8_heads_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
+                             std::uint32_t n, const RopeShape& rope) {
+  const std::uint32_t dims = rope.rotary_dims == 0 ? rope.head_dim : rope.rotary_dims;
+  // The module's 4 rows hold whole pairs (2i, 2i + 1) of one head when head_dim is even.
+  return matvec_int8(features, type) && matvec_can_accumulate(type, k, n) && n <= matvec_max_cols &&
+         matvec_shape(type, m).rows == 4 && !rope.neox && rope.head_dim % 2 == 0 && dims % 2 == 0 &&
+         dims <= rope.head_dim && m % rope.head_dim == 0;
+}
+
+void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
+                     BufferRange out, BufferRange positions, BufferRange slots, const RopeShape& rope, HeadsOutput what,
+                     std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+  if (!matvec_q8_heads_applies(lib.device().features(), type, m, k, n, rope)) {
+    throw GpuError(fmt::format("no int8 mat-vec writing heads for {} of {}x{}, {} columns, head_dim {}{}",
+                               weight_type_name(type), m, k, n, rope.head_dim, rope.neox ? " (NeoX rope)" : ""));
+  }
+  struct {
+    std::uint32_t m, k, n, head_dim, n_dims;
+    float freq_base, freq_scale;
+    std::uint32_t mode;
+  } push{m, k, n, rope.head_dim, rope.rotary_dims == 0 ? rope.head_dim : rope.rotary_dims, rope.freq_base,
+         rope.freq_scale, static_cast<std::uint32_t>(what)};
+  dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8_rope_c{}", weight_type_name(type), n), type,
+                         {weights, acts_q8, out, positions, slots}, push, false);
 }
 
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,

@@ -81,6 +81,19 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate);
 
+// matvec_q8 for the q, k or v projection of a decode step, its output written where attention
+// reads it: what rope_kv_write does after the three products, without that dispatch. q: turned by
+// the rotary embedding into out (n x m floats); k: turned, and v: as it is, as F16 into the cache
+// rows slots[c] of out (m = kv_heads x head_dim wide). positions: n int32; slots: n uint32.
+// matvec_q8_heads_applies says where it is built: the int8 path's fixed shapes (up to 8 columns),
+// the normal rotary layout (pairs 2i, 2i + 1), whole heads of even head_dim.
+enum class HeadsOutput : std::uint32_t { q = 0, k_cache = 1, v_cache = 2 };
+bool matvec_q8_heads_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
+                             std::uint32_t n, const RopeShape& rope);
+void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
+                     BufferRange out, BufferRange positions, BufferRange slots, const RopeShape& rope, HeadsOutput what,
+                     std::uint32_t m, std::uint32_t k, std::uint32_t n);
+
 // The narrow path: the tensor cores for every product wider than the vector path (decode batches
 // and prefill chunks), shaders/mul_mm_staged.comp. A workgroup owns a tile of up to 128 rows and
 // up to 128 columns; each weight block is read from memory once per tile's columns, dequantized

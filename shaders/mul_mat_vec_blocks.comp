@@ -14,6 +14,11 @@
 // per weight fewer than unpacking them to floats, which is what bounds the float kernel.
 // With B_Q8 (and X_INT8) the activations come quantized already (quantize_q8.comp), a quarter of
 // the bytes of F32 for each workgroup to read.
+// With ROPE_KV (B_Q8, a fixed shape of an even number of rows) the rows are heads of head_dim and
+// go where attention reads them, one dispatch instead of the product and rope_kv_write: MODE 0
+// (q) turned by the rotary embedding (normal layout: pairs 2i, 2i + 1, which a workgroup's rows
+// hold together) into out; MODE 1 (k) turned and MODE 2 (v) as they are, as F16 into the cache
+// rows slots[column] of out (M wide).
 // The host guarantees: K % 8 == 0 for float types (rows 16-byte aligned), K a multiple of the
 // block for quantized ones, buffer offsets 16-byte aligned.
 #include "common.glsl"
@@ -28,12 +33,28 @@ int sdot_packed(int a, int b, spirv_literal int packed_vector_format);
 int dot4x8(uint a, uint b) { return sdot_packed(int(a), int(b), 0); }
 #endif
 
+#extension GL_EXT_control_flow_attributes : require
 layout(local_size_x_id = 0) in;
+#if defined(FIXED_NCOLS)
+// The shape fixed at compile time: every loop over rows and columns unrolls, the accumulators
+// stay in registers (constants 1 and 2 are then ignored).
+const uint ROWS = FIXED_ROWS;
+const uint NCOLS = FIXED_NCOLS;
+#else
 layout(constant_id = 1) const uint ROWS = 2;
 layout(constant_id = 2) const uint NCOLS = 1;
+#endif
 layout(constant_id = 3) const uint ACCUMULATE = 0;  // 1: out += the product (a residual add, fused)
 #if defined(B_RMSNORM)
 layout(push_constant) uniform Params { uint M; uint K; uint ncols; float eps; } p;
+#elif defined(ROPE_KV)
+layout(push_constant) uniform Params {
+  uint M; uint K; uint ncols; uint head_dim; uint n_dims; float freq_base; float freq_scale; uint mode;
+} p;
+layout(binding = 2) buffer OutH { float16_t out_h[]; };  // the cache, for k and v
+layout(binding = 3) readonly buffer Pos { int positions[]; };
+layout(binding = 4) readonly buffer Slots { uint slots[]; };
+#include "rope_turn.glsl"
 #else
 layout(push_constant) uniform Params { uint M; uint K; uint ncols; } p;
 #endif
@@ -128,14 +149,14 @@ vec2 bytes2(uint w) {  // the two signed bytes of w (stored offset by 128 after 
 layout(binding = 0) readonly buffer W { vec4 w4[]; };
 void accumulate(uint r, uint row, uint u) {
   vec4 w = w4[row * (p.K / 4) + u];
-  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += dot(w, xs[c][0]);
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) acc[r][c] += dot(w, xs[c][0]);
 }
 #elif defined(A_F16)
 layout(binding = 0) readonly buffer W { uvec4 w8[]; };
 void accumulate(uint r, uint row, uint u) {
   uvec4 v = w8[row * (p.K / 8) + u];
   vec4 w0 = vec4(unpackHalf2x16(v.x), unpackHalf2x16(v.y)), w1 = vec4(unpackHalf2x16(v.z), unpackHalf2x16(v.w));
-  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += dot(w0, xs[c][0]) + dot(w1, xs[c][1]);
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) acc[r][c] += dot(w0, xs[c][0]) + dot(w1, xs[c][1]);
 }
 #elif defined(A_BF16)
 layout(binding = 0) readonly buffer W { uvec4 w8[]; };
@@ -145,7 +166,7 @@ vec4 bf16x4(uint a, uint b) {
 void accumulate(uint r, uint row, uint u) {
   uvec4 v = w8[row * (p.K / 8) + u];
   vec4 w0 = bf16x4(v.x, v.y), w1 = bf16x4(v.z, v.w);
-  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += dot(w0, xs[c][0]) + dot(w1, xs[c][1]);
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) acc[r][c] += dot(w0, xs[c][0]) + dot(w1, xs[c][1]);
 }
 #elif defined(A_Q8_0) && defined(X_INT8)
 layout(binding = 0) readonly buffer W { uint16_t w16[]; };
@@ -154,7 +175,7 @@ void accumulate(uint r, uint row, uint u) {
   uint q = h + 1 + 4 * (u % 4);
   float d = unpackHalf2x16(uint(w16[h])).x;
   uint w0 = uint(w16[q]) | (uint(w16[q + 1]) << 16), w1 = uint(w16[q + 2]) | (uint(w16[q + 3]) << 16);
-  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += d * xd[c] * float(dot4x8(w0, xq[c][0]) + dot4x8(w1, xq[c][1]));
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) acc[r][c] += d * xd[c] * float(dot4x8(w0, xq[c][0]) + dot4x8(w1, xq[c][1]));
 }
 #elif defined(A_Q4_0) && defined(X_INT8)
 layout(binding = 0) readonly buffer W { uint16_t w16[]; };
@@ -165,7 +186,7 @@ void accumulate(uint r, uint row, uint u) {
   // qs[4j .. 4j+3]: the low nibbles are elements 4j.., the high ones 16 + 4j.. (x_quad's order)
   uint w = uint(w16[q]) | (uint(w16[q + 1]) << 16);
   uint lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
-  for (uint c = 0; c < NCOLS; ++c)
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c)
     acc[r][c] += d * xd[c] * float(dot4x8(lo, xq[c][0]) + dot4x8(hi, xq[c][1]) - xsum8[c]);
 }
 #elif defined(A_Q8_0)
@@ -177,7 +198,7 @@ void accumulate(uint r, uint row, uint u) {
   float d = unpackHalf2x16(uint(w16[h])).x;
   vec4 w0 = vec4(bytes2(uint(w16[q])), bytes2(uint(w16[q + 1])));
   vec4 w1 = vec4(bytes2(uint(w16[q + 2])), bytes2(uint(w16[q + 3])));
-  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += d * (dot(w0, xs[c][0]) + dot(w1, xs[c][1]));
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) acc[r][c] += d * (dot(w0, xs[c][0]) + dot(w1, xs[c][1]));
 }
 #elif defined(A_Q4_0)
 // block of 32 (9 halfwords): f16 d, uint8 qs[16]; x[j] = d * ((qs[j] & 15) - 8), x[j + 16] = d * ((qs[j] >> 4) - 8)
@@ -189,7 +210,7 @@ void accumulate(uint r, uint row, uint u) {
   // a: qs[4j] lo, qs[4j] hi, qs[4j+1] lo, qs[4j+1] hi; b: the same for qs[4j+2], qs[4j+3]
   vec4 a = fields4(uint(w16[q]), 8.0), b = fields4(uint(w16[q + 1]), 8.0);
   vec4 w0 = vec4(a.xz, b.xz), w1 = vec4(a.yw, b.yw);
-  for (uint c = 0; c < NCOLS; ++c) acc[r][c] += d * (dot(w0, xs[c][0]) + dot(w1, xs[c][1]));
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) acc[r][c] += d * (dot(w0, xs[c][0]) + dot(w1, xs[c][1]));
 }
 #elif defined(A_Q4_K)
 // super-block of 256 (nine 16-byte words): f16 d, f16 dmin, uint8 scales[12], uint8 qs[128].
@@ -221,7 +242,7 @@ void accumulate(uint r, uint row, uint u) {
     lo[i] = vec4((uvec4(qv[i]) >> uvec4(0, 8, 16, 24)) & 15u);
     hi[i] = vec4((uvec4(qv[i]) >> uvec4(4, 12, 20, 28)) & 15u);
   }
-  for (uint c = 0; c < NCOLS; ++c) {
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) {
     float slo = 0.0, shi = 0.0;
     vec4 xlo = vec4(0.0), xhi = vec4(0.0);
     for (uint i = 0; i < 4; ++i) {
@@ -244,7 +265,7 @@ void set_xsum8(uint c) { xsum8[c] = 8 * (dot4x8(xq[c][0], 0x01010101u) + dot4x8(
 // Loads the unit's quantized activations: Q8_0's unit is eight consecutive bytes (two words),
 // Q4_0's the words of elements 4j.. and 16 + 4j.. of its block (j = u % 4).
 void load_unit(uint u) {
-  for (uint c = 0; c < NCOLS; ++c) {
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) {
 #if defined(A_Q8_0)
     uvec2 w = xw2[c * (p.K / 8) + u];
     xq[c][0] = w.x;
@@ -262,7 +283,7 @@ void load_unit(uint u) {
 // Quantizes the unit's activations. The four units of a block sit on four neighbouring threads
 // (u = tid + i * workgroup size, the workgroup a multiple of 4), as int8_blocks.glsl needs.
 void load_unit(uint u) {
-  for (uint c = 0; c < NCOLS; ++c) {
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) {
     vec4 a = load_x4(c, x_quad(u, 0)), b = load_x4(c, x_quad(u, 1));
     const float amax = block_amax(a, b);
     const uvec2 bytes = block_bytes(a, b, amax);
@@ -276,7 +297,7 @@ void load_unit(uint u) {
 }
 #else
 void load_unit(uint u) {
-  for (uint c = 0; c < NCOLS; ++c)
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c)
     for (uint i = 0; i < XQUADS; ++i) xs[c][i] = load_x4(c, x_quad(u, i));
 }
 #endif
@@ -287,7 +308,7 @@ shared float partials[ROWS * NCOLS][gl_WorkGroupSize.x / 4];
 #if defined(B_RMSNORM)
 shared float norm_partials[NCOLS][gl_WorkGroupSize.x / 4];
 void find_row_scales(uint tid) {
-  for (uint c = 0; c < NCOLS; ++c) {
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) {
     float ss = 0.0;
     for (uint q = tid; q < p.K / 4; q += gl_WorkGroupSize.x) {
       vec4 v = x4[c * (p.K / 4) + q];
@@ -312,23 +333,49 @@ void main() {
 #if defined(B_RMSNORM)
   find_row_scales(tid);
 #endif
-  for (uint r = 0; r < ROWS; ++r)
-    for (uint c = 0; c < NCOLS; ++c) acc[r][c] = 0.0;
+  [[unroll]] for (uint r = 0; r < ROWS; ++r)
+    [[unroll]] for (uint c = 0; c < NCOLS; ++c) acc[r][c] = 0.0;
 
   uint units = p.K / UNIT;
   for (uint u = tid; u < units; u += gl_WorkGroupSize.x) {
     load_unit(u);
     // Rows past M read row M - 1 (kept in bounds) and are not written.
-    for (uint r = 0; r < ROWS; ++r) accumulate(r, min(row0 + r, p.M - 1), u);
+    [[unroll]] for (uint r = 0; r < ROWS; ++r) accumulate(r, min(row0 + r, p.M - 1), u);
   }
 
-  for (uint r = 0; r < ROWS; ++r) {
-    for (uint c = 0; c < NCOLS; ++c) {
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+    [[unroll]] for (uint c = 0; c < NCOLS; ++c) {
       float s = subgroupAdd(acc[r][c]);
       if (subgroupElect()) partials[r * NCOLS + c][gl_SubgroupID] = s;
     }
   }
   barrier();
+#if defined(ROPE_KV)
+  for (uint i = tid; i < (ROWS / 2) * NCOLS; i += gl_WorkGroupSize.x) {
+    const uint r = 2 * (i / NCOLS), c = i % NCOLS, row = row0 + r;
+    if (row + 1 >= p.M) continue;  // M is even: a pair is inside or wholly past it
+    float s0 = 0.0, s1 = 0.0;
+    for (uint g = 0; g < gl_NumSubgroups; ++g) {
+      s0 += partials[r * NCOLS + c][g];
+      s1 += partials[(r + 1) * NCOLS + c][g];
+    }
+    const uint pair = (row % p.head_dim) / 2;
+    if (p.mode != 2u && 2 * pair < p.n_dims) {
+      const vec2 turned = rope_turn(s0, s1, positions[c], pair, p.n_dims, p.freq_base, p.freq_scale);
+      s0 = turned.x;
+      s1 = turned.y;
+    }
+    if (p.mode == 0u) {
+      out_data[c * p.M + row] = s0;
+      out_data[c * p.M + row + 1] = s1;
+    } else {
+      const uint o = slots[c] * p.M + row;
+      out_h[o] = float16_t(s0);
+      out_h[o + 1] = float16_t(s1);
+    }
+  }
+  return;
+#endif
   for (uint i = tid; i < ROWS * NCOLS; i += gl_WorkGroupSize.x) {
     uint r = i / NCOLS, c = i % NCOLS;
     if (row0 + r < p.M) {

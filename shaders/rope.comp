@@ -6,6 +6,7 @@
 // q(tokens, heads, head_dim) turns in place, and k (turned) and v go as F16 into their cache
 // slots (slot = page * page_size + offset, from the host), rows = tokens * (heads + kv_heads).
 #include "common.glsl"
+#include "rope_turn.glsl"
 
 layout(local_size_x = 64) in;
 #if defined(KV_WRITE)
@@ -58,11 +59,9 @@ void main() {
     STORE(2 * i + 1, b);
     return;
   }
-  float theta = float(positions[token]) * p.freq_scale * pow(p.freq_base, -2.0 * float(i) / float(p.n_dims));
-  float c = cos(theta), s = sin(theta);
   uint i0 = p.neox != 0 ? i : 2 * i;
   uint i1 = p.neox != 0 ? i + p.n_dims / 2 : 2 * i + 1;
-  float x0 = LOAD(i0), x1 = LOAD(i1);
-  STORE(i0, x0 * c - x1 * s);
-  STORE(i1, x0 * s + x1 * c);
+  const vec2 turned = rope_turn(LOAD(i0), LOAD(i1), positions[token], i, p.n_dims, p.freq_base, p.freq_scale);
+  STORE(i0, turned.x);
+  STORE(i1, turned.y);
 }

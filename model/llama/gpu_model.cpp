@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <stdexcept>
 
@@ -433,24 +434,52 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
                                 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   for (const StepToken& t : batch.tokens) attention.max_context = std::max(attention.max_context, t.position + 1);
   PoolBuffer attn_scratch = pool.allocate(ops::attention_scratch_bytes(attention), "scratch");
+  // Decode on the int8 path with nothing between the q/k/v products and rope (no biases, no q/k
+  // norms) and the normal rotary layout: the products write q turned, and k and v into the cache.
+  auto heads_fused = [&](const Layer& L) {
+    if (L.bq.buffer || L.bk.buffer || L.bv.buffer || c.qk_norm()) return false;
+    for (const GpuTensor* w : {&L.wq, &L.wk, &L.wv}) {
+      if (!int8_decode(*w) || !ops::matvec_q8_heads_applies(features, w->type, static_cast<std::uint32_t>(w->rows),
+                                                            static_cast<std::uint32_t>(w->cols), n, rope)) {
+        return false;
+      }
+    }
+    return true;
+  };
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
-    // q, k and v read the same input and write apart: no barriers between them.
-    normed_projections(L.attn_norm, {{&L.wq, &qb}, {&L.wk, &kb}, {&L.wv, &vb}});
-    mark("matmul qkv");
-    add_bias(L.bq, qb, c.q_dim());
-    add_bias(L.bk, kb, c.kv_dim());
-    add_bias(L.bv, vb, c.kv_dim());
-    mark("bias");
-    if (c.qk_norm()) {
-      ops::rms_norm(rec_of(), lib, qb.range(), L.q_norm.buffer.range(), qb.range(), n * c.n_head, c.head_dim, c.rms_eps);
-      rec_of().next_runs_alongside();  // q and k are normalised apart
-      ops::rms_norm(rec_of(), lib, kb.range(), L.k_norm.buffer.range(), kb.range(), n * c.n_head_kv, c.head_dim, c.rms_eps);
-      mark("qk norm");
+    if (heads_fused(L)) {
+      ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), L.attn_norm.buffer.range(), c.rms_eps, normed(), c.n_embd, n);
+      mark("norm");
+      const std::tuple<const GpuTensor*, gpu::BufferRange, ops::HeadsOutput> heads[] = {
+          {&L.wq, qb.range(), ops::HeadsOutput::q},
+          {&L.wk, cache.keys(l), ops::HeadsOutput::k_cache},
+          {&L.wv, cache.values(l), ops::HeadsOutput::v_cache}};
+      for (const auto& [w, out, what] : heads) {
+        if (what != ops::HeadsOutput::q) rec_of().next_runs_alongside();  // they write apart
+        ops::matvec_q8_heads(rec_of(), lib, w->type, w->buffer.range(), normed(), out, pos_buf.range(), slots_buf.range(),
+                             rope, what, static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
+      }
+      mark("matmul qkv, rope, kv write");
+    } else {
+      // q, k and v read the same input and write apart: no barriers between them.
+      normed_projections(L.attn_norm, {{&L.wq, &qb}, {&L.wk, &kb}, {&L.wv, &vb}});
+      mark("matmul qkv");
+      add_bias(L.bq, qb, c.q_dim());
+      add_bias(L.bk, kb, c.kv_dim());
+      add_bias(L.bv, vb, c.kv_dim());
+      mark("bias");
+      if (c.qk_norm()) {
+        ops::rms_norm(rec_of(), lib, qb.range(), L.q_norm.buffer.range(), qb.range(), n * c.n_head, c.head_dim, c.rms_eps);
+        rec_of().next_runs_alongside();  // q and k are normalised apart
+        ops::rms_norm(rec_of(), lib, kb.range(), L.k_norm.buffer.range(), kb.range(), n * c.n_head_kv, c.head_dim,
+                      c.rms_eps);
+        mark("qk norm");
+      }
+      ops::rope_kv_write(rec_of(), lib, qb.range(), kb.range(), vb.range(), pos_buf.range(), cache.keys(l),
+                         cache.values(l), slots_buf.range(), rope, c.n_head_kv);
+      mark("rope, kv write");
     }
-    ops::rope_kv_write(rec_of(), lib, qb.range(), kb.range(), vb.range(), pos_buf.range(), cache.keys(l), cache.values(l),
-                       slots_buf.range(), rope, c.n_head_kv);
-    mark("rope, kv write");
     ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
                    attn_scratch.range(), attn.range(), attention);
     mark("attention");

@@ -424,13 +424,12 @@ TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 6));
   EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_k, 4096, 4096, 8));  // not a type it reads
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 9));
-  // With integer dot products, Q4_0 products larger than 4096 x 4096 stay on the int8 mat-vec up to
-  // 8 columns.
+  // With integer dot products, Q4_0 products of every size stay on the int8 mat-vec up to 8 columns.
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 28672, 4096, 8));
   h100.integer_dot_product = true;
   EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 28672, 4096, 8));
   EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 14336, 6));
-  EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 8));
+  EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 8));
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 28672, 4096, 9));
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q8_0, 28672, 4096, 8));  // Q8_0: no int8 by default
   h100.integer_dot_product = false;
@@ -610,7 +609,7 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
   const std::uint32_t m = 37, k = 2048 + 512;  // two workgroups of quantize_q8, the second partly idle
   enum class Input { plain, rmsnorm, silu };
   for (Input input : {Input::plain, Input::rmsnorm, Input::silu}) {
-    for (std::uint32_t n : {1u, 3u}) {
+    for (std::uint32_t n : {1u, 3u, 8u}) {
       std::mt19937_64 rng(n * 10 + static_cast<int>(input));
       std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
       Vec a(std::size_t{n} * k), b(input == Input::rmsnorm ? k : std::size_t{n} * k);
@@ -657,6 +656,81 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
       }
     }
   }
+}
+
+// Decode's q/k/v products writing where attention reads (matvec_q8_heads) against the same
+// products followed by rope_kv_write: q turned in place, k turned and v as it is in their cache
+// rows (F16), every other cache row untouched.
+TEST(MatvecQ8Heads, MatchesProductsThenRopeKvWrite) {
+  Gpu& g = shared_gpu();
+  if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
+  Int8ForBoth both;
+  const std::uint32_t heads = 4, kv_heads = 2, k = 512, slots_total = 12;
+  for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
+    for (ops::RopeShape shape : {ops::RopeShape{0, heads, 64, 0, 10000.0f, 1.0f, false},
+                                 ops::RopeShape{0, heads, 32, 16, 500000.0f, 0.5f, false}}) {
+      for (std::uint32_t n : {1u, 3u, 8u}) {
+        shape.tokens = n;
+        const std::uint32_t d = shape.head_dim, mq = heads * d, mkv = kv_heads * d;
+        ASSERT_TRUE(ops::matvec_q8_heads_applies(g.device.features(), type, mq, k, n, shape));
+        std::vector<std::int32_t> pos(n);
+        std::vector<std::uint32_t> slots(n);
+        for (std::uint32_t t = 0; t < n; ++t) {
+          pos[t] = static_cast<std::int32_t>(t * 37 % 301);  // t = 0 sits at position 0: nothing turns
+          slots[t] = (t * 5 + 3) % slots_total;
+        }
+        Vec x = random_vec(std::size_t{n} * k, 40 + n);
+        auto wq = random_weights(type, mq, k, 41), wk = random_weights(type, mkv, k, 42), wv = random_weights(type, mkv, k, 43);
+        PoolBuffer bwq = g.up(std::vector<std::byte>(wq)), bwk = g.up(std::vector<std::byte>(wk)),
+                   bwv = g.up(std::vector<std::byte>(wv)), bx = g.up(x), bp = g.up(pos), bs = g.up(slots),
+                   q8 = g.scratch(ops::q8_acts_bytes(k, n));
+        const std::vector<std::uint16_t> zeros(std::size_t{slots_total} * mkv, 0);
+        auto run = [&](bool fused) {
+          PoolBuffer q = g.scratch(std::uint64_t{n} * mq * 4), kc = g.up(zeros), vc = g.up(zeros),
+                     kn = g.scratch(std::uint64_t{n} * mkv * 4), vn = g.scratch(std::uint64_t{n} * mkv * 4);
+          run_step(g, [&](Recording& rec) {
+            ops::quantize_q8(rec, g.kernels, bx.range(), q8.range(), k, n);
+            if (fused) {
+              ops::matvec_q8_heads(rec, g.kernels, type, bwq.range(), q8.range(), q.range(), bp.range(), bs.range(), shape,
+                                   ops::HeadsOutput::q, mq, k, n);
+              ops::matvec_q8_heads(rec, g.kernels, type, bwk.range(), q8.range(), kc.range(), bp.range(), bs.range(),
+                                   shape, ops::HeadsOutput::k_cache, mkv, k, n);
+              ops::matvec_q8_heads(rec, g.kernels, type, bwv.range(), q8.range(), vc.range(), bp.range(), bs.range(),
+                                   shape, ops::HeadsOutput::v_cache, mkv, k, n);
+              return;
+            }
+            ops::matvec_q8(rec, g.kernels, type, bwq.range(), q8.range(), q.range(), mq, k, n, false);
+            ops::matvec_q8(rec, g.kernels, type, bwk.range(), q8.range(), kn.range(), mkv, k, n, false);
+            ops::matvec_q8(rec, g.kernels, type, bwv.range(), q8.range(), vn.range(), mkv, k, n, false);
+            ops::rope_kv_write(rec, g.kernels, q.range(), kn.range(), vn.range(), bp.range(), kc.range(), vc.range(),
+                               bs.range(), shape, kv_heads);
+          });
+          return std::tuple{g.down<float>(q, std::size_t{n} * mq), g.down<std::uint16_t>(kc, zeros.size()),
+                            g.down<std::uint16_t>(vc, zeros.size())};
+        };
+        auto [q1, k1, v1] = run(true);
+        auto [q2, k2, v2] = run(false);
+        const std::string what = fmt::format("{} head_dim {} n {}", weight_type_name(type), d, n);
+        for (std::size_t i = 0; i < q1.size(); ++i) {
+          ASSERT_NEAR(q1[i], q2[i], 1e-5f * (1 + std::abs(q2[i]))) << what << " q " << i;
+        }
+        for (std::size_t i = 0; i < k1.size(); ++i) {
+          // The same sums and the same turn: F16 at most one step apart where the float sums differ in a last bit.
+          ASSERT_LE(std::abs(int{k1[i]} - int{k2[i]}), 1) << what << " k " << i;
+          ASSERT_LE(std::abs(int{v1[i]} - int{v2[i]}), 1) << what << " v " << i;
+          const bool written = std::find(slots.begin(), slots.end(), i / mkv) != slots.end();
+          if (!written) {
+            ASSERT_EQ(k1[i], 0) << what << " cache row " << i / mkv << " is no token's";
+          }
+        }
+        EXPECT_NE(k1, zeros);
+        EXPECT_NE(v1, zeros);
+      }
+    }
+  }
+  const ops::RopeShape neox{1, heads, 64, 0, 10000.0f, 1.0f, true};
+  EXPECT_FALSE(ops::matvec_q8_heads_applies(g.device.features(), WeightType::q4_0, heads * 64, k, 1, neox));
+  EXPECT_FALSE(ops::matvec_q8_heads_applies(g.device.features(), WeightType::q4_0, heads * 64, k, 9, ops::RopeShape{1, heads, 64}));
 }
 
 // The reference must itself be able to fail: a wrong answer is caught by the same bound.
