@@ -16,9 +16,10 @@ namespace {
 
 constexpr std::uint32_t max_groups = 65535;
 constexpr std::uint32_t matvec_threads = 128, matvec_rows = 2, matvec_max_cols = 8;
-// From 6 columns the tensor cores beat the vector kernels, whose arithmetic grows with the columns:
-// H100, llama3-8b Q4_0, a decode step of 4 / 6 / 8 sequences takes 10.6 / 16.2 / 21.1 ms on the
-// vector kernels and 15.7 / 15.8 / 15.9 ms on the narrow path (bench/results/staged-matmul-2026-11-25-h100.md).
+// From 6 columns the tensor cores beat the float vector kernels, whose arithmetic grows with the
+// columns: H100, llama3-8b Q4_0, a decode step of 4 / 6 / 8 sequences took 10.6 / 16.2 / 21.1 ms on
+// them and 15.7 / 15.8 / 15.9 ms on the narrow path (bench/results/staged-matmul-2026-11-25-h100.md).
+// The int8 vector kernels beat both up to 8 columns (narrow_matmul_preferred).
 constexpr std::uint32_t narrow_min_columns = 6;
 constexpr std::uint32_t tile_m = 64, tile_n = 64;
 constexpr std::uint32_t topk_chunk = 1024;
@@ -444,10 +445,11 @@ bool matvec_int8(const DeviceFeatures& features, WeightType type) {
   }();
   const std::optional<bool> chosen = matvec_int8_override ? matvec_int8_override : from_env;
   if (!features.integer_dot_product) return false;
-  // By default Q4_0 only: its float kernel is bound by unpacking nibbles, and int8 takes decode
-  // from 213 to 244 tok/s on the H100; Q8_0's float kernel is not, and the dispatches that
-  // quantize the activations cost it more than the dot products win (182 -> 170 tok/s).
-  if (!chosen) return type == WeightType::q4_0;
+  // By default for both: on the H100 int8 took Q4_0 decode from 213 to 244 tok/s (its float kernel
+  // is bound by unpacking nibbles), and Q8_0 from 182 to 189 once the q/k/v products wrote the KV
+  // cache themselves and the kernels had fixed shapes (170 before: the quantizing dispatches cost
+  // it more than the dot products won).
+  if (!chosen) return type == WeightType::q4_0 || type == WeightType::q8_0;
   return *chosen && (type == WeightType::q8_0 || type == WeightType::q4_0);
 }
 

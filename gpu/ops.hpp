@@ -61,9 +61,8 @@ struct MatvecShape {
 void set_matvec_shape(MatvecShape shape);
 // The int8 mat-vec: activations quantized to int8 per 32-element block (the scale is the block's
 // largest magnitude / 127) and integer dot products, where the device enabled them
-// (features().integer_dot_product). By default for Q4_0 only (measured faster there, slower for
-// Q8_0); set_matvec_int8(true) or MQLM_MATVEC_INT8=1 takes it for Q8_0 and Q4_0, false or 0 for
-// neither (benchmarks and tests compare).
+// (features().integer_dot_product), for Q8_0 and Q4_0 (measured faster for both on the H100);
+// set_matvec_int8(false) or MQLM_MATVEC_INT8=0 takes it for neither (benchmarks and tests compare).
 void set_matvec_int8(std::optional<bool> enabled);  // nullopt: the default (or the environment's)
 bool matvec_int8(const DeviceFeatures& features, WeightType type);
 

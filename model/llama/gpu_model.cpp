@@ -327,7 +327,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     return !narrow(w, n) && ops::choose_matmul_path(q.device().features(), n) == ops::MatmulPath::vector &&
            ops::matvec_can_accumulate(w.type, static_cast<std::uint32_t>(w.cols), n);
   };
-  // Decode products that take the int8 mat-vec (ops::matvec_int8: Q4_0 by default) read
+  // Decode products that take the int8 mat-vec (ops::matvec_int8: Q8_0 and Q4_0) read
   // activations quantized once by the dispatch before them (which also makes the norm or
   // silu(gate) * up): into normed_q8 for the projections of a norm, acts_q8 for the others.
   auto int8_decode = [&](const GpuTensor& w) { return fused_decode(w) && ops::matvec_int8(features, w.type); };

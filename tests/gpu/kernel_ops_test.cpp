@@ -61,7 +61,8 @@ Vec as_matvec_sees(Gpu& gpu, WeightType type, const Vec& acts) {
   return ops::matvec_int8(gpu.device.features(), type) ? reference::int8_blocks(acts) : acts;
 }
 
-// Takes the int8 mat-vec for both Q8_0 and Q4_0 (the default is Q4_0 only) while it lives.
+// Takes the int8 mat-vec for both Q8_0 and Q4_0 (the default where the device has integer dot
+// products) while it lives, whatever MQLM_MATVEC_INT8 says.
 struct Int8ForBoth {
   Int8ForBoth() { ops::set_matvec_int8(true); }
   ~Int8ForBoth() { ops::set_matvec_int8(std::nullopt); }
@@ -424,14 +425,16 @@ TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 6));
   EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_k, 4096, 4096, 8));  // not a type it reads
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 9));
-  // With integer dot products, Q4_0 products of every size stay on the int8 mat-vec up to 8 columns.
+  // With integer dot products, Q4_0 and Q8_0 products of every size stay on the int8 mat-vec up to
+  // 8 columns.
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 28672, 4096, 8));
   h100.integer_dot_product = true;
   EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 28672, 4096, 8));
   EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 14336, 6));
   EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 8));
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 28672, 4096, 9));
-  EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q8_0, 28672, 4096, 8));  // Q8_0: no int8 by default
+  EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q8_0, 28672, 4096, 8));  // Q8_0 too
+  EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q8_0, 28672, 4096, 9));
   h100.integer_dot_product = false;
   // Decode batches take tiles of 16, 32 or 64 columns; wider products tiles of 128.
   for (auto [n, padded] : std::vector<std::pair<std::uint32_t, std::uint32_t>>{
