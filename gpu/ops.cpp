@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -179,15 +180,25 @@ MatmulPath choose_matmul_path(const DeviceFeatures& features, std::uint32_t n) {
 
 namespace {
 
-// The staged kernel's workgroup for n columns (shapes counted in 16-column fragments; with 8-column
-// tensor-core tiles TN doubles): 64 rows and as many columns as a decode batch fills, two blocks of
-// K per stage (where K allows), or 128 x 128 for prefill chunks, one block per stage (two would
-// not fit in 48 KiB). Each shape is its own module (shaders/CMakeLists.txt builds these); the
-// others are there for benchmarks to compare (bench/results/staged-matmul-2026-11-25-h100.md).
-constexpr StagedShape staged_shapes[] = {{4, 2, 2, 4, 1}, {4, 1, 1, 4, 2}, {4, 1, 1, 2, 2}, {4, 1, 1, 1, 2},
-                                         {4, 1, 1, 4, 1}, {4, 1, 1, 2, 1}, {4, 1, 1, 1, 1}, {2, 2, 4, 4, 1},
-                                         {4, 2, 2, 2, 1}, {2, 4, 4, 2, 1}};
-constexpr std::size_t staged_both_tiles = 7;  // the first seven are also built for 16x8x16 tiles
+// The staged kernel's workgroup shapes (in 16-column fragments; with 8-column tensor-core tiles TN
+// doubles). The host picks by column count, the first of a list whose blocks of K per step divide
+// K: up to 16 columns 64 x 16 tiles taking 8 blocks of K a step, up to 32 64 x 32 taking 4, up to
+// 64 64 x 64 taking 4 (128 x 64 taking 2 for products of 16384 rows or more, whose grid fills the
+// GPU), wider 128 x 128 taking 2. A step of K costs a workgroup about the same whatever its work,
+// so fewer, deeper steps win (H100, Q4_0, gate/up: 16 columns 188 -> 121 us, 32: 200 -> 148, 64:
+// 237 -> 181, 512 through F16: 829 -> 672; bench/results/staged-deep-2026-11-25-h100.md); where two
+// stages do not fit in 48 KiB the kernel uses one. Each shape is its own module
+// (shaders/CMakeLists.txt); the first twelve are built for both tensor-core tiles, the others are
+// there for benchmarks to compare.
+constexpr StagedShape staged_shapes[] = {{4, 1, 1, 1, 8}, {4, 1, 1, 2, 4}, {4, 1, 1, 4, 4}, {4, 2, 2, 2, 2},
+                                         {4, 2, 2, 4, 2}, {4, 1, 1, 1, 2}, {4, 1, 1, 2, 2}, {4, 1, 1, 4, 2},
+                                         {4, 1, 1, 1, 1}, {4, 1, 1, 2, 1}, {4, 1, 1, 4, 1}, {4, 2, 2, 4, 1},
+                                         {2, 2, 4, 4, 1}, {4, 2, 2, 2, 1}, {2, 4, 4, 2, 1}, {4, 2, 2, 1, 2},
+                                         {8, 1, 1, 1, 4}};
+constexpr std::size_t staged_both_tiles = 12;
+constexpr std::size_t for_16[] = {0, 5, 8}, for_32[] = {1, 6, 9}, for_64[] = {2, 7, 10}, for_64_tall[] = {3, 10},
+                      for_wide[] = {4, 11};
+constexpr std::uint32_t tall_rows = 16384;
 
 // Whether one of the first `count` shapes is s.
 bool built_among(const StagedShape& s, std::size_t count) {
@@ -199,13 +210,18 @@ bool built_among(const StagedShape& s, std::size_t count) {
 StagedShape staged_override;
 std::uint32_t splits_override = 0;
 
-StagedShape staged_shape(std::uint32_t n, std::uint32_t k) {
+// The shape for an m x k product of n columns (every choice for n has the same column tile).
+StagedShape staged_shape(std::uint32_t m, std::uint32_t n, std::uint32_t k) {
   if (staged_override.sg_m != 0) return staged_override;
-  const std::size_t two_blocks = k % 64 == 0 ? 0 : 3;  // the same shapes with one block per stage
-  if (n <= 16) return staged_shapes[3 + two_blocks];
-  if (n <= 32) return staged_shapes[2 + two_blocks];
-  if (n <= 64) return staged_shapes[1 + two_blocks];
-  return staged_shapes[0];
+  using Choices = std::span<const std::size_t>;
+  const Choices choices = n <= 16 ? Choices(for_16)
+                          : n <= 32 ? Choices(for_32)
+                          : n <= 64 ? (m >= tall_rows ? Choices(for_64_tall) : Choices(for_64))
+                                    : Choices(for_wide);
+  for (std::size_t i : choices) {
+    if (k % (32 * staged_shapes[i].kb) == 0) return staged_shapes[i];
+  }
+  return staged_shapes[choices.back()];  // one block a step: K is whole blocks (narrow_matmul_applies)
 }
 
 std::uint32_t staged_columns(const StagedShape& s) { return s.sg_n * s.tn * 16; }
@@ -214,13 +230,14 @@ std::uint32_t staged_columns(const StagedShape& s) { return s.sg_n * s.tn * 16; 
 
 std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
   if (!features.cooperative_matrix) return 1;
-  const StagedShape s = staged_shape(n, k);
+  const StagedShape s = staged_shape(m, n, k);
   const std::uint32_t groups = ceil_div(m, 16 * s.sg_m * s.tm) * ceil_div(n, staged_columns(s));
   const std::uint32_t blocks = k / 32;
   // Decode batches whose grid would leave a large GPU (132 SMs on the H100) partly idle get enough
-  // workgroups to fill it several times over, each with at least 16 blocks of K. Wider products
-  // have enough work per workgroup to hide its loads (splitting them measured slower).
-  if (splits_override == 0 && (n > 64 || groups >= 256)) return 1;
+  // workgroups to fill it several times over, each with at least 16 blocks of K. Wider products,
+  // and grids of 192 workgroups or more, have enough work per workgroup to hide its loads
+  // (splitting them measured slower: gate/up at 64 columns, 224 workgroups, in 3: 195 against 181 us).
+  if (splits_override == 0 && (n > 64 || groups >= 192)) return 1;
   const std::uint32_t splits = splits_override != 0 ? splits_override : ceil_div(512, groups);
   return std::clamp(splits, 1u, std::max(blocks / 16, 1u));
 }
@@ -280,7 +297,7 @@ bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, st
 
 std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n) {
   if (!features.cooperative_matrix) return n;
-  const std::uint32_t width = staged_columns(staged_shape(n, 64));  // the column tiles do not depend on k
+  const std::uint32_t width = staged_columns(staged_shape(0, n, 64));  // nor on m and k
   return ceil_div(std::max(n, 1u), width) * width;
 }
 
@@ -299,7 +316,7 @@ void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRa
   struct {
     std::uint32_t m, k, n;
   } push{m, k, n};
-  const StagedShape s = staged_shape(n, k);
+  const StagedShape s = staged_shape(m, n, k);
   if (cm.n != 16 && !built_among(s, staged_both_tiles)) {
     throw GpuError(fmt::format("the staged matmul shape {}x{}x{}x{}x{} is built for 16x16x16 tiles only", s.sg_m,
                                s.sg_n, s.tm, s.tn, s.kb));

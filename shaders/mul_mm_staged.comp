@@ -42,8 +42,12 @@ const uint BN = SG_N * TN * CM_N;
 const uint STRIDE = 4 * KB + 1;
 const uint A_STAGE = BM * STRIDE;
 const uint B_STAGE = BN * STRIDE;
-shared uvec4 tile_a[2 * A_STAGE];  // [stage][m][k]
-shared uvec4 tile_b[2 * B_STAGE];  // [stage][n][k]: column-major K x N
+// Two stages where they fit in 48 KiB beside tile_c; otherwise one, which the workgroup refills
+// after a second barrier (the next step's loads are still in flight while it multiplies).
+const uint C_WORDS = SG_M * SG_N * 16 * CM_N / 4;
+const uint STAGES = 2 * (A_STAGE + B_STAGE) + C_WORDS <= 3072 ? 2 : 1;
+shared uvec4 tile_a[STAGES * A_STAGE];  // [stage][m][k]
+shared uvec4 tile_b[STAGES * B_STAGE];  // [stage][n][k]: column-major K x N
 // Edge fragments go through here (one per subgroup) to be written element by element.
 shared float tile_c[SG_M * SG_N * 16 * CM_N];
 
@@ -176,7 +180,7 @@ void main() {
   store_b(0);
   barrier();
   for (uint b = b_begin; b < b_end; ++b) {
-    const uint stage = (b - b_begin) % 2;
+    const uint stage = STAGES == 2 ? (b - b_begin) % 2 : 0;
     if (b + 1 < b_end) {
       load_a(m0, b + 1);
       load_b(n0, b + 1);
@@ -192,9 +196,10 @@ void main() {
         [[unroll]] for (uint i = 0; i < TM; ++i) acc[i * TN + j] = coopMatMulAddNV(a[i], bj, acc[i * TN + j]);
       }
     }
-    if (b + 1 < b_end) {  // the next stage into the other buffer
-      store_a(1 - stage);
-      store_b(1 - stage);
+    if (STAGES == 1) barrier();  // every subgroup is done with the one stage
+    if (b + 1 < b_end) {  // the next stage into the other buffer (or the one, refilled)
+      store_a(STAGES - 1 - stage);
+      store_b(STAGES - 1 - stage);
     }
     barrier();
   }
