@@ -828,7 +828,10 @@ void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
   in_flight_.reset();
   executor_slots_ = result.slots;
   if (result.has_pool) pool_ = result.pool;
-  if (!plan.sequences.empty()) ++steps_;
+  if (!plan.sequences.empty()) {
+    ++steps_;
+    log_step_times(ctx, plan, result);
+  }
 
   apply_pending_aborts(ctx);
   if (result.error != 0) {
@@ -871,6 +874,21 @@ void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
   }
   answer_drained(ctx);
   schedule(ctx);
+}
+
+void Scheduler::log_step_times(Context& ctx, const StepPlan& plan, const StepResult& result) {
+  constexpr std::uint64_t every = 500;
+  StepTimes& t = step_times_;
+  ++t.steps;
+  t.sequences += plan.sequences.size();
+  t.round_ns += ctx.now_ns() - in_flight_since_ns_;
+  t.executor_ns += result.gpu_ns;
+  if (t.steps < every) return;
+  const double ms = 1e6 * static_cast<double>(t.steps);
+  spdlog::info("{}: {} steps of {:.1f} sequences: {:.2f} ms a step from plan to result, the executor {:.2f} ms of it",
+               ctx.self(), t.steps, static_cast<double>(t.sequences) / static_cast<double>(t.steps),
+               static_cast<double>(t.round_ns) / ms, static_cast<double>(t.executor_ns) / ms);
+  t = {};
 }
 
 void Scheduler::deliver_token(Context& ctx, Request& r, const OutputToken& output) {

@@ -83,6 +83,7 @@ class Scheduler final : public Actor {
   void on_status(Context& ctx, const messages::Message& message, const messages::StatusQuery& query);
   void on_executor_report(Context& ctx, const messages::ExecutorReport& report);
   void on_step_result(Context& ctx, const messages::StepResult& result);
+  void log_step_times(Context& ctx, const messages::StepPlan& plan, const messages::StepResult& result);
   void on_timer(Context& ctx);
   // The model pool: the enforcer's answers and what it forwards from the executor.
   void on_model_loaded(Context& ctx, const messages::ModelLoaded& loaded);
@@ -133,6 +134,12 @@ class Scheduler final : public Actor {
 
   std::optional<messages::StepPlan> in_flight_;
   std::int64_t in_flight_since_ns_ = 0;
+  // Where a step's time goes, logged every 500 steps: a plan's round trip (sent to answered, by
+  // ctx.now_ns) and the executor's share of it (StepResult::gpu_ns); the rest is the messages.
+  struct StepTimes {
+    std::uint64_t steps = 0, sequences = 0;
+    std::int64_t round_ns = 0, executor_ns = 0;
+  } step_times_;
   std::uint64_t next_step_ = 1;
 
   struct StatusWaiter {
