@@ -104,6 +104,19 @@ void rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange wei
   rec.dispatch(kernel(lib, "rms_norm", 3, sizeof push, {256}), {x, weight, out}, push, gx, gy);
 }
 
+void rms_norm_f16(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange weight, BufferRange out16,
+                  std::uint32_t rows, std::uint32_t padded_rows, std::uint32_t n, float eps) {
+  if (padded_rows < rows) throw GpuError("rms_norm_f16: fewer padded rows than rows");
+  if (out16.size < std::uint64_t{padded_rows} * n * 2) throw GpuError("rms_norm_f16: the output is smaller than its padded rows");
+  struct {
+    std::uint32_t n, rows;
+    float eps;
+    std::uint32_t padded;
+  } push{n, rows, eps, padded_rows};
+  auto [gx, gy] = spread(padded_rows);
+  rec.dispatch(kernel(lib, "rms_norm_f16", 3, sizeof push, {256}), {x, weight, out16}, push, gx, gy);
+}
+
 void softmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n,
              float scale) {
   RowsPush push{n, rows, scale};
@@ -119,6 +132,17 @@ void add(Recording& rec, KernelLibrary& lib, BufferRange a, BufferRange b, Buffe
 void silu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out, std::uint32_t n) {
   auto [gx, gy] = spread(ceil_div(n, 256));
   rec.dispatch(kernel(lib, "silu_mul", 3, 4), {gate, up, out}, n, gx, gy);
+}
+
+void silu_mul_f16(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out16,
+                  std::uint32_t rows, std::uint32_t padded_rows, std::uint32_t n) {
+  if (padded_rows < rows) throw GpuError("silu_mul_f16: fewer padded rows than rows");
+  if (out16.size < std::uint64_t{padded_rows} * n * 2) throw GpuError("silu_mul_f16: the output is smaller than its padded rows");
+  struct {
+    std::uint32_t n, total;
+  } push{rows * n, padded_rows * n};
+  auto [gx, gy] = spread(ceil_div(push.total, 256));
+  rec.dispatch(kernel(lib, "silu_mul_f16", 3, sizeof push), {gate, up, out16}, push, gx, gy);
 }
 
 void get_rows(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange ids, BufferRange out,

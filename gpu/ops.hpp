@@ -139,6 +139,12 @@ void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferR
 // out(padded_rows, n) F16 = in(rows, n) F32, the rows past `rows` zero.
 void to_f16(Recording& rec, KernelLibrary& lib, BufferRange in, BufferRange out, std::uint32_t rows, std::uint32_t n,
             std::uint32_t padded_rows);
+// The same for a norm's and silu_mul's results, made in one dispatch instead of two: out16
+// (padded_rows, n) F16 = rms_norm(x) or silu(gate) * up of (rows, n), the rows past `rows` zero.
+void rms_norm_f16(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange weight, BufferRange out16,
+                  std::uint32_t rows, std::uint32_t padded_rows, std::uint32_t n, float eps);
+void silu_mul_f16(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out16,
+                  std::uint32_t rows, std::uint32_t padded_rows, std::uint32_t n);
 
 // out(n, m) += acts(n, k) x weights(m, k)^T: the vector path with the residual add fused in (out
 // is read and written by the same thread, so it may be the residual stream itself). Only where

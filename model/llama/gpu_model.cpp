@@ -233,13 +233,15 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
                                         static_cast<std::uint32_t>(w.cols), columns);
   };
   PoolBuffer acts16;
-  auto to_f16 = [&](const PoolBuffer& in, std::uint32_t rows, std::uint32_t width) {
-    const std::uint32_t padded = ops::narrow_padded_columns(features, rows);
+  auto acts16_range = [&]() {
     if (!acts16) {
       const std::uint64_t widest = std::max({c.n_embd, c.q_dim(), c.n_ff});
       acts16 = pool.allocate(std::uint64_t{ops::narrow_padded_columns(features, n)} * widest * 2, "scratch");
     }
-    ops::to_f16(rec_of(), lib, in.range(), acts16.range(), rows, width, padded);
+    return acts16.range();
+  };
+  auto to_f16 = [&](const PoolBuffer& in, std::uint32_t rows, std::uint32_t width) {
+    ops::to_f16(rec_of(), lib, in.range(), acts16_range(), rows, width, ops::narrow_padded_columns(features, rows));
   };
   // The residual products (attention output, down projection) have few rows for a large GPU: the
   // narrow path splits their K where this scratch (sized for the larger of the two) holds the parts.
@@ -350,13 +352,21 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), c.rms_eps, normed(), c.n_embd, n);
       mark("norm");
     }
-    bool narrowed = false;
-    if (!fused) {
+    bool narrowed = false, all_narrow = true;
+    for (const auto& [w, out] : outs) {
+      narrowed = narrowed || narrow(*w, n);
+      all_narrow = all_narrow && narrow(*w, n);
+    }
+    if (!fused && all_narrow) {  // every product reads the F16 form only: made in one dispatch
+      ops::rms_norm_f16(rec_of(), lib, x.range(), norm.buffer.range(), acts16_range(), n,
+                        ops::narrow_padded_columns(features, n), c.n_embd, c.rms_eps);
+      mark("norm");
+    } else if (!fused) {
       ops::rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
       mark("norm");
-      for (const auto& [w, out] : outs) narrowed = narrowed || narrow(*w, n);
       if (narrowed) to_f16(h, n, c.n_embd);
     }
+    narrowed = narrowed && !fused;
     std::vector<gpu::BufferRange> dequantized(outs.size());
     if (narrowed) {
       std::vector<const GpuTensor*> ws;
@@ -382,6 +392,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       }
     }
   };
+  // x += w * acts16, the add fused into the tensor cores' product.
+  auto narrow_residual = [&](const GpuTensor& w) {
+    const gpu::BufferRange w16 = dequantize_all({&w}).front();
+    matmul_narrow(w, x, n, true, true, w16);
+  };
   auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
     if (int8_decode(w)) {
@@ -393,10 +408,9 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       ops::matvec_accumulate(rec_of(), lib, w.type, w.buffer.range(), in.range(), false, x.range(), rows, k, n);
       return;
     }
-    if (narrow(w, n)) {  // x += w * in, the add fused into the product
+    if (narrow(w, n)) {
       to_f16(in, n, k);
-      const gpu::BufferRange w16 = dequantize_all({&w}).front();
-      matmul_narrow(w, x, n, true, true, w16);
+      narrow_residual(w);
       return;
     }
     matmul(w, in, proj, n);
@@ -497,6 +511,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       ops::matvec_accumulate_silu(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), gate.range(), up.range(),
                                   x.range(), static_cast<std::uint32_t>(L.w_down.rows),
                                   static_cast<std::uint32_t>(L.w_down.cols), n);
+    } else if (narrow(L.w_down, n)) {  // silu(gate) * up made as the tensor cores' F16 input, one dispatch
+      ops::silu_mul_f16(rec_of(), lib, gate.range(), up.range(), acts16_range(), n, ops::narrow_padded_columns(features, n),
+                        c.n_ff);
+      mark("silu");
+      narrow_residual(L.w_down);
     } else {
       ops::silu_mul(rec_of(), lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
       mark("silu");

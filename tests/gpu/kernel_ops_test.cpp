@@ -661,6 +661,40 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
   }
 }
 
+// The tensor cores' F16 input made in one dispatch from a norm or silu_mul equals the two
+// dispatches it replaces (the F32 op, then to_f16), padded rows zero; a pad left over from an
+// earlier, wider step is overwritten.
+TEST(F16Inputs, NormAndSiluMakeWhatToF16Makes) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t rows = 3, padded = 16, n = 1000;
+  Vec a = random_vec(std::size_t{rows} * n, 61, 3.0f), b = random_vec(std::size_t{rows} * n, 62), w = random_vec(n, 63);
+  const std::vector<std::uint16_t> stale(std::size_t{padded} * n, 0x3C00);  // 1.0 everywhere
+  PoolBuffer ba = g.up(a), bb = g.up(b), bw = g.up(w), f32 = g.scratch(std::uint64_t{rows} * n * 4);
+  for (bool norm : {true, false}) {
+    PoolBuffer one = g.up(stale), two = g.up(stale);
+    run_step(g, [&](Recording& rec) {
+      if (norm) {
+        ops::rms_norm_f16(rec, g.kernels, ba.range(), bw.range(), one.range(), rows, padded, n, 1e-5f);
+        ops::rms_norm(rec, g.kernels, ba.range(), bw.range(), f32.range(), rows, n, 1e-5f);
+      } else {
+        ops::silu_mul_f16(rec, g.kernels, ba.range(), bb.range(), one.range(), rows, padded, n);
+        ops::silu_mul(rec, g.kernels, ba.range(), bb.range(), f32.range(), rows * n);
+      }
+      ops::to_f16(rec, g.kernels, f32.range(), two.range(), rows, n, padded);
+    });
+    auto got = g.down<std::uint16_t>(one, stale.size()), want = g.down<std::uint16_t>(two, stale.size());
+    EXPECT_EQ(got, want) << (norm ? "rms_norm" : "silu_mul");
+    Vec reference = norm ? reference::rms_norm(a, w, rows, n, 1e-5f) : reference::silu_mul(a, b);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (i >= reference.size()) {
+        ASSERT_EQ(got[i], 0) << "padded row " << i / n;
+        continue;
+      }
+      ASSERT_NEAR(half_to_float(got[i]), reference[i], 2e-3f * (1 + std::abs(reference[i]))) << i;
+    }
+  }
+}
+
 // Decode's q/k/v products writing where attention reads (matvec_q8_heads) against the same
 // products followed by rope_kv_write: q turned in place, k turned and v as it is in their cache
 // rows (F16), every other cache row untouched.
