@@ -107,7 +107,9 @@ void rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange wei
 void rms_norm_f16(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange weight, BufferRange out16,
                   std::uint32_t rows, std::uint32_t padded_rows, std::uint32_t n, float eps) {
   if (padded_rows < rows) throw GpuError("rms_norm_f16: fewer padded rows than rows");
-  if (out16.size < std::uint64_t{padded_rows} * n * 2) throw GpuError("rms_norm_f16: the output is smaller than its padded rows");
+  if (out16.size < std::uint64_t{padded_rows} * n * 2) {
+    throw GpuError("rms_norm_f16: the output is smaller than its padded rows");
+  }
   struct {
     std::uint32_t n, rows;
     float eps;
@@ -137,7 +139,9 @@ void silu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange 
 void silu_mul_f16(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out16,
                   std::uint32_t rows, std::uint32_t padded_rows, std::uint32_t n) {
   if (padded_rows < rows) throw GpuError("silu_mul_f16: fewer padded rows than rows");
-  if (out16.size < std::uint64_t{padded_rows} * n * 2) throw GpuError("silu_mul_f16: the output is smaller than its padded rows");
+  if (out16.size < std::uint64_t{padded_rows} * n * 2) {
+    throw GpuError("silu_mul_f16: the output is smaller than its padded rows");
+  }
   struct {
     std::uint32_t n, total;
   } push{rows * n, padded_rows * n};
@@ -208,10 +212,11 @@ namespace {
 // doubles). The host picks by column count, the first of a list whose blocks of K per step divide
 // K: up to 16 columns 64 x 16 tiles taking 8 blocks of K a step, up to 32 64 x 32 taking 4, up to
 // 64 64 x 64 taking 4 (128 x 64 taking 2 for products of 8192 rows or more: gate and up, run side
-// by side, fill the GPU with them; 64 sequences 17.24 -> 17.03 ms a step), wider 128 x 128 taking 2. A step of K costs a workgroup about the same whatever its work,
-// so fewer, deeper steps win (H100, Q4_0, gate/up: 16 columns 188 -> 121 us, 32: 200 -> 148, 64:
-// 237 -> 181, 512 through F16: 829 -> 672; bench/results/staged-deep-2026-11-25-h100.md); where two
-// stages do not fit in 48 KiB the kernel uses one. Each shape is its own module
+// by side, fill the GPU with them; 64 sequences 17.24 -> 17.03 ms a step), wider 128 x 128 taking
+// 2. A step of K costs a workgroup about the same whatever its work, so fewer, deeper steps win
+// (H100, Q4_0, gate/up: 16 columns 188 -> 121 us, 32: 200 -> 148, 64: 237 -> 181, 512 through F16:
+// 829 -> 672; bench/results/staged-deep-2026-11-25-h100.md); where two stages do not fit in 48 KiB
+// the kernel uses one. Each shape is its own module
 // (shaders/CMakeLists.txt); the first twelve are built for both tensor-core tiles, the others are
 // there for benchmarks to compare.
 constexpr StagedShape staged_shapes[] = {{4, 1, 1, 1, 8}, {4, 1, 1, 2, 4}, {4, 1, 1, 4, 4}, {4, 2, 2, 2, 2},
