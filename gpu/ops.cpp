@@ -294,6 +294,22 @@ std::string staged_shape_problem(StagedShape s) {
   return "";
 }
 
+std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s) {
+  return fmt::format("mul_mm_staged_{}_{}x{}x{}_{}x{}x{}x{}x{}", weight_type_name(type), cm.m, cm.n, cm.k, s.sg_m, s.sg_n,
+                     s.tm, s.tn, s.kb);
+}
+
+std::vector<std::string> staged_modules() {
+  std::vector<std::string> names;
+  for (WeightType type : {WeightType::f16, WeightType::q8_0, WeightType::q4_0}) {
+    for (std::size_t i = 0; i < std::size(staged_shapes); ++i) {
+      names.push_back(staged_module(type, {16, 16, 16}, staged_shapes[i]));
+      if (i < staged_both_tiles) names.push_back(staged_module(type, {16, 8, 16}, staged_shapes[i]));
+    }
+  }
+  return names;
+}
+
 void set_staged_shape(StagedShape shape, std::uint32_t splits) {
   if (shape.sg_m != 0) {
     if (auto problem = staged_shape_problem(shape); !problem.empty()) throw GpuError("staged matmul shape: " + problem);
@@ -358,10 +374,7 @@ void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRa
   const std::uint32_t splits = narrow_splits(features, m, k, n);
   const bool split = splits > 1 && split_scratch.size >= narrow_split_bytes(features, m, k, n);
   // Constant 0 (the workgroup size) and 1-4 (the shape) are fixed in the module; 5: accumulate.
-  rec.dispatch(kernel(lib,
-                      fmt::format("mul_mm_staged_{}_{}x{}x{}_{}x{}x{}x{}x{}", weight_type_name(type), cm.m, cm.n, cm.k,
-                                  s.sg_m, s.sg_n, s.tm, s.tn, s.kb),
-                      3, sizeof push, {0, 0, 0, 0, 0, accumulate && !split ? 1u : 0u}, 32),
+  rec.dispatch(kernel(lib, staged_module(type, cm, s), 3, sizeof push, {0, 0, 0, 0, 0, accumulate && !split ? 1u : 0u}, 32),
                {weights, acts16, split ? split_scratch : out}, push, ceil_div(m, 16 * s.sg_m * s.tm),
                ceil_div(n, staged_columns(s)), split ? splits : 1);
   if (split) sum_splits(rec, lib, split_scratch, out, m * n, splits, accumulate);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gpu/compute_queue.hpp"
 #include "gpu/kernel_library.hpp"
@@ -130,6 +131,11 @@ struct StagedShape {
 };
 std::string staged_shape_problem(StagedShape shape);
 void set_staged_shape(StagedShape shape, std::uint32_t splits = 0);
+// The staged kernel's module for weights of `type`, tensor-core tiles `cm` and workgroup shape s;
+// staged_modules: every module the host may ask for (each listed shape for 16x16x16 tiles, those
+// also built for 16x8x16 tiles for them too), which shaders/CMakeLists.txt must build.
+std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s);
+std::vector<std::string> staged_modules();
 // Whether a product of n columns is faster as dequantize_f16 into a scratch matrix and the narrow
 // path on F16 weights (wide prefill chunks of Q4_0 and Q8_0 weights) than on the blocks in place.
 bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n);

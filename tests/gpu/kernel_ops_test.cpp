@@ -15,6 +15,7 @@
 #include "gpu/ops.hpp"
 #include "gpu_fixture.hpp"
 #include "gpu/reference_ops.hpp"
+#include "shaders/embedded_shaders.hpp"
 
 namespace mqlm::gpu {
 namespace {
@@ -459,6 +460,14 @@ TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
   EXPECT_NE(ops::staged_shape_problem({5, 1, 1, 1}), "");  // no module is built for it
   EXPECT_NE(ops::staged_shape_problem({1, 0, 1, 1}), "");
   EXPECT_THROW(ops::set_staged_shape({1, 64, 1, 1}), GpuError);
+}
+
+// Every staged module the host may ask for is built (the shape list lives in gpu/ops.cpp and in
+// shaders/CMakeLists.txt: a shape in one and not the other fails here, not on some device).
+TEST(NarrowMatmul, EveryShapeTheHostPicksIsBuilt) {
+  const auto names = ops::staged_modules();
+  EXPECT_GT(names.size(), 30u);
+  for (const std::string& name : names) EXPECT_NO_THROW((void)shaders::spirv(name)) << name;
 }
 
 // Q4_0 and Q8_0 matrices dequantized to F16 on the GPU are the CPU's dequantization rounded to
