@@ -104,12 +104,20 @@ void rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange wei
   rec.dispatch(kernel(lib, "rms_norm", 3, sizeof push, {256}), {x, weight, out}, push, gx, gy);
 }
 
+namespace {
+// The tensor cores' F16 input that `op` makes: padded_rows of n, at least `rows` of them.
+void check_padded_f16(std::string_view op, BufferRange out16, std::uint32_t rows, std::uint32_t padded_rows,
+                      std::uint32_t n) {
+  if (padded_rows < rows) throw GpuError(fmt::format("{}: fewer padded rows than rows", op));
+  if (out16.size < std::uint64_t{padded_rows} * n * 2) {
+    throw GpuError(fmt::format("{}: the output is smaller than its padded rows", op));
+  }
+}
+}  // namespace
+
 void rms_norm_f16(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange weight, BufferRange out16,
                   std::uint32_t rows, std::uint32_t padded_rows, std::uint32_t n, float eps) {
-  if (padded_rows < rows) throw GpuError("rms_norm_f16: fewer padded rows than rows");
-  if (out16.size < std::uint64_t{padded_rows} * n * 2) {
-    throw GpuError("rms_norm_f16: the output is smaller than its padded rows");
-  }
+  check_padded_f16("rms_norm_f16", out16, rows, padded_rows, n);
   struct {
     std::uint32_t n, rows;
     float eps;
@@ -138,10 +146,7 @@ void silu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange 
 
 void silu_mul_f16(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out16,
                   std::uint32_t rows, std::uint32_t padded_rows, std::uint32_t n) {
-  if (padded_rows < rows) throw GpuError("silu_mul_f16: fewer padded rows than rows");
-  if (out16.size < std::uint64_t{padded_rows} * n * 2) {
-    throw GpuError("silu_mul_f16: the output is smaller than its padded rows");
-  }
+  check_padded_f16("silu_mul_f16", out16, rows, padded_rows, n);
   struct {
     std::uint32_t n, total;
   } push{rows * n, padded_rows * n};
@@ -166,8 +171,9 @@ struct RopePush {
   float base, scale;
   std::uint32_t neox, kv_heads;
 };
+std::uint32_t rotary_dims(const RopeShape& s) { return s.rotary_dims == 0 ? s.head_dim : s.rotary_dims; }
 RopePush rope_push(const RopeShape& s, std::uint32_t kv_heads) {
-  std::uint32_t dims = s.rotary_dims == 0 ? s.head_dim : s.rotary_dims;
+  const std::uint32_t dims = rotary_dims(s);
   if (s.head_dim % 2 != 0 || dims % 2 != 0 || dims > s.head_dim) {
     throw GpuError(fmt::format("rope needs even head_dim and rotary dims <= head_dim (got {} and {})", s.head_dim, dims));
   }
@@ -543,6 +549,14 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
   record_quantize_q8(rec, lib, "quantize_q8_silu", {gate, out, up}, &k, sizeof k, k, n);
 }
 
+namespace {
+// Whether the int8 product has a module with its shape fixed at compile time for m x n (one per
+// column count of the vector path, 4 rows: what matvec_shape gives quantized weights).
+bool fixed_q8_module(WeightType type, std::uint32_t m, std::uint32_t n) {
+  return n <= matvec_max_cols && matvec_shape(type, m).rows == 4;
+}
+}  // namespace
+
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate) {
   if (!matvec_int8(lib.device().features(), type) || !matvec_can_accumulate(type, k, n)) {
@@ -551,7 +565,7 @@ void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange 
   // The module whose shape is fixed at compile time (every loop over rows and columns unrolled;
   // H100, Q4_0, 8 columns: gate/up 166 -> 111 us, 1 column: 31.3 -> 28.6); the one with the shape in
   // specialization constants for other shapes (set_matvec_shape).
-  if (n <= matvec_max_cols && matvec_shape(type, m).rows == 4) {
+  if (fixed_q8_module(type, m, n)) {
     dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8_c{}", weight_type_name(type), n), type,
                            {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate);
     return;
@@ -562,11 +576,10 @@ void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange 
 
 bool matvec_q8_heads_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
                              std::uint32_t n, const RopeShape& rope) {
-  const std::uint32_t dims = rope.rotary_dims == 0 ? rope.head_dim : rope.rotary_dims;
+  const std::uint32_t dims = rotary_dims(rope);
   // The module's 4 rows hold whole pairs (2i, 2i + 1) of one head when head_dim is even.
-  return matvec_int8(features, type) && matvec_can_accumulate(type, k, n) && n <= matvec_max_cols &&
-         matvec_shape(type, m).rows == 4 && !rope.neox && rope.head_dim % 2 == 0 && dims % 2 == 0 &&
-         dims <= rope.head_dim && m % rope.head_dim == 0;
+  return matvec_int8(features, type) && matvec_can_accumulate(type, k, n) && fixed_q8_module(type, m, n) &&
+         !rope.neox && rope.head_dim % 2 == 0 && dims % 2 == 0 && dims <= rope.head_dim && m % rope.head_dim == 0;
 }
 
 void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
@@ -580,8 +593,7 @@ void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
     std::uint32_t m, k, n, head_dim, n_dims;
     float freq_base, freq_scale;
     std::uint32_t mode;
-  } push{m, k, n, rope.head_dim, rope.rotary_dims == 0 ? rope.head_dim : rope.rotary_dims, rope.freq_base,
-         rope.freq_scale, static_cast<std::uint32_t>(what)};
+  } push{m, k, n, rope.head_dim, rotary_dims(rope), rope.freq_base, rope.freq_scale, static_cast<std::uint32_t>(what)};
   dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8_rope_c{}", weight_type_name(type), n), type,
                          {weights, acts_q8, out, positions, slots}, push, false);
 }
