@@ -305,6 +305,13 @@ void load_unit(uint u) {
 // One partial sum per (row, column, subgroup); subgroups are at least 4 wide.
 shared float partials[ROWS * NCOLS][gl_WorkGroupSize.x / 4];
 
+// Output i (row i / NCOLS, column i % NCOLS): its subgroups' partial sums, in subgroup order.
+float output_sum(uint i) {
+  float s = 0.0;
+  for (uint g = 0; g < gl_NumSubgroups; ++g) s += partials[i][g];
+  return s;
+}
+
 #if defined(B_RMSNORM)
 shared float norm_partials[NCOLS][gl_WorkGroupSize.x / 4];
 void find_row_scales(uint tid) {
@@ -354,11 +361,7 @@ void main() {
   for (uint i = tid; i < (ROWS / 2) * NCOLS; i += gl_WorkGroupSize.x) {
     const uint r = 2 * (i / NCOLS), c = i % NCOLS, row = row0 + r;
     if (row + 1 >= p.M) continue;  // M is even: a pair is inside or wholly past it
-    float s0 = 0.0, s1 = 0.0;
-    for (uint g = 0; g < gl_NumSubgroups; ++g) {
-      s0 += partials[r * NCOLS + c][g];
-      s1 += partials[(r + 1) * NCOLS + c][g];
-    }
+    float s0 = output_sum(r * NCOLS + c), s1 = output_sum((r + 1) * NCOLS + c);
     const uint pair = (row % p.head_dim) / 2;
     if (p.mode != 2u && 2 * pair < p.n_dims) {
       const vec2 turned = rope_turn(s0, s1, positions[c], pair, p.n_dims, p.freq_base, p.freq_scale);
@@ -379,8 +382,7 @@ void main() {
   for (uint i = tid; i < ROWS * NCOLS; i += gl_WorkGroupSize.x) {
     uint r = i / NCOLS, c = i % NCOLS;
     if (row0 + r < p.M) {
-      float s = 0.0;
-      for (uint g = 0; g < gl_NumSubgroups; ++g) s += partials[i][g];
+      const float s = output_sum(i);
       uint o = c * p.M + row0 + r;
       out_data[o] = ACCUMULATE != 0u ? out_data[o] + s : s;
     }
