@@ -290,7 +290,10 @@ void bench_elementwise(Bench& b, Table& table, const Model& m, std::uint32_t t) 
     auto logits = b.random_f32(n, 6), out = b.pool_.allocate(4 * n, "bench"), idx = b.pool_.allocate(4ull * t, "bench");
     double us = b.time_us([&](Recording& rec) { ops::softmax(rec, b.kernels_, logits.range(), out.range(), t, m.vocab, 1.0f); });
     table.add({"softmax", fmt::format("{}", m.vocab), t, "", us, 8.0 * n, 4.0 * n, ""});
-    us = b.time_us([&](Recording& rec) { ops::argmax(rec, b.kernels_, logits.range(), idx.range(), t, m.vocab); });
+    auto argmax_scratch = b.pool_.allocate(ops::argmax_scratch_bytes(t, m.vocab), "bench");
+    us = b.time_us([&](Recording& rec) {
+      ops::argmax(rec, b.kernels_, logits.range(), argmax_scratch.range(), idx.range(), t, m.vocab);
+    });
     table.add({"argmax", fmt::format("{}", m.vocab), t, "", us, 4.0 * n, 1.0 * n, ""});
     std::uint32_t k = 64;
     auto scratch = b.pool_.allocate(ops::topk_scratch_bytes(t, m.vocab, k), "bench");

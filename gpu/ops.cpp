@@ -696,12 +696,33 @@ void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
                s.tokens);
 }
 
-void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n) {
+namespace {
+// Pass 1 of argmax: chunks of at least 2048 elements (8 a thread), at most 256 a row.
+struct ArgmaxSplit {
+  std::uint32_t chunk, groups;
+};
+ArgmaxSplit argmax_split(std::uint32_t n) {
+  const std::uint32_t chunk = std::max(2048u, ceil_div(ceil_div(n, 256), 256) * 256);
+  return {chunk, ceil_div(n, chunk)};
+}
+}  // namespace
+
+std::uint64_t argmax_scratch_bytes(std::uint32_t rows, std::uint32_t n) {
+  return std::uint64_t{rows} * argmax_split(n).groups * 8;
+}
+
+void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch, BufferRange out, std::uint32_t rows,
+            std::uint32_t n) {
+  if (rows == 0 || n == 0) throw GpuError("argmax: no rows or an empty row");
+  if (rows > max_groups) throw GpuError(fmt::format("argmax: {} rows, at most {} at once", rows, max_groups));
+  if (scratch.size < argmax_scratch_bytes(rows, n)) throw GpuError("argmax: the scratch is smaller than argmax_scratch_bytes");
+  const ArgmaxSplit split = argmax_split(n);
   struct {
-    std::uint32_t n, rows;
-  } push{n, rows};
+    std::uint32_t n, rows, chunk, groups;
+  } push{n, rows, split.chunk, split.groups};
+  rec.dispatch(kernel(lib, "argmax", 2, sizeof push), {x, scratch}, push, split.groups, rows);
   auto [gx, gy] = spread(rows);
-  rec.dispatch(kernel(lib, "argmax", 2, sizeof push), {x, out}, push, gx, gy);
+  rec.dispatch(kernel(lib, "argmax_merge", 2, sizeof push), {scratch, out}, push, gx, gy);
 }
 
 namespace {

@@ -203,8 +203,12 @@ void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
                BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,
                const AttentionShape& shape);
 
-// out: (rows) uint32, the index of each row's largest value (the lowest on ties).
-void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n);
+// out: (rows) uint32, the index of each row's largest value (the lowest on ties). Two passes:
+// chunks of each row in many workgroups, their winners into scratch (at least
+// argmax_scratch_bytes(rows, n)), then one workgroup a row.
+std::uint64_t argmax_scratch_bytes(std::uint32_t rows, std::uint32_t n);
+void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch, BufferRange out, std::uint32_t rows,
+            std::uint32_t n);
 
 // The k largest of each row of x (rows, n), ordered (larger first, lower index on ties), into
 // out_values (rows, k) F32 and out_indices (rows, k) uint32. k <= 256 and k <= n. scratch holds

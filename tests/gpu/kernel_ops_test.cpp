@@ -325,11 +325,13 @@ void add_attention_cases(std::vector<OpCase>& cases) {
 }
 
 void add_sampling_cases(std::vector<OpCase>& cases) {
-  for (std::uint32_t n : {1u, 1000u, 5000u}) {
-    cases.push_back({fmt::format("argmax_3x{}", n), 0, [n](Gpu& gpu) {
-                       auto x = tied_vec(3 * n, 14, 50);
-                       auto bx = gpu.up(x), out = gpu.scratch(3 * 4);
-                       run_step(gpu, [&](Recording& rec) { ops::argmax(rec, gpu.kernels, r(bx), r(out), 3, n); });
+  // One chunk, several, a vocabulary's worth; with 4 levels the largest value comes many times in
+  // each thread's share and each chunk: the lowest index must win everywhere.
+  for (auto [n, levels] : {std::pair{1u, 50}, {1000u, 50}, {5000u, 4}, {130000u, 4}}) {
+    cases.push_back({fmt::format("argmax_3x{}", n), 0, [n, levels](Gpu& gpu) {
+                       auto x = tied_vec(3 * n, 14, levels);
+                       auto bx = gpu.up(x), out = gpu.scratch(3 * 4), scratch = gpu.scratch(ops::argmax_scratch_bytes(3, n));
+                       run_step(gpu, [&](Recording& rec) { ops::argmax(rec, gpu.kernels, r(bx), r(scratch), r(out), 3, n); });
                        return Outcome{doubles(gpu.down<std::uint32_t>(out, 3)), doubles(reference::argmax(x, 3, n))};
                      }});
   }
