@@ -1,6 +1,7 @@
 #include "gpu/compute_queue.hpp"
 
 #include <array>
+#include <chrono>
 #include <utility>
 
 #include <fmt/format.h>
@@ -193,8 +194,7 @@ std::uint64_t ComputeQueue::submit_and_wait(Recording& recording) {
   return value;
 }
 
-void ComputeQueue::wait(std::uint64_t value) const {
-  if (value == 0) return;
+void ComputeQueue::block_until(std::uint64_t value) const {
   VkSemaphore semaphore = timeline_.get();
   VkSemaphoreWaitInfo info{};
   info.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO;
@@ -202,6 +202,23 @@ void ComputeQueue::wait(std::uint64_t value) const {
   info.pSemaphores = &semaphore;
   info.pValues = &value;
   check(vkWaitSemaphores(device_.get(), &info, UINT64_MAX), fmt::format("waiting for GPU submission {}", value));
+}
+
+void ComputeQueue::wait(std::uint64_t value) const {
+  if (value == 0 || completed() >= value) return;
+  // A thread blocked on the semaphore wakes tens of microseconds after the GPU finishes, and the
+  // GPU idles until the host has read the step's result and submitted the next: on a discrete GPU
+  // the submissions before `value` are waited for blocked, the last one (a step's last part) by
+  // polling for up to spin_limit (H100, llama3-8b decode: GPU idle between steps 0.34 -> 0.27 ms).
+  // Not on a CPU device (lavapipe), whose work would compete with the polling thread for cores.
+  if (!device_.features().discrete) return block_until(value);
+  if (value > 1) block_until(value - 1);
+  constexpr auto spin_limit = std::chrono::milliseconds(1);
+  const auto until = std::chrono::steady_clock::now() + spin_limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (completed() >= value) return;
+  }
+  block_until(value);
 }
 
 std::uint64_t ComputeQueue::completed() const {

@@ -95,6 +95,7 @@ class ComputeQueue {
     bool recording;
   };
   void drop(std::size_t slot);
+  void block_until(std::uint64_t value) const;
 
   const Device& device_;
   UniqueCommandPool pool_;

@@ -53,6 +53,10 @@ void report(const char* what, const model::StepProfile& p, double per) {
   for (const auto& [label, ms] : p.gpu_ms) gpu_total += ms;
   std::cerr << fmt::format("{} (per {}): host records {:.3f} ms, waits {:.3f} ms; GPU {:.3f} ms:\n", what,
                            per == 1 ? "step" : "token", p.record_ms / per, p.wait_ms / per, gpu_total / per);
+  if (p.steps > 1) {
+    std::cerr << fmt::format("  GPU idle between steps {:.3f} ms a step; the host's first part {:.3f} ms\n",
+                             p.between_steps_ms / static_cast<double>(p.steps - 1), p.first_part_ms / per);
+  }
   std::vector<std::pair<double, std::string>> rows;
   for (const auto& [label, ms] : p.gpu_ms) rows.emplace_back(ms, label);
   std::sort(rows.rbegin(), rows.rend());

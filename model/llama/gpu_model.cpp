@@ -440,6 +440,12 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     const double period_ms = q.device().features().timestamp_period_ns / 1e6;
     for (std::size_t i = 1; i < labels.size(); ++i) profile->gpu_ms[labels[i]] += (stamps[i] - stamps[i - 1]) * period_ms;
+    // From the previous step's last op to this one's first: the GPU waited for the host's reading
+    // of the result and its making of this step (the steps run one after the other).
+    if (profile->last_stamp != 0 && stamps.front() > profile->last_stamp) {
+      profile->between_steps_ms += (stamps.front() - profile->last_stamp) * period_ms;
+    }
+    profile->last_stamp = stamps.back();
   };
   ops::get_rows(rec_of(), lib, token_embd_.type, token_embd_.buffer.range(), ids_buf.range(), x.range(), c.n_embd, n);
   mark("embedding");
@@ -460,6 +466,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     return true;
   };
+  std::uint32_t part_size = 1, part_layers = 0;
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
     if (heads_fused(L)) {
@@ -522,11 +529,19 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       residual_matmul(L.w_down, gate);
     }
     mark("matmul down");
-    // The first part is one layer, so the GPU starts while the host records the next ones.
-    if ((l == 0 || (l + 1) % layers_per_submission_ == 0) && l + 1 < c.n_layers) {
+    // Parts of 1, 2, 4, ... layers up to layers_per_submission_: the GPU starts after one layer
+    // is recorded, and each part takes the host less time to record than the GPU takes to run the
+    // one before, so the GPU never waits for the host inside a step.
+    if (++part_layers == part_size && l + 1 < c.n_layers) {
+      if (profile != nullptr && l == 0) {
+        profile->first_part_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count();
+      }
       q.submit(rec_of());
       current.emplace(q.begin());
       rec_of().after_previous_submissions();
+      mark("waiting for the host");
+      part_layers = 0;
+      part_size = std::min(2 * part_size, layers_per_submission_);
     }
   }
   if (n_out == 0) {
@@ -544,8 +559,10 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   const std::size_t count = argmax_out != nullptr ? n_out : std::size_t{n_out} * c.n_vocab;
   PoolBuffer readback = pool.allocate(count * 4, "scratch", gpu::MemoryKind::host);
   if (argmax_out != nullptr) {
-    PoolBuffer ids = pool.allocate(count * 4, "scratch");
-    ops::argmax(rec_of(), lib, logits.range(), ids.range(), n_out, c.n_vocab);
+    PoolBuffer ids = pool.allocate(count * 4, "scratch"),
+               argmax_parts = pool.allocate(ops::argmax_scratch_bytes(n_out, c.n_vocab), "scratch");
+    ops::argmax(rec_of(), lib, logits.range(), argmax_parts.range(), ids.range(), n_out, c.n_vocab);
+    mark("argmax");
     rec_of().copy(ids.range(), readback.range());
     finish(rec_of());
     argmax_out->resize(count);

@@ -96,6 +96,11 @@ struct StepProfile {
   std::map<std::string, double> gpu_ms;  // "matmul", "attention", ...
   double record_ms = 0;  // building the step's inputs and command buffer on the host
   double wait_ms = 0;    // from submit to the step's completion
+  double first_part_ms = 0;  // from the step's start to the submission of its first part
+  // GPU idle from one profiled step's last op to the next one's first (host turnaround), summed
+  // over the steps after the first.
+  double between_steps_ms = 0;
+  std::uint64_t last_stamp = 0;  // GPU ticks of the last step's last op
   std::uint64_t steps = 0;
 };
 
@@ -104,8 +109,8 @@ class GpuModel {
   // Uploads every tensor; throws std::runtime_error naming a missing or misshapen one.
   GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& source, std::string owner);
   const LlamaConfig& config() const { return config_; }
-  // A step is submitted in parts (its first layer, then this many layers each), so the host records
-  // a part while the GPU runs the one before; any value gives the same results.
+  // A step is submitted in parts (1, 2, 4, ... layers, then this many each), so the host records a
+  // part while the GPU runs the one before; any value gives the same results.
   void set_layers_per_submission(std::uint32_t layers) { layers_per_submission_ = std::max(1u, layers); }
 
   // Runs the step; returns (outputs, n_vocab) logits, one row per token marked output, in order.
