@@ -715,7 +715,9 @@ void argmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scrat
             std::uint32_t n) {
   if (rows == 0 || n == 0) throw GpuError("argmax: no rows or an empty row");
   if (rows > max_groups) throw GpuError(fmt::format("argmax: {} rows, at most {} at once", rows, max_groups));
-  if (scratch.size < argmax_scratch_bytes(rows, n)) throw GpuError("argmax: the scratch is smaller than argmax_scratch_bytes");
+  if (scratch.size < argmax_scratch_bytes(rows, n)) {
+    throw GpuError("argmax: the scratch is smaller than argmax_scratch_bytes");
+  }
   const ArgmaxSplit split = argmax_split(n);
   struct {
     std::uint32_t n, rows, chunk, groups;

@@ -42,7 +42,9 @@ void main() {
     const uint base4 = base / 4, n4 = p.n / 4;
     for (uint i = gl_LocalInvocationIndex; i < n4; i += gl_WorkGroupSize.x) ss += dot(x4[base4 + i], x4[base4 + i]);
     const float scale = inversesqrt(workgroup_sum(ss) / float(p.n) + p.eps);
-    for (uint i = gl_LocalInvocationIndex; i < n4; i += gl_WorkGroupSize.x) STORE4(base4 + i, x4[base4 + i] * scale * w4[i]);
+    for (uint i = gl_LocalInvocationIndex; i < n4; i += gl_WorkGroupSize.x) {
+      STORE4(base4 + i, x4[base4 + i] * scale * w4[i]);
+    }
     return;
   }
   for (uint i = gl_LocalInvocationIndex; i < p.n; i += gl_WorkGroupSize.x) ss += x[base + i] * x[base + i];

@@ -534,7 +534,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     // one before, so the GPU never waits for the host inside a step.
     if (++part_layers == part_size && l + 1 < c.n_layers) {
       if (profile != nullptr && l == 0) {
-        profile->first_part_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count();
+        const auto first_part = std::chrono::steady_clock::now() - step_start;
+        profile->first_part_ms += std::chrono::duration<double, std::milli>(first_part).count();
       }
       q.submit(rec_of());
       current.emplace(q.begin());

@@ -330,8 +330,11 @@ void add_sampling_cases(std::vector<OpCase>& cases) {
   for (auto [n, levels] : {std::pair{1u, 50}, {1000u, 50}, {5000u, 4}, {130000u, 4}}) {
     cases.push_back({fmt::format("argmax_3x{}", n), 0, [n, levels](Gpu& gpu) {
                        auto x = tied_vec(3 * n, 14, levels);
-                       auto bx = gpu.up(x), out = gpu.scratch(3 * 4), scratch = gpu.scratch(ops::argmax_scratch_bytes(3, n));
-                       run_step(gpu, [&](Recording& rec) { ops::argmax(rec, gpu.kernels, r(bx), r(scratch), r(out), 3, n); });
+                       auto bx = gpu.up(x), out = gpu.scratch(3 * 4);
+                       auto scratch = gpu.scratch(ops::argmax_scratch_bytes(3, n));
+                       run_step(gpu, [&](Recording& rec) {
+                         ops::argmax(rec, gpu.kernels, r(bx), r(scratch), r(out), 3, n);
+                       });
                        return Outcome{doubles(gpu.down<std::uint32_t>(out, 3)), doubles(reference::argmax(x, 3, n))};
                      }});
   }
