@@ -352,9 +352,9 @@ std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_
   return ceil_div(std::max(n, 1u), width) * width;
 }
 
-void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
-                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
-                   BufferRange split_scratch) {
+std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
+                            BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
+                            BufferRange split_scratch, bool sum_later) {
   const auto& features = lib.device().features();
   if (!narrow_matmul_applies(features, type, m, k)) {
     throw GpuError(fmt::format("the narrow matmul does not take {} weights of {}x{} on {}", weight_type_name(type), m, k,
@@ -383,7 +383,8 @@ void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRa
   rec.dispatch(kernel(lib, staged_module(type, cm, s), 3, sizeof push, {0, 0, 0, 0, 0, accumulate && !split ? 1u : 0u}, 32),
                {weights, acts16, split ? split_scratch : out}, push, ceil_div(m, 16 * s.sg_m * s.tm),
                ceil_div(n, staged_columns(s)), split ? splits : 1);
-  if (split) sum_splits(rec, lib, split_scratch, out, m * n, splits, accumulate);
+  if (split && !sum_later) sum_splits(rec, lib, split_scratch, out, m * n, splits, accumulate);
+  return split ? splits : 1;
 }
 
 bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n) {

@@ -111,10 +111,12 @@ std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_
 // acts16: F16 with narrow_padded_columns(n) rows (what to_f16 writes).
 // With split_scratch of narrow_split_bytes(m, k, n) or more, a product whose grid is too small to
 // fill the GPU splits K over several workgroups, whose partial products go to the scratch and are
-// then added (in a fixed order) into out. Not for products recorded to run alongside each other.
-void matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
-                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
-                   BufferRange split_scratch = {});
+// then added (in a fixed order) into out. Products recorded to run alongside each other take
+// scratches of their own and sum_later: each returns its split count (1: none, out written), and
+// the caller records sum_splits(split_scratch, out, m * n, splits, accumulate) for each after them.
+std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
+                            BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
+                            BufferRange split_scratch = {}, bool sum_later = false);
 // How many slices of K the narrow path cuts an m x k product of n columns into (1: none), and the
 // scratch bytes that takes (0 for none).
 std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n);

@@ -291,12 +291,28 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     return ranges;
   };
+  // The split K scratch of a product recorded alongside others (normed_projections), and one for the
+  // widest group of them, sized by the first layer's.
+  auto group_split_bytes = [&](const GpuTensor& w) {
+    return narrow(w, n) && !dequantizes(w) ? ops::narrow_split_bytes(features, static_cast<std::uint32_t>(w.rows),
+                                                                    static_cast<std::uint32_t>(w.cols), n)
+                                           : 0;
+  };
+  PoolBuffer group_parts;
+  if (!layers_.empty()) {
+    const Layer& l = layers_.front();
+    const std::uint64_t bytes = std::max(group_split_bytes(l.wq) + group_split_bytes(l.wk) + group_split_bytes(l.wv),
+                                         group_split_bytes(l.w_gate) + group_split_bytes(l.w_up));
+    if (bytes > 0) group_parts = pool.allocate(bytes, "scratch");
+  }
+  // split_scratch: where a product recorded alongside others splits K (its sum left to the caller).
   auto matmul_narrow = [&](const GpuTensor& w, PoolBuffer& out, std::uint32_t rows, bool accumulate, bool split = false,
-                           gpu::BufferRange dequantized = {}) {
-    const bool f16 = dequantized.buffer != VK_NULL_HANDLE;
-    ops::matmul_narrow(rec_of(), lib, f16 ? gpu::WeightType::f16 : w.type, f16 ? dequantized : w.buffer.range(),
-                       acts16.range(), out.range(), static_cast<std::uint32_t>(w.rows), static_cast<std::uint32_t>(w.cols),
-                       rows, accumulate, split && split_parts ? split_parts.range() : gpu::BufferRange{});
+                           gpu::BufferRange dequantized = {}, gpu::BufferRange split_scratch = {}) {
+    const bool f16 = dequantized.buffer != VK_NULL_HANDLE, own = split_scratch.buffer != VK_NULL_HANDLE;
+    if (split && split_parts && !own) split_scratch = split_parts.range();
+    return ops::matmul_narrow(rec_of(), lib, f16 ? gpu::WeightType::f16 : w.type, f16 ? dequantized : w.buffer.range(),
+                              acts16.range(), out.range(), static_cast<std::uint32_t>(w.rows),
+                              static_cast<std::uint32_t>(w.cols), rows, accumulate, split_scratch, own);
   };
   // Int8 activations (ops::matvec_int8) of up to n columns, quantized by the dispatch before the
   // product that reads them.
@@ -373,10 +389,20 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       for (const auto& [w, out] : outs) ws.push_back(w);
       dequantized = dequantize_all(ws);
     }
+    // Products of a decode batch whose grids are too small for the GPU (q, k and v) split K, each
+    // into its own part of group_parts; their sums follow them, recorded alongside each other.
+    struct PendingSum {
+      gpu::BufferRange parts;
+      PoolBuffer* out;
+      std::uint32_t count, splits;
+    };
+    std::vector<PendingSum> sums;
+    std::uint64_t parts_offset = 0;
     bool first = true;
     std::size_t i = 0;
     for (const auto& [w, out] : outs) {
       if (!std::exchange(first, false)) rec_of().next_runs_alongside();
+      const std::uint64_t own_bytes = group_split_bytes(*w);
       const gpu::BufferRange w16 = dequantized[i++];
       if (int8) {
         ops::matvec_q8(rec_of(), lib, w->type, w->buffer.range(), normed(), out->range(),
@@ -385,11 +411,20 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
         ops::matvec_rms_norm(rec_of(), lib, w->type, w->buffer.range(), x.range(), norm.buffer.range(), c.rms_eps,
                              out->range(), static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
       } else if (narrowed && narrow(*w, n)) {
-        matmul_narrow(*w, *out, n, false, false, w16);
+        const bool own = own_bytes > 0 && !w16.buffer && parts_offset + own_bytes <= group_parts.size();
+        const gpu::BufferRange parts = own ? group_parts.range(parts_offset, own_bytes) : gpu::BufferRange{};
+        parts_offset += own_bytes;
+        const std::uint32_t splits = matmul_narrow(*w, *out, n, false, false, w16, parts);
+        if (splits > 1) sums.push_back({parts, out, static_cast<std::uint32_t>(w->rows) * n, splits});
       } else {
         ops::matmul(rec_of(), lib, w->type, w->buffer.range(), h.range(), false, out->range(),
                     static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
       }
+    }
+    first = true;
+    for (const PendingSum& s : sums) {
+      if (!std::exchange(first, false)) rec_of().next_runs_alongside();
+      ops::sum_splits(rec_of(), lib, s.parts, s.out->range(), s.count, s.splits, false);
     }
   };
   // x += w * acts16, the add fused into the tensor cores' product.
