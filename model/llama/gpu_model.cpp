@@ -243,35 +243,39 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   auto to_f16 = [&](const PoolBuffer& in, std::uint32_t rows, std::uint32_t width) {
     ops::to_f16(rec_of(), lib, in.range(), acts16_range(), rows, width, ops::narrow_padded_columns(features, rows));
   };
-  // The residual products (attention output, down projection) have few rows for a large GPU: the
-  // narrow path splits their K where this scratch (sized for the larger of the two) holds the parts.
-  PoolBuffer split_parts;
-  if (!layers_.empty()) {
-    std::uint64_t bytes = 0;
-    for (const GpuTensor* w : {&layers_.front().wo, &layers_.front().w_down}) {
-      if (!narrow(*w, n)) continue;
-      bytes = std::max(bytes, ops::narrow_split_bytes(features, static_cast<std::uint32_t>(w->rows),
-                                                      static_cast<std::uint32_t>(w->cols), n));
+  // The bytes the widest group of products recorded alongside each other (q/k/v, gate/up, and the
+  // residual products alone) needs of a step scratch, each product bytes_of(w); the first layer's
+  // shapes are every layer's.
+  auto widest_group = [&](auto bytes_of) {
+    std::uint64_t widest = 0;
+    if (layers_.empty()) return widest;
+    const Layer& l = layers_.front();
+    for (auto group : {std::vector<const GpuTensor*>{&l.wq, &l.wk, &l.wv}, {&l.w_gate, &l.w_up}, {&l.wo}, {&l.w_down}}) {
+      std::uint64_t sum = 0;
+      for (const GpuTensor* w : group) sum += bytes_of(*w);
+      widest = std::max(widest, sum);
     }
-    if (bytes > 0) split_parts = pool.allocate(bytes, "scratch");
-  }
+    return widest;
+  };
+  // Products with few rows for a large GPU (a decode batch's q/k/v and residual products) split K on
+  // the narrow path; the partial products go to this scratch, a part of it for each product of a
+  // group recorded alongside each other.
+  auto split_bytes = [&](const GpuTensor& w) {
+    return narrow(w, n) ? ops::narrow_split_bytes(features, static_cast<std::uint32_t>(w.rows),
+                                                  static_cast<std::uint32_t>(w.cols), n)
+                        : 0;
+  };
+  PoolBuffer split_parts;
+  if (const std::uint64_t bytes = widest_group(split_bytes); bytes > 0) split_parts = pool.allocate(bytes, "scratch");
   // Wide steps (prefill chunks) multiply Q4_0 and Q8_0 weights as F16 matrices dequantized once per
-  // step into this scratch, sized for the widest group of products recorded alongside each other.
+  // step into this scratch, a part for each product of a group.
   auto dequantizes = [&](const GpuTensor& w) {
     return ops::narrow_dequantizes(features, w.type, static_cast<std::uint32_t>(w.rows), static_cast<std::uint32_t>(w.cols), n);
   };
   auto f16_bytes = [](const GpuTensor& w) { return std::uint64_t{w.rows} * w.cols * 2; };
   PoolBuffer weights16;
-  if (!layers_.empty()) {
-    const Layer& l = layers_.front();
-    std::uint64_t bytes = 0;
-    for (auto group : {std::vector<const GpuTensor*>{&l.wq, &l.wk, &l.wv}, {&l.w_gate, &l.w_up}, {&l.wo}, {&l.w_down}}) {
-      std::uint64_t sum = 0;
-      for (const GpuTensor* w : group) sum += dequantizes(*w) ? f16_bytes(*w) : 0;
-      bytes = std::max(bytes, sum);
-    }
-    if (bytes > 0) weights16 = pool.allocate(bytes, "scratch");
-  }
+  const std::uint64_t weights16_bytes = widest_group([&](const GpuTensor& w) { return dequantizes(w) ? f16_bytes(w) : 0; });
+  if (weights16_bytes > 0) weights16 = pool.allocate(weights16_bytes, "scratch");
   // Dequantizes each of `ws` that takes it into its own part of weights16 (the dispatches run
   // alongside each other); returns each one's F16 range, empty for the others.
   auto dequantize_all = [&](const std::vector<const GpuTensor*>& ws) {
@@ -291,28 +295,13 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     return ranges;
   };
-  // The split K scratch of a product recorded alongside others (normed_projections), and one for the
-  // widest group of them, sized by the first layer's.
-  auto group_split_bytes = [&](const GpuTensor& w) {
-    return narrow(w, n) && !dequantizes(w) ? ops::narrow_split_bytes(features, static_cast<std::uint32_t>(w.rows),
-                                                                    static_cast<std::uint32_t>(w.cols), n)
-                                           : 0;
-  };
-  PoolBuffer group_parts;
-  if (!layers_.empty()) {
-    const Layer& l = layers_.front();
-    const std::uint64_t bytes = std::max(group_split_bytes(l.wq) + group_split_bytes(l.wk) + group_split_bytes(l.wv),
-                                         group_split_bytes(l.w_gate) + group_split_bytes(l.w_up));
-    if (bytes > 0) group_parts = pool.allocate(bytes, "scratch");
-  }
-  // split_scratch: where a product recorded alongside others splits K (its sum left to the caller).
-  auto matmul_narrow = [&](const GpuTensor& w, PoolBuffer& out, std::uint32_t rows, bool accumulate, bool split = false,
-                           gpu::BufferRange dequantized = {}, gpu::BufferRange split_scratch = {}) {
-    const bool f16 = dequantized.buffer != VK_NULL_HANDLE, own = split_scratch.buffer != VK_NULL_HANDLE;
-    if (split && split_parts && !own) split_scratch = split_parts.range();
+  // split_scratch: where the product may split K; sum_later: the caller records its sum (ops::matmul_narrow).
+  auto matmul_narrow = [&](const GpuTensor& w, PoolBuffer& out, std::uint32_t rows, bool accumulate,
+                           gpu::BufferRange dequantized = {}, gpu::BufferRange split_scratch = {}, bool sum_later = false) {
+    const bool f16 = dequantized.buffer != VK_NULL_HANDLE;
     return ops::matmul_narrow(rec_of(), lib, f16 ? gpu::WeightType::f16 : w.type, f16 ? dequantized : w.buffer.range(),
                               acts16.range(), out.range(), static_cast<std::uint32_t>(w.rows),
-                              static_cast<std::uint32_t>(w.cols), rows, accumulate, split_scratch, own);
+                              static_cast<std::uint32_t>(w.cols), rows, accumulate, split_scratch, sum_later);
   };
   // Int8 activations (ops::matvec_int8) of up to n columns, quantized by the dispatch before the
   // product that reads them.
@@ -390,7 +379,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       dequantized = dequantize_all(ws);
     }
     // Products of a decode batch whose grids are too small for the GPU (q, k and v) split K, each
-    // into its own part of group_parts; their sums follow them, recorded alongside each other.
+    // into its own part of split_parts; their sums follow them, recorded alongside each other.
     struct PendingSum {
       gpu::BufferRange parts;
       PoolBuffer* out;
@@ -402,7 +391,6 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     std::size_t i = 0;
     for (const auto& [w, out] : outs) {
       if (!std::exchange(first, false)) rec_of().next_runs_alongside();
-      const std::uint64_t own_bytes = group_split_bytes(*w);
       const gpu::BufferRange w16 = dequantized[i++];
       if (int8) {
         ops::matvec_q8(rec_of(), lib, w->type, w->buffer.range(), normed(), out->range(),
@@ -411,10 +399,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
         ops::matvec_rms_norm(rec_of(), lib, w->type, w->buffer.range(), x.range(), norm.buffer.range(), c.rms_eps,
                              out->range(), static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
       } else if (narrowed && narrow(*w, n)) {
-        const bool own = own_bytes > 0 && !w16.buffer && parts_offset + own_bytes <= group_parts.size();
-        const gpu::BufferRange parts = own ? group_parts.range(parts_offset, own_bytes) : gpu::BufferRange{};
-        parts_offset += own_bytes;
-        const std::uint32_t splits = matmul_narrow(*w, *out, n, false, false, w16, parts);
+        const std::uint64_t own_bytes = split_bytes(*w);
+        const bool own = own_bytes > 0 && !w16.buffer && parts_offset + own_bytes <= split_parts.size();
+        const gpu::BufferRange parts = own ? split_parts.range(parts_offset, own_bytes) : gpu::BufferRange{};
+        if (own) parts_offset += own_bytes;
+        const std::uint32_t splits = matmul_narrow(*w, *out, n, false, w16, parts, true);
         if (splits > 1) sums.push_back({parts, out, static_cast<std::uint32_t>(w->rows) * n, splits});
       } else {
         ops::matmul(rec_of(), lib, w->type, w->buffer.range(), h.range(), false, out->range(),
@@ -430,7 +419,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   // x += w * acts16, the add fused into the tensor cores' product.
   auto narrow_residual = [&](const GpuTensor& w) {
     const gpu::BufferRange w16 = dequantize_all({&w}).front();
-    matmul_narrow(w, x, n, true, true, w16);
+    matmul_narrow(w, x, n, true, w16, split_parts ? split_parts.range() : gpu::BufferRange{});
   };
   auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
