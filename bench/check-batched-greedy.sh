@@ -10,10 +10,12 @@
 set -euo pipefail
 server=$1 batch=${2:-16} n=${3:-32}
 work=$(mktemp -d)
-ask() { mqlm client --server "$server" --json --temperature 0 -n "$n" -p "$1" | grep -o '"tokens":\[[0-9,]*\]' | tr -dc '0-9,\n' | paste -sd, -; }
+client() { mqlm client --server "$server" --json --temperature 0 -n "$n" "$@"; }
+tokens() { grep -o '"tokens":\[[0-9,]*\]' | tr -dc '0-9,\n' | paste -sd, -; }  # the events' token ids, joined
+ask() { client -p "$1" | tokens; }
 prompt="The quick brown fox jumps over the lazy dog and then"
-mqlm client --server "$server" --json --temperature 0 -n "$n" -p "$prompt" --logprobs --top-logprobs 2 >"$work/alone.json"
-grep -o '"tokens":\[[0-9,]*\]' "$work/alone.json" | tr -dc '0-9,\n' | paste -sd, - >"$work/alone"
+client -p "$prompt" --logprobs --top-logprobs 2 >"$work/alone.json"
+tokens <"$work/alone.json" >"$work/alone"
 for i in $(seq 1 "$batch"); do ask "$prompt" >"$work/b$i" & done
 wait
 same=0
