@@ -35,6 +35,7 @@ layout(binding = 1) readonly buffer Acts { uvec4 b4[]; };  // F16, 8 to a word
 layout(binding = 2) buffer Out { float out_data[]; };
 
 const uint THREADS = 32 * SG_M * SG_N;
+const uint GROUP_M = 8;  // row tiles a group of workgroups shares (see main)
 const uint BM = SG_M * TM * 16;
 const uint BN = SG_N * TN * CM_N;
 // A row of a stage: 32 * KB F16 (4 * KB words of 16 bytes) and one word of pad, so that the rows a
@@ -149,7 +150,17 @@ bool whole_fragment(uint m, uint n) { return m + 16 <= p.M && n + CM_N <= p.N &&
 void main() {
   const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
   const uint sm = sg % SG_M, sn = sg / SG_M;
-  const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
+  // Workgroups start in the order of their flat index (x fastest). Taken as (row tile, column tile)
+  // directly, the workgroups running together would share one column tile and sweep all of the
+  // weights, once for each column tile: wide products read their weights from memory N / BN times.
+  // Instead the flat index walks groups of GROUP_M row tiles: each group's weight rows stay in L2
+  // while every column tile passes over them (the activations, a few MiB, stay there throughout).
+  // With one column tile (decode) this is the plain order.
+  const uint tiles_m = gl_NumWorkGroups.x, tiles_n = gl_NumWorkGroups.y;
+  const uint flat_index = gl_WorkGroupID.y * tiles_m + gl_WorkGroupID.x, per_group = GROUP_M * tiles_n;
+  const uint group_m0 = (flat_index / per_group) * GROUP_M, in_group = flat_index % per_group;
+  const uint group_rows = min(GROUP_M, tiles_m - group_m0);
+  const uint m0 = (group_m0 + in_group % group_rows) * BM, n0 = (in_group / group_rows) * BN;
   // Split K (grid z > 1): this workgroup's share of the blocks, its sums written to slice z of out
   // (N x M each), which the host then adds up (sum_splits).
   const uint blocks = p.K / (32 * KB), splits = gl_NumWorkGroups.z, per_split = (blocks + splits - 1) / splits;
