@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -381,6 +382,7 @@ void add_kernel_bench(CLI::App& bench) {
     std::string matvec_shape;
     std::string staged_shape;
     std::uint32_t staged_splits = 0;
+    std::string pipeline_stats;
     DeviceOptions device;
   };
   auto o = std::make_shared<Options>();
@@ -403,6 +405,9 @@ void add_kernel_bench(CLI::App& bench) {
                   "count (default: tuned per column count)");
   cmd->add_option("--staged-splits", o->staged_splits,
                   "slices of K for the narrow matmul's split rows, where it splits (default: tuned)");
+  cmd->add_option("--pipeline-stats", o->pipeline_stats,
+                  "write what the driver reports of every pipeline used (statistics such as registers, and its "
+                  "internal representations) to this folder (VK_KHR_pipeline_executable_properties)");
   cmd->add_option("--out", o->out, "also write the table, with date, device, driver and command, to this file");
   cmd->callback([o] {
     std::vector<WeightType> types;
@@ -439,6 +444,7 @@ void add_kernel_bench(CLI::App& bench) {
       }
     }
     ops::set_staged_shape(staged, o->staged_splits);
+    o->device.pipeline_statistics = !o->pipeline_stats.empty();
     Bench b(o->device, o->target_ms);
     std::string header = fmt::format("- device: {}\n", b.device_.features().summary());
     std::cerr << header;
@@ -459,6 +465,14 @@ void add_kernel_bench(CLI::App& bench) {
         "| kernel | shape | tokens | path | time us | GB/s | TFLOP/s | % of copy BW | check |\n"
         "|---|---|---|---|---|---|---|---|---|\n";
     std::cout << header << "\n" << columns << table.str();
+    if (!o->pipeline_stats.empty()) {
+      std::filesystem::create_directories(o->pipeline_stats);
+      std::ofstream stats(o->pipeline_stats + "/statistics.txt");
+      stats << b.kernels_.pipeline_statistics();
+      if (!stats) throw CommandFailed("cannot write " + o->pipeline_stats + "/statistics.txt");
+      std::cerr << fmt::format("pipeline statistics: {}/statistics.txt, {} internal representations\n", o->pipeline_stats,
+                               b.kernels_.write_internal_representations(o->pipeline_stats));
+    }
     if (!o->out.empty()) {
       std::ofstream file(o->out);
       file << "# Kernel benchmark\n\n- date: " << utc_now() << "\n" << header

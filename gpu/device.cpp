@@ -325,6 +325,19 @@ Device::Device(const DeviceOptions& options) {
   e2.features.shaderInt16 = VK_TRUE;
   e2.features.shaderInt64 = f2.features.shaderInt64;
 
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR enable_executables{};
+  enable_executables.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR;
+  enable_executables.pipelineExecutableInfo = VK_TRUE;
+  features_.pipeline_statistics =
+      options.pipeline_statistics && has(extensions, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+  if (options.pipeline_statistics && !features_.pipeline_statistics) {
+    spdlog::warn("{} lacks {}: no pipeline statistics", p.deviceName, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+  }
+  if (features_.pipeline_statistics) {
+    enable_executables.pNext = e2.pNext;
+    e2.pNext = &enable_executables;
+  }
+
   std::uint32_t family_count = 0;
   vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, nullptr);
   std::vector<VkQueueFamilyProperties> families(family_count);
@@ -343,6 +356,7 @@ Device::Device(const DeviceOptions& options) {
   std::vector<const char*> enable = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
   if (features_.cooperative_matrix) enable.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   if (features_.integer_dot_product && dot_extension) enable.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+  if (features_.pipeline_statistics) enable.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
   memory_budget_ = has(extensions, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   if (memory_budget_) enable.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   float priority = 1.0f;

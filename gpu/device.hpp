@@ -19,6 +19,10 @@ struct DeviceOptions {
   std::string selector;
   // Khronos validation layers (also switched on by MQLM_VULKAN_VALIDATION=1).
   bool validation = false;
+  // Capture the driver's statistics (registers, shared memory, ...) and internal representations
+  // of every pipeline, where the device has VK_KHR_pipeline_executable_properties: a diagnostic
+  // (`mqlm bench kernels --pipeline-stats DIR`); some drivers skip their caches for such pipelines.
+  bool pipeline_statistics = false;
 };
 
 // A tensor-core tile shape (M x N x K) for F16 x F16 + F32 at subgroup scope.
@@ -42,6 +46,7 @@ struct DeviceFeatures {
   bool integer_dot_product = false;      // shaderIntegerDotProduct enabled: the int8 mat-vec for Q8_0 and Q4_0
   bool bfloat16 = false;                 // VK_KHR_shader_bfloat16 (reported; BF16 is converted in ALU)
   bool cooperative_matrix_khr = false;   // VK_KHR_cooperative_matrix (reported; see cooperative_matrix)
+  bool pipeline_statistics = false;      // asked for (DeviceOptions) and enabled
   // The shape the tensor-core matmul uses, when the device has VK_NV_cooperative_matrix with
   // F16 x F16 + F32 at subgroup scope and a subgroup size of 32. Empty on lavapipe.
   std::optional<CooperativeMatrixShape> cooperative_matrix;

@@ -1,5 +1,7 @@
 #include "gpu/kernel_library.hpp"
 
+#include <fstream>
+
 #include <fmt/format.h>
 
 #include "gpu/vulkan_error.hpp"
@@ -58,6 +60,9 @@ Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelSpec& sp
   info.stage.pName = "main";
   info.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec_info;
   info.layout = layout;
+  if (device.features().pipeline_statistics) {
+    info.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR | VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
+  }
   VkPipeline pipeline = VK_NULL_HANDLE;
   check(vkCreateComputePipelines(dev, cache, 1, &info, nullptr, &pipeline), "vkCreateComputePipelines " + spec.shader);
   pipeline_ = {dev, pipeline};
@@ -87,6 +92,105 @@ std::vector<std::uint8_t> KernelLibrary::cache_data() const {
   check(vkGetPipelineCacheData(device_.get(), cache_.get(), &size, data.data()), "vkGetPipelineCacheData");
   data.resize(size);
   return data;
+}
+
+namespace {
+
+template <class Fn>
+Fn device_function(VkDevice device, const char* name) {
+  auto fn = reinterpret_cast<Fn>(vkGetDeviceProcAddr(device, name));
+  if (fn == nullptr) throw GpuError(std::string(name) + " is missing although its extension is enabled");
+  return fn;
+}
+
+std::vector<VkPipelineExecutablePropertiesKHR> executables(VkDevice device, VkPipeline pipeline) {
+  auto get = device_function<PFN_vkGetPipelineExecutablePropertiesKHR>(device, "vkGetPipelineExecutablePropertiesKHR");
+  VkPipelineInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, nullptr, pipeline};
+  std::uint32_t count = 0;
+  check(get(device, &info, &count, nullptr), "vkGetPipelineExecutablePropertiesKHR");
+  VkPipelineExecutablePropertiesKHR blank{};
+  blank.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR;
+  std::vector<VkPipelineExecutablePropertiesKHR> props(count, blank);
+  check(get(device, &info, &count, props.data()), "vkGetPipelineExecutablePropertiesKHR");
+  return props;
+}
+
+std::string statistic_value(const VkPipelineExecutableStatisticKHR& s) {
+  switch (s.format) {
+    case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: return s.value.b32 ? "true" : "false";
+    case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: return std::to_string(s.value.i64);
+    case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: return std::to_string(s.value.u64);
+    case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: return fmt::format("{:g}", s.value.f64);
+    default: return "?";
+  }
+}
+
+// A kernel's key as a file name: shader name and constants, '/' and ',' replaced.
+std::string file_name(std::string key) {
+  for (char& c : key) {
+    if (c == '/' || c == ',') c = '_';
+  }
+  return key;
+}
+
+}  // namespace
+
+std::string KernelLibrary::pipeline_statistics() const {
+  if (!device_.features().pipeline_statistics) return "";
+  VkDevice dev = device_.get();
+  auto get = device_function<PFN_vkGetPipelineExecutableStatisticsKHR>(dev, "vkGetPipelineExecutableStatisticsKHR");
+  std::string text;
+  for (const auto& [key, kernel] : kernels_) {
+    auto props = executables(dev, kernel->pipeline());
+    for (std::uint32_t i = 0; i < props.size(); ++i) {
+      text += fmt::format("{} [{}: {}, subgroup {}]\n", key, props[i].name, props[i].description, props[i].subgroupSize);
+      VkPipelineExecutableInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, nullptr, kernel->pipeline(), i};
+      std::uint32_t count = 0;
+      check(get(dev, &info, &count, nullptr), "vkGetPipelineExecutableStatisticsKHR");
+      VkPipelineExecutableStatisticKHR blank{};
+      blank.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR;
+      std::vector<VkPipelineExecutableStatisticKHR> stats(count, blank);
+      check(get(dev, &info, &count, stats.data()), "vkGetPipelineExecutableStatisticsKHR");
+      for (const auto& s : stats) text += fmt::format("  {}: {}\n", s.name, statistic_value(s));
+    }
+  }
+  return text;
+}
+
+std::size_t KernelLibrary::write_internal_representations(const std::string& dir) const {
+  if (!device_.features().pipeline_statistics) return 0;
+  VkDevice dev = device_.get();
+  auto get = device_function<PFN_vkGetPipelineExecutableInternalRepresentationsKHR>(
+      dev, "vkGetPipelineExecutableInternalRepresentationsKHR");
+  std::size_t written = 0;
+  for (const auto& [key, kernel] : kernels_) {
+    auto props = executables(dev, kernel->pipeline());
+    for (std::uint32_t i = 0; i < props.size(); ++i) {
+      VkPipelineExecutableInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, nullptr, kernel->pipeline(), i};
+      std::uint32_t count = 0;
+      check(get(dev, &info, &count, nullptr), "vkGetPipelineExecutableInternalRepresentationsKHR");
+      VkPipelineExecutableInternalRepresentationKHR blank{};
+      blank.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR;
+      std::vector<VkPipelineExecutableInternalRepresentationKHR> reps(count, blank);
+      check(get(dev, &info, &count, reps.data()), "vkGetPipelineExecutableInternalRepresentationsKHR");
+      std::vector<std::vector<char>> data(count);
+      for (std::uint32_t r = 0; r < count; ++r) {
+        data[r].resize(reps[r].dataSize);
+        reps[r].pData = data[r].data();
+      }
+      check(get(dev, &info, &count, reps.data()), "vkGetPipelineExecutableInternalRepresentationsKHR");
+      for (std::uint32_t r = 0; r < count; ++r) {
+        std::string path = fmt::format("{}/{}-{}-{}.{}", dir, file_name(key), i, file_name(reps[r].name),
+                                       reps[r].isText ? "txt" : "bin");
+        std::ofstream out(path, std::ios::binary);
+        std::size_t size = reps[r].isText ? std::string_view(data[r].data(), data[r].size()).find('\0') : data[r].size();
+        out.write(data[r].data(), static_cast<std::streamsize>(std::min(size, data[r].size())));
+        if (!out) throw GpuError("cannot write " + path);
+        ++written;
+      }
+    }
+  }
+  return written;
 }
 
 }  // namespace mqlm::gpu

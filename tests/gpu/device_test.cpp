@@ -2,10 +2,12 @@
 // selection rules on whatever devices there are (the H100 machine too).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
 #include "gpu/device.hpp"
+#include "gpu/kernel_library.hpp"
 #include "gpu/vulkan_error.hpp"
 #include "gpu_fixture.hpp"
 
@@ -46,6 +48,30 @@ TEST(Device, AnUnknownSelectorSaysWhatExists) {
     EXPECT_NE(what.find("0: " + first), std::string::npos) << what;
   }
   EXPECT_THROW(Device(DeviceOptions{"7", false}), GpuError);
+}
+
+// Asking for pipeline statistics never stops a device from being made: where the driver has
+// VK_KHR_pipeline_executable_properties (NVIDIA's does) every pipeline built reports its
+// executables' statistics; where it does not (lavapipe) the report is empty.
+TEST(Device, PipelineStatisticsWhereTheDriverHasThem) {
+  DeviceOptions options{"0", false};
+  options.pipeline_statistics = true;
+  Device device(options);
+  KernelLibrary lib(device);
+  lib.get({"copy", 2, 4, {}, 0});
+  const std::string text = lib.pipeline_statistics();
+  const auto dir = ::testing::TempDir() + "pipeline-statistics";
+  std::filesystem::create_directories(dir);
+  const std::size_t written = lib.write_internal_representations(dir);
+  std::cout << device.features().name << ":\n" << text << written << " internal representations\n";
+  if (device.features().pipeline_statistics) {
+    EXPECT_EQ(text.rfind("copy//0 [", 0), 0u) << text;
+    EXPECT_NE(text.find("\n  "), std::string::npos) << "no statistic reported";
+  } else {
+    EXPECT_EQ(text, "");
+    EXPECT_EQ(written, 0u);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Device, MemoryFiguresSumTheDeviceLocalHeaps) {
