@@ -20,8 +20,8 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
-// The shape is fixed at compile time (one module per shape), so that every loop below unrolls and
-// every fragment index is a constant: arrays of fragments then live in registers.
+// The shape is fixed at compile time (one module per shape), so that the loops over fragments
+// unroll and every fragment index is a constant: arrays of fragments then live in registers.
 const uint SG_M = SHAPE_SG_M;  // subgroups along M
 const uint SG_N = SHAPE_SG_N;  // subgroups along N
 const uint TM = SHAPE_TM;      // 16-row fragments per subgroup
@@ -196,7 +196,10 @@ void main() {
       load_a(m0, b + 1);
       load_b(n0, b + 1);
     }
-    [[unroll]] for (uint h = 0; h < 2 * KB; ++h) {
+    // Not unrolled: unrolled, the fragment steps made kernels of 60-115 KB, whose instruction
+    // fetches cost more than the loop (H100, Q4_0 decode steps: 16 sequences 10.9 -> 9.3 ms, 64:
+    // 16.5 -> 15.7, 32: 12.1 -> 12.4; prefill +7%; bench/results/tensor-cores-2026-11-26-h100.md).
+    [[dont_unroll]] for (uint h = 0; h < 2 * KB; ++h) {
       fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[TM];
       [[unroll]] for (uint i = 0; i < TM; ++i) {
         coopMatLoadNV(a[i], tile_a, stage * A_STAGE + (sm * TM * 16 + 16 * i) * STRIDE + 2 * h, STRIDE, false);
