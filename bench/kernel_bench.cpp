@@ -124,6 +124,16 @@ double copy_bandwidth(Bench& b, std::string& shape) {
   return 2.0 * double(bytes) / us / 1e3;  // bytes read plus bytes written
 }
 
+// TFLOP/s of a module of shaders/coopmat_peak.comp whose subgroups keep `accumulators` 16x16
+// F32 accumulators (the tensor cores with nothing else in the way, or with fragment loads).
+double tensor_core_tflops(Bench& b, const std::string& module, std::uint32_t accumulators) {
+  constexpr std::uint32_t groups = 1056, subgroups = 4, iterations = 4096;
+  auto out = b.pool_.allocate(std::uint64_t{groups} * subgroups * accumulators * 16 * 16 * 4, "bench");
+  const Kernel& k = b.kernels_.get({module, 1, 4, {}, 32});
+  double us = b.time_us([&](Recording& rec) { rec.dispatch(k, {out.range()}, iterations, groups); });
+  return 2.0 * 16 * 16 * 16 * accumulators * iterations * subgroups * groups / us / 1e6;
+}
+
 // Normalised squared error of `got` against `want`.
 std::string compare(Bench& b, const PoolBuffer& got, const PoolBuffer& want, std::size_t n) {
   auto g = download<float>(b.queue_, b.pool_, got, n), w = download<float>(b.queue_, b.pool_, want, n);
@@ -135,7 +145,9 @@ std::string compare(Bench& b, const PoolBuffer& got, const PoolBuffer& want, std
   return fmt::format("nmse {:.1e} vs tiled", err / std::max(norm, 1e-30));
 }
 
-void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens, const std::vector<WeightType>& types) {
+// staged_only: time the narrow (tensor-core) path alone, checked against the tiled path run once untimed.
+void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens, const std::vector<WeightType>& types,
+                   bool staged_only) {
   struct Shape {
     const char* name;
     std::uint32_t rows, k;
@@ -163,6 +175,7 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
       if (tokens <= 8) paths.push_back(ops::MatmulPath::vector);
       if (tokens > 1) paths.push_back(ops::MatmulPath::tiled);
       if (tokens > 8 && b.device_.features().cooperative_matrix) paths.push_back(ops::MatmulPath::cooperative);
+      if (staged_only) paths.clear();
       // The tiled path's output, computed once untimed: the reference the other paths are checked against.
       auto tiled_out = b.pool_.allocate(out.size(), "bench");
       {
@@ -206,7 +219,7 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
       const auto& features = b.device_.features();
       // Decode's int8 mat-vec from activations quantized once (quantize_q8): alone, as it runs
       // after the quantizing dispatch, and with that dispatch.
-      if (tokens <= 8 && ops::matvec_int8(features, type) && ops::matvec_can_accumulate(type, s.k, tokens)) {
+      if (!staged_only && tokens <= 8 && ops::matvec_int8(features, type) && ops::matvec_can_accumulate(type, s.k, tokens)) {
         auto q8 = b.pool_.allocate(ops::q8_acts_bytes(s.k, tokens), "bench");
         const double traffic = double(bytes.size()) + double(ops::q8_acts_bytes(s.k, tokens)) + 4.0 * tokens * s.rows;
         extra_row("vector, q8 acts", traffic, [&](Recording& rec, const PoolBuffer& w) {
@@ -383,6 +396,7 @@ void add_kernel_bench(CLI::App& bench) {
     std::string staged_shape;
     std::uint32_t staged_splits = 0;
     std::string pipeline_stats;
+    bool staged_only = false;
     DeviceOptions device;
   };
   auto o = std::make_shared<Options>();
@@ -395,6 +409,7 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_flag("--validation", o->device.validation, "switch on the Khronos validation layers");
   cmd->add_option("--target-ms", o->target_ms, "GPU time to spend on each measurement");
   cmd->add_flag("--matmul-only", o->matmul_only, "only the matmuls (no elementwise, attention)");
+  cmd->add_flag("--staged-only", o->staged_only, "of the matmuls, only the narrow (tensor-core) path (implies --matmul-only)");
   cmd->add_flag("--attention-only", o->attention_only, "only kv_write and attention (both paths)");
   cmd->add_option("--context", o->context, "context length of the attention decode rows (default: the preset's)");
   cmd->add_option("--matvec-shape", o->matvec_shape,
@@ -445,6 +460,7 @@ void add_kernel_bench(CLI::App& bench) {
     }
     ops::set_staged_shape(staged, o->staged_splits);
     o->device.pipeline_statistics = !o->pipeline_stats.empty();
+    if (o->staged_only) o->matmul_only = true;
     Bench b(o->device, o->target_ms);
     std::string header = fmt::format("- device: {}\n", b.device_.features().summary());
     std::cerr << header;
@@ -452,10 +468,26 @@ void add_kernel_bench(CLI::App& bench) {
     double copy_gbs = copy_bandwidth(b, copy_shape);
     header += fmt::format("- copy bandwidth (compute-shader copy of {}, bytes read + written): {:.0f} GB/s\n", copy_shape,
                           copy_gbs);
+    const auto& cm = b.device_.features().cooperative_matrix;
+    if (cm && cm->n == 16) {
+      // Variants (shaders/CMakeLists.txt): TMxTN fragments a subgroup, rows of S 16-byte words
+      // (the staged matmul's wide shape: 2x4, S = 9).
+      const std::pair<const char*, std::uint32_t> variants[] = {{"2x4_s9", 8}, {"2x4_s8", 8}, {"2x4_s10", 8}, {"2x4_s12", 8},
+                                                                {"4x4_s9", 16}, {"4x2_s9", 8}, {"1x4_s9", 4}};
+      std::string shared;
+      for (const auto& [name, acc] : variants) {
+        shared += fmt::format(" {} {:.0f},", name, tensor_core_tflops(b, fmt::format("coopmat_peak_shared_{}", name), acc));
+      }
+      shared.pop_back();
+      header += fmt::format("- tensor cores (NV cooperative matrix 16x16x16, F16 x F16 + F32; shaders/coopmat_peak.comp): "
+                            "{:.0f} TFLOP/s with the operands in registers; with fragments loaded from shared memory "
+                            "(TMxTN fragments a subgroup, rows of S 16-byte words; the staged matmul loads 2x4 (wide) or 1xTN at S = 4 KB + 1):{}\n",
+                            tensor_core_tflops(b, "coopmat_peak", 8), shared);
+    }
     std::cerr << header;
     Table table(copy_gbs);
     for (auto t : o->tokens) {
-      if (!o->attention_only) bench_matmuls(b, table, model, t, types);
+      if (!o->attention_only) bench_matmuls(b, table, model, t, types, o->staged_only);
       if (o->matmul_only) continue;
       if (!o->attention_only) bench_elementwise(b, table, model, t);
       bench_attention(b, table, model, t);
@@ -481,7 +513,7 @@ void add_kernel_bench(CLI::App& bench) {
                           o->attention_only ? " --attention-only" : "",
                           o->context != 0 ? fmt::format(" --context {}", o->context) : "",
                           o->matvec_shape.empty() ? "" : " --matvec-shape " + o->matvec_shape)
-           << (o->staged_shape.empty() ? "" : " --staged-shape " + o->staged_shape)
+           << (o->staged_only ? " --staged-only" : "") << (o->staged_shape.empty() ? "" : " --staged-shape " + o->staged_shape)
            << (o->staged_splits == 0 ? "" : fmt::format(" --staged-splits {}", o->staged_splits)) << "\n"
            << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
               " matmul paths: vector (few tokens), tiled, coopmat (tensor cores, 64x64 tiles), staged (the narrow path: tensor cores,"
