@@ -19,6 +19,7 @@ struct BufferPool::Block {
   std::uint64_t active_ranges = 0;
   std::uint64_t cached_ranges = 0;
   bool dedicated = false;  // larger than a block, holds one allocation: never carved
+  std::uint64_t epoch = 0;  // the pool's epoch at the block's latest allocation
 };
 
 namespace {
@@ -128,6 +129,7 @@ PoolBuffer BufferPool::allocate(VkDeviceSize size, std::string_view owner, Memor
   active_ += class_size;
   owner_active_[buffer.owner_] += class_size;
   peak_ = std::max(peak_, active_);
+  place.block->epoch = epoch_;
   return buffer;
 }
 
@@ -193,11 +195,12 @@ void BufferPool::return_cached(std::uint64_t done, const MemoryKind* only_kind) 
   std::erase_if(cache_, [](const auto& entry) { return entry.second.empty(); });
 }
 
-TrimResult BufferPool::release_free_blocks() {
+// Wholly free blocks last allocated from before epoch `unused_since` (all of them by default).
+TrimResult BufferPool::release_free_blocks(std::uint64_t unused_since) {
   TrimResult result;
   for (auto it = blocks_.begin(); it != blocks_.end();) {
     Block& block = *it->second;
-    if (block.active_ranges == 0 && block.cached_ranges == 0) {
+    if (block.active_ranges == 0 && block.cached_ranges == 0 && block.epoch < unused_since) {
       result.bytes_released += block.size;
       result.blocks_released++;
       held_ -= block.size;
@@ -217,6 +220,12 @@ TrimResult BufferPool::trim() {
 TrimResult BufferPool::trim_completed() {
   return_cached(queue_.completed(), nullptr);
   return release_free_blocks();
+}
+
+TrimResult BufferPool::trim_unused_since(std::uint64_t epoch) {
+  queue_.wait(queue_.last_submitted());
+  return_cached(queue_.completed(), nullptr);
+  return release_free_blocks(epoch);
 }
 
 void BufferPool::release(PoolBuffer& buffer) noexcept {

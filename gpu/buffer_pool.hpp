@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,6 +100,13 @@ class BufferPool {
   TrimResult trim();
   // The same without waiting: releases only what completed work no longer needs.
   TrimResult trim_completed();
+  // Every allocation stamps its block with the pool's epoch, which begin_epoch() advances.
+  std::uint64_t epoch() const { return epoch_; }
+  void begin_epoch() { ++epoch_; }
+  // Waits like trim() and returns every cached range to its block, but gives the driver only the
+  // wholly free blocks that no allocation has used since `epoch` began: the blocks recent work
+  // used stay (its working set, however fragmented), the ones it stopped using go.
+  TrimResult trim_unused_since(std::uint64_t epoch);
 
   VkDeviceSize size_class(VkDeviceSize size) const;
   VkDeviceSize block_size() const { return options_.block_size; }
@@ -121,7 +129,7 @@ class BufferPool {
   Place carve(MemoryKind kind, VkDeviceSize class_size);
   void return_cached(std::uint64_t done, const MemoryKind* only_kind);
   void give_back(Block& block, VkDeviceSize offset, VkDeviceSize size);
-  TrimResult release_free_blocks();
+  TrimResult release_free_blocks(std::uint64_t unused_since = std::numeric_limits<std::uint64_t>::max());
   Block& new_block(MemoryKind kind, VkDeviceSize size);
   std::uint32_t owner_index(std::string_view owner);
 
@@ -135,7 +143,7 @@ class BufferPool {
   std::map<std::pair<MemoryKind, VkDeviceSize>, std::vector<CachedRange>> cache_;
   std::vector<std::string> owner_names_;
   std::vector<std::uint64_t> owner_active_;
-  std::uint64_t active_ = 0, cached_ = 0, peak_ = 0, held_ = 0;
+  std::uint64_t active_ = 0, cached_ = 0, peak_ = 0, held_ = 0, epoch_ = 0;
 };
 
 }  // namespace mqlm::gpu

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -40,6 +42,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::uint32_t kTrimTimer = 1;
+// A trim while sequences are running keeps free what the steps of this long needed at their peak.
+constexpr auto kWorkingSetWindow = std::chrono::seconds(5);
 // Pool statistics ride on every 32nd StepResult (and on any after a trim): often enough for the
 // scheduler's status to stay current, rarely enough that steps do not carry a map each.
 constexpr std::uint64_t kPoolStatsEvery = 32;
@@ -305,8 +309,8 @@ class Executor final : public Actor {
                       std::span<const std::int32_t> chosen, StepResult& result);
   void fail_step(const StepPlan& plan, StepResult& result, RequestError error, std::string message);
   bool trim_after_release(Context& ctx, std::size_t slots_before);
-  bool trim_pool(Context& ctx);
-  void trim_now(Context& ctx);
+  bool trim_pool(Context& ctx, bool keep_working_set = false);
+  void trim_now(Context& ctx, bool keep_working_set = false);
   std::string load_failure(const std::string& id, const std::exception& e) const;
   std::string loaded_ids() const;
   std::string no_gpu_problem() const;
@@ -321,6 +325,10 @@ class Executor final : public Actor {
   std::uint64_t gpu_steps_ = 0;    // plans that reached the GPU with sequences (what fail_steps counts)
   std::int64_t last_trim_ns_ = 0;  // ctx.now_ns() of the last trim
   bool trim_pending_ = false;      // a release found the interval not yet over: the timer trims
+  std::uint64_t steps_at_timer_ = 0;  // gpu_steps_ when that timer was set
+  // (ctx.now_ns(), the pool epoch it began) for each trim of the last kWorkingSetWindow: a trim
+  // while sequences run keeps the blocks allocated from since the oldest of them.
+  std::deque<std::pair<std::int64_t, std::uint64_t>> trim_epochs_;
   // Unloads whose answer waits for the cache-writer's ModelCacheClosed.
   struct PendingUnload {
     std::string to;
@@ -468,7 +476,8 @@ void Executor::on_message(Context& ctx, Message& message) {
   } else if (const auto* closed = message.as<ModelCacheClosed>()) {
     on_cache_closed(ctx, *closed);
   } else if (const auto* timer = message.as<Timer>(); timer != nullptr && timer->timer_id == kTrimTimer) {
-    if (trim_pending_) trim_pool(ctx);
+    // Steps since the release that set it: sequences are still running, their scratch stays.
+    if (trim_pending_) trim_pool(ctx, gpu_steps_ != steps_at_timer_ && !sequences_.empty());
   } else if (timer != nullptr && timer->timer_id == kCacheCloseTimer) {
     answer_pending_unloads(ctx, true);
   } else {
@@ -886,15 +895,21 @@ void Executor::fail_step(const StepPlan& plan, StepResult& result, RequestError 
 // Trimming hands cached memory back to the driver at the cost of allocating it again when the
 // next large step comes. With few sequences the next request probably needs the same scratch
 // soon, so the pool keeps it a while (2 s at one sequence); with many, the cache holds scratch
-// sized for large batches while memory is scarcest, and steps come so often that the pause a
-// trim costs is small beside them, so the interval shrinks to 100 ms at 64 sequences. A release
-// that finds the interval not yet over leaves a timer to trim when it is.
+// sized for large batches while memory is scarcest, so the interval shrinks to 100 ms at 64
+// sequences. A release that finds the interval not yet over leaves a timer to trim when it is.
+// While sequences are still running, a trim keeps the blocks that steps of the last
+// kWorkingSetWindow allocated from and returns the others: handing the working set back and
+// allocating it again cost each step after a trim 30-300 ms on the H100 (64 sequences: decode
+// steps of 16 ms took 45-85, prefill steps 420-480 ms instead of ~200), while memory the steps
+// stop needing still goes back within the window. With no sequence left, a trim returns
+// everything.
 bool Executor::trim_after_release(Context& ctx, std::size_t slots_before) {
   const std::int64_t interval_ns = std::chrono::nanoseconds(trim_interval(slots_before)).count();
   const std::int64_t since = ctx.now_ns() - last_trim_ns_;
-  if (since >= interval_ns) return trim_pool(ctx);
+  if (since >= interval_ns) return trim_pool(ctx, !sequences_.empty());
   if (!trim_pending_) {
     trim_pending_ = true;
+    steps_at_timer_ = gpu_steps_;
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(std::chrono::nanoseconds(interval_ns - since));
     ctx.set_timer(kTrimTimer, wait, false);
   }
@@ -902,9 +917,9 @@ bool Executor::trim_after_release(Context& ctx, std::size_t slots_before) {
 }
 
 // Whether the pool was trimmed; a failure is logged.
-bool Executor::trim_pool(Context& ctx) {
+bool Executor::trim_pool(Context& ctx, bool keep_working_set) {
   try {
-    trim_now(ctx);
+    trim_now(ctx, keep_working_set);
     return gpu_ != nullptr;
   } catch (const gpu::GpuError& e) {
     spdlog::warn("executor: trimming the buffer pool failed: {}", e.what());
@@ -912,12 +927,25 @@ bool Executor::trim_pool(Context& ctx) {
   }
 }
 
-// Trims the pool now (the trim any pending timer waits for), throwing what the pool throws.
-void Executor::trim_now(Context& ctx) {
+// Trims the pool now (the trim any pending timer waits for), throwing what the pool throws:
+// everything, or all but the recent working set (see trim_after_release).
+void Executor::trim_now(Context& ctx, bool keep_working_set) {
   if (trim_pending_) ctx.cancel_timer(kTrimTimer);
   trim_pending_ = false;
-  last_trim_ns_ = ctx.now_ns();
-  if (gpu_) gpu_->pool.trim();  // waits for in-flight work; steps here are already waited for
+  const std::int64_t now = ctx.now_ns();
+  last_trim_ns_ = now;
+  if (!gpu_) return;
+  gpu::BufferPool& pool = gpu_->pool;
+  const std::int64_t window_ns = std::chrono::nanoseconds(kWorkingSetWindow).count();
+  while (!trim_epochs_.empty() && now - trim_epochs_.front().first > window_ns) trim_epochs_.pop_front();
+  // Both wait for in-flight work; steps here are already waited for.
+  if (keep_working_set) {
+    pool.trim_unused_since(trim_epochs_.empty() ? pool.epoch() : trim_epochs_.front().second);
+  } else {
+    pool.trim();
+  }
+  pool.begin_epoch();
+  trim_epochs_.emplace_back(now, pool.epoch());
 }
 
 std::string Executor::load_failure(const std::string& id, const std::exception& e) const {

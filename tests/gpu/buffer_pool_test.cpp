@@ -142,6 +142,38 @@ VkDeviceSize churn(BufferPool& pool, std::uint64_t seed, VkDeviceSize max_small,
 // Sizes as an executor allocates them: KV pages, per-step activations and logits of a few
 // shapes, all well below a block (as a few MiB are below the default 256 MiB block), and now
 // and then weights larger than a block.
+// A trim that keeps the recent working set returns only the wholly free blocks that nothing has
+// allocated from since the epoch it names.
+TEST(BufferPool, TrimUnusedSinceKeepsTheBlocksRecentWorkUsed) {
+  auto& gpu = shared_gpu();
+  BufferPool pool(gpu.queue, PoolOptions{MiB});
+  PoolBuffer weights = pool.allocate(MiB / 2, "weights:tiny");
+  const std::uint64_t base_held = pool.stats().held_bytes;
+  {
+    std::vector<PoolBuffer> large;  // an old step's scratch: six blocks, freed at its end
+    for (int i = 0; i < 6; ++i) large.push_back(pool.allocate(MiB, "scratch"));
+  }
+  pool.begin_epoch();
+  const std::uint64_t recent = pool.epoch();
+  {
+    std::vector<PoolBuffer> small;  // recent steps need four of them
+    for (int i = 0; i < 4; ++i) small.push_back(pool.allocate(MiB, "scratch"));
+  }
+  EXPECT_EQ(pool.trim_unused_since(recent).blocks_released, 2u);
+  auto s = pool.stats();
+  EXPECT_EQ(s.cached_bytes, 0u);
+  EXPECT_EQ(s.held_bytes, base_held + 4 * MiB);
+  {  // the next step of the same size finds its memory: no block is added
+    std::vector<PoolBuffer> small;
+    for (int i = 0; i < 4; ++i) small.push_back(pool.allocate(MiB, "scratch"));
+    EXPECT_EQ(pool.stats().held_bytes, base_held + 4 * MiB);
+  }
+  // Once the epoch moves on without them, those blocks go too; the weights' block stays.
+  pool.begin_epoch();
+  EXPECT_EQ(pool.trim_unused_since(pool.epoch()).blocks_released, 4u);
+  EXPECT_EQ(pool.stats().held_bytes, base_held);
+}
+
 TEST(BufferPool, RandomChurnHoldsAtMostPeakPlusOneBlockPlusFragmentation) {
   auto& gpu = shared_gpu();
   for (std::uint64_t seed : {42, 43, 44}) {

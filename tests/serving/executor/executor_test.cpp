@@ -436,6 +436,57 @@ TEST(ExecutorTest, ReleaseTrimsOnceTheIntervalIsOver) {
   EXPECT_EQ(after.held_bytes, baseline.held_bytes);
 }
 
+// While sequences are still running, a trim (after a release, once the interval is over) keeps
+// the memory the recent steps needed, so the next step allocates nothing from the driver; the
+// release of the last sequence returns everything. Blocks of 1 MiB, so that scratch has blocks
+// of its own to keep or return.
+TEST(ExecutorTest, TrimsWhileSequencesRunKeepTheirWorkingSet) {
+  Rig rig(ActorOptions{{"block_mib", "1"}});
+  const PoolStatsWire baseline = rig.query(true).pool;
+  std::vector<Sequence> three;
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    std::vector<std::int32_t> prompt(24);
+    std::iota(prompt.begin(), prompt.end(), static_cast<std::int32_t>(7 * i));
+    std::vector<std::uint32_t> pages(8);
+    std::iota(pages.begin(), pages.end(), static_cast<std::uint32_t>(8 * i));
+    three.push_back({200 + i, prompt, pages});
+  }
+  const auto out = generate(rig, three, greedy(), 3);
+  const PoolStatsWire after_steps = rig.query(false).pool;
+  ASSERT_GT(after_steps.held_bytes, baseline.held_bytes);  // the steps' scratch took blocks
+
+  std::this_thread::sleep_for(trim_interval(3) + std::chrono::milliseconds(200));
+  StepPlan release;
+  release.step = rig.next_step();
+  release.released = {three[0].id};
+  const StepResult trimmed = rig.step(release);
+  ASSERT_TRUE(trimmed.has_pool);  // the interval was over: it trimmed
+  EXPECT_EQ(trimmed.slots, 2u);
+  EXPECT_EQ(trimmed.pool.cached_bytes, 0u);
+  EXPECT_GT(trimmed.pool.held_bytes, baseline.held_bytes);  // the working set stayed
+
+  // The two left decode a token: their scratch is found in the pool, no block is added.
+  StepPlan decode;
+  decode.step = rig.next_step();
+  for (std::size_t i = 1; i < 3; ++i) {
+    const auto position = static_cast<std::uint32_t>(three[i].prompt.size() + 2);
+    decode.sequences.push_back({three[i].id, position, {out[i].back().token}, table_for(three[i], position + 1), true});
+  }
+  const StepResult decoded = rig.step(decode);
+  ASSERT_EQ(decoded.error, 0u) << decoded.message;
+  EXPECT_EQ(decoded.tokens.size(), 2u);
+  EXPECT_EQ(rig.query(false).pool.held_bytes, trimmed.pool.held_bytes);
+
+  // The last release, once the interval is over: nothing runs, everything goes back.
+  std::this_thread::sleep_for(trim_interval(2) + std::chrono::milliseconds(200));
+  release.step = rig.next_step();
+  release.released = {three[1].id, three[2].id};
+  const StepResult emptied = rig.step(release);
+  ASSERT_TRUE(emptied.has_pool);
+  EXPECT_EQ(emptied.slots, 0u);
+  EXPECT_EQ(emptied.pool.held_bytes, baseline.held_bytes);
+}
+
 TEST(ExecutorTest, TrimIntervalShortensAsSequencesGrow) {
   using std::chrono::milliseconds;
   EXPECT_EQ(trim_interval(0), milliseconds(2000));
