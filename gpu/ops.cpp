@@ -269,10 +269,14 @@ std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std
   const std::uint32_t groups = ceil_div(m, 16 * s.sg_m * s.tm) * ceil_div(n, staged_columns(s));
   const std::uint32_t blocks = k / 32;
   // Decode batches whose grid would leave a large GPU (132 SMs on the H100) partly idle get enough
-  // workgroups to fill it several times over, each with at least 16 blocks of K. Wider products,
-  // and grids of 192 workgroups or more, have enough work per workgroup to hide its loads
-  // (splitting them measured slower: gate/up at 64 columns, 224 workgroups, in 3: 195 against 181 us).
-  if (splits_override == 0 && (n > 64 || groups >= 192)) return 1;
+  // workgroups to fill it several times over, each with at least 16 blocks of K. Grids of 192
+  // workgroups or more have enough work per workgroup to hide its loads (splitting them measured
+  // slower: gate/up at 64 columns, 224 workgroups, in 3: 195 against 181 us). Wider products split
+  // only grids of fewer workgroups than such a GPU has SMs: a prefill chunk of 512 tokens does not
+  // gain (attn_out, 128 workgroups, in 4: 223 against 202 us), a step of one 128-token prompt and
+  // some decodes does (the down product at 166 columns, 64 workgroups of 224 steps of K each, took
+  // 413 us a layer against 107 at 64 columns).
+  if (splits_override == 0 && (n > 64 ? groups >= 128 : groups >= 192)) return 1;
   const std::uint32_t splits = splits_override != 0 ? splits_override : ceil_div(512, groups);
   return std::clamp(splits, 1u, std::max(blocks / 16, 1u));
 }
