@@ -50,6 +50,7 @@ struct ServeOptions {
   double memory_soft = 0.85;         // fractions of the ceiling
   double memory_hard = 0.95;
   std::uint32_t pool_block_mib = 0;  // the executor's pool block size; 0: its default
+  std::uint32_t log_steps_over_ms = 0;  // the executor profiles every step, logs the slower ones; 0: off
   std::string fail_release;          // fault injection for tests: this model's release throws midway
   // The KV prefix cache beyond the GPU (the cache-writer): its hot tier's budget ("0": no
   // cache-writer), its SSD tier ("": none), what Close and shutdown do with queued writes, and
@@ -209,6 +210,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   if (!preload.empty()) options["executor"]["preload"] = preload;
   if (!o.device.empty()) options["executor"]["device"] = o.device;
   if (o.pool_block_mib > 0) options["executor"]["block_mib"] = std::to_string(o.pool_block_mib);
+  if (o.log_steps_over_ms > 0) options["executor"]["log_steps_over_ms"] = std::to_string(o.log_steps_over_ms);
   if (!o.fail_release.empty()) options["executor"]["fail_release"] = o.fail_release;
   const auto [ceiling_key, ceiling_value] = ceiling_option(o.memory_ceiling);
   options["executor"][ceiling_key] = ceiling_value;  // its pool's blocks are sized by the ceiling
@@ -369,6 +371,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--pool-block-mib", o->pool_block_mib,
                   "size of the device memory blocks the buffer pool takes from the driver (default: the executor's)")
       ->check(CLI::Range(1u, 65536u));
+  cmd->add_option("--log-slow-steps", o->log_steps_over_ms,
+                  "profile every step on the GPU and log each one slower than this many milliseconds, with where "
+                  "its time went (a diagnostic: the timestamps cost a little)");
   cmd->add_option("--fail-release", o->fail_release,
                   "testing: unloading this model throws midway through its release (the rest must still be freed "
                   "and the failure reported)")

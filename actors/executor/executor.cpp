@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <span>
@@ -65,6 +66,8 @@ struct ExecutorOptions {
   std::set<std::uint64_t> fail_steps;  // GPU steps (counted from 1) that fail on purpose
   std::string fail_release;            // the model whose release throws midway, on purpose
   std::string cache_writer;            // where evicted prefix pages go; "": nowhere
+  std::uint64_t log_steps_over_ms = 0;  // profile every step, log those slower than this; 0: off
+  int warm_up = -1;  // run every batch shape once at load (1), or not (0); -1: on a discrete GPU
 };
 
 constexpr std::uint64_t kDefaultBlockMib = 256;
@@ -105,7 +108,8 @@ std::string configured_id(const ExecutorOptions& parsed, std::string_view key, s
 ExecutorOptions parse_options(const ActorOptions& options) {
   check_option_names("executor", options,
                      {"model", "name", "models", "preload", "device", "kv_pages", "page_size", "block_mib",
-                      "ceiling_bytes", "ceiling_fraction", "fail_steps", "fail_release", "cache_writer"});
+                      "ceiling_bytes", "ceiling_fraction", "fail_steps", "fail_release", "cache_writer",
+                      "log_steps_over_ms", "warm_up"});
   ExecutorOptions parsed;
   const std::string model = text_option(options, "model", "");
   if (options.contains("models")) {
@@ -148,6 +152,8 @@ ExecutorOptions parse_options(const ActorOptions& options) {
   parsed.block_mib = number_option("executor", options, "block_mib", 0, 1, 1 << 20);  // 0: sized by the ceiling
   parsed.ceiling_bytes = number_option("executor", options, "ceiling_bytes", 0);
   parsed.ceiling_fraction = fraction_option("executor", options, "ceiling_fraction", 0.0);
+  parsed.log_steps_over_ms = number_option("executor", options, "log_steps_over_ms", 0);
+  if (options.contains("warm_up")) parsed.warm_up = static_cast<int>(number_option("executor", options, "warm_up", 0, 0, 1));
   if (auto it = options.find("fail_steps"); it != options.end()) {
     parsed.fail_steps = parse_step_list(it->first, it->second);
   }
@@ -305,6 +311,8 @@ class Executor final : public Actor {
   void start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts);
   void run_step(const StepPlan& plan, LoadedModel& loaded, StepResult& result);
   bool all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded) const;
+  void log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took) const;
+  void warm_up(const LoadedModel& loaded);
   void sample_outputs(const StepPlan& plan, const LoadedModel& loaded, std::span<const float> logits,
                       std::span<const std::int32_t> chosen, StepResult& result);
   void fail_step(const StepPlan& plan, StepResult& result, RequestError error, std::string message);
@@ -388,19 +396,59 @@ const LoadedModel& Executor::load_model(const std::string& id) {
   loaded.kv_cache = std::make_unique<model::GpuKvCache>(gpu_->context(), loaded.config, loaded.kv_pages,
                                                         loaded.page_size, kv_owner(id));
   const std::int64_t kv_ns = nanoseconds_since(started);
+  if (options_.warm_up == 1 || (options_.warm_up == -1 && gpu_->device.features().discrete)) warm_up(loaded);
+  const std::int64_t warm_ns = nanoseconds_since(started);
   gpu_->pool.trim();
   const LoadedModel& entry = models_.insert_or_assign(id, std::move(loaded)).first->second;
 
   const gpu::PoolStats stats = gpu_->pool.stats();
   spdlog::info("executor: model {} ({}) loaded on {} in {} ms (file and vocabulary {} ms, weights {} ms, KV cache {} "
-               "ms, trim {} ms): {:.1f} MiB of weights, KV cache of {} pages of {} tokens ({:.1f} MiB), context {}, "
-               "vocabulary {}",
+               "ms, warm-up {} ms, trim {} ms): {:.1f} MiB of weights, KV cache of {} pages of {} tokens ({:.1f} MiB), "
+               "context {}, vocabulary {}",
                id, path.string(), gpu_->device.features().name, nanoseconds_since(started) / 1'000'000,
                read_ns / 1'000'000, (weights_ns - read_ns) / 1'000'000, (kv_ns - weights_ns) / 1'000'000,
-               (nanoseconds_since(started) - kv_ns) / 1'000'000,
+               (warm_ns - kv_ns) / 1'000'000, (nanoseconds_since(started) - warm_ns) / 1'000'000,
                mib(owned_bytes(stats, weights_owner(id))), entry.kv_pages, entry.page_size,
                mib(owned_bytes(stats, kv_owner(id))), entry.config.n_ctx_train, entry.n_vocab);
   return entry;
+}
+
+// Runs the model once, results discarded, at each batch shape steps may have: decode batches of
+// 1-8 sequences (the int8 mat-vec's shapes), 16, 32, 64 and 128 (the tensor cores' tiles, K split
+// or not), each sequence three pages deep, and a 512-token prefill chunk (F16 weights), greedy
+// and, once, with logits. Each kernel's pipeline is then made at load instead of in the first
+// step that needs it: on the H100 that step took 335-361 ms instead of ~10 (the first decode of
+// 7 or 8 sequences in a serving run). It writes KV pages that no sequence holds yet.
+void Executor::warm_up(const LoadedModel& loaded) {
+  const std::uint32_t page = loaded.page_size, depth = 3, position = depth * page - 1;
+  auto run = [&](const model::StepBatch& batch, bool logits) {
+    if (logits) {
+      (void)loaded.weights->forward(batch, *loaded.kv_cache);
+    } else {
+      (void)loaded.weights->forward_argmax(batch, *loaded.kv_cache);
+    }
+  };
+  if (position < loaded.config.n_ctx_train) {
+    for (std::uint32_t width : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 16u, 32u, 64u, 128u}) {
+      if (std::uint64_t{width} * depth > loaded.kv_pages) break;
+      model::StepBatch batch;
+      for (std::uint32_t s = 0; s < width; ++s) {
+        batch.block_tables.push_back({depth * s, depth * s + 1, depth * s + 2});
+        batch.tokens.push_back({s, position, 0, true});
+      }
+      run(batch, false);
+      if (width == 1) run(batch, true);
+    }
+  }
+  constexpr std::uint32_t chunk = 512;
+  const std::uint32_t pages = (chunk + page - 1) / page;
+  if (chunk <= loaded.config.n_ctx_train && pages <= loaded.kv_pages) {
+    model::StepBatch batch;
+    batch.block_tables.emplace_back(pages);
+    std::iota(batch.block_tables[0].begin(), batch.block_tables[0].end(), 0u);
+    for (std::uint32_t i = 0; i < chunk; ++i) batch.tokens.push_back({0, i, 0, i + 1 == chunk});
+    run(batch, false);
+  }
 }
 
 // Frees the model part by part, each part in its own try: a part whose release throws is logged
@@ -821,11 +869,15 @@ void Executor::run_step(const StepPlan& plan, LoadedModel& loaded, StepResult& r
     if (options_.fail_steps.contains(gpu_step)) {
       throw gpu::GpuError(fmt::format("injected failure of GPU step {} (executor option fail_steps)", gpu_step));
     }
+    const auto started = Clock::now();
+    model::StepProfile profile;
+    model::StepProfile* profiling = options_.log_steps_over_ms > 0 ? &profile : nullptr;
     if (greedy) {
-      chosen = loaded.weights->forward_argmax(batch, *loaded.kv_cache);
+      chosen = loaded.weights->forward_argmax(batch, *loaded.kv_cache, profiling);
     } else {
-      logits = loaded.weights->forward(batch, *loaded.kv_cache);
+      logits = loaded.weights->forward(batch, *loaded.kv_cache, profiling);
     }
+    if (profiling != nullptr) log_if_slow(plan, profile, Clock::now() - started);
   } catch (const std::exception& e) {
     // The step's scratch went back to the pool as the forward pass unwound.
     fail_step(plan, result, RequestError::gpu, e.what());
@@ -841,6 +893,35 @@ void Executor::run_step(const StepPlan& plan, LoadedModel& loaded, StepResult& r
     // The sampler refuses logits with nothing finite in them: the model's bug, not the request's.
     fail_step(plan, result, RequestError::internal, std::string("sampling failed: ") + e.what());
   }
+}
+
+// With log_steps_over_ms: a step's forward pass that took longer, what it held and where its
+// time went (GPU time per kind of op, the host's recording and waiting).
+void Executor::log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took) const {
+  const double ms = std::chrono::duration<double, std::milli>(took).count();
+  if (ms <= static_cast<double>(options_.log_steps_over_ms)) return;
+  std::size_t prefill_tokens = 0, prefills = 0, decodes = 0;
+  for (const PlanSequence& seq : plan.sequences) {
+    if (seq.tokens.size() > 1) {
+      prefill_tokens += seq.tokens.size();
+      ++prefills;
+    } else {
+      ++decodes;
+    }
+  }
+  std::vector<std::pair<double, std::string>> ops;
+  double gpu = 0;
+  for (const auto& [op, op_ms] : profile.gpu_ms) {
+    ops.emplace_back(op_ms, op);
+    gpu += op_ms;
+  }
+  std::sort(ops.rbegin(), ops.rend());
+  std::string parts;
+  for (const auto& [op_ms, op] : ops) parts += fmt::format("{}{} {:.1f}", parts.empty() ? "" : ", ", op, op_ms);
+  spdlog::info("executor: step {} ({} prefill tokens in {} sequences, {} decodes, {} starting) took {:.1f} ms: "
+               "GPU {:.1f} ms ({}); host recording {:.1f} ms, waiting {:.1f} ms",
+               plan.step, prefill_tokens, prefills, decodes, plan.starts.size(), ms, gpu, parts, profile.record_ms,
+               profile.wait_ms);
 }
 
 // Whether the GPU's argmax can stand in for every output's sampler, sparing the logits' copy.

@@ -487,6 +487,31 @@ TEST(ExecutorTest, TrimsWhileSequencesRunKeepTheirWorkingSet) {
   EXPECT_EQ(emptied.pool.held_bytes, baseline.held_bytes);
 }
 
+// Warming up at load (every batch shape run once, on KV pages no sequence holds) leaves nothing
+// behind that a request could see: the same tokens as without it, and the same held memory.
+TEST(ExecutorTest, WarmingUpAtLoadChangesNoResultNorTheBaseline) {
+  std::vector<std::int32_t> plain, warmed;
+  std::uint64_t plain_held = 0, warmed_held = 0;
+  {
+    Rig rig(ActorOptions{{"warm_up", "0"}});
+    plain_held = rig.query(false).pool.held_bytes;
+    const auto out = generate(rig, {kFirst, kSecond}, greedy(), 6);
+    plain = tokens_of(out[0]);
+    const auto second = tokens_of(out[1]);
+    plain.insert(plain.end(), second.begin(), second.end());
+  }
+  {
+    Rig rig(ActorOptions{{"warm_up", "1"}});
+    warmed_held = rig.query(false).pool.held_bytes;
+    const auto out = generate(rig, {kFirst, kSecond}, greedy(), 6);
+    warmed = tokens_of(out[0]);
+    const auto second = tokens_of(out[1]);
+    warmed.insert(warmed.end(), second.begin(), second.end());
+  }
+  EXPECT_EQ(warmed, plain);
+  EXPECT_EQ(warmed_held, plain_held);  // the warm-up's scratch went back before the baseline
+}
+
 TEST(ExecutorTest, TrimIntervalShortensAsSequencesGrow) {
   using std::chrono::milliseconds;
   EXPECT_EQ(trim_interval(0), milliseconds(2000));
