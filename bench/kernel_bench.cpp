@@ -421,8 +421,8 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_option("--staged-splits", o->staged_splits,
                   "slices of K for the narrow matmul's split rows, where it splits (default: tuned)");
   cmd->add_option("--pipeline-stats", o->pipeline_stats,
-                  "write what the driver reports of every pipeline used (statistics such as registers, and its "
-                  "internal representations) to this folder (VK_KHR_pipeline_executable_properties)");
+                  "write what the driver reports of every pipeline used (statistics such as registers) to "
+                  "DIR/statistics.txt (VK_KHR_pipeline_executable_properties)");
   cmd->add_option("--out", o->out, "also write the table, with date, device, driver and command, to this file");
   cmd->callback([o] {
     std::vector<WeightType> types;
@@ -502,8 +502,7 @@ void add_kernel_bench(CLI::App& bench) {
       std::ofstream stats(o->pipeline_stats + "/statistics.txt");
       stats << b.kernels_.pipeline_statistics();
       if (!stats) throw CommandFailed("cannot write " + o->pipeline_stats + "/statistics.txt");
-      std::cerr << fmt::format("pipeline statistics: {}/statistics.txt, {} internal representations\n", o->pipeline_stats,
-                               b.kernels_.write_internal_representations(o->pipeline_stats));
+      std::cerr << fmt::format("pipeline statistics: {}/statistics.txt\n", o->pipeline_stats);
     }
     if (!o->out.empty()) {
       std::ofstream file(o->out);

@@ -19,9 +19,9 @@ struct DeviceOptions {
   std::string selector;
   // Khronos validation layers (also switched on by MQLM_VULKAN_VALIDATION=1).
   bool validation = false;
-  // Capture the driver's statistics (registers, shared memory, ...) and internal representations
-  // of every pipeline, where the device has VK_KHR_pipeline_executable_properties: a diagnostic
-  // (`mqlm bench kernels --pipeline-stats DIR`); some drivers skip their caches for such pipelines.
+  // Capture the driver's statistics (registers, shared memory, ...) of every pipeline, where the
+  // device has VK_KHR_pipeline_executable_properties: a diagnostic (`mqlm bench kernels
+  // --pipeline-stats DIR`); some drivers skip their caches for such pipelines.
   bool pipeline_statistics = false;
 };
 

@@ -1,7 +1,5 @@
 #include "gpu/kernel_library.hpp"
 
-#include <fstream>
-
 #include <fmt/format.h>
 
 #include "gpu/vulkan_error.hpp"
@@ -61,7 +59,7 @@ Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelSpec& sp
   info.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec_info;
   info.layout = layout;
   if (device.features().pipeline_statistics) {
-    info.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR | VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
+    info.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   }
   VkPipeline pipeline = VK_NULL_HANDLE;
   check(vkCreateComputePipelines(dev, cache, 1, &info, nullptr, &pipeline), "vkCreateComputePipelines " + spec.shader);
@@ -125,14 +123,6 @@ std::string statistic_value(const VkPipelineExecutableStatisticKHR& s) {
   }
 }
 
-// A kernel's key as a file name: shader name and constants, '/' and ',' replaced.
-std::string file_name(std::string key) {
-  for (char& c : key) {
-    if (c == '/' || c == ',') c = '_';
-  }
-  return key;
-}
-
 }  // namespace
 
 std::string KernelLibrary::pipeline_statistics() const {
@@ -155,42 +145,6 @@ std::string KernelLibrary::pipeline_statistics() const {
     }
   }
   return text;
-}
-
-std::size_t KernelLibrary::write_internal_representations(const std::string& dir) const {
-  if (!device_.features().pipeline_statistics) return 0;
-  VkDevice dev = device_.get();
-  auto get = device_function<PFN_vkGetPipelineExecutableInternalRepresentationsKHR>(
-      dev, "vkGetPipelineExecutableInternalRepresentationsKHR");
-  std::size_t written = 0;
-  for (const auto& [key, kernel] : kernels_) {
-    auto props = executables(dev, kernel->pipeline());
-    for (std::uint32_t i = 0; i < props.size(); ++i) {
-      VkPipelineExecutableInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, nullptr, kernel->pipeline(), i};
-      std::uint32_t count = 0;
-      check(get(dev, &info, &count, nullptr), "vkGetPipelineExecutableInternalRepresentationsKHR");
-      VkPipelineExecutableInternalRepresentationKHR blank{};
-      blank.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR;
-      std::vector<VkPipelineExecutableInternalRepresentationKHR> reps(count, blank);
-      check(get(dev, &info, &count, reps.data()), "vkGetPipelineExecutableInternalRepresentationsKHR");
-      std::vector<std::vector<char>> data(count);
-      for (std::uint32_t r = 0; r < count; ++r) {
-        data[r].resize(reps[r].dataSize);
-        reps[r].pData = data[r].data();
-      }
-      check(get(dev, &info, &count, reps.data()), "vkGetPipelineExecutableInternalRepresentationsKHR");
-      for (std::uint32_t r = 0; r < count; ++r) {
-        std::string path = fmt::format("{}/{}-{}-{}.{}", dir, file_name(key), i, file_name(reps[r].name),
-                                       reps[r].isText ? "txt" : "bin");
-        std::ofstream out(path, std::ios::binary);
-        std::size_t size = reps[r].isText ? std::string_view(data[r].data(), data[r].size()).find('\0') : data[r].size();
-        out.write(data[r].data(), static_cast<std::streamsize>(std::min(size, data[r].size())));
-        if (!out) throw GpuError("cannot write " + path);
-        ++written;
-      }
-    }
-  }
-  return written;
 }
 
 }  // namespace mqlm::gpu

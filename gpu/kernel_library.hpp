@@ -45,10 +45,9 @@ class KernelLibrary {
   const Device& device() const { return device_; }
 
   // With DeviceFeatures::pipeline_statistics: for every pipeline built so far, what the driver
-  // reports of its executables (one block of "name: value" lines each), and their internal
-  // representations written to `dir` as text files (returns how many). Empty / 0 without.
+  // reports of its executables (one block of "name: value" lines each; NVIDIA's: registers, binary
+  // and shared memory size). Empty without.
   std::string pipeline_statistics() const;
-  std::size_t write_internal_representations(const std::string& dir) const;
 
  private:
   const Device& device_;

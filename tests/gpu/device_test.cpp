@@ -2,7 +2,6 @@
 // selection rules on whatever devices there are (the H100 machine too).
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -60,18 +59,13 @@ TEST(Device, PipelineStatisticsWhereTheDriverHasThem) {
   KernelLibrary lib(device);
   lib.get({"copy", 2, 4, {}, 0});
   const std::string text = lib.pipeline_statistics();
-  const auto dir = ::testing::TempDir() + "pipeline-statistics";
-  std::filesystem::create_directories(dir);
-  const std::size_t written = lib.write_internal_representations(dir);
-  std::cout << device.features().name << ":\n" << text << written << " internal representations\n";
+  std::cout << device.features().name << ":\n" << text;
   if (device.features().pipeline_statistics) {
     EXPECT_EQ(text.rfind("copy//0 [", 0), 0u) << text;
     EXPECT_NE(text.find("\n  "), std::string::npos) << "no statistic reported";
   } else {
     EXPECT_EQ(text, "");
-    EXPECT_EQ(written, 0u);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Device, MemoryFiguresSumTheDeviceLocalHeaps) {
