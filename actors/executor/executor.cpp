@@ -311,7 +311,8 @@ class Executor final : public Actor {
   void start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts);
   void run_step(const StepPlan& plan, LoadedModel& loaded, StepResult& result);
   bool all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded) const;
-  void log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took) const;
+  void log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took,
+                   std::uint64_t new_blocks) const;
   void warm_up(const LoadedModel& loaded);
   void sample_outputs(const StepPlan& plan, const LoadedModel& loaded, std::span<const float> logits,
                       std::span<const std::int32_t> chosen, StepResult& result);
@@ -872,12 +873,17 @@ void Executor::run_step(const StepPlan& plan, LoadedModel& loaded, StepResult& r
     const auto started = Clock::now();
     model::StepProfile profile;
     model::StepProfile* profiling = options_.log_steps_over_ms > 0 ? &profile : nullptr;
+    const std::uint64_t blocks_before = profiling != nullptr ? gpu_->pool.stats().blocks : 0;
     if (greedy) {
       chosen = loaded.weights->forward_argmax(batch, *loaded.kv_cache, profiling);
     } else {
       logits = loaded.weights->forward(batch, *loaded.kv_cache, profiling);
     }
-    if (profiling != nullptr) log_if_slow(plan, profile, Clock::now() - started);
+    if (profiling != nullptr) {
+      const std::uint64_t blocks_after = gpu_->pool.stats().blocks;
+      log_if_slow(plan, profile, Clock::now() - started,
+                  blocks_after > blocks_before ? blocks_after - blocks_before : 0);
+    }
   } catch (const std::exception& e) {
     // The step's scratch went back to the pool as the forward pass unwound.
     fail_step(plan, result, RequestError::gpu, e.what());
@@ -896,8 +902,10 @@ void Executor::run_step(const StepPlan& plan, LoadedModel& loaded, StepResult& r
 }
 
 // With log_steps_over_ms: a step's forward pass that took longer, what it held and where its
-// time went (GPU time per kind of op, the host's recording and waiting).
-void Executor::log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took) const {
+// time went (GPU time per kind of op, the host's recording and waiting, blocks the pool had to
+// take from the driver).
+void Executor::log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took,
+                           std::uint64_t new_blocks) const {
   const double ms = std::chrono::duration<double, std::milli>(took).count();
   if (ms <= static_cast<double>(options_.log_steps_over_ms)) return;
   std::size_t prefill_tokens = 0, prefills = 0, decodes = 0;
@@ -919,9 +927,9 @@ void Executor::log_if_slow(const StepPlan& plan, const model::StepProfile& profi
   std::string parts;
   for (const auto& [op_ms, op] : ops) parts += fmt::format("{}{} {:.1f}", parts.empty() ? "" : ", ", op, op_ms);
   spdlog::info("executor: step {} ({} prefill tokens in {} sequences, {} decodes, {} starting) took {:.1f} ms: "
-               "GPU {:.1f} ms ({}); host recording {:.1f} ms, waiting {:.1f} ms",
+               "GPU {:.1f} ms ({}); host recording {:.1f} ms, waiting {:.1f} ms; {} blocks more in the pool",
                plan.step, prefill_tokens, prefills, decodes, plan.starts.size(), ms, gpu, parts, profile.record_ms,
-               profile.wait_ms);
+               profile.wait_ms, new_blocks);
 }
 
 // Whether the GPU's argmax can stand in for every output's sampler, sparing the logits' copy.
