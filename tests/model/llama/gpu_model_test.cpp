@@ -125,7 +125,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Deeper than one submission's worth of layers: the step goes to the GPU in parts, each waiting
 // for the one before; the logits are the same bits as from one submission, and near the reference
-// (19 layers of random weights let the F16 KV cache's rounding grow: the bound is looser here).
+// (19 layers of random weights let the F16 KV cache's rounding grow: the bound is looser here, and
+// looser again where the products run on tensor cores from F16 activations: 0.161 on the H100).
 TEST(GpuModelDeep, StepsSplitIntoSeveralSubmissionsGiveTheSameLogits) {
   LlamaConfig config = tiny(Architecture::llama, 64);
   config.n_layers = 19;
@@ -156,7 +157,8 @@ TEST(GpuModelDeep, StepsSplitIntoSeveralSubmissionsGiveTheSameLogits) {
   const std::int32_t seven = 7;
   auto next = seq.forward(std::span(&seven, 1));
   expected.insert(expected.end(), next.begin(), next.end());
-  EXPECT_LT(normalised_error(whole, expected), 0.15);
+  const bool f16_activations = g.device.features().cooperative_matrix.has_value();
+  EXPECT_LT(normalised_error(whole, expected), f16_activations ? 0.2 : 0.15);
 }
 
 // Greedy decoding picks on the GPU what the host would pick from the logits.
