@@ -252,6 +252,8 @@ Device::Device(const DeviceOptions& options) {
   features_.api_version = fmt::format("{}.{}.{}", VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion),
                                       VK_API_VERSION_PATCH(p.apiVersion));
   features_.vendor_id = p.vendorID;
+  features_.device_id = p.deviceID;
+  std::copy(std::begin(p.pipelineCacheUUID), std::end(p.pipelineCacheUUID), features_.pipeline_cache_uuid.begin());
   features_.discrete = p.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
   features_.subgroup_size = subgroup.subgroupSize;
   features_.max_storage_buffer_range = p.limits.maxStorageBufferRange;

@@ -2,6 +2,7 @@
 // (DeviceFeatures decides which kernels run), and its single compute queue.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,6 +36,8 @@ struct DeviceFeatures {
   std::string driver;      // driver name and version string
   std::string api_version;  // "1.3.230"
   std::uint32_t vendor_id = 0;
+  std::uint32_t device_id = 0;
+  std::array<std::uint8_t, VK_UUID_SIZE> pipeline_cache_uuid{};  // whose pipeline cache data fits
   bool discrete = false;
   std::uint32_t subgroup_size = 0;
   std::uint64_t max_storage_buffer_range = 0;  // the largest range one descriptor may bind

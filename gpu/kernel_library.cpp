@@ -1,6 +1,10 @@
 #include "gpu/kernel_library.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "gpu/vulkan_error.hpp"
 #include "shaders/embedded_shaders.hpp"
@@ -66,11 +70,35 @@ Kernel::Kernel(const Device& device, VkPipelineCache cache, const KernelSpec& sp
   pipeline_ = {dev, pipeline};
 }
 
+std::string KernelLibrary::cache_data_problem(const Device& device, const std::vector<std::uint8_t>& data) {
+  VkPipelineCacheHeaderVersionOne header{};
+  if (data.size() < sizeof header) return fmt::format("{} bytes, shorter than a cache header", data.size());
+  std::memcpy(&header, data.data(), sizeof header);
+  const DeviceFeatures& f = device.features();
+  if (header.headerSize < sizeof header || header.headerSize > data.size()) {
+    return fmt::format("a header size of {} in {} bytes", header.headerSize, data.size());
+  }
+  if (header.headerVersion != VK_PIPELINE_CACHE_HEADER_VERSION_ONE) {
+    return fmt::format("header version {}", static_cast<int>(header.headerVersion));
+  }
+  if (header.vendorID != f.vendor_id || header.deviceID != f.device_id) {
+    return fmt::format("made for device {:04x}:{:04x}, not {:04x}:{:04x}", header.vendorID, header.deviceID, f.vendor_id,
+                       f.device_id);
+  }
+  if (!std::equal(f.pipeline_cache_uuid.begin(), f.pipeline_cache_uuid.end(), std::begin(header.pipelineCacheUUID))) {
+    return "made by another driver version";
+  }
+  return "";
+}
+
 KernelLibrary::KernelLibrary(const Device& device, const std::vector<std::uint8_t>& cache_data) : device_(device) {
+  const std::string problem = cache_data.empty() ? "" : cache_data_problem(device, cache_data);
+  if (!problem.empty()) spdlog::warn("kernels: the saved pipeline cache is not used ({})", problem);
+  const bool use = !cache_data.empty() && problem.empty();
   VkPipelineCacheCreateInfo info{};
   info.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
-  info.initialDataSize = cache_data.size();
-  info.pInitialData = cache_data.empty() ? nullptr : cache_data.data();
+  info.initialDataSize = use ? cache_data.size() : 0;
+  info.pInitialData = use ? cache_data.data() : nullptr;
   VkPipelineCache cache = VK_NULL_HANDLE;
   check(vkCreatePipelineCache(device.get(), &info, nullptr, &cache), "vkCreatePipelineCache");
   cache_ = {device.get(), cache};

@@ -38,8 +38,13 @@ class Kernel {
 
 class KernelLibrary {
  public:
-  // `cache_data`: a pipeline cache saved by cache_data() on an earlier run (may be empty).
+  // `cache_data`: a pipeline cache saved by cache_data() on an earlier run (may be empty). Data
+  // whose header does not name this device and driver (cache_data_problem) is not used.
   explicit KernelLibrary(const Device& device, const std::vector<std::uint8_t>& cache_data = {});
+  // Why `data` cannot seed this device's pipeline cache ("" if it can): its header (version one:
+  // size, version, vendor, device, the driver's cache UUID) is checked, since drivers are not
+  // required to survive data made elsewhere.
+  static std::string cache_data_problem(const Device& device, const std::vector<std::uint8_t>& data);
   const Kernel& get(const KernelSpec& spec);
   std::vector<std::uint8_t> cache_data() const;
   const Device& device() const { return device_; }

@@ -51,6 +51,7 @@ struct ServeOptions {
   double memory_hard = 0.95;
   std::uint32_t pool_block_mib = 0;  // the executor's pool block size; 0: its default
   std::uint32_t log_steps_over_ms = 0;  // the executor profiles every step, logs the slower ones; 0: off
+  std::string pipeline_cache;           // the executor's pipeline cache file; "": none
   std::string fail_release;          // fault injection for tests: this model's release throws midway
   // The KV prefix cache beyond the GPU (the cache-writer): its hot tier's budget ("0": no
   // cache-writer), its SSD tier ("": none), what Close and shutdown do with queued writes, and
@@ -211,6 +212,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   if (!o.device.empty()) options["executor"]["device"] = o.device;
   if (o.pool_block_mib > 0) options["executor"]["block_mib"] = std::to_string(o.pool_block_mib);
   if (o.log_steps_over_ms > 0) options["executor"]["log_steps_over_ms"] = std::to_string(o.log_steps_over_ms);
+  if (!o.pipeline_cache.empty()) options["executor"]["pipeline_cache"] = o.pipeline_cache;
   if (!o.fail_release.empty()) options["executor"]["fail_release"] = o.fail_release;
   const auto [ceiling_key, ceiling_value] = ceiling_option(o.memory_ceiling);
   options["executor"][ceiling_key] = ceiling_value;  // its pool's blocks are sized by the ceiling
@@ -371,6 +373,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--pool-block-mib", o->pool_block_mib,
                   "size of the device memory blocks the buffer pool takes from the driver (default: the executor's)")
       ->check(CLI::Range(1u, 65536u));
+  cmd->add_option("--pipeline-cache", o->pipeline_cache,
+                  "keep the GPU's compiled kernels in this file: read at start (if it was made by the same device and "
+                  "driver), written after each model load, so a restart does not compile them again");
   cmd->add_option("--log-slow-steps", o->log_steps_over_ms,
                   "profile every step on the GPU and log each one slower than this many milliseconds, with where "
                   "its time went (a diagnostic: the timestamps cost a little)");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -68,6 +69,7 @@ struct ExecutorOptions {
   std::string cache_writer;            // where evicted prefix pages go; "": nowhere
   std::uint64_t log_steps_over_ms = 0;  // profile every step, log those slower than this; 0: off
   int warm_up = -1;  // run every batch shape once at load (1), or not (0); -1: on a discrete GPU
+  std::filesystem::path pipeline_cache;  // read at start, written after each load; "": none
 };
 
 constexpr std::uint64_t kDefaultBlockMib = 256;
@@ -109,7 +111,7 @@ ExecutorOptions parse_options(const ActorOptions& options) {
   check_option_names("executor", options,
                      {"model", "name", "models", "preload", "device", "kv_pages", "page_size", "block_mib",
                       "ceiling_bytes", "ceiling_fraction", "fail_steps", "fail_release", "cache_writer",
-                      "log_steps_over_ms", "warm_up"});
+                      "log_steps_over_ms", "warm_up", "pipeline_cache"});
   ExecutorOptions parsed;
   const std::string model = text_option(options, "model", "");
   if (options.contains("models")) {
@@ -147,6 +149,7 @@ ExecutorOptions parse_options(const ActorOptions& options) {
   }
   parsed.device = text_option(options, "device", "");
   parsed.cache_writer = text_option(options, "cache_writer", "");
+  parsed.pipeline_cache = text_option(options, "pipeline_cache", "");
   parsed.kv_pages = static_cast<std::uint32_t>(number_option("executor", options, "kv_pages", 1024, 1, kMaxUint32));
   parsed.page_size = static_cast<std::uint32_t>(number_option("executor", options, "page_size", 16, 1, kMaxUint32));
   parsed.block_mib = number_option("executor", options, "block_mib", 0, 1, 1 << 20);  // 0: sized by the ceiling
@@ -229,6 +232,47 @@ VkDeviceSize pool_block_bytes(const ExecutorOptions& options, const gpu::Device&
   return block;
 }
 
+// The pipeline cache saved by an earlier run, if `path` names one (empty otherwise, or if it
+// cannot be read: a warning, and the pipelines are made anew). The KernelLibrary checks its header.
+std::vector<std::uint8_t> read_pipeline_cache(const std::filesystem::path& path) {
+  constexpr std::uintmax_t kMaxBytes = std::uintmax_t{1} << 30;
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::exists(path, ec)) return {};
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size > kMaxBytes) {
+    spdlog::warn("executor: pipeline cache {} not read ({})", path.string(), ec ? ec.message() : "larger than 1 GiB");
+    return {};
+  }
+  std::vector<std::uint8_t> data(size);
+  std::ifstream in(path, std::ios::binary);
+  if (!in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(size))) {
+    spdlog::warn("executor: pipeline cache {} could not be read", path.string());
+    return {};
+  }
+  return data;
+}
+
+// Writes the pipeline cache whole or not at all (a file beside it, then renamed over it); a
+// failure (a full disk, say) is a warning: the next start makes the pipelines again.
+void write_pipeline_cache(const std::filesystem::path& path, const std::vector<std::uint8_t>& data) {
+  std::filesystem::path partial = path;
+  partial += ".partial";
+  {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    out.flush();
+    if (!out) {
+      std::error_code ignored;
+      std::filesystem::remove(partial, ignored);
+      spdlog::warn("executor: could not write the pipeline cache to {}", partial.string());
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) spdlog::warn("executor: could not put the pipeline cache in place at {}: {}", path.string(), ec.message());
+}
+
 // The device and what every model shares on it, made once and destroyed in reverse order: the
 // pool before the queue, the queue before the device. Every model's buffers must have gone back
 // to the pool before it goes.
@@ -237,7 +281,7 @@ struct DeviceStack {
       : device(gpu::DeviceOptions{options.device}),
         queue(device),
         pool(queue, gpu::PoolOptions{pool_block_bytes(options, device)}),
-        kernels(device) {}
+        kernels(device, read_pipeline_cache(options.pipeline_cache)) {}
   model::GpuContext context() { return {queue, pool, kernels}; }
 
   gpu::Device device;
@@ -399,6 +443,7 @@ const LoadedModel& Executor::load_model(const std::string& id) {
   const std::int64_t kv_ns = nanoseconds_since(started);
   if (options_.warm_up == 1 || (options_.warm_up == -1 && gpu_->device.features().discrete)) warm_up(loaded);
   const std::int64_t warm_ns = nanoseconds_since(started);
+  if (!options_.pipeline_cache.empty()) write_pipeline_cache(options_.pipeline_cache, gpu_->kernels.cache_data());
   gpu_->pool.trim();
   const LoadedModel& entry = models_.insert_or_assign(id, std::move(loaded)).first->second;
 

@@ -2,6 +2,7 @@
 // selection rules on whatever devices there are (the H100 machine too).
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <iostream>
 #include <optional>
 
@@ -65,6 +66,35 @@ TEST(Device, PipelineStatisticsWhereTheDriverHasThem) {
     EXPECT_NE(text.find("\n  "), std::string::npos) << "no statistic reported";
   } else {
     EXPECT_EQ(text, "");
+  }
+}
+
+// A saved pipeline cache seeds a library only if its header names this device and driver: data
+// from elsewhere, cut short or garbled is refused with a reason, and the library still works.
+TEST(Device, PipelineCacheDataIsCheckedBeforeUse) {
+  auto& gpu = testing::shared_gpu();
+  KernelLibrary first(gpu.device);
+  first.get({"copy", 2, 4, {}, 0});
+  const std::vector<std::uint8_t> saved = first.cache_data();
+  ASSERT_GE(saved.size(), sizeof(VkPipelineCacheHeaderVersionOne));
+  EXPECT_EQ(KernelLibrary::cache_data_problem(gpu.device, saved), "");
+
+  auto other_device = saved;
+  other_device[offsetof(VkPipelineCacheHeaderVersionOne, deviceID)] ^= 0x5a;
+  EXPECT_NE(KernelLibrary::cache_data_problem(gpu.device, other_device).find("made for device"), std::string::npos);
+  auto other_driver = saved;
+  other_driver[offsetof(VkPipelineCacheHeaderVersionOne, pipelineCacheUUID)] ^= 0x01;
+  EXPECT_EQ(KernelLibrary::cache_data_problem(gpu.device, other_driver), "made by another driver version");
+  const std::vector<std::uint8_t> short_data(saved.begin(), saved.begin() + 7);
+  EXPECT_NE(KernelLibrary::cache_data_problem(gpu.device, short_data).find("shorter"), std::string::npos);
+  auto huge_header = saved;
+  huge_header[0] = 0xff;
+  huge_header[1] = 0xff;
+  EXPECT_NE(KernelLibrary::cache_data_problem(gpu.device, huge_header).find("header size"), std::string::npos);
+
+  for (const auto& data : {saved, other_device, short_data, huge_header}) {
+    KernelLibrary lib(gpu.device, data);
+    EXPECT_NE(lib.get({"copy", 2, 4, {}, 0}).pipeline(), VK_NULL_HANDLE);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "actors/executor/executor.hpp"
 #include "actors/executor/process_memory.hpp"
 #include "actors/mailbox.hpp"
+#include "gpu/kernel_library.hpp"
 #include "model/gguf/gguf_file.hpp"
 #include "model/gguf/synthetic_model.hpp"
 #include "model/llama/gguf_model.hpp"
@@ -510,6 +512,37 @@ TEST(ExecutorTest, WarmingUpAtLoadChangesNoResultNorTheBaseline) {
   }
   EXPECT_EQ(warmed, plain);
   EXPECT_EQ(warmed_held, plain_held);  // the warm-up's scratch went back before the baseline
+}
+
+// With pipeline_cache=FILE the executor writes the device's pipeline cache after loading, and a
+// file that is not one (garbage, or another device's) is passed over with a warning and replaced.
+TEST(ExecutorTest, KeepsItsPipelineCacheInAFile) {
+  const auto path = std::filesystem::path(::testing::TempDir()) / ("pipelines-" + std::to_string(::getpid()) + ".cache");
+  std::filesystem::remove(path);
+  auto read = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), {});
+  };
+  std::vector<std::int32_t> first;
+  {
+    Rig rig(ActorOptions{{"pipeline_cache", path.string()}});
+    first = tokens_of(generate(rig, {kFirst}, greedy(), 4)[0]);
+  }
+  auto& gpu = gpu::testing::shared_gpu();
+  ASSERT_TRUE(std::filesystem::exists(path));
+  EXPECT_EQ(gpu::KernelLibrary::cache_data_problem(gpu.device, read()), "");
+
+  {
+    std::ofstream garbage(path, std::ios::binary | std::ios::trunc);
+    garbage << "not a pipeline cache, but long enough to have a header's worth of bytes";
+  }
+  {
+    Rig rig(ActorOptions{{"pipeline_cache", path.string()}});
+    EXPECT_EQ(tokens_of(generate(rig, {kFirst}, greedy(), 4)[0]), first);
+  }
+  EXPECT_EQ(gpu::KernelLibrary::cache_data_problem(gpu.device, read()), "");
+  EXPECT_FALSE(std::filesystem::exists(path.string() + ".partial"));
+  std::filesystem::remove(path);
 }
 
 TEST(ExecutorTest, TrimIntervalShortensAsSequencesGrow) {
