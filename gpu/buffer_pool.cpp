@@ -212,10 +212,7 @@ TrimResult BufferPool::release_free_blocks(std::uint64_t unused_since) {
   return result;
 }
 
-TrimResult BufferPool::trim() {
-  queue_.wait(queue_.last_submitted());
-  return trim_completed();
-}
+TrimResult BufferPool::trim() { return trim_unused_since(std::numeric_limits<std::uint64_t>::max()); }
 
 TrimResult BufferPool::trim_completed() {
   return_cached(queue_.completed(), nullptr);

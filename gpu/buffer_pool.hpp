@@ -105,7 +105,8 @@ class BufferPool {
   void begin_epoch() { ++epoch_; }
   // Waits like trim() and returns every cached range to its block, but gives the driver only the
   // wholly free blocks that no allocation has used since `epoch` began: the blocks recent work
-  // used stay (its working set, however fragmented), the ones it stopped using go.
+  // used stay (its working set, however fragmented), the ones it stopped using go. trim() is this
+  // with every epoch.
   TrimResult trim_unused_since(std::uint64_t epoch);
 
   VkDeviceSize size_class(VkDeviceSize size) const;

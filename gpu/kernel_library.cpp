@@ -129,16 +129,26 @@ Fn device_function(VkDevice device, const char* name) {
   return fn;
 }
 
-std::vector<VkPipelineExecutablePropertiesKHR> executables(VkDevice device, VkPipeline pipeline) {
-  auto get = device_function<PFN_vkGetPipelineExecutablePropertiesKHR>(device, "vkGetPipelineExecutablePropertiesKHR");
-  VkPipelineInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, nullptr, pipeline};
+// Vulkan's two calls for a list: get(&count, nullptr), then get(&count, items) into structures of
+// type `type`; `what` names the call in errors.
+template <class T, class Get>
+std::vector<T> enumerate(VkStructureType type, const char* what, Get get) {
   std::uint32_t count = 0;
-  check(get(device, &info, &count, nullptr), "vkGetPipelineExecutablePropertiesKHR");
-  VkPipelineExecutablePropertiesKHR blank{};
-  blank.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR;
-  std::vector<VkPipelineExecutablePropertiesKHR> props(count, blank);
-  check(get(device, &info, &count, props.data()), "vkGetPipelineExecutablePropertiesKHR");
-  return props;
+  check(get(&count, nullptr), what);
+  T blank{};
+  blank.sType = type;
+  std::vector<T> items(count, blank);
+  check(get(&count, items.data()), what);
+  return items;
+}
+
+std::vector<VkPipelineExecutablePropertiesKHR> executables(VkDevice device, VkPipeline pipeline) {
+  constexpr const char* name = "vkGetPipelineExecutablePropertiesKHR";
+  auto get = device_function<PFN_vkGetPipelineExecutablePropertiesKHR>(device, name);
+  VkPipelineInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, nullptr, pipeline};
+  return enumerate<VkPipelineExecutablePropertiesKHR>(
+      VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR, name,
+      [&](std::uint32_t* count, VkPipelineExecutablePropertiesKHR* items) { return get(device, &info, count, items); });
 }
 
 std::string statistic_value(const VkPipelineExecutableStatisticKHR& s) {
@@ -156,19 +166,17 @@ std::string statistic_value(const VkPipelineExecutableStatisticKHR& s) {
 std::string KernelLibrary::pipeline_statistics() const {
   if (!device_.features().pipeline_statistics) return "";
   VkDevice dev = device_.get();
-  auto get = device_function<PFN_vkGetPipelineExecutableStatisticsKHR>(dev, "vkGetPipelineExecutableStatisticsKHR");
+  constexpr const char* name = "vkGetPipelineExecutableStatisticsKHR";
+  auto get = device_function<PFN_vkGetPipelineExecutableStatisticsKHR>(dev, name);
   std::string text;
   for (const auto& [key, kernel] : kernels_) {
     auto props = executables(dev, kernel->pipeline());
     for (std::uint32_t i = 0; i < props.size(); ++i) {
       text += fmt::format("{} [{}: {}, subgroup {}]\n", key, props[i].name, props[i].description, props[i].subgroupSize);
       VkPipelineExecutableInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, nullptr, kernel->pipeline(), i};
-      std::uint32_t count = 0;
-      check(get(dev, &info, &count, nullptr), "vkGetPipelineExecutableStatisticsKHR");
-      VkPipelineExecutableStatisticKHR blank{};
-      blank.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR;
-      std::vector<VkPipelineExecutableStatisticKHR> stats(count, blank);
-      check(get(dev, &info, &count, stats.data()), "vkGetPipelineExecutableStatisticsKHR");
+      const auto stats = enumerate<VkPipelineExecutableStatisticKHR>(
+          VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR, name,
+          [&](std::uint32_t* count, VkPipelineExecutableStatisticKHR* items) { return get(dev, &info, count, items); });
       for (const auto& s : stats) text += fmt::format("  {}: {}\n", s.name, statistic_value(s));
     }
   }

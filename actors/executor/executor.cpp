@@ -443,7 +443,6 @@ const LoadedModel& Executor::load_model(const std::string& id) {
   const std::int64_t kv_ns = nanoseconds_since(started);
   if (options_.warm_up == 1 || (options_.warm_up == -1 && gpu_->device.features().discrete)) warm_up(loaded);
   const std::int64_t warm_ns = nanoseconds_since(started);
-  if (!options_.pipeline_cache.empty()) write_pipeline_cache(options_.pipeline_cache, gpu_->kernels.cache_data());
   gpu_->pool.trim();
   const LoadedModel& entry = models_.insert_or_assign(id, std::move(loaded)).first->second;
 
@@ -456,6 +455,7 @@ const LoadedModel& Executor::load_model(const std::string& id) {
                (warm_ns - kv_ns) / 1'000'000, (nanoseconds_since(started) - warm_ns) / 1'000'000,
                mib(owned_bytes(stats, weights_owner(id))), entry.kv_pages, entry.page_size,
                mib(owned_bytes(stats, kv_owner(id))), entry.config.n_ctx_train, entry.n_vocab);
+  if (!options_.pipeline_cache.empty()) write_pipeline_cache(options_.pipeline_cache, gpu_->kernels.cache_data());
   return entry;
 }
 

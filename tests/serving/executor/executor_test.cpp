@@ -281,6 +281,20 @@ std::uint64_t kv_bytes(const model::gguf::ModelShape& shape) {
 }
 
 const Sequence kFirst{1, {3, 1, 4, 1, 5, 9}, {7, 2, 30, 11, 5, 63}};
+
+// `count` sequences with ids from first_id: sequence i a 24-token prompt counting up from
+// token_step * i, on pages 8i .. 8i + 7.
+std::vector<Sequence> counting_sequences(std::uint64_t count, std::uint64_t first_id, std::int32_t token_step) {
+  std::vector<Sequence> seqs;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    std::vector<std::int32_t> prompt(24);
+    std::iota(prompt.begin(), prompt.end(), token_step * static_cast<std::int32_t>(i));
+    std::vector<std::uint32_t> pages(8);
+    std::iota(pages.begin(), pages.end(), static_cast<std::uint32_t>(8 * i));
+    seqs.push_back({first_id + i, prompt, pages});
+  }
+  return seqs;
+}
 const Sequence kSecond{2, {270, 8, 100, 0, 42, 42, 17, 250, 6}, {1, 40, 3, 22, 9, 50}};
 
 TEST(ExecutorTest, QueryReportsTheDeviceMemoryAndTheResidentSet) {
@@ -392,14 +406,7 @@ TEST(ExecutorTest, ReleasingEverySequenceAndTrimmingReturnsToTheLoadedBaseline) 
   Rig rig;
   const PoolStatsWire baseline = rig.query(true).pool;
   // A burst: six sequences of 24-token prompts prefilled in one step, then decoded together.
-  std::vector<Sequence> burst;
-  for (std::uint64_t i = 0; i < 6; ++i) {
-    std::vector<std::int32_t> prompt(24);
-    std::iota(prompt.begin(), prompt.end(), static_cast<std::int32_t>(10 * i));
-    std::vector<std::uint32_t> pages(8);
-    std::iota(pages.begin(), pages.end(), static_cast<std::uint32_t>(8 * i));
-    burst.push_back({100 + i, prompt, pages});
-  }
+  const std::vector<Sequence> burst = counting_sequences(6, 100, 10);
   generate(rig, burst, greedy(), 3);
   const ExecutorReport during = rig.query(false);
   EXPECT_EQ(during.slots, 6u);
@@ -445,14 +452,7 @@ TEST(ExecutorTest, ReleaseTrimsOnceTheIntervalIsOver) {
 TEST(ExecutorTest, TrimsWhileSequencesRunKeepTheirWorkingSet) {
   Rig rig(ActorOptions{{"block_mib", "1"}});
   const PoolStatsWire baseline = rig.query(true).pool;
-  std::vector<Sequence> three;
-  for (std::uint64_t i = 0; i < 3; ++i) {
-    std::vector<std::int32_t> prompt(24);
-    std::iota(prompt.begin(), prompt.end(), static_cast<std::int32_t>(7 * i));
-    std::vector<std::uint32_t> pages(8);
-    std::iota(pages.begin(), pages.end(), static_cast<std::uint32_t>(8 * i));
-    three.push_back({200 + i, prompt, pages});
-  }
+  const std::vector<Sequence> three = counting_sequences(3, 200, 7);
   const auto out = generate(rig, three, greedy(), 3);
   const PoolStatsWire after_steps = rig.query(false).pool;
   ASSERT_GT(after_steps.held_bytes, baseline.held_bytes);  // the steps' scratch took blocks
@@ -492,24 +492,18 @@ TEST(ExecutorTest, TrimsWhileSequencesRunKeepTheirWorkingSet) {
 // Warming up at load (every batch shape run once, on KV pages no sequence holds) leaves nothing
 // behind that a request could see: the same tokens as without it, and the same held memory.
 TEST(ExecutorTest, WarmingUpAtLoadChangesNoResultNorTheBaseline) {
-  std::vector<std::int32_t> plain, warmed;
-  std::uint64_t plain_held = 0, warmed_held = 0;
-  {
-    Rig rig(ActorOptions{{"warm_up", "0"}});
-    plain_held = rig.query(false).pool.held_bytes;
+  // (held bytes after load, both sequences' tokens) with warm_up = `warm`.
+  auto run = [](const char* warm) {
+    Rig rig(ActorOptions{{"warm_up", warm}});
+    const std::uint64_t held = rig.query(false).pool.held_bytes;
     const auto out = generate(rig, {kFirst, kSecond}, greedy(), 6);
-    plain = tokens_of(out[0]);
+    std::vector<std::int32_t> tokens = tokens_of(out[0]);
     const auto second = tokens_of(out[1]);
-    plain.insert(plain.end(), second.begin(), second.end());
-  }
-  {
-    Rig rig(ActorOptions{{"warm_up", "1"}});
-    warmed_held = rig.query(false).pool.held_bytes;
-    const auto out = generate(rig, {kFirst, kSecond}, greedy(), 6);
-    warmed = tokens_of(out[0]);
-    const auto second = tokens_of(out[1]);
-    warmed.insert(warmed.end(), second.begin(), second.end());
-  }
+    tokens.insert(tokens.end(), second.begin(), second.end());
+    return std::make_pair(held, tokens);
+  };
+  const auto [plain_held, plain] = run("0");
+  const auto [warmed_held, warmed] = run("1");
   EXPECT_EQ(warmed, plain);
   EXPECT_EQ(warmed_held, plain_held);  // the warm-up's scratch went back before the baseline
 }
