@@ -35,6 +35,15 @@ layout(binding = 1) readonly buffer Acts { uvec4 b4[]; };  // F16, 8 to a word
 layout(binding = 2) buffer Out { float out_data[]; };
 
 const uint THREADS = 32 * SG_M * SG_N;
+// A subgroup with few fragments would chain every product of a step on the one before it (the
+// K-step loop is rolled, see main); SETS sets of accumulators, taken in turn, let SETS of them
+// overlap. The sets are added up at the end.
+const uint FRAGS = TM * TN;
+#ifdef SHAPE_SETS
+const uint SETS = SHAPE_SETS;
+#else
+const uint SETS = FRAGS >= 4 ? 1 : min(4 / FRAGS, 2 * KB);
+#endif
 const uint GROUP_M = 8;  // row tiles a group of workgroups shares (see main)
 const uint BM = SG_M * TM * 16;
 const uint BN = SG_N * TN * CM_N;
@@ -169,14 +178,13 @@ void main() {
 
   // Whole fragments inside the output (with 16-byte aligned columns) are read and written in place
   // (with ACCUMULATE they start from out); the others go through this subgroup's slice of tile_c.
-  fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N> acc[TM * TN];
+  fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N> acc[SETS * FRAGS];
+  [[unroll]] for (uint f = 0; f < SETS * FRAGS; ++f) acc[f] = fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N>(0.0);
   [[unroll]] for (uint i = 0; i < TM; ++i) {
     [[unroll]] for (uint j = 0; j < TN; ++j) {
       const uint m = m0 + sm * TM * 16 + 16 * i, n = n0 + sn * TN * CM_N + CM_N * j;
       if (ACCUMULATE != 0u && whole_fragment(m, n)) {
         coopMatLoadNV(acc[i * TN + j], out_data, o_base + n * p.M + m, p.M, true);
-      } else {
-        acc[i * TN + j] = fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N>(0.0);
       }
     }
   }
@@ -199,15 +207,21 @@ void main() {
     // Not unrolled: unrolled, the fragment steps made kernels of 60-115 KB, whose instruction
     // fetches cost more than the loop (H100, Q4_0 decode steps: 16 sequences 10.9 -> 9.3 ms, 64:
     // 16.5 -> 15.7, 32: 12.1 -> 12.4; prefill +7%; bench/results/tensor-cores-2026-11-26-h100.md).
-    [[dont_unroll]] for (uint h = 0; h < 2 * KB; ++h) {
-      fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[TM];
-      [[unroll]] for (uint i = 0; i < TM; ++i) {
-        coopMatLoadNV(a[i], tile_a, stage * A_STAGE + (sm * TM * 16 + 16 * i) * STRIDE + 2 * h, STRIDE, false);
-      }
-      [[unroll]] for (uint j = 0; j < TN; ++j) {
-        fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> bj;
-        coopMatLoadNV(bj, tile_b, stage * B_STAGE + (sn * TN * CM_N + CM_N * j) * STRIDE + 2 * h, STRIDE, true);
-        [[unroll]] for (uint i = 0; i < TM; ++i) acc[i * TN + j] = coopMatMulAddNV(a[i], bj, acc[i * TN + j]);
+    // Narrow shapes take SETS steps of 16 a pass, each into its own accumulators (see SETS).
+    [[dont_unroll]] for (uint h0 = 0; h0 < 2 * KB; h0 += SETS) {
+      [[unroll]] for (uint s = 0; s < SETS; ++s) {
+        const uint h = h0 + s;
+        fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[TM];
+        [[unroll]] for (uint i = 0; i < TM; ++i) {
+          coopMatLoadNV(a[i], tile_a, stage * A_STAGE + (sm * TM * 16 + 16 * i) * STRIDE + 2 * h, STRIDE, false);
+        }
+        [[unroll]] for (uint j = 0; j < TN; ++j) {
+          fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> bj;
+          coopMatLoadNV(bj, tile_b, stage * B_STAGE + (sn * TN * CM_N + CM_N * j) * STRIDE + 2 * h, STRIDE, true);
+          [[unroll]] for (uint i = 0; i < TM; ++i) {
+            acc[s * FRAGS + i * TN + j] = coopMatMulAddNV(a[i], bj, acc[s * FRAGS + i * TN + j]);
+          }
+        }
       }
     }
     if (STAGES == 1) barrier();  // every subgroup is done with the one stage
@@ -218,6 +232,13 @@ void main() {
     barrier();
   }
 
+  // The sets' sums into the first (element by element: each invocation holds the same elements of
+  // every fragment of one type; glslc 2023.2 crashes on whole-matrix addition).
+  [[unroll]] for (uint s = 1; s < SETS; ++s) {
+    [[unroll]] for (uint f = 0; f < FRAGS; ++f) {
+      [[unroll]] for (uint e = 0; e < acc[f].length(); ++e) acc[f][e] += acc[s * FRAGS + f][e];
+    }
+  }
   const uint c_base = sg * 16 * CM_N;
   [[unroll]] for (uint i = 0; i < TM; ++i) {
     [[unroll]] for (uint j = 0; j < TN; ++j) {

@@ -874,6 +874,7 @@ void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
   }
   answer_drained(ctx);
   schedule(ctx);
+  step_times_.handling_ns += monotonic_ns() - ctx.now_ns();
 }
 
 void Scheduler::log_step_times(Context& ctx, const StepPlan& plan, const StepResult& result) {
@@ -885,9 +886,12 @@ void Scheduler::log_step_times(Context& ctx, const StepPlan& plan, const StepRes
   t.executor_ns += result.gpu_ns;
   if (t.steps < every) return;
   const double ms = 1e6 * static_cast<double>(t.steps);
-  spdlog::info("{}: {} steps of {:.1f} sequences: {:.2f} ms a step from plan to result, the executor {:.2f} ms of it",
-               ctx.self(), t.steps, static_cast<double>(t.sequences) / static_cast<double>(t.steps),
-               static_cast<double>(t.round_ns) / ms, static_cast<double>(t.executor_ns) / ms);
+  spdlog::info(
+      "{}: {} steps of {:.1f} sequences: {:.2f} ms a step from plan to result, the executor {:.2f} ms of it; "
+      "{:.3f} ms handling a result (its tokens and the next plan)",
+      ctx.self(), t.steps, static_cast<double>(t.sequences) / static_cast<double>(t.steps),
+      static_cast<double>(t.round_ns) / ms, static_cast<double>(t.executor_ns) / ms,
+      static_cast<double>(t.handling_ns) / ms);
   t = {};
 }
 

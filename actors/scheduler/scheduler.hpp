@@ -135,10 +135,12 @@ class Scheduler final : public Actor {
   std::optional<messages::StepPlan> in_flight_;
   std::int64_t in_flight_since_ns_ = 0;
   // Where a step's time goes, logged every 500 steps: a plan's round trip (sent to answered, by
-  // ctx.now_ns) and the executor's share of it (StepResult::gpu_ns); the rest is the messages.
+  // ctx.now_ns) and the executor's share of it (StepResult::gpu_ns), the rest being the messages;
+  // and the scheduler's own time on each result (delivering its tokens, planning the next step),
+  // which adds to the round trip before the next step starts.
   struct StepTimes {
     std::uint64_t steps = 0, sequences = 0;
-    std::int64_t round_ns = 0, executor_ns = 0;
+    std::int64_t round_ns = 0, executor_ns = 0, handling_ns = 0;
   } step_times_;
   std::uint64_t next_step_ = 1;
 
