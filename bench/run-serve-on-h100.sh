@@ -3,7 +3,7 @@
 # command: concurrency 1, 8, 32 and 64 (llama.cpp's comparison point: 128-token prompts and
 # outputs). Writes $OUT/serve-h100.txt and one JSON per concurrency.
 # Here: cmake --build build && ../shared/tools/devpack -o .devrun build/mqlm && strip .devrun/bin/mqlm
-# There (carry .devrun): bench/run-serve-on-h100.sh
+# There (carry .devrun): bench/run-serve-on-h100.sh   (SERVE_FLAGS: more flags for mqlm serve, e.g. --no-overlap)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
@@ -13,8 +13,9 @@ log=$OUT/serve-h100.txt
 type=${TYPE:-q4_0}
 mqlm make-model --preset llama3-8b --type "$type" -o /tmp/m.gguf >>"$log"
 listen=tcp://127.0.0.1:5555
+echo "server: mqlm serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-2048} --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-}" >>"$log"
 mqlm --log-level info serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-2048} \
-  --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} >$OUT/serve-stdout.txt 2>$OUT/serve-log.txt &
+  --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-} >$OUT/serve-stdout.txt 2>$OUT/serve-log.txt &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
 for i in $(seq 1 600); do

@@ -189,14 +189,18 @@ struct SequenceStart {
 
 // One sequence's share of a step: tokens at positions position, position + 1, ... whose K and V
 // go to the pages of block_table (page i holds positions i * page_size ...). output: sample a
-// token after the last of them.
+// token after the last of them. follows: its one token is the one the sequence's previous step
+// samples, which the scheduler did not know when it planned this step (the executor puts it in;
+// tokens holds a 0 in its place). A follower whose sampler the executor no longer has (its
+// previous step failed) is left out of the step.
 struct PlanSequence {
   std::uint64_t sequence = 0;
   std::uint32_t position = 0;
   std::vector<std::int32_t> tokens;
   std::vector<std::uint32_t> block_table;
   bool output = false;
-  MSGPACK_DEFINE(sequence, position, tokens, block_table, output);
+  bool follows = false;
+  MSGPACK_DEFINE(sequence, position, tokens, block_table, output, follows);
 };
 
 // One step of one model. released: sequences whose executor state is to be dropped (before the

@@ -74,6 +74,7 @@ struct ServeOptions {
   std::uint32_t max_sequences = 64;
   std::uint32_t token_budget = 512;
   std::uint32_t max_waiting = 4096;
+  bool no_overlap = false;
   std::string trace;
   bool trace_without_blobs = false;
   bool finish_running = false;
@@ -228,7 +229,8 @@ NodeConfig serve_config(const ServeOptions& o) {
   options["scheduler"] = {{"models", models},
                           {"max_sequences", std::to_string(o.max_sequences)},
                           {"token_budget", std::to_string(o.token_budget)},
-                          {"max_waiting", std::to_string(o.max_waiting)}};
+                          {"max_waiting", std::to_string(o.max_waiting)},
+                          {"overlap", o.no_overlap ? "0" : "1"}};
   if (!aliases.empty()) options["scheduler"]["aliases"] = aliases;  // and so may generate requests
   // Without an enforcer here or at a given address, only the models loaded at start are served.
   const bool enforcer_elsewhere = std::any_of(o.addresses.begin(), o.addresses.end(),
@@ -424,6 +426,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--token-budget", o->token_budget, "tokens computed per step at most (decode and prefill chunks)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
+  cmd->add_flag("--no-overlap", o->no_overlap,
+                "plan each step only once the one before is answered (default: the next step is planned while "
+                "the GPU runs this one)");
   cmd->add_option("--max-waiting", o->max_waiting, "queued requests before new ones are told busy")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 24));

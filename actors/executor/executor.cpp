@@ -327,6 +327,7 @@ struct LoadedModel {
 struct SequenceState {
   std::string model_id;
   model::Sampler sampler;
+  std::int32_t last_token = -1;  // its last step's sample: what a follower (PlanSequence::follows) takes
 };
 
 // ---- the actor -------------------------------------------------------------------------------
@@ -346,6 +347,7 @@ class Executor final : public Actor {
   void answer_unload(Context& ctx, const Message& message, const UnloadModel& unload);
   void answer_query(Context& ctx, const Message& message, const ExecutorQuery& query);
   void answer_step(Context& ctx, const Message& message, const StepPlan& plan);
+  std::optional<StepPlan> runnable(const StepPlan& plan, const std::unordered_set<std::uint64_t>& failed) const;
   void run_plan(Context& ctx, const StepPlan& plan, const Frames& blobs, StepResult& result);
   void move_pages(Context& ctx, const StepPlan& plan, const Frames& blobs, LoadedModel& loaded);
   void on_cache_closed(Context& ctx, const ModelCacheClosed& closed);
@@ -374,6 +376,7 @@ class Executor final : public Actor {
   // Declared after gpu_, so destroyed before it. Empty whenever gpu_ is null.
   std::map<std::string, LoadedModel> models_;
   std::unordered_map<std::uint64_t, SequenceState> sequences_;  // sequence -> its sampler and model
+  std::unordered_set<std::uint64_t> failed_;  // sequences the last step failed: the next plan's are left out
   std::uint64_t plans_ = 0;        // StepPlans answered
   std::uint64_t gpu_steps_ = 0;    // plans that reached the GPU with sequences (what fail_steps counts)
   std::int64_t last_trim_ns_ = 0;  // ctx.now_ns() of the last trim
@@ -695,9 +698,11 @@ void Executor::answer_step(Context& ctx, const Message& message, const StepPlan&
   result.step = plan.step;
   try {
     for (std::uint64_t sequence : plan.released) sequences_.erase(sequence);
+    const std::optional<StepPlan> resolved = runnable(plan, std::exchange(failed_, {}));
+    const StepPlan& run = resolved ? *resolved : plan;
     // A plan that only releases needs no model: it may come after its model was unloaded.
-    if (!plan.starts.empty() || !plan.sequences.empty() || !plan.spill.empty() || !plan.restore.empty()) {
-      run_plan(ctx, plan, message.blobs, result);
+    if (!run.starts.empty() || !run.sequences.empty() || !run.spill.empty() || !run.restore.empty()) {
+      run_plan(ctx, run, message.blobs, result);
     }
   } catch (const std::exception& e) {
     // Nothing above should throw (plans are checked first, GPU failures are caught where they
@@ -718,6 +723,37 @@ void Executor::answer_step(Context& ctx, const Message& message, const StepPlan&
   }
   result.gpu_ns = nanoseconds_since(started);
   ctx.reply(message, std::move(result));
+}
+
+// The plan as it can run, or nothing when it runs as it came: each follower's token put in (the
+// one its sequence's previous step sampled), and the sequences the previous step failed (unless
+// this plan starts them again) left out: the scheduler planned this step before it learnt that,
+// and ends them on that step's answer. So is a follower whose sampler is gone or has sampled
+// nothing. A later plan that asks a failed sequence for output is refused as a scheduler bug.
+std::optional<StepPlan> Executor::runnable(const StepPlan& plan, const std::unordered_set<std::uint64_t>& failed) const {
+  auto left_out = [&](const PlanSequence& s) {
+    return failed.contains(s.sequence) && std::none_of(plan.starts.begin(), plan.starts.end(), [&](const SequenceStart& start) {
+             return start.sequence == s.sequence;
+           });
+  };
+  const bool changes = std::any_of(plan.sequences.begin(), plan.sequences.end(),
+                                   [&](const PlanSequence& s) { return s.follows || left_out(s); });
+  if (!changes) return std::nullopt;
+  StepPlan resolved = plan;
+  std::erase_if(resolved.sequences, [&](PlanSequence& s) {
+    if (left_out(s)) return true;
+    if (!s.follows) return false;
+    const auto state = sequences_.find(s.sequence);
+    if (state == sequences_.end() || state->second.last_token < 0) {
+      spdlog::warn("executor: step {}: sequence {} follows a step that sampled nothing for it: left out", plan.step,
+                   s.sequence);
+      return true;
+    }
+    s.tokens.assign(1, state->second.last_token);
+    s.follows = false;
+    return false;
+  });
+  return resolved;
 }
 
 // Starts the plan's sequences and runs its step on the plan's model, once the plan has passed
@@ -1011,6 +1047,7 @@ void Executor::sample_outputs(const StepPlan& plan, const LoadedModel& loaded, s
       }
     }
     ++row;
+    sequences_.at(seq.sequence).last_token = out.token;
     result.tokens.push_back(std::move(out));
   }
 }
@@ -1023,7 +1060,10 @@ void Executor::fail_step(const StepPlan& plan, StepResult& result, RequestError 
   result.error = static_cast<std::uint16_t>(error);
   result.message = std::move(message);
   for (const SequenceStart& start : plan.starts) sequences_.erase(start.sequence);
-  for (const PlanSequence& seq : plan.sequences) sequences_.erase(seq.sequence);
+  for (const PlanSequence& seq : plan.sequences) {
+    sequences_.erase(seq.sequence);
+    failed_.insert(seq.sequence);
+  }
 }
 
 // Trimming hands cached memory back to the driver at the cost of allocating it again when the

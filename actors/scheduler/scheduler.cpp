@@ -73,6 +73,9 @@ struct Scheduler::Request {
   std::vector<std::int32_t> history;  // prompt, then generated tokens
   std::uint32_t prompt_tokens = 0;
   std::uint32_t computed = 0;         // tokens of history whose K and V are in the cache
+  std::uint32_t planned = 0;          // positions given to plans (computed, or in a plan in flight)
+  std::uint32_t pending = 0;          // plans in flight that sample a token for it
+  std::uint32_t epoch = 0;            // preemptions: answers to plans of an earlier epoch compute nothing of it
   std::uint32_t cached_tokens = 0;    // prompt tokens the prefix cache gave at first admission
   // Its prefix beyond the GPU: asked of the cache-writer once, before its first admission.
   enum class Lookup : std::uint8_t { none, pending, done } lookup = Lookup::none;
@@ -95,7 +98,8 @@ struct Scheduler::Request {
 SchedulerConfig scheduler_config(const ActorOptions& options) {
   check_option_names("scheduler", options,
                      {"model", "name", "models", "aliases", "default_model", "executor", "enforcer", "max_sequences",
-                      "token_budget", "max_waiting", "step_timeout_ms", "cache_writer", "lookup_timeout_ms", "stop_spill_bytes"});
+                      "token_budget", "max_waiting", "step_timeout_ms", "cache_writer", "lookup_timeout_ms", "stop_spill_bytes",
+                      "overlap"});
   SchedulerConfig c;
   auto model = options.find("model");
   auto models = options.find("models");
@@ -130,6 +134,7 @@ SchedulerConfig scheduler_config(const ActorOptions& options) {
   c.cache_writer = text_option(options, "cache_writer", c.cache_writer);
   c.lookup_timeout_ms = count("lookup_timeout_ms", c.lookup_timeout_ms, 1, 3'600'000);
   c.stop_spill_bytes = number_option("scheduler", options, "stop_spill_bytes", 0);
+  c.overlap = count("overlap", c.overlap ? 1 : 0, 0, 1) == 1;
   return c;
 }
 
@@ -388,7 +393,7 @@ void Scheduler::on_abort(Context& ctx, const Message& message, const Abort& abor
   auto it = by_client_.find({message.envelope.from, message.envelope.request_id});
   if (it == by_client_.end()) return;  // already ended: its final event is on its way
   pending_aborts_.emplace_back(it->second, static_cast<AbortReason>(abort.reason));
-  if (!in_flight_) {
+  if (in_flight_.empty()) {
     apply_pending_aborts(ctx);
     schedule(ctx);
   }
@@ -547,7 +552,7 @@ void Scheduler::on_abort_model(Context& ctx, const AbortModel& abort) {
 void Scheduler::answer_drained(Context& ctx) {
   for (auto& [name, model] : models_) {
     if (!model->drain_pending) continue;
-    if (in_flight_ && in_flight_->model == name) continue;
+    if (in_flight_for(name)) continue;
     model->drain_pending = false;
     ctx.send(config_.enforcer.empty() ? std::string("enforcer") : config_.enforcer,
              ModelDrained{name, drained_counts_[name]});
@@ -669,6 +674,8 @@ void Scheduler::collect_spills(ServedModel& m, StepPlan& plan, Frames& blobs) {
 void Scheduler::preempt(Request& r) {
   r.model->pages->release(r.sequence);
   r.computed = 0;
+  r.planned = 0;
+  ++r.epoch;
   r.running = false;
   std::erase(running_, r.sequence);
   waiting_.push_front(r.sequence);
@@ -680,10 +687,12 @@ void Scheduler::preempt(Request& r) {
 // could not.
 bool Scheduler::plan_sequence(Request& r, std::uint32_t budget, bool may_preempt, StepPlan& plan) {
   const auto total = static_cast<std::uint32_t>(r.history.size());
-  const std::uint32_t n = std::min(total - r.computed, budget);
+  // Every known token planned: the next is the one a step in flight samples (see may_follow).
+  const bool follows = r.planned == total;
+  const std::uint32_t n = follows ? 1 : std::min(total - r.planned, budget);
   if (n == 0) return false;
   KvPageTable& pages = *r.model->pages;
-  while (!pages.reserve(r.sequence, r.computed + n)) {
+  while (!pages.reserve(r.sequence, r.planned + n)) {
     // The newest running sequence gives way; if that is this one, it waits.
     if (!may_preempt || running_.empty()) return false;
     // Of this model: another model's pages are no use to it.
@@ -698,12 +707,32 @@ bool Scheduler::plan_sequence(Request& r, std::uint32_t budget, bool may_preempt
   }
   PlanSequence s;
   s.sequence = r.sequence;
-  s.position = r.computed;
-  s.tokens.assign(r.history.begin() + r.computed, r.history.begin() + r.computed + n);
+  s.position = r.planned;
+  if (follows) {
+    s.tokens.assign(1, 0);
+  } else {
+    s.tokens.assign(r.history.begin() + r.planned, r.history.begin() + r.planned + n);
+  }
   s.block_table = pages.block_table(r.sequence);
-  s.output = r.computed + n == total;
+  s.output = follows || r.planned + n == total;
+  s.follows = follows;
+  r.planned += n;
   plan.sequences.push_back(std::move(s));
   return true;
+}
+
+// Whether a running request whose every known token is planned may decode the token a step in
+// flight samples for it: not if that token may be its last (max_tokens, the model's context); a
+// stop string or end token it brings is found only when it comes, and the follower's step is
+// then wasted (its answer for an ended request is dropped).
+bool Scheduler::may_follow(const Request& r) const {
+  if (!config_.overlap || r.pending == 0 || r.planned != r.history.size()) return false;
+  if (r.generated() + r.pending >= static_cast<std::uint32_t>(std::max(r.sampling.max_tokens, 1))) return false;
+  return r.model->n_ctx == 0 || r.history.size() + r.pending < r.model->n_ctx;
+}
+
+bool Scheduler::in_flight_for(const std::string& model) const {
+  return std::any_of(in_flight_.begin(), in_flight_.end(), [&](const InFlight& f) { return f.plan.model == model; });
 }
 
 // The model the next step is for: of the servable models with work, the first after the last
@@ -726,7 +755,13 @@ Scheduler::ServedModel* Scheduler::next_model_to_step() {
 }
 
 void Scheduler::schedule(Context& ctx) {
-  if (in_flight_ || !executor_ready_) return;
+  const std::size_t depth = config_.overlap ? 2 : 1;
+  while (executor_ready_ && in_flight_.size() < depth && plan_step(ctx)) {
+  }
+}
+
+// Plans one step and sends it; false when there was nothing to send.
+bool Scheduler::plan_step(Context& ctx) {
   ServedModel* chosen = next_model_to_step();
   StepPlan plan;
   Frames restore_blobs;  // one per plan.restore page
@@ -740,6 +775,7 @@ void Scheduler::schedule(Context& ctx) {
       Request& r = *requests_.at(running_[i]);
       if (r.model != &m) continue;
       if (!r.running) continue;  // preempted by an older one's page needs during this plan
+      if (r.planned == r.history.size() && !may_follow(r)) continue;  // its next token is not planned yet
       const bool planned = plan_sequence(r, budget, true, plan);
       collect_spills(m, plan, restore_blobs);
       if (!planned) {
@@ -752,7 +788,7 @@ void Scheduler::schedule(Context& ctx) {
     // Then waiting ones, first come first served, while budget and the sequence limit allow.
     for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 && running_.size() < config_.max_sequences;) {
       Request& r = *requests_.at(*it);
-      if (r.model != &m) {
+      if (r.model != &m || r.pending > 0) {  // (preempted while a step samples for it: it waits for the token)
         ++it;
         continue;
       }
@@ -777,6 +813,7 @@ void Scheduler::schedule(Context& ctx) {
       const std::uint32_t reused = m.pages->begin(r.sequence, m.key, r.history);
       const std::uint32_t restored = restore_prefix(r, reused, plan, restore_blobs);
       r.computed = reused + restored;
+      r.planned = r.computed;
       // A waiting sequence never preempts a running one: it waits for pages instead.
       const bool planned = plan_sequence(r, budget, false, plan);
       collect_spills(m, plan, restore_blobs);
@@ -785,6 +822,7 @@ void Scheduler::schedule(Context& ctx) {
         // prefix cache (the plan still restores them).
         m.pages->release(r.sequence);
         r.computed = 0;
+        r.planned = 0;
         break;
       }
       prefix_hit_tokens_ += reused;
@@ -805,36 +843,56 @@ void Scheduler::schedule(Context& ctx) {
   }
 
   const bool moves_pages = !plan.spill.empty() || !plan.restore.empty();
-  if (plan.sequences.empty() && to_release_.empty() && !moves_pages) return;
+  if (plan.sequences.empty() && to_release_.empty() && !moves_pages) return false;
   if (plan.sequences.empty() && !moves_pages) plan.model.clear();  // only releases: for no model in particular
   if (!plan.model.empty()) last_stepped_ = plan.model;
   plan.step = next_step_++;
   plan.released = std::move(to_release_);
   to_release_.clear();
-  for (const auto& s : plan.sequences) computed_tokens_ += s.tokens.size();
+  InFlight sent;
+  for (const auto& s : plan.sequences) {
+    computed_tokens_ += s.tokens.size();
+    Request& r = *requests_.at(s.sequence);
+    sent.epochs.push_back(r.epoch);
+    if (s.output) ++r.pending;
+  }
   ctx.send(config_.executor, plan, {0, 0, std::move(restore_blobs)});
-  in_flight_ = std::move(plan);
-  in_flight_since_ns_ = ctx.now_ns();
+  sent.plan = std::move(plan);
+  sent.since_ns = ctx.now_ns();
+  in_flight_.push_back(std::move(sent));
+  return true;
 }
 
 // ---- results --------------------------------------------------------------------------------
 
 void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
-  if (!in_flight_ || result.step != in_flight_->step) {
-    spdlog::warn("{}: a result for step {} that is not the one in flight: ignored", ctx.self(), result.step);
+  if (in_flight_.empty() || result.step != in_flight_.front().plan.step) {
+    spdlog::warn("{}: a result for step {} that is not the oldest in flight: ignored", ctx.self(), result.step);
     return;
   }
-  StepPlan plan = std::move(*in_flight_);
-  in_flight_.reset();
+  const InFlight step = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const StepPlan& plan = step.plan;
   executor_slots_ = result.slots;
   if (result.has_pool) pool_ = result.pool;
   if (!plan.sequences.empty()) {
     ++steps_;
-    log_step_times(ctx, plan, result);
+    log_step_times(ctx, step, result);
+  }
+  for (const auto& s : plan.sequences) {
+    if (auto it = requests_.find(s.sequence); it != requests_.end() && s.output) --it->second->pending;
   }
 
   apply_pending_aborts(ctx);
-  if (result.error != 0) {
+  if (step.void_) {
+    // Computed on a KV cache that is gone: nothing of it counts. A failed step took its
+    // sequences' samplers with it.
+    if (result.error != 0) {
+      for (const auto& s : plan.sequences) {
+        if (auto it = requests_.find(s.sequence); it != requests_.end()) it->second->executor_has_it = false;
+      }
+    }
+  } else if (result.error != 0) {
     spdlog::warn("{}: step {} failed: {}", ctx.self(), result.step, result.message);
     for (const auto& s : plan.sequences) {
       if (auto it = requests_.find(s.sequence); it != requests_.end()) {
@@ -848,7 +906,9 @@ void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
       for (std::uint32_t page : plan.restore) it->second->pages->forget(page);
     }
     if (result.kv_lost) {
-      // Nothing computed survives: every running sequence starts over, and no page is shared.
+      // Nothing computed survives: every running sequence starts over, and no page is shared; the
+      // plan in flight behind this one computes on the lost cache.
+      for (InFlight& later : in_flight_) later.void_ = true;
       for (std::uint64_t sequence : std::vector<std::uint64_t>(running_)) preempt(*requests_.at(sequence));
       for (auto& [name, model] : models_) {
         if (!model->pages) continue;
@@ -859,10 +919,14 @@ void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
       }
     }
   } else {
-    for (const auto& s : plan.sequences) {
+    for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
+      const PlanSequence& s = plan.sequences[i];
       auto it = requests_.find(s.sequence);
       if (it == requests_.end()) continue;  // ended while the step ran
       Request& r = *it->second;
+      // Preempted since: its pages went (its sampled token still stands: that cache was whole
+      // while the step ran).
+      if (r.epoch != step.epochs[i]) continue;
       r.computed = s.position + static_cast<std::uint32_t>(s.tokens.size());
       r.model->pages->computed(r.sequence, std::span<const std::int32_t>(r.history.data(), r.computed));
     }
@@ -877,12 +941,12 @@ void Scheduler::on_step_result(Context& ctx, const StepResult& result) {
   step_times_.handling_ns += monotonic_ns() - ctx.now_ns();
 }
 
-void Scheduler::log_step_times(Context& ctx, const StepPlan& plan, const StepResult& result) {
+void Scheduler::log_step_times(Context& ctx, const InFlight& step, const StepResult& result) {
   constexpr std::uint64_t every = 500;
   StepTimes& t = step_times_;
   ++t.steps;
-  t.sequences += plan.sequences.size();
-  t.round_ns += ctx.now_ns() - in_flight_since_ns_;
+  t.sequences += step.plan.sequences.size();
+  t.round_ns += ctx.now_ns() - step.since_ns;
   t.executor_ns += result.gpu_ns;
   if (t.steps < every) return;
   const double ms = 1e6 * static_cast<double>(t.steps);
@@ -1012,18 +1076,20 @@ void Scheduler::on_timer(Context& ctx) {
                  ctx.self(), config_.lookup_timeout_ms);
     schedule(ctx);
   }
-  if (!in_flight_) return;
-  const std::int64_t waited_ms = (ctx.now_ns() - in_flight_since_ns_) / 1'000'000;
+  if (in_flight_.empty()) return;
+  const std::int64_t waited_ms = (ctx.now_ns() - in_flight_.front().since_ns) / 1'000'000;
   if (waited_ms < config_.step_timeout_ms) return;
-  // The executor is gone or stuck: its requests fail instead of hanging, and nothing more is
-  // planned until it answers again.
-  spdlog::error("{}: step {} unanswered for {} ms: failing its requests", ctx.self(), in_flight_->step, waited_ms);
-  StepPlan plan = std::move(*in_flight_);
-  in_flight_.reset();
+  // The executor is gone or stuck: the requests of every plan in flight fail instead of hanging,
+  // and nothing more is planned until it answers again.
+  spdlog::error("{}: step {} unanswered for {} ms: failing its requests", ctx.self(), in_flight_.front().plan.step,
+                waited_ms);
+  const std::deque<InFlight> lost = std::exchange(in_flight_, {});
   executor_ready_ = false;
-  for (const auto& s : plan.sequences) {
-    end_request(ctx, s.sequence, FinishReason::error, RequestError::unavailable,
-                "the executor did not answer within " + std::to_string(config_.step_timeout_ms) + " ms");
+  for (const InFlight& f : lost) {
+    for (const auto& s : f.plan.sequences) {
+      end_request(ctx, s.sequence, FinishReason::error, RequestError::unavailable,
+                  "the executor did not answer within " + std::to_string(config_.step_timeout_ms) + " ms");
+    }
   }
   answer_drained(ctx);
   ctx.send(config_.executor, ExecutorQuery{false});

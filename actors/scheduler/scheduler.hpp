@@ -55,11 +55,17 @@ struct SchedulerConfig {
   std::uint32_t lookup_timeout_ms = 2000;  // a prefix lookup unanswered this long is a miss
   std::uint64_t stop_spill_bytes = 0;  // when stopping, the GPU's most recent prefix pages, up to
                                        // this many bytes, go to the cache-writer (to be kept on SSD)
+  // Plan the next step while the executor runs this one (two plans in flight): the executor finds
+  // it waiting when it answers, and the scheduler's work on the answer (tokens to the clients,
+  // the plan after) overlaps the GPU's. A decode whose input is a token still being sampled goes
+  // as a follower (PlanSequence::follows). false: one plan at a time, each made from the last
+  // one's answer.
+  bool overlap = true;
 };
 
 // Options: model=PATH and name=ID (one model), or models=ID=PATH;ID2=PATH2, aliases=NAME=ID;... and default_model=ID;
 // executor=, enforcer=, max_sequences=, token_budget=, max_waiting=, step_timeout_ms=,
-// cache_writer=, lookup_timeout_ms=, stop_spill_bytes=. Throws
+// cache_writer=, lookup_timeout_ms=, stop_spill_bytes=, overlap=0|1. Throws
 // std::invalid_argument naming a bad one.
 SchedulerConfig scheduler_config(const ActorOptions& options);
 std::unique_ptr<Actor> make_scheduler(const ActorOptions& options);
@@ -77,13 +83,14 @@ class Scheduler final : public Actor {
 
  private:
   struct Request;
+  struct InFlight;
 
   void on_submit(Context& ctx, const messages::Message& message, const messages::Submit& submit);
   void on_abort(Context& ctx, const messages::Message& message, const messages::Abort& abort);
   void on_status(Context& ctx, const messages::Message& message, const messages::StatusQuery& query);
   void on_executor_report(Context& ctx, const messages::ExecutorReport& report);
   void on_step_result(Context& ctx, const messages::StepResult& result);
-  void log_step_times(Context& ctx, const messages::StepPlan& plan, const messages::StepResult& result);
+  void log_step_times(Context& ctx, const InFlight& step, const messages::StepResult& result);
   void on_timer(Context& ctx);
   // The model pool: the enforcer's answers and what it forwards from the executor.
   void on_model_loaded(Context& ctx, const messages::ModelLoaded& loaded);
@@ -107,6 +114,8 @@ class Scheduler final : public Actor {
   std::optional<std::string> prompt_for(const ServedModel& model, const messages::Submit& submit,
                                         std::vector<std::int32_t>& prompt) const;
   void schedule(Context& ctx);
+  bool plan_step(Context& ctx);
+  bool may_follow(const Request& request) const;
   bool plan_sequence(Request& request, std::uint32_t budget, bool may_preempt, messages::StepPlan& plan);
   void preempt(Request& request);
   void deliver_token(Context& ctx, Request& request, const messages::OutputToken& output);
@@ -132,8 +141,15 @@ class Scheduler final : public Actor {
   std::vector<std::pair<std::uint64_t, messages::AbortReason>> pending_aborts_;
   std::uint64_t next_sequence_ = 1;
 
-  std::optional<messages::StepPlan> in_flight_;
-  std::int64_t in_flight_since_ns_ = 0;
+  // Plans sent and not yet answered, oldest first (at most two, with overlap).
+  struct InFlight {
+    messages::StepPlan plan;
+    std::int64_t since_ns = 0;
+    std::vector<std::uint32_t> epochs;  // each of its sequences' Request::epoch when planned
+    bool void_ = false;                 // planned before the KV cache was lost: its answer is ignored
+  };
+  std::deque<InFlight> in_flight_;
+  bool in_flight_for(const std::string& model) const;
   // Where a step's time goes, logged every 500 steps: a plan's round trip (sent to answered, by
   // ctx.now_ns) and the executor's share of it (StepResult::gpu_ns), the rest being the messages;
   // and the scheduler's own time on each result (delivering its tokens, planning the next step),

@@ -55,6 +55,7 @@ struct ServerOptions {
   std::uint32_t kv_pages = 256;
   std::uint32_t max_sequences = 64;
   std::uint32_t token_budget = 512;
+  bool overlap = true;  // the scheduler plans a step ahead
   std::filesystem::path trace;
 };
 
@@ -70,7 +71,8 @@ class Server {
     ActorOptions scheduler{{"model", model},
                            {"name", "tiny"},
                            {"max_sequences", std::to_string(o.max_sequences)},
-                           {"token_budget", std::to_string(o.token_budget)}};
+                           {"token_budget", std::to_string(o.token_budget)},
+                           {"overlap", o.overlap ? "1" : "0"}};
     scheduler_options_ = scheduler;
     ActorOptions gateway{{"listen", endpoint_}};
     for (auto& [kind, options] : std::vector<std::pair<std::string, ActorOptions>>{

@@ -147,11 +147,14 @@ class Rig {
   std::uint64_t next_step() { return ++steps_; }
 
   StepResult step(const StepPlan& plan) {
-    mailbox_->send("executor", plan, SendOptions{plan.step, 0, {}});
+    send(plan);
     auto result = receive<StepResult>();
     if (result.step != plan.step) throw std::runtime_error("the answer is for another step");
     return result;
   }
+  // A plan sent without waiting for its answer (a scheduler planning ahead), and the next answer.
+  void send(const StepPlan& plan) { mailbox_->send("executor", plan, SendOptions{plan.step, 0, {}}); }
+  StepResult next_result() { return receive<StepResult>(); }
   ExecutorReport query(bool trim) {
     mailbox_->send("executor", ExecutorQuery{trim});
     return receive<ExecutorReport>();
@@ -353,6 +356,55 @@ TEST(ExecutorTest, GreedyDecodingGivesWhatTheGpuModelGivesDirectly) {
   EXPECT_EQ(tokens_of(outputs[0]), expected);
   for (const auto& o : outputs[0]) EXPECT_FALSE(o.has_logprobs);
   EXPECT_EQ(rig.query(false).slots, 1u);
+}
+
+TEST(ExecutorTest, FollowersTakeTheTokenTheirSequencesLastStepSampled) {
+  const auto expected = direct_greedy(kFirst, 7);
+  Rig rig;
+  const auto prompt_size = static_cast<std::uint32_t>(kFirst.prompt.size());
+  auto follower = [&](const Sequence& seq, std::uint32_t position) {
+    PlanSequence s{seq.id, position, {0}, table_for(seq, position + 1), true};
+    s.follows = true;
+    return s;
+  };
+  // Every plan goes before any answer is read, as a scheduler planning ahead sends them: each
+  // decode's token is the one the step before it samples.
+  StepPlan prefill;
+  prefill.step = rig.next_step();
+  prefill.starts.push_back({kFirst.id, greedy(), kFirst.prompt});
+  prefill.sequences.push_back({kFirst.id, 0, kFirst.prompt, table_for(kFirst, prompt_size), true});
+  rig.send(prefill);
+  for (std::uint32_t k = 1; k < 6; ++k) {
+    StepPlan decode;
+    decode.step = rig.next_step();
+    decode.sequences.push_back(follower(kFirst, prompt_size + k - 1));
+    rig.send(decode);
+  }
+  std::vector<std::int32_t> tokens;
+  for (int k = 0; k < 6; ++k) {
+    const StepResult result = rig.next_result();
+    ASSERT_EQ(result.error, 0u) << result.message;
+    ASSERT_EQ(result.tokens.size(), 1u);
+    tokens.push_back(result.tokens[0].token);
+  }
+  EXPECT_EQ(tokens, std::vector<std::int32_t>(expected.begin(), expected.begin() + 6));
+
+  // A follower of a sequence that has sampled nothing is left out; the rest of its step runs.
+  const auto second_size = static_cast<std::uint32_t>(kSecond.prompt.size());
+  StepPlan quiet;
+  quiet.step = rig.next_step();
+  quiet.starts.push_back({kSecond.id, greedy(), kSecond.prompt});
+  quiet.sequences.push_back({kSecond.id, 0, kSecond.prompt, table_for(kSecond, second_size), false});
+  EXPECT_EQ(rig.step(quiet).error, 0u);
+  StepPlan both;
+  both.step = rig.next_step();
+  both.sequences.push_back(follower(kFirst, prompt_size + 5));
+  both.sequences.push_back(follower(kSecond, second_size));
+  const StepResult result = rig.step(both);
+  ASSERT_EQ(result.error, 0u) << result.message;
+  ASSERT_EQ(result.tokens.size(), 1u);
+  EXPECT_EQ(result.tokens[0].sequence, kFirst.id);
+  EXPECT_EQ(result.tokens[0].token, expected[6]);
 }
 
 TEST(ExecutorTest, TwoSequencesInOneStepGiveWhatEachGivesAlone) {
@@ -564,7 +616,13 @@ TEST(ExecutorTest, AFailedStepAnswersAnErrorAndTheNextStepWorks) {
   EXPECT_FALSE(failed.kv_lost);
   EXPECT_TRUE(failed.has_pool);  // trimmed after the failure
 
-  // The failed sequence has no state left: asking it for output again is a scheduler bug.
+  // The failed sequence has no state left. The plan after the failed one, which a scheduler that
+  // plans ahead sent before it learnt of the failure, runs without it; asking it for output after
+  // that is a scheduler bug.
+  decode.step = rig.next_step();
+  StepResult next = rig.step(decode);
+  EXPECT_EQ(next.error, 0u) << next.message;
+  EXPECT_TRUE(next.tokens.empty());
   decode.step = rig.next_step();
   StepResult orphan = rig.step(decode);
   EXPECT_EQ(orphan.error, static_cast<std::uint16_t>(RequestError::internal));
