@@ -180,6 +180,38 @@ TEST(Server, GreedyOutputIsTheSameAloneAndBatchedWithFifteenOthers) {
   for (const auto& [id, o] : outcomes) EXPECT_EQ(o.final.finish_reason, tools::FinishReason::length) << id;
 }
 
+// Too few KV pages for every request at once: the newest running ones give theirs up and are
+// computed again later, with the scheduler a step ahead of the executor and without; every
+// request still gets the tokens it gets alone, and nothing is left referenced.
+TEST(Server, PreemptedRequestsGiveWhatTheyGiveAlone) {
+  std::mt19937 rng(5);
+  std::vector<std::pair<std::string, std::vector<std::int32_t>>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.emplace_back("r" + std::to_string(i), prompt_tokens(rng, 20 + 3 * i));
+  std::map<std::string, std::vector<std::int32_t>> alone;
+  {
+    Server server;
+    for (const auto& [id, prompt] : prompts) alone[id] = run_one(server.endpoint(), greedy(id, prompt, 24)).tokens;
+  }
+  for (bool overlap : {true, false}) {
+    // Each request needs 3 or 4 pages of 16 tokens by its end; 10 hold three at most.
+    ServerOptions options;
+    options.kv_pages = 10;
+    options.overlap = overlap;
+    Server server(options);
+    ServeClient client = connect(server.endpoint());
+    for (const auto& [id, prompt] : prompts) ASSERT_TRUE(client.send_generate(greedy(id, prompt, 24)));
+    auto outcomes = collect(client, prompts.size());
+    for (const auto& [id, o] : outcomes) {
+      EXPECT_EQ(o.final.finish_reason, tools::FinishReason::length) << id << ": " << o.final.error_message;
+      EXPECT_EQ(o.tokens, alone[id]) << id << (overlap ? " (overlap)" : "");
+    }
+    const nlohmann::json after = status(server.endpoint());
+    EXPECT_GT(after["preemptions"].get<std::int64_t>(), 0) << "overlap " << overlap;
+    EXPECT_EQ(after["requests"], 0);
+    EXPECT_EQ(after["kv_references"], 0);
+  }
+}
+
 TEST(Server, PrefixCacheHitsSkipRecomputationAndGiveTheSameOutput) {
   Server server;
   std::mt19937 rng(11);
