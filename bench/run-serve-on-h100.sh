@@ -3,7 +3,8 @@
 # command: concurrency 1, 8, 32 and 64 (llama.cpp's comparison point: 128-token prompts and
 # outputs). Writes $OUT/serve-h100.txt and one JSON per concurrency.
 # Here: cmake --build build && ../shared/tools/devpack -o .devrun build/mqlm && strip .devrun/bin/mqlm
-# There (carry .devrun): bench/run-serve-on-h100.sh   (SERVE_FLAGS: more flags for mqlm serve, e.g. --no-overlap)
+# There (carry .devrun): bench/run-serve-on-h100.sh   (SERVE_FLAGS: more flags for mqlm serve, e.g. --no-overlap;
+# KV_PAGES: 8192 pages of 16 tokens by default, 16 GiB for llama3-8b, which these runs never fill)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
@@ -13,8 +14,8 @@ log=$OUT/serve-h100.txt
 type=${TYPE:-q4_0}
 mqlm make-model --preset llama3-8b --type "$type" -o /tmp/m.gguf >>"$log"
 listen=tcp://127.0.0.1:5555
-echo "server: mqlm serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-2048} --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-}" >>"$log"
-mqlm --log-level info serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-2048} \
+echo "server: mqlm serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-8192} --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-}" >>"$log"
+mqlm --log-level info serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-8192} \
   --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-} >$OUT/serve-stdout.txt 2>$OUT/serve-log.txt &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
@@ -27,7 +28,9 @@ done
 bench/check-batched-greedy.sh $listen 16 32 >>"$log" 2>&1 || echo "the batched greedy check failed" >>"$log"
 for c in ${CONCURRENCY:-1 8 32 64}; do
   n=$((c * ${ROUNDS:-4}))
-  cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --warmup $c --json $OUT/serve-c$c.json"
+  # A seed of its own for each concurrency: the prompts come from the seed, and prompts repeated
+  # from an earlier concurrency would be prefix-cache hits (or restores from the host tier).
+  cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --warmup $c --seed $c --json $OUT/serve-c$c.json"
   echo "command: $cmd" >>"$log"
   $cmd >>"$log" 2>&1 || { echo "bench serve at concurrency $c failed" >>"$log"; break; }
 done
