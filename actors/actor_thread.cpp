@@ -162,7 +162,11 @@ class ActorLoop final : public Context {
     }
   }
 
-  // Returns true when Stop was taken.
+  // Returns true when Stop was taken. After each message the socket takes in the senders whose
+  // pipes came alive meanwhile (ZMQ_EVENTS processes its commands): a non-blocking receive that
+  // finds a message does not, so while one sender always has the next message waiting (the
+  // scheduler's next plan, for an executor), the others (the supervisor's heartbeats, Stop) went
+  // unread for up to kMaxMessagesPerWake messages: 60-90 s of lavapipe steps.
   bool drain_inbox() {
     for (int i = 0; i < kMaxMessagesPerWake; ++i) {
       Frames frames;
@@ -170,6 +174,7 @@ class ActorLoop final : public Context {
         return false;
       }
       if (handle(std::move(frames))) return true;
+      (void)inbox_.get(zmq::sockopt::events);
     }
     return false;
   }

@@ -55,6 +55,41 @@ TEST(LifecycleTest, StopDrainsAFullMailboxInOrder) {
   EXPECT_EQ(exit.stats.handled, queued + 1);  // the Stop itself included
 }
 
+// A sender whose next message is always waiting must not starve the others: a message from a
+// second sender, sent while the actor works through the first one's queue, is handled within a
+// few messages, not after the actor's whole batch (kMaxMessagesPerWake, 64). The executor with the
+// scheduler a step ahead is such an actor; its heartbeats went unanswered for a minute on lavapipe.
+TEST(LifecycleTest, ASenderAlwaysWaitingDoesNotStarveTheOthers) {
+  World world;
+  world.topology.mailbox_capacity = 1000;
+  world.topology.send_capacity = 1000;
+  for (const char* name : {"slow", "busy", "other", "tester"}) world.topology.add(name);
+  auto topology = world.freeze();
+  Gate gate;
+  Mailbox tester(world.context, topology, "tester");
+  Mailbox busy(world.context, topology, "busy");
+  Mailbox other(world.context, topology, "other");
+  ActorThread slow(world.context, topology, "slow", std::make_unique<ReportingActor>("tester", gate.future));
+  slow.start();
+
+  constexpr std::uint64_t kBusy = 200;
+  for (std::uint64_t i = 1; i <= kBusy; ++i) ASSERT_EQ(busy.send("slow", Ping{i, "busy"}), SendStatus::sent);
+  // The actor holds the first of them at the gate, inside its batch; then the other sender's comes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(other.send("slow", Ping{1000, "other"}), SendStatus::sent);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  gate.open();
+
+  auto got = testing::receive_until(tester, [&](const std::vector<Message>& m) { return m.size() == kBusy + 1; });
+  ASSERT_EQ(got.size(), kBusy + 1);
+  std::size_t at = got.size();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i].as<Pong>()->seq == 1000) at = i;
+  }
+  EXPECT_LE(at, 3u) << "the other sender's message was handled after " << at << " of the busy one's";
+  EXPECT_TRUE(slow.stop(std::chrono::seconds(10)));
+}
+
 // Sets a repeating timer at start; reports every Timer; cancels after three.
 class Ticker final : public Actor {
  public:
