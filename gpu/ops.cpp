@@ -216,23 +216,26 @@ namespace {
 
 // The staged kernel's workgroup shapes (in 16-column fragments; with 8-column tensor-core tiles TN
 // doubles). The host picks by column count, the first of a list whose blocks of K per step divide
-// K: up to 16 columns 64 x 16 tiles taking 8 blocks of K a step, up to 32 64 x 32 taking 4, up to
-// 64 64 x 64 taking 4 (128 x 64 taking 2 for products of 8192 rows or more: gate and up, run side
-// by side, fill the GPU with them; 64 sequences 17.24 -> 17.03 ms a step), wider 128 x 128 taking
-// 2. A step of K costs a workgroup about the same whatever its work, so fewer, deeper steps win
-// (H100, Q4_0, gate/up: 16 columns 188 -> 121 us, 32: 200 -> 148, 64: 237 -> 181, 512 through F16:
-// 829 -> 672; bench/results/staged-deep-2026-11-25-h100.md); where two stages do not fit in 48 KiB
-// the kernel uses one. Each shape is its own module
-// (shaders/CMakeLists.txt); the first twelve are built for both tensor-core tiles, the others are
-// there for benchmarks to compare.
-constexpr StagedShape staged_shapes[] = {{4, 1, 1, 1, 8}, {4, 1, 1, 2, 4}, {4, 1, 1, 4, 4}, {4, 2, 2, 2, 2},
-                                         {4, 2, 2, 4, 2}, {4, 1, 1, 1, 2}, {4, 1, 1, 2, 2}, {4, 1, 1, 4, 2},
-                                         {4, 1, 1, 1, 1}, {4, 1, 1, 2, 1}, {4, 1, 1, 4, 1}, {4, 2, 2, 4, 1},
-                                         {2, 2, 4, 4, 1}, {4, 2, 2, 2, 1}, {2, 4, 4, 2, 1}, {4, 2, 2, 1, 2},
-                                         {8, 1, 1, 1, 4}};
-constexpr std::size_t staged_both_tiles = 12;
-constexpr std::size_t for_16[] = {0, 5, 8}, for_32[] = {1, 6, 9}, for_64[] = {2, 7, 10}, for_64_tall[] = {3, 10},
-                      for_wide[] = {4, 11};
+// K: up to 16 columns 128 x 16 tiles taking 4 blocks of K a step, up to 32 128 x 32 taking 4, up
+// to 64 128 x 64 taking 2 (as 4 x 2 subgroups of 2 x 2 fragments for products of 8192 rows or
+// more: gate and up, run side by side, fill the GPU with them), wider 128 x 128 taking 2. Each
+// subgroup takes two 16-row fragments: every activation fragment it loads from shared memory then
+// serves two products (one 16-row fragment each: the fragment loads, not the tensor cores, bound
+// the multiply; H100, Q4_0, 32 columns: gate/up 151.7 -> 131.9 us, the output matrix 607 -> 514;
+// bench/results/staged-rows-2026-11-26-h100.md). A step of K costs a workgroup about the same
+// whatever its work, so fewer, deeper steps win (bench/results/staged-deep-2026-11-25-h100.md);
+// where two stages do not fit in 48 KiB the kernel uses one. Each shape is its own module
+// (shaders/CMakeLists.txt); the first eleven are built for both tensor-core tiles, the others are
+// there for benchmarks to compare (the earlier choices among them).
+constexpr StagedShape staged_shapes[] = {{4, 1, 2, 1, 4}, {4, 1, 2, 2, 4}, {4, 1, 2, 4, 2}, {4, 2, 2, 2, 2},
+                                         {4, 2, 2, 4, 2}, {4, 1, 1, 1, 2}, {4, 1, 1, 2, 2}, {4, 1, 1, 1, 1},
+                                         {4, 1, 1, 2, 1}, {4, 1, 1, 4, 1}, {4, 2, 2, 4, 1}, {4, 1, 1, 1, 8},
+                                         {4, 1, 1, 2, 4}, {4, 1, 1, 4, 4}, {4, 1, 1, 4, 2}, {2, 2, 4, 4, 1},
+                                         {4, 2, 2, 2, 1}, {2, 4, 4, 2, 1}, {4, 2, 2, 1, 2}, {8, 1, 1, 1, 4},
+                                         {4, 1, 4, 2, 2}};
+constexpr std::size_t staged_both_tiles = 11;
+constexpr std::size_t for_16[] = {0, 5, 7}, for_32[] = {1, 6, 8}, for_64[] = {2, 9}, for_64_tall[] = {3, 9},
+                      for_wide[] = {4, 10};
 constexpr std::uint32_t tall_rows = 8192;
 
 // Whether one of the first `count` shapes is s.

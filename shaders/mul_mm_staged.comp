@@ -87,49 +87,66 @@ void store_a(uint stage) {
   }
 }
 #else
-layout(binding = 0) readonly buffer W { uint16_t w16[]; };
-// A stage of weights: BM rows x KB blocks, taken in halves (16 weights: two runs of 8 for Q4_0,
-// one run of 16 for Q8_0); each thread carries A_LOADS halves: the scale and the quant halfwords.
-const uint A_UNITS = BM * 2 * KB;
+layout(binding = 0) readonly buffer W { uint w32[]; };
+// A stage of weights: BM rows x KB blocks; each thread carries A_LOADS blocks, each as the WORDS
+// 32-bit words that cover it (half as many loads and registers as 16-bit halfwords: the
+// registers bound how many workgroups an SM holds). A block of an even index starts on a word
+// boundary (its scale the first word's low half, its quants 2 bytes on); one of an odd index 2
+// bytes past one (its scale the first word's high half, its quants the words after).
+const uint A_UNITS = BM * KB;
 const uint A_LOADS = (A_UNITS + THREADS - 1) / THREADS;
 #if defined(A_Q4_0)
-const uint BLOCK_HALFWORDS = 9, QUANT_HALFWORDS = 4;
+const uint BLOCK_HALFWORDS = 9;
 #else
-const uint BLOCK_HALFWORDS = 17, QUANT_HALFWORDS = 8;
+const uint BLOCK_HALFWORDS = 17;
 #endif
-uint16_t a_scale[A_LOADS];
-uint16_t a_quants[A_LOADS * QUANT_HALFWORDS];
+const uint WORDS = (BLOCK_HALFWORDS + 1) / 2;
+uint a_words[A_LOADS * WORDS];
+bool a_odd[A_LOADS];
 
 void load_a(uint m0, uint b) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u < A_UNITS) {
-      const uint row = min(m0 + u / (2 * KB), p.M - 1), half_ = u % 2;
-      const uint h = BLOCK_HALFWORDS * (row * (p.K / 32) + KB * b + (u / 2) % KB);
-      a_scale[i] = w16[h];
-      [[unroll]] for (uint q = 0; q < QUANT_HALFWORDS; ++q) a_quants[(i) * QUANT_HALFWORDS + q] = w16[h + 1 + QUANT_HALFWORDS * half_ + q];
+      const uint row = min(m0 + u / KB, p.M - 1);
+      const uint h = BLOCK_HALFWORDS * (row * (p.K / 32) + KB * b + u % KB), w0 = h / 2;
+      a_odd[i] = (h & 1u) != 0u;
+      [[unroll]] for (uint w = 0; w + 1 < WORDS; ++w) a_words[i * WORDS + w] = w32[w0 + w];
+      // An even block's last word is half the next block's: past the matrix for its last block.
+      a_words[i * WORDS + WORDS - 1] = w32[min(w0 + WORDS - 1, uint(w32.length()) - 1)];
     }
   }
+}
+
+// The block's scale, and its quant bytes 4j .. 4j + 3 as a little-endian word.
+float16_t block_scale(uint i) {
+  const uint first = a_words[i * WORDS];
+  return uint16BitsToFloat16(uint16_t(a_odd[i] ? first >> 16 : first & 0xFFFFu));
+}
+uint quant_word(uint i, uint j) {
+  const uint lo = a_words[i * WORDS + j], hi = a_words[i * WORDS + j + 1];
+  return a_odd[i] ? hi : (lo >> 16) | (hi << 16);
 }
 
 void store_a(uint stage) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u >= A_UNITS) continue;
-    const uint base = stage * A_STAGE + (u / (2 * KB)) * STRIDE + 4 * ((u / 2) % KB), half_ = u % 2;
-    const float16_t d = uint16BitsToFloat16(a_scale[i]);
+    const uint base = stage * A_STAGE + (u / KB) * STRIDE + 4 * (u % KB);
+    const float16_t d = block_scale(i);
 #if defined(A_Q4_0)
-    const uint ri = i;
-    uvec4 lo, hi;
-    q4_0_half_to_f16(d, uint(a_quants[ri * 4]) | (uint(a_quants[ri * 4 + 1]) << 16),
-                     uint(a_quants[ri * 4 + 2]) | (uint(a_quants[ri * 4 + 3]) << 16), lo, hi);
-    tile_a[base + half_] = lo;
-    tile_a[base + 2 + half_] = hi;
+    [[unroll]] for (uint half_ = 0; half_ < 2; ++half_) {
+      uvec4 lo, hi;
+      q4_0_half_to_f16(d, quant_word(i, 2 * half_), quant_word(i, 2 * half_ + 1), lo, hi);
+      tile_a[base + half_] = lo;
+      tile_a[base + 2 + half_] = hi;
+    }
 #else
-    uint v[8];
-    [[unroll]] for (uint q = 0; q < 8; ++q) v[q] = q8_0_pair_to_f16(d, uint(a_quants[(i) * 8 + q]));
-    tile_a[base + 2 * half_] = uvec4(v[0], v[1], v[2], v[3]);
-    tile_a[base + 2 * half_ + 1] = uvec4(v[4], v[5], v[6], v[7]);
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+      const uint x0 = quant_word(i, 2 * k), x1 = quant_word(i, 2 * k + 1);
+      tile_a[base + k] = uvec4(q8_0_pair_to_f16(d, x0), q8_0_pair_to_f16(d, x0 >> 16), q8_0_pair_to_f16(d, x1),
+                               q8_0_pair_to_f16(d, x1 >> 16));
+    }
 #endif
   }
 }

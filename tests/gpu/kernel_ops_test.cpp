@@ -447,10 +447,10 @@ TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
            {1, 16}, {16, 16}, {17, 32}, {33, 64}, {64, 64}, {65, 128}, {100, 128}, {129, 256}}) {
     EXPECT_EQ(ops::narrow_padded_columns(h100, n), padded) << n;
   }
-  // K is split where the grid of 64-row tiles is small (a decode batch through the down
+  // K is split where the grid of 128-row tiles is small (a decode batch through the down
   // projection), never for prefill chunks, and never into slices of fewer than 16 blocks.
-  EXPECT_EQ(ops::narrow_splits(h100, 4096, 14336, 64), 8u);
-  EXPECT_EQ(ops::narrow_split_bytes(h100, 4096, 14336, 64), 8ull * 64 * 4096 * 4);
+  EXPECT_EQ(ops::narrow_splits(h100, 4096, 14336, 64), 16u);
+  EXPECT_EQ(ops::narrow_split_bytes(h100, 4096, 14336, 64), 16ull * 64 * 4096 * 4);
   EXPECT_EQ(ops::narrow_splits(h100, 28672, 4096, 64), 1u);
   EXPECT_EQ(ops::narrow_split_bytes(h100, 28672, 4096, 64), 0u);
   EXPECT_EQ(ops::narrow_splits(h100, 4096, 4096, 512), 1u);
