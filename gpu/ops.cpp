@@ -279,8 +279,14 @@ std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std
   // gain (attn_out, 128 workgroups, in 4: 223 against 202 us), a step of one 128-token prompt and
   // some decodes does (the down product at 166 columns, 64 workgroups of 224 steps of K each, took
   // 413 us a layer against 107 at 64 columns).
+  // Decode grids of at most 32 workgroups (the 128-row tiles of a 4,096-row product: the attention
+  // output, the down projection) split in 4, one workgroup to an SM: in 8 or 16 (the rule above) the
+  // workgroups share SMs (H100, Q4_0, 32 columns: down 69.4 -> 65.3 us, out 25.7 -> 24.3; 64: down
+  // 96.3 -> 86.1; in 6, an uneven 192, 85.0 and 33.4; bench/results/staged-rows-2026-11-26-h100.md).
   if (splits_override == 0 && (n > 64 ? groups >= 128 : groups >= 192)) return 1;
-  const std::uint32_t splits = splits_override != 0 ? splits_override : ceil_div(512, groups);
+  const std::uint32_t splits = splits_override != 0 ? splits_override
+                               : n <= 64 && groups <= 32 ? 4
+                                                         : ceil_div(512, groups);
   return std::clamp(splits, 1u, std::max(blocks / 16, 1u));
 }
 

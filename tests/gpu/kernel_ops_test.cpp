@@ -449,8 +449,9 @@ TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
   }
   // K is split where the grid of 128-row tiles is small (a decode batch through the down
   // projection), never for prefill chunks, and never into slices of fewer than 16 blocks.
-  EXPECT_EQ(ops::narrow_splits(h100, 4096, 14336, 64), 16u);
-  EXPECT_EQ(ops::narrow_split_bytes(h100, 4096, 14336, 64), 16ull * 64 * 4096 * 4);
+  EXPECT_EQ(ops::narrow_splits(h100, 4096, 14336, 64), 4u);
+  EXPECT_EQ(ops::narrow_split_bytes(h100, 4096, 14336, 64), 4ull * 64 * 4096 * 4);
+  EXPECT_EQ(ops::narrow_splits(h100, 6144, 4096, 32), 8u);
   EXPECT_EQ(ops::narrow_splits(h100, 28672, 4096, 64), 1u);
   EXPECT_EQ(ops::narrow_split_bytes(h100, 28672, 4096, 64), 0u);
   EXPECT_EQ(ops::narrow_splits(h100, 4096, 4096, 512), 1u);
