@@ -313,9 +313,9 @@ std::string staged_shape_problem(StagedShape s) {
   return "";
 }
 
-std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s) {
-  return fmt::format("mul_mm_staged_{}_{}x{}x{}_{}x{}x{}x{}x{}", weight_type_name(type), cm.m, cm.n, cm.k, s.sg_m, s.sg_n,
-                     s.tm, s.tn, s.kb);
+std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s, bool glu) {
+  return fmt::format("mul_mm_staged_{}{}_{}x{}x{}_{}x{}x{}x{}x{}", glu ? "glu_" : "", weight_type_name(type), cm.m, cm.n,
+                     cm.k, s.sg_m, s.sg_n, s.tm, s.tn, s.kb);
 }
 
 std::vector<std::string> staged_modules() {
@@ -324,6 +324,10 @@ std::vector<std::string> staged_modules() {
     for (std::size_t i = 0; i < std::size(staged_shapes); ++i) {
       names.push_back(staged_module(type, {16, 16, 16}, staged_shapes[i]));
       if (i < staged_both_tiles) names.push_back(staged_module(type, {16, 8, 16}, staged_shapes[i]));
+      if (i < staged_both_tiles && staged_shapes[i].tm == 2) {
+        names.push_back(staged_module(type, {16, 16, 16}, staged_shapes[i], true));
+        names.push_back(staged_module(type, {16, 8, 16}, staged_shapes[i], true));
+      }
     }
   }
   return names;
@@ -398,6 +402,37 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
                ceil_div(n, staged_columns(s)), split ? splits : 1);
   if (split && !sum_later) sum_splits(rec, lib, split_scratch, out, m * n, splits, accumulate);
   return split ? splits : 1;
+}
+
+bool narrow_glu_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
+                        std::uint32_t n) {
+  // Up to 32 columns it measured no faster than gate and up side by side and silu_mul_f16 (H100,
+  // Q4_0, ms a decode step: 16 sequences 9.09 / 8.98 against 8.99 / 9.04, 32: 10.68 / 11.00
+  // against 10.80 / 10.61); at 64, 13.91 / 13.94 against 14.88 / 14.90
+  // (bench/results/staged-rows-2026-11-26-h100.md).
+  if (n <= 32 || m == 0 || !narrow_matmul_applies(features, type, 2 * m, k)) return false;
+  const StagedShape s = staged_shape(2 * m, n, k);
+  // The GLU modules: the shapes built for both tensor-core tiles with two 16-row fragments a subgroup.
+  return s.tm == 2 && built_among(s, staged_both_tiles) && k % (32 * s.kb) == 0;
+}
+
+void matmul_narrow_glu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange gate, BufferRange up,
+                       BufferRange acts16, BufferRange out16, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+  const auto& features = lib.device().features();
+  if (!narrow_glu_applies(features, type, m, k, n)) {
+    throw GpuError(fmt::format("the narrow SwiGLU does not take {} weights of {}x{} at {} columns on {}",
+                               weight_type_name(type), m, k, n, features.name));
+  }
+  const std::uint32_t padded = narrow_padded_columns(features, n);
+  if (acts16.size < std::uint64_t{padded} * k * 2 || out16.size < std::uint64_t{padded} * m * 2) {
+    throw GpuError(fmt::format("the narrow SwiGLU needs {} padded F16 rows of input and of output", padded));
+  }
+  const StagedShape s = staged_shape(2 * m, n, k);
+  struct {
+    std::uint32_t m, k, n;
+  } push{m, k, padded};  // every padded column: its zero input makes the zero the down product reads
+  rec.dispatch(kernel(lib, staged_module(type, *features.cooperative_matrix, s, true), 4, sizeof push, {0, 0, 0, 0, 0, 0}, 32),
+               {gate, acts16, out16, up}, push, ceil_div(2 * m, 16 * s.sg_m * s.tm), ceil_div(padded, staged_columns(s)), 1);
 }
 
 bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n) {

@@ -117,6 +117,15 @@ std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_
 std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
                             BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
                             BufferRange split_scratch = {}, bool sum_later = false);
+// A feed-forward block's SwiGLU in one dispatch of the narrow path: out16(padded n, m) =
+// silu(acts16 x gate^T) * (acts16 x up^T) as F16, the down product's input (its padded columns
+// zero). gate and up: m x k matrices of one type. narrow_glu_applies: for more than 32 columns,
+// where the narrow path takes both and its shape for 2m rows and n columns gives each subgroup two
+// 16-row fragments (one of gate, one of up, for the same features).
+bool narrow_glu_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
+                        std::uint32_t n);
+void matmul_narrow_glu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange gate, BufferRange up,
+                       BufferRange acts16, BufferRange out16, std::uint32_t m, std::uint32_t k, std::uint32_t n);
 // How many slices of K the narrow path cuts an m x k product of n columns into (1: none), and the
 // scratch bytes that takes (0 for none).
 std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n);
@@ -135,8 +144,9 @@ std::string staged_shape_problem(StagedShape shape);
 void set_staged_shape(StagedShape shape, std::uint32_t splits = 0);
 // The staged kernel's module for weights of `type`, tensor-core tiles `cm` and workgroup shape s;
 // staged_modules: every module the host may ask for (each listed shape for 16x16x16 tiles, those
-// also built for 16x8x16 tiles for them too), which shaders/CMakeLists.txt must build.
-std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s);
+// also built for 16x8x16 tiles for them too, and the GLU modules of those with two 16-row
+// fragments a subgroup), which shaders/CMakeLists.txt must build.
+std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s, bool glu = false);
 std::vector<std::string> staged_modules();
 // Whether a product of n columns is faster as dequantize_f16 into a scratch matrix and the narrow
 // path on F16 weights (wide prefill chunks of Q4_0 and Q8_0 weights) than on the blocks in place.

@@ -13,12 +13,21 @@
 // takes the z-th share of the blocks and writes its sums to slice z of out (N x M each), which
 // the host then adds up (sum_splits.comp), for grids too small to fill the GPU.
 //
+// GLU: the SwiGLU of a feed-forward block in one dispatch. Binding 0 holds the gate matrix, 3 the
+// up matrix (M rows each, the same type); each subgroup's two 16-row fragments (TM = 2) are the same
+// 16 features of both, so its accumulators hold gate and up of one output, and it writes
+// silu(gate) * up as F16 into binding 2: (N, M), the input of the down product. N counts the padded
+// columns (zero in, zero out). No K split, no ACCUMULATE.
+//
 // The host guarantees: subgroups of 32, K % 32 == 0, M % 16 == 0 for F16 weights, 16-byte aligned
 // buffer offsets, activations F16 with their columns padded to whole BN tiles (the pad zero).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#if defined(GLU) && SHAPE_TM != 2
+#error "GLU takes two 16-row fragments a subgroup (TM = 2): gate and up"
+#endif
 
 // The shape is fixed at compile time (one module per shape), so that the loops over fragments
 // unroll and every fragment index is a constant: arrays of fragments then live in registers.
@@ -33,6 +42,9 @@ layout(push_constant) uniform Params { uint M; uint K; uint N; } p;
 
 layout(binding = 1) readonly buffer Acts { uvec4 b4[]; };  // F16, 8 to a word
 layout(binding = 2) buffer Out { float out_data[]; };
+#if defined(GLU)
+layout(binding = 2) writeonly buffer Out16 { float16_t out16[]; };
+#endif
 
 const uint THREADS = 32 * SG_M * SG_N;
 // A subgroup with few fragments would chain every product of a step on the one before it (the
@@ -63,8 +75,22 @@ shared float tile_c[SG_M * SG_N * 16 * CM_N];
 
 #include "dequant_f16.glsl"
 
+// The weight row of row rho of a stage for the workgroup at row m0, and (GLU) whether it is the up
+// matrix's: a subgroup's rows 32 s .. 32 s + 15 are gate rows of features m0 / 2 + 16 s .., its rows
+// 32 s + 16 .. 32 s + 31 up rows of the same features.
+#if defined(GLU)
+uint a_row(uint m0, uint rho) { return min(m0 / 2 + (rho / 32) * 16 + rho % 16, p.M - 1); }
+bool a_up(uint rho) { return (rho / 16) % 2 == 1; }
+#else
+uint a_row(uint m0, uint rho) { return min(m0 + rho, p.M - 1); }
+bool a_up(uint rho) { return false; }
+#endif
+
 #if defined(A_F16)
 layout(binding = 0) readonly buffer W { uvec4 w4[]; };
+#if defined(GLU)
+layout(binding = 3) readonly buffer W2 { uvec4 w4_up[]; };
+#endif
 // A stage of weights: BM rows x 4 * KB words; each thread carries A_LOADS of them.
 const uint A_UNITS = BM * 4 * KB;
 const uint A_LOADS = (A_UNITS + THREADS - 1) / THREADS;
@@ -74,8 +100,14 @@ void load_a(uint m0, uint b) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u < A_UNITS) {
-      const uint row = min(m0 + u / (4 * KB), p.M - 1);
-      a_regs[i] = w4[(row * p.K + 32 * KB * b) / 8 + u % (4 * KB)];
+      const uint row = a_row(m0, u / (4 * KB)), at = (row * p.K + 32 * KB * b) / 8 + u % (4 * KB);
+#if defined(GLU)
+      [[dont_flatten]] if (a_up(u / (4 * KB))) {
+        a_regs[i] = w4_up[at];
+        continue;
+      }
+#endif
+      a_regs[i] = w4[at];
     }
   }
 }
@@ -88,6 +120,9 @@ void store_a(uint stage) {
 }
 #else
 layout(binding = 0) readonly buffer W { uint w32[]; };
+#if defined(GLU)
+layout(binding = 3) readonly buffer W2 { uint w32_up[]; };
+#endif
 // A stage of weights: BM rows x KB blocks; each thread carries A_LOADS blocks, each as the WORDS
 // 32-bit words that cover it (half as many loads and registers as 16-bit halfwords: the
 // registers bound how many workgroups an SM holds). A block of an even index starts on a word
@@ -108,9 +143,18 @@ void load_a(uint m0, uint b) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
     if (u < A_UNITS) {
-      const uint row = min(m0 + u / KB, p.M - 1);
+      const uint row = a_row(m0, u / KB);
       const uint h = BLOCK_HALFWORDS * (row * (p.K / 32) + KB * b + u % KB), w0 = h / 2;
       a_odd[i] = (h & 1u) != 0u;
+#if defined(GLU)
+      // The same for every thread of a subgroup where KB > 1 (its rows lie in one 16-row fragment): a
+      // branch, not both loads.
+      [[dont_flatten]] if (a_up(u / KB)) {
+        [[unroll]] for (uint w = 0; w + 1 < WORDS; ++w) a_words[i * WORDS + w] = w32_up[w0 + w];
+        a_words[i * WORDS + WORDS - 1] = w32_up[min(w0 + WORDS - 1, uint(w32_up.length()) - 1)];
+        continue;
+      }
+#endif
       [[unroll]] for (uint w = 0; w + 1 < WORDS; ++w) a_words[i * WORDS + w] = w32[w0 + w];
       // An even block's last word is half the next block's: past the matrix for its last block.
       a_words[i * WORDS + WORDS - 1] = w32[min(w0 + WORDS - 1, uint(w32.length()) - 1)];
@@ -257,6 +301,32 @@ void main() {
     }
   }
   const uint c_base = sg * 16 * CM_N;
+#if defined(GLU)
+  // Fragment 0 of each column is the gate, fragment 1 the up product, of features f0 .. f0 + 15.
+  const uint f0 = m0 / 2 + sm * 16;
+  [[unroll]] for (uint j = 0; j < TN; ++j) {
+    const uint n = n0 + sn * TN * CM_N + CM_N * j;
+    if (f0 >= p.M || n >= p.N) continue;
+    fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N> h = acc[j];
+    [[unroll]] for (uint e = 0; e < h.length(); ++e) {
+      const float g = acc[j][e];
+      h[e] = g / (1.0 + exp(-g)) * acc[TN + j][e];
+    }
+    if (f0 + 16 <= p.M && n + CM_N <= p.N && p.M % 8 == 0) {
+      coopMatStoreNV(fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_N>(h), out16, n * p.M + f0, p.M, true);
+      continue;
+    }
+    coopMatStoreNV(h, tile_c, c_base, 16, true);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    for (uint e = lane; e < 16 * CM_N; e += 32) {
+      const uint row = f0 + e % 16, col = n + e / 16;
+      if (row < p.M && col < p.N) out16[col * p.M + row] = float16_t(tile_c[c_base + e]);
+    }
+    subgroupBarrier();
+  }
+  return;
+#endif
   [[unroll]] for (uint i = 0; i < TM; ++i) {
     [[unroll]] for (uint j = 0; j < TN; ++j) {
       const uint m = m0 + sm * TM * 16 + 16 * i, n = n0 + sn * TN * CM_N + CM_N * j;

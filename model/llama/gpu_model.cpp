@@ -296,12 +296,15 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     return ranges;
   };
   // split_scratch: where the product may split K; sum_later: the caller records its sum (ops::matmul_narrow).
+  // input: the F16 activations, acts16 unless given.
   auto matmul_narrow = [&](const GpuTensor& w, PoolBuffer& out, std::uint32_t rows, bool accumulate,
-                           gpu::BufferRange dequantized = {}, gpu::BufferRange split_scratch = {}, bool sum_later = false) {
+                           gpu::BufferRange dequantized = {}, gpu::BufferRange split_scratch = {}, bool sum_later = false,
+                           gpu::BufferRange input = {}) {
     const bool f16 = dequantized.buffer != VK_NULL_HANDLE;
     return ops::matmul_narrow(rec_of(), lib, f16 ? gpu::WeightType::f16 : w.type, f16 ? dequantized : w.buffer.range(),
-                              acts16.range(), out.range(), static_cast<std::uint32_t>(w.rows),
-                              static_cast<std::uint32_t>(w.cols), rows, accumulate, split_scratch, sum_later);
+                              input.buffer != VK_NULL_HANDLE ? input : acts16.range(), out.range(),
+                              static_cast<std::uint32_t>(w.rows), static_cast<std::uint32_t>(w.cols), rows, accumulate,
+                              split_scratch, sum_later);
   };
   // Int8 activations (ops::matvec_int8) of up to n columns, quantized by the dispatch before the
   // product that reads them.
@@ -416,10 +419,24 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       ops::sum_splits(rec_of(), lib, s.parts, s.out->range(), s.count, s.splits, false);
     }
   };
-  // x += w * acts16, the add fused into the tensor cores' product.
-  auto narrow_residual = [&](const GpuTensor& w) {
+  // x += w * input (acts16 unless given), the add fused into the tensor cores' product.
+  auto narrow_residual = [&](const GpuTensor& w, gpu::BufferRange input = {}) {
     const gpu::BufferRange w16 = dequantize_all({&w}).front();
-    matmul_narrow(w, x, n, true, w16, split_parts ? split_parts.range() : gpu::BufferRange{});
+    matmul_narrow(w, x, n, true, w16, split_parts ? split_parts.range() : gpu::BufferRange{}, false, input);
+  };
+  // The feed-forward block's SwiGLU in one dispatch (ops::matmul_narrow_glu) where the narrow path
+  // takes gate, up and down: silu(gate) * up goes straight into glu16, the down product's input.
+  auto narrow_glu = [&](const Layer& L) {
+    if (!narrow(L.w_gate, n) || !narrow(L.w_up, n) || !narrow(L.w_down, n) || fused_decode(L.w_gate)) return false;
+    if (L.w_gate.type != L.w_up.type || L.w_gate.rows != L.w_up.rows || L.w_gate.cols != L.w_up.cols) return false;
+    const gpu::WeightType type = dequantizes(L.w_gate) ? gpu::WeightType::f16 : L.w_gate.type;
+    return ops::narrow_glu_applies(features, type, static_cast<std::uint32_t>(L.w_gate.rows),
+                                   static_cast<std::uint32_t>(L.w_gate.cols), n);
+  };
+  PoolBuffer glu16;
+  auto glu16_range = [&]() {
+    if (!glu16) glu16 = pool.allocate(std::uint64_t{ops::narrow_padded_columns(features, n)} * c.n_ff * 2, "scratch");
+    return glu16.range();
   };
   auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
@@ -531,26 +548,40 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     residual_matmul(L.wo, attn);
     mark("matmul out");
 
-    normed_projections(L.ffn_norm, {{&L.w_gate, &gate}, {&L.w_up, &up}});
-    mark("matmul gate, up");
-    if (int8_decode(L.w_down)) {  // x += down * (silu(gate) * up), made and quantized before
-      ops::quantize_q8_silu(rec_of(), lib, gate.range(), up.range(), q8(), c.n_ff, n);
-      mark("silu");
-      ops::matvec_q8(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), q8(), x.range(),
-                     static_cast<std::uint32_t>(L.w_down.rows), static_cast<std::uint32_t>(L.w_down.cols), n, true);
-    } else if (fused_decode(L.w_down)) {  // x += down * (silu(gate) * up), one kernel
-      ops::matvec_accumulate_silu(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), gate.range(), up.range(),
-                                  x.range(), static_cast<std::uint32_t>(L.w_down.rows),
-                                  static_cast<std::uint32_t>(L.w_down.cols), n);
-    } else if (narrow(L.w_down, n)) {  // silu(gate) * up made as the tensor cores' F16 input, one dispatch
-      ops::silu_mul_f16(rec_of(), lib, gate.range(), up.range(), acts16_range(), n, ops::narrow_padded_columns(features, n),
-                        c.n_ff);
-      mark("silu");
-      narrow_residual(L.w_down);
+    if (narrow_glu(L)) {  // x += down * (silu(gate) * up), the SwiGLU one product
+      ops::rms_norm_f16(rec_of(), lib, x.range(), L.ffn_norm.buffer.range(), acts16_range(), n,
+                        ops::narrow_padded_columns(features, n), c.n_embd, c.rms_eps);
+      mark("norm");
+      const auto w16 = dequantize_all({&L.w_gate, &L.w_up});
+      const bool f16 = w16[0].buffer != VK_NULL_HANDLE;
+      ops::matmul_narrow_glu(rec_of(), lib, f16 ? gpu::WeightType::f16 : L.w_gate.type,
+                             f16 ? w16[0] : L.w_gate.buffer.range(), f16 ? w16[1] : L.w_up.buffer.range(),
+                             acts16.range(), glu16_range(), static_cast<std::uint32_t>(L.w_gate.rows),
+                             static_cast<std::uint32_t>(L.w_gate.cols), n);
+      mark("matmul gate, up");
+      narrow_residual(L.w_down, glu16.range());
     } else {
-      ops::silu_mul(rec_of(), lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
-      mark("silu");
-      residual_matmul(L.w_down, gate);
+      normed_projections(L.ffn_norm, {{&L.w_gate, &gate}, {&L.w_up, &up}});
+      mark("matmul gate, up");
+      if (int8_decode(L.w_down)) {  // x += down * (silu(gate) * up), made and quantized before
+        ops::quantize_q8_silu(rec_of(), lib, gate.range(), up.range(), q8(), c.n_ff, n);
+        mark("silu");
+        ops::matvec_q8(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), q8(), x.range(),
+                       static_cast<std::uint32_t>(L.w_down.rows), static_cast<std::uint32_t>(L.w_down.cols), n, true);
+      } else if (fused_decode(L.w_down)) {  // x += down * (silu(gate) * up), one kernel
+        ops::matvec_accumulate_silu(rec_of(), lib, L.w_down.type, L.w_down.buffer.range(), gate.range(), up.range(),
+                                    x.range(), static_cast<std::uint32_t>(L.w_down.rows),
+                                    static_cast<std::uint32_t>(L.w_down.cols), n);
+      } else if (narrow(L.w_down, n)) {  // silu(gate) * up made as the tensor cores' F16 input, one dispatch
+        ops::silu_mul_f16(rec_of(), lib, gate.range(), up.range(), acts16_range(), n, ops::narrow_padded_columns(features, n),
+                          c.n_ff);
+        mark("silu");
+        narrow_residual(L.w_down);
+      } else {
+        ops::silu_mul(rec_of(), lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
+        mark("silu");
+        residual_matmul(L.w_down, gate);
+      }
     }
     mark("matmul down");
     // Parts of 1, 2, 4, ... layers up to layers_per_submission_: the GPU starts after one layer
