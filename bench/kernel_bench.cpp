@@ -18,6 +18,7 @@
 
 #include "gpu/buffer_pool.hpp"
 #include "gpu/device.hpp"
+#include "gpu/fragment_layout.hpp"
 #include "gpu/ops.hpp"
 #include "gpu/transfer.hpp"
 #include "gpu/vulkan_error.hpp"
@@ -45,6 +46,7 @@ class Bench {
     VkQueryPool pool = VK_NULL_HANDLE;
     check(vkCreateQueryPool(device_.get(), &info, nullptr, &pool), "vkCreateQueryPool");
     queries_ = {device_.get(), pool};
+    probe_fragment_layout(kernels_, queue_, pool_);
   }
 
   // Microseconds per repetition of `record`.
@@ -146,8 +148,9 @@ std::string compare(Bench& b, const PoolBuffer& got, const PoolBuffer& want, std
 }
 
 // staged_only: time the narrow (tensor-core) path alone, checked against the tiled path run once untimed.
+// direct_shapes: the direct kernel's shapes to time, one row each (empty: its tuned choice).
 void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens, const std::vector<WeightType>& types,
-                   bool staged_only) {
+                   bool staged_only, const std::vector<ops::DirectShape>& direct_shapes) {
   struct Shape {
     const char* name;
     std::uint32_t rows, k;
@@ -258,17 +261,34 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
         }
         // The staged kernel alone, and with K split where its grid is small (as the model does for
         // the residual products) when that applies.
+        const std::uint64_t split_bytes = ops::narrow_split_bytes(features, s.rows, s.k, tokens);
+        PoolBuffer parts = b.pool_.allocate(std::max<std::uint64_t>(split_bytes, 4), "bench");
+        ops::set_direct_matmul(ops::DirectUse::never);
         narrow_row("staged", [&](Recording& rec, const PoolBuffer& w) {
           ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens, false);
         });
-        if (const std::uint64_t split_bytes = ops::narrow_split_bytes(features, s.rows, s.k, tokens); split_bytes > 0) {
-          PoolBuffer parts = b.pool_.allocate(split_bytes, "bench");
+        if (split_bytes > 0) {
           narrow_row(fmt::format("staged, K in {}", ops::narrow_splits(features, s.rows, s.k, tokens)),
                      [&](Recording& rec, const PoolBuffer& w) {
                        ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k,
                                           tokens, false, parts.range());
                      });
         }
+        // The direct kernel (fragments built in registers), with the split scratch as the model gives it.
+        const std::vector<ops::DirectShape> tuned{ops::DirectShape{}};
+        for (const ops::DirectShape& shape : direct_shapes.empty() ? tuned : direct_shapes) {
+          ops::set_direct_matmul(ops::DirectUse::always, shape);
+          const ops::DirectShape used = ops::direct_shape(tokens);
+          if (!ops::direct_matmul_applies(b.kernels_, type, s.rows, s.k, tokens) ||
+              !ops::direct_shape_problem(used, padded).empty()) {
+            continue;
+          }
+          narrow_row(fmt::format("direct {}x{}x{}", used.tm, used.sg_k, used.depth), [&](Recording& rec, const PoolBuffer& w) {
+            ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens,
+                                        false, split_bytes > 0 ? parts.range() : BufferRange{});
+          });
+        }
+        ops::set_direct_matmul(ops::DirectUse::automatic);
       }
     }
     b.pool_.trim();
@@ -395,6 +415,7 @@ void add_kernel_bench(CLI::App& bench) {
     std::string matvec_shape;
     std::string staged_shape;
     std::uint32_t staged_splits = 0;
+    std::vector<std::string> direct_shapes;
     std::string pipeline_stats;
     bool staged_only = false;
     DeviceOptions device;
@@ -420,6 +441,10 @@ void add_kernel_bench(CLI::App& bench) {
                   "count (default: tuned per column count)");
   cmd->add_option("--staged-splits", o->staged_splits,
                   "slices of K for the narrow matmul's split rows, where it splits (default: tuned)");
+  cmd->add_option("--direct-shapes", o->direct_shapes,
+                  "TMxSGKxDEPTH,...: the direct (fragments in registers) matmul's shapes to time, one row each: 16-row "
+                  "fragments a subgroup, subgroups sharing K, blocks of weights in flight (default: the tuned one)")
+      ->delimiter(',');
   cmd->add_option("--pipeline-stats", o->pipeline_stats,
                   "write what the driver reports of every pipeline used (statistics such as registers) to "
                   "DIR/statistics.txt (VK_KHR_pipeline_executable_properties)");
@@ -459,10 +484,24 @@ void add_kernel_bench(CLI::App& bench) {
       }
     }
     ops::set_staged_shape(staged, o->staged_splits);
+    std::vector<ops::DirectShape> direct_shapes;
+    for (const std::string& text : o->direct_shapes) {
+      ops::DirectShape shape;
+      char x1 = 0, x2 = 0;
+      std::istringstream in(text);
+      if (!(in >> shape.tm >> x1 >> shape.sg_k >> x2 >> shape.depth) || x1 != 'x' || x2 != 'x') {
+        throw CommandFailed("--direct-shapes wants TMxSGKxDEPTH, e.g. 2x4x4, not '" + text + "'");
+      }
+      if (auto problem = ops::direct_shape_problem(shape); !problem.empty()) {
+        throw CommandFailed("--direct-shapes " + text + ": " + problem);
+      }
+      direct_shapes.push_back(shape);
+    }
     o->device.pipeline_statistics = !o->pipeline_stats.empty();
     if (o->staged_only) o->matmul_only = true;
     Bench b(o->device, o->target_ms);
-    std::string header = fmt::format("- device: {}\n", b.device_.features().summary());
+    std::string header = fmt::format("- device: {}\n- fragment layout the direct matmul builds (it runs): {}\n",
+                                     b.device_.features().summary(), b.kernels_.direct_fragments().value_or(false) ? "yes" : "no");
     std::cerr << header;
     std::string copy_shape;
     double copy_gbs = copy_bandwidth(b, copy_shape);
@@ -487,7 +526,7 @@ void add_kernel_bench(CLI::App& bench) {
     std::cerr << header;
     Table table(copy_gbs);
     for (auto t : o->tokens) {
-      if (!o->attention_only) bench_matmuls(b, table, model, t, types, o->staged_only);
+      if (!o->attention_only) bench_matmuls(b, table, model, t, types, o->staged_only, direct_shapes);
       if (o->matmul_only) continue;
       if (!o->attention_only) bench_elementwise(b, table, model, t);
       bench_attention(b, table, model, t);

@@ -154,26 +154,30 @@ VkPhysicalDevice pick(VkInstance instance, const std::string& selector) {
                              selector, known));
 }
 
-std::optional<CooperativeMatrixShape> nv_cooperative_matrix(VkInstance instance, VkPhysicalDevice physical) {
+// The F16 x F16 + F32 subgroup shapes with M = K = 16 the device lists: N = 16 and N = 8.
+struct NvShapes {
+  bool n16 = false, n8 = false;
+};
+NvShapes nv_cooperative_matrix(VkInstance instance, VkPhysicalDevice physical) {
+  NvShapes shapes;
   auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
       vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
-  if (get == nullptr) return std::nullopt;
+  if (get == nullptr) return shapes;
   std::uint32_t count = 0;
   get(physical, &count, nullptr);
   VkCooperativeMatrixPropertiesNV blank{};
   blank.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
   std::vector<VkCooperativeMatrixPropertiesNV> props(count, blank);
   get(physical, &count, props.data());
-  std::optional<CooperativeMatrixShape> best;
   for (const auto& p : props) {
     bool types = p.AType == VK_COMPONENT_TYPE_FLOAT16_NV && p.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
                  p.CType == VK_COMPONENT_TYPE_FLOAT32_NV && p.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
                  p.scope == VK_SCOPE_SUBGROUP_NV;
     if (!types || p.MSize != 16 || p.KSize != 16) continue;
-    if (p.NSize == 16) return CooperativeMatrixShape{16, 16, 16};  // the shaders are built for these two
-    if (p.NSize == 8) best = CooperativeMatrixShape{16, 8, 16};
+    shapes.n16 = shapes.n16 || p.NSize == 16;
+    shapes.n8 = shapes.n8 || p.NSize == 8;
   }
-  return best;
+  return shapes;
 }
 
 }  // namespace
@@ -271,7 +275,13 @@ Device::Device(const DeviceOptions& options) {
   features_.bfloat16 = has(extensions, "VK_KHR_shader_bfloat16");
   features_.cooperative_matrix_khr = has(extensions, "VK_KHR_cooperative_matrix");
   bool nv_coopmat = has(extensions, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) && subgroup.subgroupSize == 32;
-  if (nv_coopmat) features_.cooperative_matrix = nv_cooperative_matrix(instance_.get(), physical_);
+  if (nv_coopmat) {
+    const NvShapes shapes = nv_cooperative_matrix(instance_.get(), physical_);
+    // The shaders are built for these two; 16 columns where both are listed.
+    if (shapes.n16) features_.cooperative_matrix = CooperativeMatrixShape{16, 16, 16};
+    else if (shapes.n8) features_.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
+    features_.cooperative_matrix_16x8 = shapes.n8;
+  }
   if (!has(extensions, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME)) {
     throw GpuError(fmt::format("{} lacks VK_KHR_push_descriptor, which mqlm's kernels are bound with", p.deviceName));
   }

@@ -53,6 +53,9 @@ struct DeviceFeatures {
   // The shape the tensor-core matmul uses, when the device has VK_NV_cooperative_matrix with
   // F16 x F16 + F32 at subgroup scope and a subgroup size of 32. Empty on lavapipe.
   std::optional<CooperativeMatrixShape> cooperative_matrix;
+  // 16x8x16 is listed as well: the direct matmul's tiles, which it builds element by element where
+  // gpu/fragment_layout finds the driver's elements where it expects them (KernelLibrary::direct_fragments).
+  bool cooperative_matrix_16x8 = false;
   float timestamp_period_ns = 0;  // 0 when the compute queue cannot write timestamps
 
   std::string summary() const;  // one line for logs and benchmark headers

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,10 +55,16 @@ class KernelLibrary {
   // and shared memory size). Empty without.
   std::string pipeline_statistics() const;
 
+  // Whether the device's cooperative-matrix fragments are laid out as the direct matmul builds them,
+  // so that it may run: unknown until probe_fragment_layout (gpu/fragment_layout.hpp) records it.
+  std::optional<bool> direct_fragments() const { return direct_fragments_; }
+  void set_direct_fragments(bool matches) { direct_fragments_ = matches; }
+
  private:
   const Device& device_;
   UniquePipelineCache cache_;
   std::map<std::string, std::unique_ptr<Kernel>> kernels_;
+  std::optional<bool> direct_fragments_;
 };
 
 }  // namespace mqlm::gpu

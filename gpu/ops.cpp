@@ -369,6 +369,82 @@ std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_
   return ceil_div(std::max(n, 1u), width) * width;
 }
 
+namespace {
+
+// The direct kernel's shapes, each built for 16, 32 and 64 columns (shaders/CMakeLists.txt); the
+// first is the default.
+constexpr DirectShape direct_shapes[] = {{2, 4, 4}, {1, 4, 4}, {2, 4, 2}, {1, 8, 4}, {2, 2, 4},
+                                         {1, 4, 8}, {2, 4, 8}, {1, 8, 2}, {2, 8, 4}, {1, 8, 8}};
+DirectUse direct_use = DirectUse::automatic;
+DirectShape direct_override;
+
+bool direct_built(const DirectShape& s, std::uint32_t columns) {
+  return s.sg_k * s.tm * (columns / 8) * 512 <= 49152 &&
+         std::any_of(std::begin(direct_shapes), std::end(direct_shapes),
+                     [&](const DirectShape& t) { return t.tm == s.tm && t.sg_k == s.sg_k && t.depth == s.depth; });
+}
+
+// K slices for the direct kernel: enough subgroups to give each SM of a large GPU some 16 (the
+// loads of one hide behind the others' products), each with at least 8 blocks, and never more
+// than the staged kernel's rule, which sized the caller's scratch.
+std::uint32_t direct_splits(const DeviceFeatures& features, const DirectShape& s, std::uint32_t m, std::uint32_t k,
+                            std::uint32_t n) {
+  const std::uint32_t subgroups = ceil_div(m, 16 * s.tm) * s.sg_k;
+  const std::uint32_t want = ceil_div(2048, subgroups), most = std::max(k / 32 / (8 * s.sg_k), 1u);
+  return std::clamp(std::min(want, most), 1u, narrow_splits(features, m, k, n));
+}
+
+}  // namespace
+
+bool direct_matmul_applies(const KernelLibrary& lib, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+  // MQLM_DIRECT_MATMUL=0 keeps the staged kernel (to compare the two in a whole model).
+  static const bool switched_off = [] {
+    const char* v = std::getenv("MQLM_DIRECT_MATMUL");
+    return v != nullptr && std::string_view(v) == "0";
+  }();
+  if (switched_off || n <= 8 || n > 64 || !lib.direct_fragments().value_or(false)) return false;
+  const auto& features = lib.device().features();
+  if (!narrow_matmul_applies(features, type, m, k) || narrow_padded_columns(features, n) > 64) return false;
+  return type == WeightType::q4_0 || type == WeightType::q8_0 || type == WeightType::f16;
+}
+
+void set_direct_matmul(DirectUse use, DirectShape shape) {
+  if (shape.tm != 0) {
+    if (auto problem = direct_shape_problem(shape); !problem.empty()) throw GpuError("direct matmul shape: " + problem);
+  }
+  direct_use = use;
+  direct_override = shape;
+}
+
+std::string direct_shape_problem(DirectShape shape, std::uint32_t columns) {
+  if (direct_built(shape, columns)) return "";
+  std::string built;
+  for (const auto& t : direct_shapes) built += fmt::format(" {}x{}x{}", t.tm, t.sg_k, t.depth);
+  return fmt::format("no module is built for that shape at {} columns (TMxSG_KxDEPTH, where the sums fit in 48 KiB):{}",
+                     columns, built);
+}
+
+DirectShape direct_shape(std::uint32_t n) {
+  (void)n;
+  return direct_override.tm != 0 ? direct_override : direct_shapes[0];
+}
+
+std::string direct_module(WeightType type, DirectShape s, std::uint32_t n) {
+  return fmt::format("mul_mm_direct_{}_{}x{}x{}x{}", weight_type_name(type), s.tm, s.sg_k, n / 8, s.depth);
+}
+
+std::vector<std::string> direct_modules() {
+  std::vector<std::string> names;
+  for (WeightType type : {WeightType::f16, WeightType::q8_0, WeightType::q4_0}) {
+    for (const DirectShape& s : direct_shapes) {
+      for (std::uint32_t columns : {16u, 32u, 64u}) {
+        if (direct_built(s, columns)) names.push_back(direct_module(type, s, columns));
+      }
+    }
+  }
+  return names;
+}
+
 std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
                             BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
                             BufferRange split_scratch, bool sum_later) {
@@ -384,6 +460,24 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
   struct {
     std::uint32_t m, k, n;
   } push{m, k, n};
+  // The direct kernel up to 16 columns: H100, Q4_0, generate --batch 16: 8.96 -> 7.90 ms a step. At
+  // 32 and 64 columns, with one shape for every product, it was slower (10.5 -> 11.9, 13.8 -> 15.6):
+  // bench/results/direct-matmul-2026-11-26-h100.md.
+  const bool direct = direct_use != DirectUse::never && (direct_use == DirectUse::always || n <= direct_max_columns);
+  if (direct && direct_matmul_applies(lib, type, m, k, n)) {
+    const std::uint32_t columns = narrow_padded_columns(features, n);
+    const DirectShape s = direct_shape(n);
+    if (!direct_built(s, columns)) {
+      throw GpuError(
+          fmt::format("the direct matmul shape {}x{}x{} is not built for {} columns", s.tm, s.sg_k, s.depth, columns));
+    }
+    const std::uint32_t splits = direct_splits(features, s, m, k, n);
+    const bool split = splits > 1 && split_scratch.size >= std::uint64_t{splits} * columns * m * 4;
+    rec.dispatch(kernel(lib, direct_module(type, s, columns), 3, sizeof push, {0, 0, 0, 0, 0, accumulate && !split ? 1u : 0u}, 32),
+                 {weights, acts16, split ? split_scratch : out}, push, ceil_div(m, 16 * s.tm), 1, split ? splits : 1);
+    if (split && !sum_later) sum_splits(rec, lib, split_scratch, out, m * n, splits, accumulate);
+    return split ? splits : 1;
+  }
   const StagedShape s = staged_shape(m, n, k);
   if (cm.n != 16 && !built_among(s, staged_both_tiles)) {
     throw GpuError(fmt::format("the staged matmul shape {}x{}x{}x{}x{} is built for 16x16x16 tiles only", s.sg_m,

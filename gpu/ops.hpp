@@ -148,6 +148,26 @@ void set_staged_shape(StagedShape shape, std::uint32_t splits = 0);
 // fragments a subgroup), which shaders/CMakeLists.txt must build.
 std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s, bool glu = false);
 std::vector<std::string> staged_modules();
+// The direct kernel (shaders/mul_mm_direct.comp) can take the narrow path's products of 9 to 64
+// columns where the library's device lays fragments out as it builds them (probe_fragment_layout,
+// in gpu/fragment_layout.hpp, found it so): F16, Q8_0 and Q4_0 weights, the same inputs, outputs
+// and K splits. matmul_narrow takes it for up to direct_max_columns columns (DirectUse::automatic:
+// where it measured faster in the model), for every column count it can take (always) or never.
+// Its shape: 16-row fragments a subgroup (tm), subgroups a workgroup sharing K (sg_k), blocks of
+// weights each subgroup keeps in flight (depth); the columns make the rest. Benchmarks and tests
+// set the use and the shape (all 0: the tuned choice).
+struct DirectShape {
+  std::uint32_t tm = 0, sg_k = 0, depth = 0;
+};
+enum class DirectUse { automatic, always, never };
+inline constexpr std::uint32_t direct_max_columns = 16;
+bool direct_matmul_applies(const KernelLibrary& lib, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n);
+void set_direct_matmul(DirectUse use, DirectShape shape = {});
+std::string direct_shape_problem(DirectShape shape, std::uint32_t columns = 16);
+// The shape the direct kernel takes for n columns (the override, if set), and its module.
+DirectShape direct_shape(std::uint32_t n);
+std::string direct_module(WeightType type, DirectShape s, std::uint32_t n);
+std::vector<std::string> direct_modules();
 // Whether a product of n columns is faster as dequantize_f16 into a scratch matrix and the narrow
 // path on F16 weights (wide prefill chunks of Q4_0 and Q8_0 weights) than on the blocks in place.
 bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n);

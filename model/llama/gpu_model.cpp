@@ -9,6 +9,7 @@
 #include <utility>
 #include <stdexcept>
 
+#include "gpu/fragment_layout.hpp"
 #include "gpu/ops.hpp"
 #include "gpu/transfer.hpp"
 
@@ -113,6 +114,8 @@ GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& sourc
     throw std::runtime_error("the GPU attention kernel takes head dimensions 64 and 128, this model has " +
                              std::to_string(config_.head_dim));
   }
+  // Whether the direct matmul may take decode batches here (once per library).
+  gpu::probe_fragment_layout(gpu_.kernels, gpu_.queue, gpu_.pool);
   auto specs = tensor_specs(config_);
   std::size_t i = 0;
   // One uploader for every tensor: its staging buffers are made once, and each tensor is copied

@@ -8,13 +8,16 @@
 
 #include "gpu/buffer_pool.hpp"
 #include "gpu/device.hpp"
+#include "gpu/fragment_layout.hpp"
 #include "gpu/kernel_library.hpp"
 #include "gpu/transfer.hpp"
 
 namespace mqlm::gpu::testing {
 
 struct Gpu {
-  Gpu() : queue(device), pool(queue, PoolOptions{VkDeviceSize{8} << 20}), kernels(device) {}
+  Gpu() : queue(device), pool(queue, PoolOptions{VkDeviceSize{8} << 20}), kernels(device) {
+    probe_fragment_layout(kernels, queue, pool);  // the direct matmul where the device allows it
+  }
   Device device;
   ComputeQueue queue;
   BufferPool pool;

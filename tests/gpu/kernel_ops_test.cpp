@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "gpu/fragment_layout.hpp"
 #include "gpu/ops.hpp"
 #include "gpu_fixture.hpp"
 #include "gpu/reference_ops.hpp"
@@ -549,6 +550,122 @@ TEST(NarrowGlu, IsSiluOfTheGateTimesTheUpProduct) {
         const float want = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
         EXPECT_NEAR(half_to_float(got[i]), want, 2e-3f * std::max(1.0f, std::abs(want)))
             << weight_type_name(type) << ": column " << col << ", row " << row;
+      }
+    }
+  }
+}
+
+// The fragment-layout check accepts exactly the layout the direct matmul builds (NVIDIA's, see
+// gpu/fragment_layout.hpp: invocation 4 g + t holds A (g + 8 [e >= 4], 2t + e % 2 + 8 [e / 2 odd]),
+// B and the accumulator (g + 8 [e >= 2], 2t + e % 2)), and names what differs in any other, such
+// as the PTX mma.m16n8k16 order of A or its column-major B.
+TEST(FragmentLayout, AcceptsOnlyTheLayoutTheDirectMatmulBuilds) {
+  std::vector<float> probe(fragment_probe_floats);
+  for (std::uint32_t l = 0; l < 32; ++l) {
+    const std::uint32_t g = l / 4, t = l % 4;
+    for (std::uint32_t e = 0; e < 8; ++e) probe[l * 8 + e] = float((g + 8 * (e / 4)) * 16 + 2 * t + e % 2 + 8 * ((e / 2) % 2));
+    for (std::uint32_t e = 0; e < 4; ++e) {
+      probe[256 + l * 4 + e] = float((g + 8 * (e / 2)) * 8 + 2 * t + e % 2);
+      probe[384 + l * 4 + e] = float((g + 8 * (e / 2)) * 8 + 2 * t + e % 2);
+    }
+  }
+  probe[512] = 8;
+  probe[513] = 4;
+  probe[514] = 4;
+  EXPECT_EQ(fragment_layout_problem(probe), "");
+  auto swapped = probe;
+  std::swap(swapped[256 + 5 * 4 + 1], swapped[256 + 5 * 4 + 2]);  // B of invocation 5, elements 1 and 2
+  EXPECT_NE(fragment_layout_problem(swapped).find("B: invocation 5"), std::string::npos) << fragment_layout_problem(swapped);
+  auto mma = probe;  // A in mma.m16n8k16's order: the row changes at element 2
+  for (std::uint32_t l = 0; l < 32; ++l) {
+    for (std::uint32_t e = 0; e < 8; ++e) mma[l * 8 + e] = float((l / 4 + 8 * ((e / 2) % 2)) * 16 + 2 * (l % 4) + e % 2 + 8 * (e / 4));
+  }
+  EXPECT_NE(fragment_layout_problem(mma).find("A: invocation 0"), std::string::npos) << fragment_layout_problem(mma);
+  auto longer = probe;
+  longer[512] = 16;
+  EXPECT_NE(fragment_layout_problem(longer), "");
+  EXPECT_NE(fragment_layout_problem(std::span(probe).first(100)), "");
+
+  // On this device: the probe ran when the fixture was made; without 16x8x16 tensor-core tiles
+  // (lavapipe) it answers no without running.
+  Gpu& g = shared_gpu();
+  ASSERT_TRUE(g.kernels.direct_fragments().has_value());
+  if (!g.device.features().cooperative_matrix_16x8) {
+    EXPECT_FALSE(*g.kernels.direct_fragments());
+  }
+  EXPECT_EQ(probe_fragment_layout(g.kernels, g.queue, g.pool), *g.kernels.direct_fragments());
+  if (!*g.kernels.direct_fragments()) {
+    EXPECT_FALSE(ops::direct_matmul_applies(g.kernels, WeightType::q4_0, 4096, 4096, 32));
+  }
+}
+
+// Every direct module the host may ask for is built.
+TEST(DirectMatmul, EveryShapeTheHostPicksIsBuilt) {
+  const auto names = ops::direct_modules();
+  EXPECT_GT(names.size(), 60u);
+  for (const std::string& name : names) EXPECT_NO_THROW((void)shaders::spirv(name)) << name;
+  EXPECT_EQ(ops::direct_shape_problem({2, 4, 4}), "");
+  EXPECT_NE(ops::direct_shape_problem({3, 4, 2}), "");
+  EXPECT_NE(ops::direct_shape_problem({2, 8, 4}, 64), "");  // its sums would take 64 KiB
+  EXPECT_EQ(ops::direct_shape_problem({2, 8, 4}, 32), "");
+  EXPECT_THROW(ops::set_direct_matmul(ops::DirectUse::always, {3, 4, 2}), GpuError);
+}
+
+// The direct matmul (fragments built in registers) against a CPU product of the same F16 weights
+// and activations: every weight type it reads; 9 to 64 columns (each tile width, padded columns
+// zero); rows past the last whole tile; K of 67 blocks (uneven shares between the subgroups, a last
+// iteration with fewer blocks); written, accumulated, and with K split in slices. Runs where the
+// probe found the layout it builds (the H100); skips on lavapipe.
+TEST(DirectMatmul, MatchesTheCpuProductOfTheSameHalves) {
+  Gpu& g = shared_gpu();
+  if (!g.kernels.direct_fragments().value_or(false)) GTEST_SKIP() << "fragments laid out otherwise here";
+  const DeviceFeatures& features = g.device.features();
+  const std::uint32_t k = 32 * 67;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  ops::set_direct_matmul(ops::DirectUse::always);  // the model takes it up to 16 columns only
+  struct Automatic {
+    ~Automatic() { ops::set_direct_matmul(ops::DirectUse::automatic); }
+  } restore;
+  for (WeightType type : {WeightType::q4_0, WeightType::q8_0, WeightType::f16}) {
+    const std::uint32_t m = type == WeightType::f16 ? 48 : 40;
+    const auto bytes = random_weights(type, m, k, 31);
+    Vec w = dequantize(type, bytes, m, k);
+    for (float& x : w) x = half_to_float(float_to_half(x));  // the kernel's F16 weights
+    PoolBuffer weights = g.up(std::vector<std::byte>(bytes));
+    for (std::uint32_t n : {9u, 16u, 17u, 33u, 64u}) {
+      ASSERT_TRUE(ops::direct_matmul_applies(g.kernels, type, m, k, n)) << n;
+      const std::uint32_t padded = ops::narrow_padded_columns(features, n);
+      std::vector<std::uint16_t> acts(std::size_t{padded} * k, 0);
+      for (std::size_t i = 0; i < std::size_t{n} * k; ++i) acts[i] = float_to_half(dist(rng));
+      Vec start(std::size_t{n} * m);
+      for (float& x : start) x = dist(rng);
+      PoolBuffer a = g.up(acts), parts = g.scratch(std::uint64_t{16} * padded * m * 4);
+      for (bool accumulate : {false, true}) {
+        for (bool split : {false, true}) {
+          PoolBuffer out = g.up(start);
+          auto rec = g.queue.begin();
+          const std::uint32_t splits = ops::matmul_narrow(rec, g.kernels, type, weights.range(), a.range(), out.range(), m,
+                                                          k, n, accumulate, split ? parts.range() : BufferRange{});
+          g.queue.submit_and_wait(rec);
+          EXPECT_EQ(splits > 1, split) << "K in " << splits;
+          const Vec got = g.down<float>(out, std::size_t{n} * m);
+          for (std::uint32_t col = 0; col < n; ++col) {
+            for (std::uint32_t row = 0; row < m; ++row) {
+              double sum = 0, size = 0;
+              for (std::uint32_t i = 0; i < k; ++i) {
+                const double term = double(w[std::size_t{row} * k + i]) * half_to_float(acts[std::size_t{col} * k + i]);
+                sum += term;
+                size += std::abs(term);
+              }
+              const std::size_t at = std::size_t{col} * m + row;
+              if (accumulate) sum += start[at];
+              ASSERT_NEAR(got[at], sum, 1e-5 * size + 1e-5)
+                  << weight_type_name(type) << ", " << n << " columns, accumulate " << accumulate << ", split " << split
+                  << ": row " << row << ", column " << col;
+            }
+          }
+        }
       }
     }
   }
