@@ -460,10 +460,12 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
   struct {
     std::uint32_t m, k, n;
   } push{m, k, n};
-  // The direct kernel up to 16 columns: H100, Q4_0, generate --batch 16: 8.96 -> 7.90 ms a step. At
-  // 32 and 64 columns, with one shape for every product, it was slower (10.5 -> 11.9, 13.8 -> 15.6):
+  // The direct kernel for Q4_0 up to 16 columns: H100, generate --batch 16: 8.96 -> 7.90 ms a step.
+  // At 32 and 64 columns it was slower (10.5 -> 11.9, 13.8 -> 15.6; with a shape for each product
+  // at 32, 10.5 -> 11.0), and so were Q8_0 and F16 at 16 (11.65 -> 12.3-12.7, 9.5-9.7 -> 10.0-10.5):
   // bench/results/direct-matmul-2026-11-26-h100.md.
-  const bool direct = direct_use != DirectUse::never && (direct_use == DirectUse::always || n <= direct_max_columns);
+  const bool direct = direct_use == DirectUse::always ||
+                      (direct_use == DirectUse::automatic && n <= direct_max_columns && type == WeightType::q4_0);
   if (direct && direct_matmul_applies(lib, type, m, k, n)) {
     const std::uint32_t columns = narrow_padded_columns(features, n);
     const DirectShape s = direct_shape(n);

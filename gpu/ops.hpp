@@ -151,8 +151,9 @@ std::vector<std::string> staged_modules();
 // The direct kernel (shaders/mul_mm_direct.comp) can take the narrow path's products of 9 to 64
 // columns where the library's device lays fragments out as it builds them (probe_fragment_layout,
 // in gpu/fragment_layout.hpp, found it so): F16, Q8_0 and Q4_0 weights, the same inputs, outputs
-// and K splits. matmul_narrow takes it for up to direct_max_columns columns (DirectUse::automatic:
-// where it measured faster in the model), for every column count it can take (always) or never.
+// and K splits. matmul_narrow takes it for Q4_0 products of up to direct_max_columns columns
+// (DirectUse::automatic: where it measured faster in the model), for everything it can take
+// (always) or never.
 // Its shape: 16-row fragments a subgroup (tm), subgroups a workgroup sharing K (sg_k), blocks of
 // weights each subgroup keeps in flight (depth); the columns make the rest. Benchmarks and tests
 // set the use and the shape (all 0: the tuned choice).
