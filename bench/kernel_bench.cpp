@@ -278,7 +278,7 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
         const std::vector<ops::DirectShape> tuned{ops::DirectShape{}};
         for (const ops::DirectShape& shape : direct_shapes.empty() ? tuned : direct_shapes) {
           ops::set_direct_matmul(ops::DirectUse::always, shape);
-          const ops::DirectShape used = ops::direct_shape(tokens);
+          const ops::DirectShape used = ops::direct_shape();
           if (!ops::direct_matmul_applies(b.kernels_, type, s.rows, s.k, tokens) ||
               !ops::direct_shape_problem(used, padded).empty()) {
             continue;

@@ -19,11 +19,8 @@ std::uint32_t a_index(std::uint32_t l, std::uint32_t e) {  // 16 x 16, A: M x K
   const std::uint32_t g = l / 4, t = l % 4;
   return (g + 8 * (e >> 2)) * 16 + 2 * t + (e & 1u) + 8 * ((e >> 1) & 1u);
 }
-std::uint32_t b_index(std::uint32_t l, std::uint32_t e) {  // 16 x 8, B: K x N
-  const std::uint32_t g = l / 4, t = l % 4;
-  return (g + 8 * (e >> 1)) * 8 + 2 * t + (e & 1u);
-}
-std::uint32_t c_index(std::uint32_t l, std::uint32_t e) {  // 16 x 8, the accumulator: M x N
+// B (16 x 8, K x N) and the accumulator (16 x 8, M x N) alike.
+std::uint32_t b_or_c_index(std::uint32_t l, std::uint32_t e) {
   const std::uint32_t g = l / 4, t = l % 4;
   return (g + 8 * (e >> 1)) * 8 + 2 * t + (e & 1u);
 }
@@ -42,7 +39,8 @@ std::string fragment_layout_problem(std::span<const float> probe) {
     std::uint32_t elements;
     std::uint32_t (*index)(std::uint32_t, std::uint32_t);
   };
-  for (const Part& part : {Part{"A", 0, 8, a_index}, Part{"B", 256, 4, b_index}, Part{"the accumulator", 384, 4, c_index}}) {
+  for (const Part& part : {Part{"A", 0, 8, a_index}, Part{"B", 256, 4, b_or_c_index},
+                          Part{"the accumulator", 384, 4, b_or_c_index}}) {
     for (std::uint32_t l = 0; l < 32; ++l) {
       for (std::uint32_t e = 0; e < part.elements; ++e) {
         const float got = probe[part.at + l * part.elements + e];

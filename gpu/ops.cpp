@@ -404,7 +404,7 @@ bool direct_matmul_applies(const KernelLibrary& lib, WeightType type, std::uint3
   }();
   if (switched_off || n <= 8 || n > 64 || !lib.direct_fragments().value_or(false)) return false;
   const auto& features = lib.device().features();
-  if (!narrow_matmul_applies(features, type, m, k) || narrow_padded_columns(features, n) > 64) return false;
+  if (!narrow_matmul_applies(features, type, m, k)) return false;
   return type == WeightType::q4_0 || type == WeightType::q8_0 || type == WeightType::f16;
 }
 
@@ -424,8 +424,7 @@ std::string direct_shape_problem(DirectShape shape, std::uint32_t columns) {
                      columns, built);
 }
 
-DirectShape direct_shape(std::uint32_t n) {
-  (void)n;
+DirectShape direct_shape() {
   return direct_override.tm != 0 ? direct_override : direct_shapes[0];
 }
 
@@ -466,36 +465,40 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
   // bench/results/direct-matmul-2026-11-26-h100.md.
   const bool direct = direct_use == DirectUse::always ||
                       (direct_use == DirectUse::automatic && n <= direct_max_columns && type == WeightType::q4_0);
+  // The module and grid of either kernel; K split over grid z where the scratch takes the partial
+  // products, which are then summed into out.
+  std::string module;
+  std::uint32_t groups_x = 0, groups_y = 1, splits = 1;
   if (direct && direct_matmul_applies(lib, type, m, k, n)) {
     const std::uint32_t columns = narrow_padded_columns(features, n);
-    const DirectShape s = direct_shape(n);
+    const DirectShape s = direct_shape();
     if (!direct_built(s, columns)) {
       throw GpuError(
           fmt::format("the direct matmul shape {}x{}x{} is not built for {} columns", s.tm, s.sg_k, s.depth, columns));
     }
-    const std::uint32_t splits = direct_splits(features, s, m, k, n);
-    const bool split = splits > 1 && split_scratch.size >= std::uint64_t{splits} * columns * m * 4;
-    rec.dispatch(kernel(lib, direct_module(type, s, columns), 3, sizeof push, {0, 0, 0, 0, 0, accumulate && !split ? 1u : 0u}, 32),
-                 {weights, acts16, split ? split_scratch : out}, push, ceil_div(m, 16 * s.tm), 1, split ? splits : 1);
-    if (split && !sum_later) sum_splits(rec, lib, split_scratch, out, m * n, splits, accumulate);
-    return split ? splits : 1;
+    module = direct_module(type, s, columns);
+    groups_x = ceil_div(m, 16 * s.tm);
+    splits = direct_splits(features, s, m, k, n);
+  } else {
+    const StagedShape s = staged_shape(m, n, k);
+    if (cm.n != 16 && !built_among(s, staged_both_tiles)) {
+      throw GpuError(fmt::format("the staged matmul shape {}x{}x{}x{}x{} is built for 16x16x16 tiles only", s.sg_m,
+                                 s.sg_n, s.tm, s.tn, s.kb));
+    }
+    if (k % (32 * s.kb) != 0) {
+      throw GpuError(fmt::format("the staged matmul shape with {} blocks per stage needs K % {} == 0, not {}", s.kb,
+                                 32 * s.kb, k));
+    }
+    module = staged_module(type, cm, s);
+    groups_x = ceil_div(m, 16 * s.sg_m * s.tm);
+    groups_y = ceil_div(n, staged_columns(s));
+    splits = narrow_splits(features, m, k, n);
   }
-  const StagedShape s = staged_shape(m, n, k);
-  if (cm.n != 16 && !built_among(s, staged_both_tiles)) {
-    throw GpuError(fmt::format("the staged matmul shape {}x{}x{}x{}x{} is built for 16x16x16 tiles only", s.sg_m,
-                               s.sg_n, s.tm, s.tn, s.kb));
-  }
-  if (k % (32 * s.kb) != 0) {
-    throw GpuError(fmt::format("the staged matmul shape with {} blocks per stage needs K % {} == 0, not {}", s.kb,
-                               32 * s.kb, k));
-  }
-  // K split over grid z where the scratch takes the partial products; they are then summed into out.
-  const std::uint32_t splits = narrow_splits(features, m, k, n);
-  const bool split = splits > 1 && split_scratch.size >= narrow_split_bytes(features, m, k, n);
+  const bool split =
+      splits > 1 && split_scratch.size >= std::uint64_t{splits} * narrow_padded_columns(features, n) * m * 4;
   // Constant 0 (the workgroup size) and 1-4 (the shape) are fixed in the module; 5: accumulate.
-  rec.dispatch(kernel(lib, staged_module(type, cm, s), 3, sizeof push, {0, 0, 0, 0, 0, accumulate && !split ? 1u : 0u}, 32),
-               {weights, acts16, split ? split_scratch : out}, push, ceil_div(m, 16 * s.sg_m * s.tm),
-               ceil_div(n, staged_columns(s)), split ? splits : 1);
+  rec.dispatch(kernel(lib, module, 3, sizeof push, {0, 0, 0, 0, 0, accumulate && !split ? 1u : 0u}, 32),
+               {weights, acts16, split ? split_scratch : out}, push, groups_x, groups_y, split ? splits : 1);
   if (split && !sum_later) sum_splits(rec, lib, split_scratch, out, m * n, splits, accumulate);
   return split ? splits : 1;
 }

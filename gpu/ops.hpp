@@ -165,8 +165,8 @@ inline constexpr std::uint32_t direct_max_columns = 16;
 bool direct_matmul_applies(const KernelLibrary& lib, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n);
 void set_direct_matmul(DirectUse use, DirectShape shape = {});
 std::string direct_shape_problem(DirectShape shape, std::uint32_t columns = 16);
-// The shape the direct kernel takes for n columns (the override, if set), and its module.
-DirectShape direct_shape(std::uint32_t n);
+// The shape the direct kernel takes (the override, if set), and its module for n padded columns.
+DirectShape direct_shape();
 std::string direct_module(WeightType type, DirectShape s, std::uint32_t n);
 std::vector<std::string> direct_modules();
 // Whether a product of n columns is faster as dequantize_f16 into a scratch matrix and the narrow
