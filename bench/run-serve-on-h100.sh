@@ -4,7 +4,7 @@
 # outputs). Writes $OUT/serve-h100.txt and one JSON per concurrency.
 # Here: cmake --build build && ../shared/tools/devpack -o .devrun build/mqlm && strip .devrun/bin/mqlm
 # There (carry .devrun): bench/run-serve-on-h100.sh   (SERVE_FLAGS: more flags for mqlm serve, e.g. --no-overlap;
-# KV_PAGES: 8192 pages of 16 tokens by default, 16 GiB for llama3-8b, which these runs never fill)
+# PASSES: repeat the concurrency list; KV_PAGES: 8192 pages of 16 tokens by default, 16 GiB for llama3-8b, which these runs never fill)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
@@ -26,13 +26,20 @@ for i in $(seq 1 600); do
 done
 # The batched (tensor-core) path must give the lone request's greedy tokens before it is timed.
 bench/check-batched-greedy.sh $listen 16 32 >>"$log" 2>&1 || echo "the batched greedy check failed" >>"$log"
-for c in ${CONCURRENCY:-1 8 32 64}; do
-  n=$((c * ${ROUNDS:-4}))
-  # A seed of its own for each concurrency: the prompts come from the seed, and prompts repeated
-  # from an earlier concurrency would be prefix-cache hits (or restores from the host tier).
-  cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --warmup $c --seed $c --json $OUT/serve-c$c.json"
-  echo "command: $cmd" >>"$log"
-  $cmd >>"$log" 2>&1 || { echo "bench serve at concurrency $c failed" >>"$log"; break; }
+# PASSES > 1 repeats the list (pass p writes serve-c<C>-p<p>.json): alternating concurrencies on one
+# warm server shows how much a figure moves between runs.
+for pass in $(seq 1 ${PASSES:-1}); do
+  for c in ${CONCURRENCY:-1 8 32 64}; do
+    n=$((c * ${ROUNDS:-4}))
+    # A seed of its own for each concurrency and pass: the prompts come from the seed, and prompts
+    # repeated from an earlier run would be prefix-cache hits (or restores from the host tier).
+    seed=$((c + 1000 * (pass - 1)))
+    json=$OUT/serve-c$c.json
+    [ "${PASSES:-1}" -gt 1 ] && json=$OUT/serve-c$c-p$pass.json
+    cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --warmup $c --seed $seed --json $json"
+    echo "command: $cmd" >>"$log"
+    $cmd >>"$log" 2>&1 || { echo "bench serve at concurrency $c failed" >>"$log"; break 2; }
+  done
 done
 kill -TERM $server; wait $server || true
 tail -5 $OUT/serve-log.txt >>"$log"

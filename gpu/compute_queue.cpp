@@ -77,6 +77,15 @@ void Recording::copy(BufferRange src, BufferRange dst) {
   vkCmdCopyBuffer(command_buffer_, src.buffer, dst.buffer, 1, &region);
 }
 
+void Recording::make_visible_to_host() {
+  VkMemoryBarrier barrier{};
+  barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(command_buffer_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+}
+
 void Recording::write_timestamp(VkQueryPool pool, std::uint32_t query) {
   barrier_if_needed();
   vkCmdWriteTimestamp(command_buffer_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pool, query);

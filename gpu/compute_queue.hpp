@@ -53,6 +53,9 @@ class Recording {
   // nor writes what it reads or writes (q, k and v projections of the same input, say).
   void next_runs_alongside() { skip_barrier_ = true; }
   void write_timestamp(VkQueryPool pool, std::uint32_t query);
+  // What the commands so far wrote becomes visible to the host once it has waited for this
+  // submission (host-coherent memory alone does not make it so).
+  void make_visible_to_host();
   VkCommandBuffer command_buffer() const { return command_buffer_; }
 
  private:

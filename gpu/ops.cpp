@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -931,6 +932,26 @@ void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, 
   if (bytes % 16 != 0) throw GpuError("the copy kernel moves whole 16-byte words");
   auto words = static_cast<std::uint32_t>(bytes / 16);
   rec.dispatch(kernel(lib, "copy", 2, 4), {src, dst}, words, std::min(ceil_div(words, 256), 8192u));
+}
+
+void copy_gather(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, BufferRange index,
+                 std::uint64_t chunk_bytes, std::uint32_t count, std::uint64_t base, std::uint64_t stride) {
+  if (chunk_bytes % 16 != 0 || base % 16 != 0 || stride % 16 != 0) {
+    throw GpuError("the gather kernel moves whole 16-byte words");
+  }
+  if (count == 0) return;
+  const std::uint64_t words_end = (base + std::uint64_t{count - 1} * stride + chunk_bytes) / 16;
+  // The caller checks the indices against src (they are on the GPU by now).
+  if (words_end > dst.size / 16 || words_end > std::numeric_limits<std::uint32_t>::max() ||
+      src.size / 16 > std::numeric_limits<std::uint32_t>::max() || index.size < std::uint64_t{count} * 4) {
+    throw GpuError(fmt::format("a gather of {} chunks of {} bytes does not fit its buffers", count, chunk_bytes));
+  }
+  struct {
+    std::uint32_t chunk, count, base, stride;
+  } push{static_cast<std::uint32_t>(chunk_bytes / 16), count, static_cast<std::uint32_t>(base / 16),
+         static_cast<std::uint32_t>(stride / 16)};
+  auto [gx, gy] = spread(count);
+  rec.dispatch(kernel(lib, "copy_gather", 3, sizeof push), {src, dst, index}, push, gx, gy);
 }
 
 }  // namespace mqlm::gpu::ops

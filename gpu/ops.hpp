@@ -253,4 +253,9 @@ void topk(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch
 // dst = src, `bytes` a multiple of 16: the copy-bandwidth probe.
 void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, std::uint64_t bytes);
 
+// Chunks of `chunk_bytes` (a multiple of 16): chunk index[i] of src into dst at byte
+// base + i * stride, for i < count (index: uint32). One dispatch however scattered the chunks.
+void copy_gather(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, BufferRange index,
+                 std::uint64_t chunk_bytes, std::uint32_t count, std::uint64_t base, std::uint64_t stride);
+
 }  // namespace mqlm::gpu::ops

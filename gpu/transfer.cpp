@@ -20,12 +20,6 @@ void check_fits(const PoolBuffer& buffer, VkDeviceSize offset, std::size_t bytes
   }
 }
 
-struct HostCopy {
-  std::byte* to;
-  const std::byte* from;
-  std::size_t bytes;
-};
-
 // The copies' bytes [begin, end), counting through them end to end.
 void copy_part(std::span<const HostCopy> copies, std::size_t begin, std::size_t end) {
   std::size_t at = 0;
@@ -128,15 +122,7 @@ void record_staged_copies(Recording& rec, const PoolBuffer& staging, std::vector
       vkCmdCopyBuffer(rec.command_buffer(), stage.buffer, buffer, count, copies.data());
     }
   }
-  if (to_host) {
-    // Makes the copies visible to the host's reads after it waits: coherent memory alone does not.
-    VkMemoryBarrier barrier{};
-    barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-    barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-    barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-    vkCmdPipelineBarrier(rec.command_buffer(), VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
-                         &barrier, 0, nullptr, 0, nullptr);
-  }
+  if (to_host) rec.make_visible_to_host();
 }
 
 }  // namespace
@@ -319,6 +305,34 @@ void download_regions(ComputeQueue& queue, BufferPool& pool, std::span<const Dow
   for_each_staged_piece(std::span<const DownloadRegion>(staged), chunk, on_piece, on_chunk);
   drain(slots[next % 2]);  // the older chunk first
   drain(slots[(next + 1) % 2]);
+}
+
+void PendingDownload::copy_out() const { copy_all(copies); }
+
+PendingDownload download_later(ComputeQueue& queue, BufferPool& pool, std::span<const DownloadRegion> regions) {
+  std::size_t bytes = 0;
+  for (const DownloadRegion& r : regions) {
+    check_fits(r.src, r.offset, r.out.size());
+    bytes += r.out.size();
+  }
+  PendingDownload pending;
+  if (bytes == 0) return pending;
+  pending.staging = pool.allocate(bytes, "staging", MemoryKind::host);
+  std::vector<StagedPiece> pieces;
+  std::size_t at = 0;
+  for (const DownloadRegion& r : regions) {
+    if (r.out.empty()) continue;
+    pieces.push_back({r.src.range(r.offset, r.out.size()), at, r.out.data()});
+    at += r.out.size();
+  }
+  auto rec = queue.begin();
+  record_staged_copies(rec, pending.staging, pieces, true);
+  pending.done = queue.submit(rec);
+  pending.copies.reserve(pieces.size());
+  for (const StagedPiece& p : pieces) {
+    pending.copies.push_back({p.host, pending.staging.mapped() + p.staging_offset, p.device.size});
+  }
+  return pending;
 }
 
 }  // namespace mqlm::gpu

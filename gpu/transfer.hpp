@@ -1,10 +1,11 @@
 // Copies between host memory and pool buffers: straight through the mapping when the buffer is
 // host-visible (lavapipe, resizable-BAR memory), else through a staging buffer and a copy
-// command. Both wait for the GPU: they are for loading weights, tests and benchmarks, not the
-// per-step path.
+// command. All but download_later wait for the GPU: they are for loading weights, restoring KV
+// pages, tests and benchmarks, not the per-step path.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -77,6 +78,32 @@ void upload_regions(ComputeQueue& queue, BufferPool& pool, std::span<const Uploa
                     std::size_t chunk_bytes = std::size_t{64} << 20, bool always_stage = false);
 void download_regions(ComputeQueue& queue, BufferPool& pool, std::span<const DownloadRegion> regions,
                       std::size_t chunk_bytes = std::size_t{64} << 20, bool always_stage = false);
+
+// Host bytes to copy: `bytes` from `from` to `to`.
+struct HostCopy {
+  std::byte* to;
+  const std::byte* from;
+  std::size_t bytes;
+};
+
+// A download that was recorded and submitted without waiting for it: its bytes are in `staging`
+// (host memory) once the queue's completed() reaches `done`. Then copy_out() moves them to the
+// regions' host memory; it touches nothing else, so it may run on another thread, as long as
+// whoever owns the PendingDownload keeps it (and its staging buffer) until it returns.
+struct PendingDownload {
+  PoolBuffer staging;
+  std::vector<HostCopy> copies;
+  std::uint64_t done = 0;
+  void copy_out() const;
+};
+
+// Copies the regions to the host behind all work submitted before it, returning as soon as the
+// copy is submitted: work submitted afterwards that begins with a barrier
+// (Recording::after_previous_submissions) may then overwrite them (a step writing into KV pages
+// spilled to the host: the copy reads them first, on the GPU's timeline). Always through one
+// staging buffer of host memory, also where the buffers are mapped: the host reading device
+// memory through a mapping is slow, and would have to wait for the GPU.
+PendingDownload download_later(ComputeQueue& queue, BufferPool& pool, std::span<const DownloadRegion> regions);
 
 template <class T>
 void upload(ComputeQueue& queue, BufferPool& pool, const PoolBuffer& dst, std::span<const T> data, VkDeviceSize offset = 0) {

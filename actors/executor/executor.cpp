@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -28,6 +29,7 @@
 #include "gpu/compute_queue.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernel_library.hpp"
+#include "gpu/transfer.hpp"
 #include "gpu/vulkan_error.hpp"
 #include "model/gguf/gguf_file.hpp"
 #include "model/gguf/vocabulary_metadata.hpp"
@@ -50,6 +52,10 @@ constexpr auto kWorkingSetWindow = std::chrono::seconds(5);
 // scheduler's status to stay current, rarely enough that steps do not carry a map each.
 constexpr std::uint64_t kPoolStatsEvery = 32;
 constexpr std::uint32_t kCacheCloseTimer = 2;
+// While KV pages spilled to the host are on their way to the cache-writer (PendingSpill), this
+// timer sends those whose copies are done when no step comes to do it.
+constexpr std::uint32_t kSpillTimer = 3;
+constexpr auto kSpillPoll = std::chrono::milliseconds(2);
 // An unload waits this long for the cache-writer's ModelCacheClosed before answering without it.
 constexpr auto kCacheCloseTimeout = std::chrono::seconds(10);
 
@@ -330,6 +336,29 @@ struct SequenceState {
   std::int32_t last_token = -1;  // its last step's sample: what a follower (PlanSequence::follows) takes
 };
 
+// A page's bytes on the host, left uninitialised: the copy out of staging writes every byte, and
+// zeroing them first (a std::vector) took half of a long prefix's restore on the H200, on one
+// thread, where the copy touches the fresh memory on several.
+struct HostPage {
+  std::unique_ptr<std::byte[]> bytes;
+  std::size_t count = 0;
+  std::byte* data() { return bytes.get(); }
+  const std::byte* data() const { return bytes.get(); }
+  std::size_t size() const { return count; }
+};
+
+// KV pages a plan gave up, on their way to the cache-writer. The GPU copies them into host
+// staging ahead of the step that overwrites them (the step waits for that copy, not for the
+// host); once the queue has passed it, a helper thread copies staging into the pages the message
+// carries, and the executor sends it at a later step boundary (or its timer). Until then the
+// entry owns the staging buffer, the pages, and the thread (a future joins it when destroyed).
+struct PendingSpill {
+  gpu::PendingDownload download;
+  std::vector<std::shared_ptr<HostPage>> pages;
+  KvPagesSpilled message;
+  std::future<void> copying;  // valid once the copy out of staging has begun
+};
+
 // ---- the actor -------------------------------------------------------------------------------
 
 class Executor final : public Actor {
@@ -338,6 +367,7 @@ class Executor final : public Actor {
 
   void on_start(Context& ctx) override;
   void on_message(Context& ctx, Message& message) override;
+  void on_stop(Context& ctx) override { advance_spills(ctx, true); }
 
  private:
   const LoadedModel& load_model(const std::string& id);
@@ -348,8 +378,9 @@ class Executor final : public Actor {
   void answer_query(Context& ctx, const Message& message, const ExecutorQuery& query);
   void answer_step(Context& ctx, const Message& message, const StepPlan& plan);
   std::optional<StepPlan> runnable(const StepPlan& plan, const std::unordered_set<std::uint64_t>& failed) const;
-  void run_plan(Context& ctx, const StepPlan& plan, const Frames& blobs, StepResult& result);
-  void move_pages(Context& ctx, const StepPlan& plan, const Frames& blobs, LoadedModel& loaded);
+  void run_plan(const StepPlan& plan, const Frames& blobs, StepResult& result);
+  void move_pages(const StepPlan& plan, const Frames& blobs, LoadedModel& loaded);
+  void advance_spills(Context& ctx, bool wait);
   void on_cache_closed(Context& ctx, const ModelCacheClosed& closed);
   void answer_pending_unloads(Context& ctx, bool timed_out);
   LoadedModel* model_for(const StepPlan& plan, std::string& problem);
@@ -375,6 +406,8 @@ class Executor final : public Actor {
   std::string gpu_unavailable_;       // why gpu_ is null
   // Declared after gpu_, so destroyed before it. Empty whenever gpu_ is null.
   std::map<std::string, LoadedModel> models_;
+  std::deque<PendingSpill> spills_;  // in the order the queue copies them; staging from gpu_'s pool
+  bool spill_timer_ = false;
   std::unordered_map<std::uint64_t, SequenceState> sequences_;  // sequence -> its sampler and model
   std::unordered_set<std::uint64_t> failed_;  // sequences the last step failed: the next plan's are left out
   std::uint64_t plans_ = 0;        // StepPlans answered
@@ -517,6 +550,7 @@ std::vector<std::string> Executor::release_model(Context& ctx, LoadedModel& load
     std::erase_if(sequences_, [&](const auto& entry) { return entry.second.model_id == loaded.id; });
   });
   release("KV cache", [&] {
+    advance_spills(ctx, true);  // what it spilled reaches the cache-writer before the cache goes
     std::unique_ptr<model::GpuKvCache> kv_cache = std::move(loaded.kv_cache);
     kv_cache.reset();
   });
@@ -540,6 +574,7 @@ void Executor::rebuild_after_device_loss() {
                 loaded_ids());
   std::vector<std::string> ids;
   for (const auto& [id, loaded] : models_) ids.push_back(id);
+  spills_.clear();  // their staging too (spills the GPU had not copied are lost)
   models_.clear();  // their buffers go back to the old pool before it goes
   gpu_.reset();     // and the old device goes before the new one is made
   try {
@@ -577,6 +612,9 @@ void Executor::on_message(Context& ctx, Message& message) {
     if (trim_pending_) trim_pool(ctx, gpu_steps_ != steps_at_timer_ && !sequences_.empty());
   } else if (timer != nullptr && timer->timer_id == kCacheCloseTimer) {
     answer_pending_unloads(ctx, true);
+  } else if (timer != nullptr && timer->timer_id == kSpillTimer) {
+    spill_timer_ = false;
+    advance_spills(ctx, false);
   } else {
     spdlog::debug("executor: ignored a {} from {}", kind_name(message.kind()), message.envelope.from);
   }
@@ -702,7 +740,7 @@ void Executor::answer_step(Context& ctx, const Message& message, const StepPlan&
     const StepPlan& run = resolved ? *resolved : plan;
     // A plan that only releases needs no model: it may come after its model was unloaded.
     if (!run.starts.empty() || !run.sequences.empty() || !run.spill.empty() || !run.restore.empty()) {
-      run_plan(ctx, run, message.blobs, result);
+      run_plan(run, message.blobs, result);
     }
   } catch (const std::exception& e) {
     // Nothing above should throw (plans are checked first, GPU failures are caught where they
@@ -723,6 +761,7 @@ void Executor::answer_step(Context& ctx, const Message& message, const StepPlan&
   }
   result.gpu_ns = nanoseconds_since(started);
   ctx.reply(message, std::move(result));
+  advance_spills(ctx, false);
 }
 
 // The plan as it can run, or nothing when it runs as it came: each follower's token put in (the
@@ -758,7 +797,7 @@ std::optional<StepPlan> Executor::runnable(const StepPlan& plan, const std::unor
 
 // Starts the plan's sequences and runs its step on the plan's model, once the plan has passed
 // every check.
-void Executor::run_plan(Context& ctx, const StepPlan& plan, const Frames& blobs, StepResult& result) {
+void Executor::run_plan(const StepPlan& plan, const Frames& blobs, StepResult& result) {
   if (!gpu_) {
     fail_step(plan, result, RequestError::gpu, no_gpu_problem());
     return;
@@ -774,7 +813,7 @@ void Executor::run_plan(Context& ctx, const StepPlan& plan, const Frames& blobs,
               fmt::format("invalid step plan: {} pages to restore and {} blobs", plan.restore.size(), blobs.size()));
   } else {
     try {
-      move_pages(ctx, plan, blobs, *loaded);
+      move_pages(plan, blobs, *loaded);
     } catch (const std::exception& e) {
       // The step fails; the scheduler then forgets the pages the plan was restoring.
       fail_step(plan, result, RequestError::gpu, std::string("moving KV pages: ") + e.what());
@@ -789,47 +828,29 @@ void Executor::run_plan(Context& ctx, const StepPlan& plan, const Frames& blobs,
   }
 }
 
-namespace {
-
-// A page's bytes on the host, left uninitialised: read_pages writes every byte, and zeroing them
-// first (a std::vector) took half of a long prefix's restore on the H200, on one thread, where the
-// copy touches the fresh memory on several.
-struct HostPage {
-  std::unique_ptr<std::byte[]> bytes;
-  std::size_t count = 0;
-  std::byte* data() { return bytes.get(); }
-  const std::byte* data() const { return bytes.get(); }
-  std::size_t size() const { return count; }
-};
-
-}  // namespace
-
 // The prefix pages the plan gives up go to the cache-writer (before anything overwrites them),
 // then the pages it restores are written from its blobs.
-void Executor::move_pages(Context& ctx, const StepPlan& plan, const Frames& blobs, LoadedModel& loaded) {
+void Executor::move_pages(const StepPlan& plan, const Frames& blobs, LoadedModel& loaded) {
   model::GpuKvCache& cache = *loaded.kv_cache;
   const std::uint64_t page_bytes = cache.page_bytes();
   const auto started = Clock::now();
   double allocate_ms = 0, read_ms = 0, write_ms = 0;
   if (!plan.spill.empty() && !options_.cache_writer.empty()) {
+    PendingSpill spill;
     std::vector<std::uint32_t> pages;
-    std::vector<std::shared_ptr<HostPage>> copies;
     std::vector<std::span<std::byte>> out;
-    for (const SpillPage& spill : plan.spill) {
-      pages.push_back(spill.page);
-      copies.push_back(std::make_shared<HostPage>(std::make_unique_for_overwrite<std::byte[]>(page_bytes), page_bytes));
-      out.emplace_back(copies.back()->data(), page_bytes);
+    spill.message = KvPagesSpilled{loaded.id, plan.model_key, loaded.page_size, page_bytes, {}};
+    for (const SpillPage& page : plan.spill) {
+      pages.push_back(page.page);
+      spill.pages.push_back(std::make_shared<HostPage>(std::make_unique_for_overwrite<std::byte[]>(page_bytes), page_bytes));
+      out.emplace_back(spill.pages.back()->data(), page_bytes);
+      spill.message.pages.push_back(page.id);
     }
     allocate_ms = static_cast<double>(nanoseconds_since(started)) / 1e6;
-    cache.read_pages(pages, out);
+    // Ahead of the restores below and of the step: both wait for it on the GPU, not here.
+    spill.download = cache.read_pages_later(pages, out);
     read_ms = static_cast<double>(nanoseconds_since(started)) / 1e6 - allocate_ms;
-    KvPagesSpilled spilled{loaded.id, plan.model_key, loaded.page_size, page_bytes, {}};
-    Frames frames;
-    for (std::size_t i = 0; i < plan.spill.size(); ++i) {
-      spilled.pages.push_back(plan.spill[i].id);
-      frames.push_back(shared_frame(std::shared_ptr<const HostPage>(copies[i])));
-    }
-    ctx.send(options_.cache_writer, std::move(spilled), {0, 0, std::move(frames)});
+    spills_.push_back(std::move(spill));
   }
   if (!plan.restore.empty()) {
     std::vector<std::span<const std::byte>> data;
@@ -842,10 +863,46 @@ void Executor::move_pages(Context& ctx, const StepPlan& plan, const Frames& blob
   const std::size_t moved = plan.spill.size() + plan.restore.size();
   if (moved >= 64 || spdlog::should_log(spdlog::level::debug)) {
     spdlog::log(moved >= 64 ? spdlog::level::info : spdlog::level::debug,
-                "executor: {} pages out ({:.1f} ms allocating host memory, {:.1f} ms copying), {} pages in ({:.1f} ms), "
+                "executor: {} pages out ({:.1f} ms allocating host memory, {:.1f} ms recording the copy), {} pages in ({:.1f} ms), "
                 "{:.1f} MiB each way at most",
                 plan.spill.size(), allocate_ms, read_ms, plan.restore.size(), write_ms,
                 mib(std::max(plan.spill.size(), plan.restore.size()) * page_bytes));
+  }
+}
+
+// Moves spills along, oldest first: starts the host's copy of each whose GPU copy is done, sends
+// each whose host copy is done to the cache-writer. With `wait`, waits for all of them (before a
+// model's cache goes, a full trim, the actor's stop); otherwise a timer comes back while any is
+// left. A GPU failure drops the spills whose copy had not finished: the scheduler's later lookups
+// of those pages miss, and the prompt is computed again.
+void Executor::advance_spills(Context& ctx, bool wait) {
+  if (spills_.empty()) return;
+  for (PendingSpill& spill : spills_) {
+    if (spill.copying.valid()) continue;
+    try {
+      if (wait) gpu_->queue.wait(spill.download.done);
+      if (gpu_->queue.completed() < spill.download.done) break;  // the later ones are behind it
+    } catch (const std::exception& e) {
+      spdlog::error("executor: {} KV pages spilled to the host are lost: {}", spills_.size(), e.what());
+      spills_.clear();
+      return;
+    }
+    // The entry stays where it is (a deque moves nothing on push_back or pop_front) until the
+    // future, destroyed first, has joined the thread.
+    spill.copying = std::async(std::launch::async, [download = &spill.download] { download->copy_out(); });
+  }
+  while (!spills_.empty() && spills_.front().copying.valid() &&
+         (wait || spills_.front().copying.wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
+    PendingSpill& spill = spills_.front();
+    spill.copying.get();
+    Frames frames;
+    for (std::shared_ptr<HostPage>& page : spill.pages) frames.push_back(shared_frame(std::shared_ptr<const HostPage>(std::move(page))));
+    ctx.send(options_.cache_writer, std::move(spill.message), {0, 0, std::move(frames)});
+    spills_.pop_front();
+  }
+  if (!spills_.empty() && !spill_timer_) {
+    spill_timer_ = true;
+    ctx.set_timer(kSpillTimer, kSpillPoll, false);
   }
 }
 
@@ -1104,6 +1161,7 @@ bool Executor::trim_pool(Context& ctx, bool keep_working_set) {
 // Trims the pool now (the trim any pending timer waits for), throwing what the pool throws:
 // everything, or all but the recent working set (see trim_after_release).
 void Executor::trim_now(Context& ctx, bool keep_working_set) {
+  if (!keep_working_set) advance_spills(ctx, true);  // so their staging goes back too
   if (trim_pending_) ctx.cancel_timer(kTrimTimer);
   trim_pending_ = false;
   const std::int64_t now = ctx.now_ns();

@@ -31,6 +31,7 @@ GpuKvCache::GpuKvCache(GpuContext gpu, const LlamaConfig& config, std::uint32_t 
                        std::string_view owner)
     : queue_(gpu.queue),
       pool_(gpu.pool),
+      kernels_(gpu.kernels),
       pages_(pages),
       page_size_(page_size),
       page_layer_bytes_(std::uint64_t{page_size} * config.kv_dim() * 2) {  // F16
@@ -73,6 +74,37 @@ std::vector<Region> GpuKvCache::page_regions(std::span<const std::uint32_t> page
 void GpuKvCache::read_pages(std::span<const std::uint32_t> pages, std::span<const std::span<std::byte>> out) {
   auto regions = page_regions<gpu::DownloadRegion>(pages, out);
   gpu::download_regions(queue_, pool_, regions, staging_chunk_, always_stage_);
+}
+
+gpu::PendingDownload GpuKvCache::read_pages_later(std::span<const std::uint32_t> pages,
+                                                  std::span<const std::span<std::byte>> out) {
+  auto regions = page_regions<gpu::DownloadRegion>(pages, out);  // checks the pages and sizes
+  const std::uint64_t bytes = pages.size() * page_bytes();
+  const std::uint64_t limit = queue_.device().features().max_storage_buffer_range;
+  if (pages.empty() || page_layer_bytes_ % 16 != 0 || (limit != 0 && bytes > limit)) {
+    return gpu::download_later(queue_, pool_, regions);
+  }
+  gpu::PendingDownload pending;
+  pending.staging = pool_.allocate(bytes, "staging", gpu::MemoryKind::host);
+  // Freed when this returns: the pool keeps it from reuse until the submission is done.
+  PoolBuffer index = pool_.allocate(pages.size_bytes(), "staging", gpu::MemoryKind::host);
+  std::memcpy(index.mapped(), pages.data(), pages.size_bytes());
+  auto rec = queue_.begin();
+  rec.after_previous_submissions();  // behind the steps that wrote the pages
+  const auto count = static_cast<std::uint32_t>(pages.size());
+  for (std::size_t l = 0; l < keys_.size(); ++l) {
+    for (std::size_t kv = 0; kv < 2; ++kv) {
+      if (l + kv > 0) rec.next_runs_alongside();  // each writes its own part of every page
+      gpu::ops::copy_gather(rec, kernels_, (kv == 0 ? keys_ : values_)[l].range(), pending.staging.range(),
+                            index.range(), page_layer_bytes_, count, (2 * l + kv) * page_layer_bytes_, page_bytes());
+    }
+  }
+  rec.make_visible_to_host();
+  pending.done = queue_.submit(rec);
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    pending.copies.push_back({out[i].data(), pending.staging.mapped() + i * page_bytes(), page_bytes()});
+  }
+  return pending;
 }
 
 void GpuKvCache::write_pages(std::span<const std::uint32_t> pages, std::span<const std::span<const std::byte>> data) {
@@ -208,6 +240,9 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   // GPU runs the one before (each part begins with a barrier on what came before it).
   std::optional<gpu::Recording> current(q.begin());
   auto rec_of = [&]() -> gpu::Recording& { return *current; };
+  // The first part too: a copy of KV pages to the host may be in flight (read_pages_later), and
+  // this step may write those pages.
+  rec_of().after_previous_submissions();
   // Profiling: a timestamp after each op, labelled with the kind of op it ends.
   constexpr std::uint32_t kMaxStamps = 4096;
   const bool profiling = profile != nullptr && q.device().features().timestamp_period_ns > 0;

@@ -51,6 +51,11 @@ class GpuKvCache {
   // already submitted to the queue; returns when the bytes are on the host. Throws
   // std::invalid_argument on a page id out of range or a wrong size.
   void read_pages(std::span<const std::uint32_t> pages, std::span<const std::span<std::byte>> out);
+  // The same copy submitted without waiting: steps submitted afterwards may write the pages, the
+  // copy reads them first; the bytes reach `out` through the returned download's copy_out() once
+  // the queue has passed its `done`. `out` must outlive that. A kernel gathers the pages into one
+  // host buffer, as fast however scattered they are (gpu::download_later where it cannot).
+  gpu::PendingDownload read_pages_later(std::span<const std::uint32_t> pages, std::span<const std::span<std::byte>> out);
   // Writes pages from host bytes (each exactly page_bytes()), for steps submitted afterwards.
   // Returns when the GPU has them. Throws std::invalid_argument on a page id out of range, named
   // twice, or a wrong size.
@@ -68,6 +73,7 @@ class GpuKvCache {
 
   gpu::ComputeQueue& queue_;
   gpu::BufferPool& pool_;
+  gpu::KernelLibrary& kernels_;
   std::uint32_t pages_, page_size_;
   std::uint64_t page_layer_bytes_;  // one page of one layer's K (or V): page_size * kv_dim * 2
   std::vector<gpu::PoolBuffer> keys_, values_;  // (layers) of (pages * page_size, kv_dim) F16

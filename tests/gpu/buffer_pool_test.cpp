@@ -314,5 +314,38 @@ TEST(BufferPool, HostMemoryIsMappedAndCountedApart) {
   EXPECT_THROW((void)staging.range(900, 200), GpuError);
 }
 
+// A download that does not wait (a KV spill ahead of the step that overwrites its pages): work
+// submitted after it that overwrites the source leaves the downloaded bytes as they were.
+TEST(DownloadLater, ReadsTheRegionsBeforeLaterWorkOverwritesThem) {
+  auto& gpu = shared_gpu();
+  constexpr std::size_t kBytes = 64 << 10;
+  std::vector<std::uint32_t> pattern(kBytes / 4);
+  for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<std::uint32_t>(i * 2654435761u);
+  PoolBuffer src = gpu.up(pattern), zeros = gpu.up(std::vector<std::uint32_t>(kBytes / 4, 0));
+  const auto bytes = std::as_bytes(std::span(pattern));
+  std::vector<std::byte> a(1000), b(16), c(5536);
+  const std::vector<DownloadRegion> regions{{src, 4096, a}, {src, 0, b}, {src, kBytes - c.size(), c}};
+  PendingDownload later = download_later(gpu.queue, gpu.pool, regions);
+  ASSERT_NE(later.done, 0u);
+
+  auto rec = gpu.queue.begin();
+  rec.after_previous_submissions();
+  ops::copy(rec, gpu.kernels, zeros.range(), src.range(), kBytes);
+  gpu.queue.submit_and_wait(rec);
+  ASSERT_GE(gpu.queue.completed(), later.done);
+  later.copy_out();
+  EXPECT_TRUE(std::ranges::equal(a, bytes.subspan(4096, a.size())));
+  EXPECT_TRUE(std::ranges::equal(b, bytes.first(b.size())));
+  EXPECT_TRUE(std::ranges::equal(c, bytes.last(c.size())));
+  EXPECT_EQ(gpu.down<std::uint32_t>(src, 4), std::vector<std::uint32_t>(4, 0)) << "the overwrite did not run";
+
+  const PendingDownload nothing = download_later(gpu.queue, gpu.pool, {});
+  EXPECT_EQ(nothing.done, 0u);
+  EXPECT_FALSE(nothing.staging);
+  std::vector<std::byte> too_far(16);
+  const std::vector<DownloadRegion> outside{{src, kBytes - 8, too_far}};
+  EXPECT_THROW(download_later(gpu.queue, gpu.pool, outside), GpuError);
+}
+
 }  // namespace
 }  // namespace mqlm::gpu

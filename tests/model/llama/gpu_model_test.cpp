@@ -294,6 +294,31 @@ TEST_P(KvPageCopy, RestoredPrefixGivesTheSameLogits) {
   EXPECT_NE(run({10, 13, 15, 8}, rest, 3 * kPageSize), logits_a);
 }
 
+// A spill as the executor makes it: the copy out is submitted without waiting, then a step that
+// writes into the same pages (another sequence's prefill) is submitted behind it. The copy holds
+// the pages as they were before that step, and the step's own results are unchanged by it.
+TEST_P(KvPageCopy, ALaterCopyReadsThePagesBeforeTheNextStepWritesThem) {
+  const std::vector<std::int32_t> prompt{5, 17, 3, 99, 42, 8, 0, 61, 7, 7, 12, 4};  // 3 full pages
+  const std::vector<std::uint32_t> pages{2, 6, 3};
+  run(pages, prompt, 0);
+  const auto before = read(pages);
+
+  std::vector<std::vector<std::byte>> spilled(pages.size(), std::vector<std::byte>(cache_.page_bytes()));
+  std::vector<std::span<std::byte>> out(spilled.begin(), spilled.end());
+  gpu::PendingDownload download = cache_.read_pages_later(pages, out);
+  ASSERT_NE(download.done, 0u);
+  std::size_t copied = 0;
+  for (const gpu::HostCopy& c : download.copies) copied += c.bytes;
+  ASSERT_EQ(copied, pages.size() * cache_.page_bytes());
+  const std::vector<std::int32_t> other{8, 8, 1, 30, 2, 71, 19, 5, 5, 40, 3, 11};
+  const auto logits = run(pages, other, 0);  // overwrites all three pages
+  ASSERT_GE(g_.queue.completed(), download.done);
+  download.copy_out();
+  EXPECT_EQ(spilled, before) << "the copy read the pages after the step wrote them";
+  EXPECT_NE(read(pages), before) << "the step did not write the pages";
+  EXPECT_EQ(run({9, 12, 5}, other, 0), logits);
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, KvPageCopy, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "AlwaysStaged" : "AsTheDeviceAllows"; });
 
