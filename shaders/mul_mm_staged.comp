@@ -139,6 +139,13 @@ const uint WORDS = (BLOCK_HALFWORDS + 1) / 2;
 uint a_words[A_LOADS * WORDS];
 bool a_odd[A_LOADS];
 
+// The words of load i's block, from word w0 of the weight buffer BUF (the gate's or the up
+// matrix's: a macro, since a GLSL function takes no buffer). An even block's last word is half the
+// next block's: past the matrix for its last block, hence the clamp.
+#define LOAD_BLOCK_WORDS(BUF)                                                                   \
+  [[unroll]] for (uint w = 0; w + 1 < WORDS; ++w) a_words[i * WORDS + w] = BUF[w0 + w];          \
+  a_words[i * WORDS + WORDS - 1] = BUF[min(w0 + WORDS - 1, uint(BUF.length()) - 1)];
+
 void load_a(uint m0, uint b) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
@@ -150,14 +157,11 @@ void load_a(uint m0, uint b) {
       // The same for every thread of a subgroup where KB > 1 (its rows lie in one 16-row fragment): a
       // branch, not both loads.
       [[dont_flatten]] if (a_up(u / KB)) {
-        [[unroll]] for (uint w = 0; w + 1 < WORDS; ++w) a_words[i * WORDS + w] = w32_up[w0 + w];
-        a_words[i * WORDS + WORDS - 1] = w32_up[min(w0 + WORDS - 1, uint(w32_up.length()) - 1)];
+        LOAD_BLOCK_WORDS(w32_up)
         continue;
       }
 #endif
-      [[unroll]] for (uint w = 0; w + 1 < WORDS; ++w) a_words[i * WORDS + w] = w32[w0 + w];
-      // An even block's last word is half the next block's: past the matrix for its last block.
-      a_words[i * WORDS + WORDS - 1] = w32[min(w0 + WORDS - 1, uint(w32.length()) - 1)];
+      LOAD_BLOCK_WORDS(w32)
     }
   }
 }
