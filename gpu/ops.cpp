@@ -808,9 +808,9 @@ std::uint64_t attention_scratch_bytes(const AttentionShape& s) {
   return std::uint64_t{s.tokens} * s.heads * plan.splits * (s.head_dim + 2) * 4;
 }
 
-void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
+bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
                BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,
-               const AttentionShape& s) {
+               const AttentionShape& s, BufferRange out_q8) {
   auto plan = plan_attention(s);
   if (plan.path == AttentionPath::one_pass) {
     struct {
@@ -819,7 +819,7 @@ void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
     } push{s.heads, s.kv_heads, s.page_size, s.max_pages, s.tokens, s.scale};
     rec.dispatch(kernel(lib, "attention", 6, sizeof push, {s.head_dim}),
                  {q, k_cache, v_cache, block_tables, token_seq_pos, out}, push, s.heads, s.tokens);
-    return;
+    return false;
   }
   if (s.tokens > max_groups || plan.splits > max_groups) {
     throw GpuError(
@@ -837,12 +837,18 @@ void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
   rec.dispatch(kernel(lib, "attention_split", 7, sizeof push, {s.head_dim, hg}),
                {q, k_cache, v_cache, block_tables, token_seq_pos, out, scratch}, push, s.heads / hg, s.tokens,
                plan.splits);
-  if (plan.splits == 1) return;
+  if (plan.splits == 1) return false;
   struct {
     std::uint32_t heads, tokens, splits;
   } combine{s.heads, s.tokens, plan.splits};
-  rec.dispatch(kernel(lib, "attention_combine", 2, sizeof combine, {s.head_dim}), {scratch, out}, combine, s.heads,
-               s.tokens);
+  // A head holds whole blocks of 32 for the int8 output.
+  const bool q8 = out_q8.buffer != VK_NULL_HANDLE && s.head_dim % 32 == 0;
+  if (q8 && out_q8.size < q8_acts_bytes(s.heads * s.head_dim, s.tokens)) {
+    throw GpuError("attention: the int8 output is smaller than q8_acts_bytes");
+  }
+  rec.dispatch(kernel(lib, q8 ? "attention_combine_q8" : "attention_combine", 2, sizeof combine, {s.head_dim}),
+               {scratch, q8 ? out_q8 : out}, combine, s.heads, s.tokens);
+  return q8;
 }
 
 namespace {

@@ -231,10 +231,13 @@ AttentionPlan plan_attention(const AttentionShape& shape);
 std::uint64_t attention_scratch_bytes(const AttentionShape& shape);
 // q, out: (tokens, heads, head_dim); token_seq_pos: (tokens) pairs of uint32 (sequence, position);
 // a token sees positions 0 .. its own of its sequence, through block_tables. scratch: at least
-// attention_scratch_bytes(shape).
-void attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
+// attention_scratch_bytes(shape). With out_q8 (q8_acts_bytes(heads * head_dim, tokens)) given, the
+// split path with more than one split writes its output there instead, as quantize_q8 would make
+// it from out, and returns true (a decode step's output product reads it: one dispatch fewer); every
+// other way writes out and returns false.
+bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
                BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,
-               const AttentionShape& shape);
+               const AttentionShape& shape, BufferRange out_q8 = {});
 
 // out: (rows) uint32, the index of each row's largest value (the lowest on ties). Two passes:
 // chunks of each row in many workgroups, their winners into scratch (at least

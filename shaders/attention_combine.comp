@@ -1,25 +1,55 @@
 #version 450
 // Merges the partial softmaxes of attention_split.comp: out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M)
 // with M the largest m_s. Empty splits carry m = -inf, l = 0, o = 0. One workgroup per (head, token).
+// With Q8 the output goes to the int8 mat-vec instead (a decode step's output product): its blocks
+// of 32 (a head holds whole blocks) quantized as quantize_q8.comp does, in the layout it writes
+// (K = heads * D, one column a token), sparing that dispatch.
 #include "common.glsl"
+#if defined(Q8)
+#include "int8_blocks.glsl"
+#endif
 
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint D = 128;
 layout(push_constant) uniform Params { uint heads; uint tokens; uint splits; } p;
 layout(binding = 0) readonly buffer Partials { float partials[]; };  // as attention_split.comp writes them
+#if defined(Q8)
+layout(binding = 1) writeonly buffer Q { uvec2 q2[]; };
+layout(binding = 1) writeonly buffer S { float s_out[]; };
+shared float merged[D];
+#else
 layout(binding = 1) writeonly buffer Out { float out_data[]; };      // (tokens, heads, D)
+#endif
 
 void main() {
   const uint row = gl_WorkGroupID.y * p.heads + gl_WorkGroupID.x, d = gl_LocalInvocationIndex;
-  if (d >= D) return;
-  const uint ml = p.tokens * p.heads * p.splits * D + row * p.splits * 2;
-  float m = -1.0 / 0.0;
-  for (uint s = 0; s < p.splits; ++s) m = max(m, partials[ml + 2 * s]);
-  float l = 0.0, o = 0.0;
-  for (uint s = 0; s < p.splits; ++s) {
-    float w = exp(partials[ml + 2 * s] - m);
-    l += partials[ml + 2 * s + 1] * w;
-    o += partials[(row * p.splits + s) * D + d] * w;
+  if (d < D) {
+    const uint ml = p.tokens * p.heads * p.splits * D + row * p.splits * 2;
+    float m = -1.0 / 0.0;
+    for (uint s = 0; s < p.splits; ++s) m = max(m, partials[ml + 2 * s]);
+    float l = 0.0, o = 0.0;
+    for (uint s = 0; s < p.splits; ++s) {
+      float w = exp(partials[ml + 2 * s] - m);
+      l += partials[ml + 2 * s + 1] * w;
+      o += partials[(row * p.splits + s) * D + d] * w;
+    }
+#if defined(Q8)
+    merged[d] = o / l;
+#else
+    out_data[row * D + d] = o / l;
+#endif
   }
-  out_data[row * D + d] = o / l;
+#if defined(Q8)
+  barrier();
+  // Threads 0 .. D / 8 - 1 take 8 elements each, four threads a block (all of them active).
+  const uint t = gl_LocalInvocationIndex;
+  if (t < D / 8) {
+    const vec4 v0 = vec4(merged[8 * t], merged[8 * t + 1], merged[8 * t + 2], merged[8 * t + 3]);
+    const vec4 v1 = vec4(merged[8 * t + 4], merged[8 * t + 5], merged[8 * t + 6], merged[8 * t + 7]);
+    const float amax = block_amax(v0, v1);
+    const uint K = p.heads * D, token = gl_WorkGroupID.y, unit = gl_WorkGroupID.x * (D / 8) + t;
+    q2[token * (K / 8) + unit] = block_bytes(v0, v1, amax);
+    if (t % 4 == 0) s_out[p.tokens * (K / 4) + token * (K / 32) + unit / 4] = block_scale(amax);
+  }
+#endif
 }

@@ -482,10 +482,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     if (!glu16) glu16 = pool.allocate(std::uint64_t{ops::narrow_padded_columns(features, n)} * c.n_ff * 2, "scratch");
     return glu16.range();
   };
-  auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in) {
+  // in_q8: `in` is in q8() quantized already (the int8 path's input, made by the dispatch before).
+  auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in, bool in_q8 = false) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
     if (int8_decode(w)) {
-      ops::quantize_q8(rec_of(), lib, in.range(), q8(), k, n);
+      if (!in_q8) ops::quantize_q8(rec_of(), lib, in.range(), q8(), k, n);
       ops::matvec_q8(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n, true);
       return;
     }
@@ -586,10 +587,12 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
                          cache.values(l), slots_buf.range(), rope, c.n_head_kv);
       mark("rope, kv write");
     }
-    ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(), seq_pos_buf.range(),
-                   attn_scratch.range(), attn.range(), attention);
+    // The int8 output product reads the attention's output quantized by its last dispatch where it can.
+    const bool attn_q8 = ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(),
+                                        seq_pos_buf.range(), attn_scratch.range(), attn.range(), attention,
+                                        int8_decode(L.wo) ? q8() : gpu::BufferRange{});
     mark("attention");
-    residual_matmul(L.wo, attn);
+    residual_matmul(L.wo, attn, attn_q8);
     mark("matmul out");
 
     if (narrow_glu(L)) {  // x += down * (silu(gate) * up), the SwiGLU one product

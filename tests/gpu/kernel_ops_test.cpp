@@ -843,6 +843,48 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
   }
 }
 
+// Attention writing its output as the int8 mat-vec's input (a decode step's output product) makes
+// the bytes and scales quantize_q8 makes from its F32 output, bit for bit; where it has no
+// merging dispatch to do it (one split, or the one-pass kernel) it says so and writes out.
+TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t page_size = 16;
+  const std::vector<std::uint32_t> lengths{1, 17, 300, 2000};
+  std::vector<std::uint32_t> seq_pos;
+  for (std::uint32_t i = 0; i < lengths.size(); ++i) seq_pos.insert(seq_pos.end(), {i, lengths[i] - 1});
+  using Path = ops::AttentionPath;
+  for (std::uint32_t d : {32u, 64u, 128u}) {
+    for (auto [path, splits] : {std::pair{Path::automatic, 0u}, {Path::split, 7u}, {Path::split, 1u}, {Path::one_pass, 0u}}) {
+      const std::uint32_t heads = 8, kv_heads = 2, tokens = static_cast<std::uint32_t>(lengths.size()), k = heads * d;
+      auto cache = build_cache(g, lengths, kv_heads * d, page_size);
+      ops::AttentionShape s{tokens, heads, kv_heads, d, page_size, cache.max_pages, 1.0f / std::sqrt(float(d)), path, splits};
+      auto q = random_vec(std::size_t{tokens} * k, 71 + d);
+      auto bq = g.up(q), bsp = g.up(seq_pos), out = g.scratch(q.size() * 4), out2 = g.scratch(q.size() * 4);
+      auto scratch = g.scratch(ops::attention_scratch_bytes(s));
+      auto want_q8 = g.scratch(ops::q8_acts_bytes(k, tokens)), got_q8 = g.scratch(ops::q8_acts_bytes(k, tokens));
+      bool wrote_q8 = false, plain = true;
+      run_step(g, [&](Recording& rec) {
+        plain = ops::attention(rec, g.kernels, r(bq), r(cache.k_cache), r(cache.v_cache), r(cache.tables), r(bsp), r(scratch),
+                               r(out), s);
+        ops::quantize_q8(rec, g.kernels, r(out), r(want_q8), k, tokens);
+        wrote_q8 = ops::attention(rec, g.kernels, r(bq), r(cache.k_cache), r(cache.v_cache), r(cache.tables), r(bsp),
+                                  r(scratch), r(out2), s, r(got_q8));
+      });
+      const std::string what = fmt::format("d {} path {} splits {}", d, static_cast<int>(path), splits);
+      EXPECT_FALSE(plain) << what;
+      const auto plan = ops::plan_attention(s);
+      EXPECT_EQ(wrote_q8, plan.path == Path::split && plan.splits > 1) << what;
+      if (wrote_q8) {
+        EXPECT_EQ(g.down<std::uint32_t>(got_q8, ops::q8_acts_bytes(k, tokens) / 4),
+                  g.down<std::uint32_t>(want_q8, ops::q8_acts_bytes(k, tokens) / 4))
+            << what;
+      } else {
+        EXPECT_EQ(g.down<float>(out2, q.size()), g.down<float>(out, q.size())) << what;
+      }
+    }
+  }
+}
+
 // The tensor cores' F16 input made in one dispatch from a norm or silu_mul equals the two
 // dispatches it replaces (the F32 op, then to_f16), padded rows zero; a pad left over from an
 // earlier, wider step is overwritten.
