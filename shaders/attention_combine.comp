@@ -6,6 +6,7 @@
 // (K = heads * D, one column a token), sparing that dispatch.
 #include "common.glsl"
 #if defined(Q8)
+#define INT8_BLOCKS_OUT 1
 #include "int8_blocks.glsl"
 #endif
 
@@ -14,8 +15,6 @@ layout(constant_id = 0) const uint D = 128;
 layout(push_constant) uniform Params { uint heads; uint tokens; uint splits; } p;
 layout(binding = 0) readonly buffer Partials { float partials[]; };  // as attention_split.comp writes them
 #if defined(Q8)
-layout(binding = 1) writeonly buffer Q { uvec2 q2[]; };
-layout(binding = 1) writeonly buffer S { float s_out[]; };
 shared float merged[D];
 #else
 layout(binding = 1) writeonly buffer Out { float out_data[]; };      // (tokens, heads, D)
@@ -46,10 +45,7 @@ void main() {
   if (t < D / 8) {
     const vec4 v0 = vec4(merged[8 * t], merged[8 * t + 1], merged[8 * t + 2], merged[8 * t + 3]);
     const vec4 v1 = vec4(merged[8 * t + 4], merged[8 * t + 5], merged[8 * t + 6], merged[8 * t + 7]);
-    const float amax = block_amax(v0, v1);
-    const uint K = p.heads * D, token = gl_WorkGroupID.y, unit = gl_WorkGroupID.x * (D / 8) + t;
-    q2[token * (K / 8) + unit] = block_bytes(v0, v1, amax);
-    if (t % 4 == 0) s_out[p.tokens * (K / 4) + token * (K / 32) + unit / 4] = block_scale(amax);
+    write_int8_unit(v0, v1, gl_WorkGroupID.y, p.tokens, p.heads * D, gl_WorkGroupID.x * (D / 8) + t);
   }
 #endif
 }

@@ -20,3 +20,19 @@ uvec2 block_bytes(vec4 a, vec4 b, float amax) {
 }
 
 float block_scale(float amax) { return amax * (1.0 / 127.0); }
+
+#if defined(INT8_BLOCKS_OUT)
+// The int8 mat-vec's input (mul_mat_vec_blocks.comp with B_Q8) at binding INT8_BLOCKS_OUT: the
+// bytes of every column of K elements (as pairs of 32-bit words), then one float scale a block
+// from word columns * K / 4 (the layout ops::q8_acts_bytes sizes).
+layout(binding = INT8_BLOCKS_OUT) writeonly buffer Int8Bytes { uvec2 q2[]; };
+layout(binding = INT8_BLOCKS_OUT) writeonly buffer Int8Scales { float s_out[]; };
+
+// Quantizes elements 8 * unit .. 8 * unit + 7 of column c (v0, v1) and writes them and, from the
+// block's first thread, its scale.
+void write_int8_unit(vec4 v0, vec4 v1, uint c, uint columns, uint K, uint unit) {
+  const float amax = block_amax(v0, v1);
+  q2[c * (K / 8) + unit] = block_bytes(v0, v1, amax);
+  if (unit % 4 == 0) s_out[columns * (K / 4) + c * (K / 32) + unit / 4] = block_scale(amax);
+}
+#endif

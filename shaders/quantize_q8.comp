@@ -7,6 +7,7 @@
 // Output: the bytes of every column (n * K bytes, as 32-bit words), then the scales (n * K / 32
 // floats) from word n * K / 4. Grid: (ceil(K / 2048), n); K a multiple of 32.
 #include "common.glsl"
+#define INT8_BLOCKS_OUT 1
 #include "int8_blocks.glsl"
 
 layout(local_size_x = 256) in;
@@ -16,8 +17,6 @@ layout(push_constant) uniform Params { uint K; float eps; } p;
 layout(push_constant) uniform Params { uint K; } p;
 #endif
 layout(binding = 0) readonly buffer A { vec4 a4[]; };  // x, or the gate
-layout(binding = 1) writeonly buffer Q { uvec2 q2[]; };
-layout(binding = 1) writeonly buffer S { float s_out[]; };
 #if defined(RMSNORM) || defined(SILU)
 layout(binding = 2) readonly buffer B { vec4 b4[]; };  // the norm weight, or up
 #endif
@@ -46,7 +45,5 @@ void main() {
   v0 = v0 / (1.0 + exp(-v0)) * b4[row4 + 2 * unit];
   v1 = v1 / (1.0 + exp(-v1)) * b4[row4 + 2 * unit + 1];
 #endif
-  const float amax = block_amax(v0, v1);
-  q2[c * (p.K / 8) + unit] = block_bytes(v0, v1, amax);
-  if (unit % 4 == 0) s_out[gl_NumWorkGroups.y * (p.K / 4) + c * (p.K / 32) + unit / 4] = block_scale(amax);
+  write_int8_unit(v0, v1, c, gl_NumWorkGroups.y, p.K, unit);
 }
