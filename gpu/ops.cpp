@@ -128,6 +128,22 @@ void rms_norm_f16(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange
   rec.dispatch(kernel(lib, "rms_norm_f16", 3, sizeof push, {256}), {x, weight, out16}, push, gx, gy);
 }
 
+void sum_splits_rms_norm_f16(Recording& rec, KernelLibrary& lib, BufferRange parts, std::uint32_t splits, BufferRange x,
+                             BufferRange weight, BufferRange out16, std::uint32_t rows, std::uint32_t padded_rows,
+                             std::uint32_t n, float eps) {
+  check_padded_f16("sum_splits_rms_norm_f16", out16, rows, padded_rows, n);
+  if (parts.size < std::uint64_t{splits} * rows * n * 4) {
+    throw GpuError(fmt::format("sum_splits_rms_norm_f16: the parts hold fewer than {} slices of {} x {}", splits, rows, n));
+  }
+  struct {
+    std::uint32_t n, rows;
+    float eps;
+    std::uint32_t padded, splits;
+  } push{n, rows, eps, padded_rows, splits};
+  auto [gx, gy] = spread(padded_rows);
+  rec.dispatch(kernel(lib, "sum_splits_rms_norm_f16", 4, sizeof push, {256}), {x, weight, out16, parts}, push, gx, gy);
+}
+
 void softmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n,
              float scale) {
   RowsPush push{n, rows, scale};
@@ -191,11 +207,31 @@ void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positio
 
 void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_new, BufferRange v_new,
                    BufferRange positions, BufferRange k_cache, BufferRange v_cache, BufferRange slots,
-                   const RopeShape& s, std::uint32_t kv_heads) {
+                   const RopeShape& s, std::uint32_t kv_heads, const QkvSlices& slices) {
   const RopePush push = rope_push(s, kv_heads);
   auto [gy, gz] = spread(s.tokens * (s.heads + kv_heads));
-  rec.dispatch(kernel(lib, "rope_kv_write", 7, sizeof push), {q, positions, k_new, v_new, k_cache, v_cache, slots}, push,
-               ceil_div(s.head_dim / 2, 64), gy, gz);
+  const std::uint32_t gx = ceil_div(s.head_dim / 2, 64);
+  if (std::max({slices.q_splits, slices.k_splits, slices.v_splits}) <= 1) {
+    rec.dispatch(kernel(lib, "rope_kv_write", 7, sizeof push), {q, positions, k_new, v_new, k_cache, v_cache, slots}, push,
+                 gx, gy, gz);
+    return;
+  }
+  // Each split product's slices; an unsplit one's binding is its output, not read.
+  auto parts = [&](BufferRange sliced, std::uint32_t splits, BufferRange out, std::uint32_t heads) {
+    if (splits <= 1) return out;
+    if (sliced.size < std::uint64_t{splits} * s.tokens * heads * s.head_dim * 4) {
+      throw GpuError(fmt::format("rope_kv_write: fewer than {} slices of {} heads", splits, heads));
+    }
+    return sliced;
+  };
+  struct {
+    RopePush rope;
+    std::uint32_t q_splits, k_splits, v_splits;
+  } push_splits{push, std::max(slices.q_splits, 1u), std::max(slices.k_splits, 1u), std::max(slices.v_splits, 1u)};
+  rec.dispatch(kernel(lib, "rope_kv_write_splits", 10, sizeof push_splits),
+               {q, positions, k_new, v_new, k_cache, v_cache, slots, parts(slices.q, slices.q_splits, q, s.heads),
+                parts(slices.k, slices.k_splits, k_new, kv_heads), parts(slices.v, slices.v_splits, v_new, kv_heads)},
+               push_splits, gx, gy, gz);
 }
 
 std::string_view matmul_path_name(MatmulPath path) {
@@ -810,7 +846,7 @@ std::uint64_t attention_scratch_bytes(const AttentionShape& s) {
 
 bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
                BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,
-               const AttentionShape& s, BufferRange out_q8) {
+               const AttentionShape& s, const AttentionMerged& merged) {
   auto plan = plan_attention(s);
   if (plan.path == AttentionPath::one_pass) {
     struct {
@@ -842,13 +878,16 @@ bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
     std::uint32_t heads, tokens, splits;
   } combine{s.heads, s.tokens, plan.splits};
   // A head holds whole blocks of 32 for the int8 output.
-  const bool q8 = out_q8.buffer != VK_NULL_HANDLE && s.head_dim % 32 == 0;
-  if (q8 && out_q8.size < q8_acts_bytes(s.heads * s.head_dim, s.tokens)) {
+  const bool q8 = merged.q8.buffer != VK_NULL_HANDLE && s.head_dim % 32 == 0;
+  const bool f16 = !q8 && merged.f16.buffer != VK_NULL_HANDLE;
+  if (q8 && merged.q8.size < q8_acts_bytes(s.heads * s.head_dim, s.tokens)) {
     throw GpuError("attention: the int8 output is smaller than q8_acts_bytes");
   }
-  rec.dispatch(kernel(lib, q8 ? "attention_combine_q8" : "attention_combine", 2, sizeof combine, {s.head_dim}),
-               {scratch, q8 ? out_q8 : out}, combine, s.heads, s.tokens);
-  return q8;
+  if (f16) check_padded_f16("attention", merged.f16, s.tokens, merged.padded_rows, s.heads * s.head_dim);
+  const char* module = q8 ? "attention_combine_q8" : f16 ? "attention_combine_f16" : "attention_combine";
+  rec.dispatch(kernel(lib, module, 2, sizeof combine, {s.head_dim}), {scratch, q8 ? merged.q8 : f16 ? merged.f16 : out},
+               combine, s.heads, f16 ? merged.padded_rows : s.tokens);
+  return q8 || f16;
 }
 
 namespace {

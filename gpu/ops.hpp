@@ -37,12 +37,20 @@ struct RopeShape {
 };
 // x, out: (tokens, heads, head_dim); positions: (tokens) int32.
 void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positions, BufferRange out, const RopeShape& shape);
+// Where the q/k/v products split K (matmul_narrow with sum_later): their slices, which
+// rope_kv_write then adds (as sum_splits would) as it reads them, instead of the products' outputs.
+// A count of 1: that product did not split, its output is read.
+struct QkvSlices {
+  BufferRange q = {}, k = {}, v = {};
+  std::uint32_t q_splits = 1, k_splits = 1, v_splits = 1;
+};
 // One dispatch for what a layer does between its q/k/v products and attention: q (tokens,
 // shape.heads, head_dim) rotated in place; k (tokens, kv_heads, head_dim) rotated and v as it is
 // written into their cache slots as kv_write does. Same results as rope on q and k, then kv_write.
+// With slices, q, k and v are first the sums of their products' slices (q's written to q).
 void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_new, BufferRange v_new,
                    BufferRange positions, BufferRange k_cache, BufferRange v_cache, BufferRange slots,
-                   const RopeShape& shape, std::uint32_t kv_heads);
+                   const RopeShape& shape, std::uint32_t kv_heads, const QkvSlices& slices = {});
 
 enum class MatmulPath : std::uint8_t { automatic, vector, tiled, cooperative };
 std::string_view matmul_path_name(MatmulPath path);
@@ -182,6 +190,12 @@ void to_f16(Recording& rec, KernelLibrary& lib, BufferRange in, BufferRange out,
 // (padded_rows, n) F16 = rms_norm(x) or silu(gate) * up of (rows, n), the rows past `rows` zero.
 void rms_norm_f16(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange weight, BufferRange out16,
                   std::uint32_t rows, std::uint32_t padded_rows, std::uint32_t n, float eps);
+// A split residual product's sum and the norm after it in one dispatch: x(rows, n) += the
+// splits slices of parts (what sum_splits(parts, x, rows * n, splits, true) adds, in its order),
+// then out16 as rms_norm_f16 makes it from the new x.
+void sum_splits_rms_norm_f16(Recording& rec, KernelLibrary& lib, BufferRange parts, std::uint32_t splits, BufferRange x,
+                             BufferRange weight, BufferRange out16, std::uint32_t rows, std::uint32_t padded_rows,
+                             std::uint32_t n, float eps);
 void silu_mul_f16(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out16,
                   std::uint32_t rows, std::uint32_t padded_rows, std::uint32_t n);
 
@@ -231,13 +245,19 @@ AttentionPlan plan_attention(const AttentionShape& shape);
 std::uint64_t attention_scratch_bytes(const AttentionShape& shape);
 // q, out: (tokens, heads, head_dim); token_seq_pos: (tokens) pairs of uint32 (sequence, position);
 // a token sees positions 0 .. its own of its sequence, through block_tables. scratch: at least
-// attention_scratch_bytes(shape). With out_q8 (q8_acts_bytes(heads * head_dim, tokens)) given, the
-// split path with more than one split writes its output there instead, as quantize_q8 would make
-// it from out, and returns true (a decode step's output product reads it: one dispatch fewer); every
-// other way writes out and returns false.
+// attention_scratch_bytes(shape). With merged given, the split path with more than one split
+// writes its output there instead, in the form the product after it reads, and returns true (a
+// decode step's output product: one dispatch fewer); every other way writes out and returns false.
+struct AttentionMerged {
+  // int8 blocks (q8_acts_bytes(heads * head_dim, tokens)) as quantize_q8 would make them from out,
+  BufferRange q8 = {};
+  // or F16 (padded_rows, heads * head_dim) as to_f16(out, f16, tokens, heads * head_dim, padded_rows).
+  BufferRange f16 = {};
+  std::uint32_t padded_rows = 0;
+};
 bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
                BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,
-               const AttentionShape& shape, BufferRange out_q8 = {});
+               const AttentionShape& shape, const AttentionMerged& merged = {});
 
 // out: (rows) uint32, the index of each row's largest value (the lowest on ties). Two passes:
 // chunks of each row in many workgroups, their winners into scratch (at least

@@ -3,7 +3,9 @@
 // with M the largest m_s. Empty splits carry m = -inf, l = 0, o = 0. One workgroup per (head, token).
 // With Q8 the output goes to the int8 mat-vec instead (a decode step's output product): its blocks
 // of 32 (a head holds whole blocks) quantized as quantize_q8.comp does, in the layout it writes
-// (K = heads * D, one column a token), sparing that dispatch.
+// (K = heads * D, one column a token), sparing that dispatch. With F16 it goes to the tensor
+// cores' product instead, as F16 (tokens, heads * D) with the grid running on to the padded rows
+// the product reads, which it writes zero (what to_f16 makes of the F32 output).
 #include "common.glsl"
 #if defined(Q8)
 #define INT8_BLOCKS_OUT 1
@@ -16,12 +18,20 @@ layout(push_constant) uniform Params { uint heads; uint tokens; uint splits; } p
 layout(binding = 0) readonly buffer Partials { float partials[]; };  // as attention_split.comp writes them
 #if defined(Q8)
 shared float merged[D];
+#elif defined(F16)
+layout(binding = 1) writeonly buffer Out { float16_t out_data[]; };  // (padded tokens, heads, D)
 #else
 layout(binding = 1) writeonly buffer Out { float out_data[]; };      // (tokens, heads, D)
 #endif
 
 void main() {
   const uint row = gl_WorkGroupID.y * p.heads + gl_WorkGroupID.x, d = gl_LocalInvocationIndex;
+#if defined(F16)
+  if (gl_WorkGroupID.y >= p.tokens) {  // a padded row
+    if (d < D) out_data[row * D + d] = float16_t(0.0);
+    return;
+  }
+#endif
   if (d < D) {
     const uint ml = p.tokens * p.heads * p.splits * D + row * p.splits * 2;
     float m = -1.0 / 0.0;
@@ -34,6 +44,8 @@ void main() {
     }
 #if defined(Q8)
     merged[d] = o / l;
+#elif defined(F16)
+    out_data[row * D + d] = float16_t(o / l);
 #else
     out_data[row * D + d] = o / l;
 #endif

@@ -5,6 +5,10 @@
 // With KV_WRITE, one dispatch does what a layer needs between its q/k/v products and attention:
 // q(tokens, heads, head_dim) turns in place, and k (turned) and v go as F16 into their cache
 // slots (slot = page * page_size + offset, from the host), rows = tokens * (heads + kv_heads).
+// SUM_SPLITS (with KV_WRITE): q, k and v are read as the sums of their products' K slices
+// (bindings 7, 8, 9; slice z at z * the product's size), added in sum_splits.comp's order, where
+// the product split (its count past 1); q's turned sums go to q. The three sums' dispatch and
+// barrier go away.
 #include "common.glsl"
 #include "rope_turn.glsl"
 
@@ -12,6 +16,9 @@ layout(local_size_x = 64) in;
 #if defined(KV_WRITE)
 layout(push_constant) uniform Params {
   uint head_dim; uint n_dims; uint heads; uint tokens; float freq_base; float freq_scale; uint neox; uint kv_heads;
+#if defined(SUM_SPLITS)
+  uint q_splits; uint k_splits; uint v_splits;
+#endif
 } p;
 layout(binding = 0) buffer Q { float q[]; };
 layout(binding = 1) readonly buffer Pos { int positions[]; };
@@ -20,6 +27,28 @@ layout(binding = 3) readonly buffer V { float v_new[]; };
 layout(binding = 4) writeonly buffer KCache { float16_t k_cache[]; };
 layout(binding = 5) writeonly buffer VCache { float16_t v_cache[]; };
 layout(binding = 6) readonly buffer Slots { uint slots[]; };
+#if defined(SUM_SPLITS)
+layout(binding = 7) readonly buffer QParts { float q_parts[]; };
+layout(binding = 8) readonly buffer KParts { float k_parts[]; };
+layout(binding = 9) readonly buffer VParts { float v_parts[]; };
+// Element i of q, k or v: the sum of its slices where the product split, else the product's output.
+#define SUMMED(name, splits, size)                                          \
+  float load_##name(uint i) {                                               \
+    if (splits <= 1) return name##_in(i);                                   \
+    float s = 0.0;                                                          \
+    for (uint z = 0; z < splits; ++z) s += name##_parts[z * (size) + i];    \
+    return s;                                                               \
+  }
+#else
+#define SUMMED(name, splits, size) \
+  float load_##name(uint i) { return name##_in(i); }
+#endif
+float q_in(uint i) { return q[i]; }
+float k_in(uint i) { return k_new[i]; }
+float v_in(uint i) { return v_new[i]; }
+SUMMED(q, p.q_splits, p.tokens * p.heads * p.head_dim)
+SUMMED(k, p.k_splits, p.tokens * p.kv_heads * p.head_dim)
+SUMMED(v, p.v_splits, p.tokens * p.kv_heads * p.head_dim)
 #else
 layout(push_constant) uniform Params {
   uint head_dim; uint n_dims; uint heads; uint tokens; float freq_base; float freq_scale; uint neox;
@@ -41,10 +70,10 @@ void main() {
   const uint base = is_q ? (token * p.heads + h) * p.head_dim : (token * p.kv_heads + h - p.heads) * p.head_dim;
   const uint dst = is_q ? 0 : slots[token] * (p.kv_heads * p.head_dim) + (h - p.heads) * p.head_dim;
   if (!is_q) {  // v is copied as it is, two dimensions per thread
-    v_cache[dst + 2 * i] = float16_t(v_new[base + 2 * i]);
-    v_cache[dst + 2 * i + 1] = float16_t(v_new[base + 2 * i + 1]);
+    v_cache[dst + 2 * i] = float16_t(load_v(base + 2 * i));
+    v_cache[dst + 2 * i + 1] = float16_t(load_v(base + 2 * i + 1));
   }
-#define LOAD(j) (is_q ? q[base + (j)] : k_new[base + (j)])
+#define LOAD(j) (is_q ? load_q(base + (j)) : load_k(base + (j)))
 #define STORE(j, value) if (is_q) q[base + (j)] = (value); else k_cache[dst + (j)] = float16_t(value)
 #else
   if (row >= p.tokens * p.heads || i >= p.head_dim / 2) return;

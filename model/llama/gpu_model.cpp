@@ -387,8 +387,12 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     if (!normed_q8) normed_q8 = pool.allocate(ops::q8_acts_bytes(c.n_embd, n), "scratch");
     return normed_q8.range();
   };
+  // The norm whose F16 output the residual product before it made along with its sum (see
+  // narrow_residual): its own dispatch is then skipped.
+  const GpuTensor* normed_by_residual = nullptr;
   // rmsnorm(x) as the tensor cores' F16 input, in one dispatch.
   auto norm_f16 = [&](const GpuTensor& norm) {
+    if (std::exchange(normed_by_residual, nullptr) == &norm) return;
     ops::rms_norm_f16(rec_of(), lib, x.range(), norm.buffer.range(), acts16_range(), n,
                       ops::narrow_padded_columns(features, n), c.n_embd, c.rms_eps);
     mark("norm");
@@ -396,7 +400,21 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   // out_i = w_i * rmsnorm(x): in decode the int8 mat-vecs read it quantized, the others normalise x
   // as they load it; otherwise the norm is its own dispatch into h. The projections run without
   // barriers between them.
-  auto normed_projections = [&](const GpuTensor& norm, std::initializer_list<std::pair<const GpuTensor*, PoolBuffer*>> outs) {
+  // Whether normed_projections of these products reads its norm as the F16 form alone (norm_f16).
+  auto reads_norm_f16 = [&](std::initializer_list<const GpuTensor*> ws) {
+    return !std::all_of(ws.begin(), ws.end(), [&](const GpuTensor* w) { return fused_decode(*w); }) &&
+           std::all_of(ws.begin(), ws.end(), [&](const GpuTensor* w) { return narrow(*w, n); });
+  };
+  // A product of a decode batch that split K: its slices, summed after the products of its group.
+  struct PendingSum {
+    gpu::BufferRange parts;
+    PoolBuffer* out;
+    std::uint32_t count, splits;
+  };
+  // sums_out: where the sums of split products go for the caller to make (rope_kv_write reads
+  // them), instead of sum_splits dispatches after the products.
+  auto normed_projections = [&](const GpuTensor& norm, std::initializer_list<std::pair<const GpuTensor*, PoolBuffer*>> outs,
+                                std::vector<PendingSum>* sums_out = nullptr) {
     bool fused = true, int8 = true;
     for (const auto& [w, out] : outs) {
       fused = fused && fused_decode(*w);
@@ -411,7 +429,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       narrowed = narrowed || narrow(*w, n);
       all_narrow = all_narrow && narrow(*w, n);
     }
-    if (!fused && all_narrow) {  // every product reads the F16 form only
+    if (!fused && all_narrow) {  // every product reads the F16 form only (reads_norm_f16)
       norm_f16(norm);
     } else if (!fused) {
       ops::rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
@@ -427,11 +445,6 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     // Products of a decode batch whose grids are too small for the GPU (q, k and v) split K, each
     // into its own part of split_parts; their sums follow them, recorded alongside each other.
-    struct PendingSum {
-      gpu::BufferRange parts;
-      PoolBuffer* out;
-      std::uint32_t count, splits;
-    };
     std::vector<PendingSum> sums;
     std::uint64_t parts_offset = 0;
     bool first = true;
@@ -457,16 +470,29 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
                     static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
       }
     }
+    if (sums_out != nullptr) {
+      *sums_out = std::move(sums);
+      return;
+    }
     first = true;
     for (const PendingSum& s : sums) {
       if (!std::exchange(first, false)) rec_of().next_runs_alongside();
       ops::sum_splits(rec_of(), lib, s.parts, s.out->range(), s.count, s.splits, false);
     }
   };
-  // x += w * input (acts16 unless given), the add fused into the tensor cores' product.
-  auto narrow_residual = [&](const GpuTensor& w, gpu::BufferRange input = {}) {
+  // x += w * input (acts16 unless given), the add fused into the tensor cores' product. next_norm:
+  // the norm whose F16 form (norm_f16) reads x next; where the product splits K, the dispatch that
+  // adds its slices into x also makes that norm (one dispatch fewer: at 32 sequences each
+  // is ~5 us of a layer's 0.35 ms).
+  auto narrow_residual = [&](const GpuTensor& w, gpu::BufferRange input = {}, const GpuTensor* next_norm = nullptr) {
     const gpu::BufferRange w16 = dequantize_all({&w}).front();
-    matmul_narrow(w, x, n, true, w16, split_parts ? split_parts.range() : gpu::BufferRange{}, false, input);
+    const bool sum_here = next_norm != nullptr && split_parts;
+    const std::uint32_t splits = matmul_narrow(w, x, n, true, w16, split_parts ? split_parts.range() : gpu::BufferRange{},
+                                               sum_here, input);
+    if (!sum_here || splits == 1) return;  // unsplit, x is written: the norm runs as its own dispatch
+    ops::sum_splits_rms_norm_f16(rec_of(), lib, split_parts.range(), splits, x.range(), next_norm->buffer.range(),
+                                 acts16_range(), n, ops::narrow_padded_columns(features, n), c.n_embd, c.rms_eps);
+    normed_by_residual = next_norm;
   };
   // The feed-forward block's SwiGLU in one dispatch (ops::matmul_narrow_glu) where the narrow path
   // takes gate, up and down: silu(gate) * up goes straight into glu16, the down product's input.
@@ -482,11 +508,13 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     if (!glu16) glu16 = pool.allocate(std::uint64_t{ops::narrow_padded_columns(features, n)} * c.n_ff * 2, "scratch");
     return glu16.range();
   };
-  // in_q8: `in` is in q8() quantized already (the int8 path's input, made by the dispatch before).
-  auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in, bool in_q8 = false) {
+  // in_ready: `in` is already in the form the product reads, made by the dispatch before (the int8
+  // path's in q8(), the tensor cores' F16 in acts16). next_norm: as narrow_residual's.
+  auto residual_matmul = [&](const GpuTensor& w, const PoolBuffer& in, bool in_ready = false,
+                             const GpuTensor* next_norm = nullptr) {
     const auto rows = static_cast<std::uint32_t>(w.rows), k = static_cast<std::uint32_t>(w.cols);
     if (int8_decode(w)) {
-      if (!in_q8) ops::quantize_q8(rec_of(), lib, in.range(), q8(), k, n);
+      if (!in_ready) ops::quantize_q8(rec_of(), lib, in.range(), q8(), k, n);
       ops::matvec_q8(rec_of(), lib, w.type, w.buffer.range(), q8(), x.range(), rows, k, n, true);
       return;
     }
@@ -495,8 +523,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       return;
     }
     if (narrow(w, n)) {
-      to_f16(in, n, k);
-      narrow_residual(w);
+      if (!in_ready) to_f16(in, n, k);
+      narrow_residual(w, {}, next_norm);
       return;
     }
     matmul(w, in, proj, n);
@@ -552,6 +580,15 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     return true;
   };
+  // The norms a residual product may make with its sum (narrow_residual's next_norm).
+  auto ffn_norm_f16 = [&](const Layer& L) {
+    return narrow_glu(L) || reads_norm_f16({&L.w_gate, &L.w_up}) ? &L.ffn_norm : nullptr;
+  };
+  auto next_attn_norm_f16 = [&](std::uint32_t l) -> const GpuTensor* {
+    if (l + 1 >= c.n_layers) return nullptr;
+    const Layer& next = layers_[l + 1];
+    return !heads_fused(next) && reads_norm_f16({&next.wq, &next.wk, &next.wv}) ? &next.attn_norm : nullptr;
+  };
   std::uint32_t part_size = 1, part_layers = 0;
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
@@ -569,8 +606,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       }
       mark("matmul qkv, rope, kv write");
     } else {
-      // q, k and v read the same input and write apart: no barriers between them.
-      normed_projections(L.attn_norm, {{&L.wq, &qb}, {&L.wk, &kb}, {&L.wv, &vb}});
+      // q, k and v read the same input and write apart: no barriers between them. With nothing
+      // between them and rope, rope_kv_write adds the slices of those that split K.
+      const bool rope_next = !L.bq.buffer && !L.bk.buffer && !L.bv.buffer && !c.qk_norm();
+      std::vector<PendingSum> sums;
+      normed_projections(L.attn_norm, {{&L.wq, &qb}, {&L.wk, &kb}, {&L.wv, &vb}}, rope_next ? &sums : nullptr);
       mark("matmul qkv");
       add_bias(L.bq, qb, c.q_dim());
       add_bias(L.bk, kb, c.kv_dim());
@@ -583,16 +623,36 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
                       c.rms_eps);
         mark("qk norm");
       }
+      ops::QkvSlices slices;
+      for (const PendingSum& s : sums) {
+        if (s.out == &qb) {
+          slices.q = s.parts;
+          slices.q_splits = s.splits;
+        } else if (s.out == &kb) {
+          slices.k = s.parts;
+          slices.k_splits = s.splits;
+        } else {
+          slices.v = s.parts;
+          slices.v_splits = s.splits;
+        }
+      }
       ops::rope_kv_write(rec_of(), lib, qb.range(), kb.range(), vb.range(), pos_buf.range(), cache.keys(l),
-                         cache.values(l), slots_buf.range(), rope, c.n_head_kv);
+                         cache.values(l), slots_buf.range(), rope, c.n_head_kv, slices);
       mark("rope, kv write");
     }
-    // The int8 output product reads the attention's output quantized by its last dispatch where it can.
-    const bool attn_q8 = ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(),
-                                        seq_pos_buf.range(), attn_scratch.range(), attn.range(), attention,
-                                        int8_decode(L.wo) ? q8() : gpu::BufferRange{});
+    // The output product reads the attention's output as its last dispatch makes it where it can:
+    // quantized for the int8 mat-vec, F16 for the tensor cores.
+    ops::AttentionMerged merged;
+    if (int8_decode(L.wo)) {
+      merged.q8 = q8();
+    } else if (!fused_decode(L.wo) && narrow(L.wo, n)) {
+      merged.f16 = acts16_range();
+      merged.padded_rows = ops::narrow_padded_columns(features, n);
+    }
+    const bool attn_ready = ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(),
+                                           seq_pos_buf.range(), attn_scratch.range(), attn.range(), attention, merged);
     mark("attention");
-    residual_matmul(L.wo, attn, attn_q8);
+    residual_matmul(L.wo, attn, attn_ready, ffn_norm_f16(L));
     mark("matmul out");
 
     if (narrow_glu(L)) {  // x += down * (silu(gate) * up), the SwiGLU one product
@@ -604,7 +664,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
                              acts16.range(), glu16_range(), static_cast<std::uint32_t>(L.w_gate.rows),
                              static_cast<std::uint32_t>(L.w_gate.cols), n);
       mark("matmul gate, up");
-      narrow_residual(L.w_down, glu16.range());
+      narrow_residual(L.w_down, glu16.range(), next_attn_norm_f16(l));
     } else {
       if (!gate) {
         gate = scratch(std::uint64_t{n} * c.n_ff);
@@ -625,7 +685,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
         ops::silu_mul_f16(rec_of(), lib, gate.range(), up.range(), acts16_range(), n, ops::narrow_padded_columns(features, n),
                           c.n_ff);
         mark("silu");
-        narrow_residual(L.w_down);
+        narrow_residual(L.w_down, {}, next_attn_norm_f16(l));
       } else {
         ops::silu_mul(rec_of(), lib, gate.range(), up.range(), gate.range(), n * c.n_ff);
         mark("silu");

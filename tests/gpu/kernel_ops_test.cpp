@@ -784,6 +784,52 @@ TEST(RopeKvWrite, MatchesRopeThenKvWrite) {
   }
 }
 
+// rope_kv_write reading split products' slices adds them as sum_splits does, bit for bit: the
+// same q (written to q) and caches as the sums' dispatches then rope_kv_write; a product that did
+// not split (count 1) is read from its output.
+TEST(RopeKvWrite, AddsTheSlicesOfSplitProducts) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t heads = 4, kv_heads = 2, tokens = 3, slots_total = 12, d = 64, row = kv_heads * d;
+  const ops::RopeShape shape{tokens, heads, d, 0, 10000.0f, 1.0f, false};
+  const std::vector<std::uint32_t> slots{5, 0, 9};
+  const std::vector<std::int32_t> pos{7, 0, 300};
+  const std::uint32_t q_size = tokens * heads * d, kv_size = tokens * row;
+  for (auto [q_splits, k_splits, v_splits] : {std::tuple{4u, 16u, 16u}, {2u, 1u, 3u}}) {
+    Vec q_parts = random_vec(std::size_t{q_splits} * q_size, 4), k_parts = random_vec(std::size_t{k_splits} * kv_size, 5),
+        v_parts = random_vec(std::size_t{v_splits} * kv_size, 6);
+    Vec k_plain = random_vec(kv_size, 7);  // the output of a product that did not split
+    const std::vector<std::uint16_t> zeros(std::size_t{slots_total} * row, 0);
+    auto run = [&](bool fused) {
+      PoolBuffer bqp = g.up(q_parts), bkp = g.up(k_parts), bvp = g.up(v_parts), bq = g.scratch(q_size * 4),
+                 bk = k_splits == 1 ? g.up(k_plain) : g.scratch(kv_size * 4), bv = g.scratch(kv_size * 4), bp = g.up(pos),
+                 bs = g.up(slots), kc = g.up(zeros), vc = g.up(zeros);
+      run_step(g, [&](Recording& rec) {
+        if (fused) {
+          ops::QkvSlices slices{r(bqp), r(bkp), r(bvp), q_splits, k_splits, v_splits};
+          ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(kc), r(vc), r(bs), shape, kv_heads, slices);
+          return;
+        }
+        ops::sum_splits(rec, g.kernels, r(bqp), r(bq), q_size, q_splits, false);
+        rec.next_runs_alongside();
+        if (k_splits > 1) ops::sum_splits(rec, g.kernels, r(bkp), r(bk), kv_size, k_splits, false);
+        rec.next_runs_alongside();
+        ops::sum_splits(rec, g.kernels, r(bvp), r(bv), kv_size, v_splits, false);
+        ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(kc), r(vc), r(bs), shape, kv_heads);
+      });
+      return std::tuple{g.down<float>(bq, q_size), g.down<std::uint16_t>(kc, zeros.size()),
+                        g.down<std::uint16_t>(vc, zeros.size())};
+    };
+    auto [q1, k1, v1] = run(true);
+    auto [q2, k2, v2] = run(false);
+    const std::string what = fmt::format("splits {} {} {}", q_splits, k_splits, v_splits);
+    EXPECT_EQ(q1, q2) << what;
+    EXPECT_EQ(k1, k2) << what;
+    EXPECT_EQ(v1, v2) << what;
+    EXPECT_NE(k1, zeros) << what;
+    EXPECT_NE(v1, zeros) << what;
+  }
+}
+
 // Decode's int8 path in two dispatches: quantize_q8* makes the activations (x, rmsnorm(x) *
 // weight, or silu(gate) * up) as int8 blocks once; matvec_q8 multiplies (and adds to the output).
 // The quantized buffer itself is checked against the reference's rounding, then the products.
@@ -844,8 +890,9 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
 }
 
 // Attention writing its output as the int8 mat-vec's input (a decode step's output product) makes
-// the bytes and scales quantize_q8 makes from its F32 output, bit for bit; where it has no
-// merging dispatch to do it (one split, or the one-pass kernel) it says so and writes out.
+// the bytes and scales quantize_q8 makes from its F32 output, bit for bit, and as the tensor cores'
+// F16 input what to_f16 makes of it, its padded rows zero; where it has no merging dispatch to do
+// it (one split, or the one-pass kernel) it says so and writes out.
 TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
   Gpu& g = shared_gpu();
   const std::uint32_t page_size = 16;
@@ -862,13 +909,19 @@ TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
       auto bq = g.up(q), bsp = g.up(seq_pos), out = g.scratch(q.size() * 4), out2 = g.scratch(q.size() * 4);
       auto scratch = g.scratch(ops::attention_scratch_bytes(s));
       auto want_q8 = g.scratch(ops::q8_acts_bytes(k, tokens)), got_q8 = g.scratch(ops::q8_acts_bytes(k, tokens));
-      bool wrote_q8 = false, plain = true;
+      const std::uint32_t padded = tokens + 3;
+      const std::vector<std::uint16_t> stale(std::size_t{padded} * k, 0x3C00);
+      auto want_f16 = g.up(stale), got_f16 = g.up(stale), out3 = g.scratch(q.size() * 4);
+      bool wrote_q8 = false, wrote_f16 = false, plain = true;
       run_step(g, [&](Recording& rec) {
         plain = ops::attention(rec, g.kernels, r(bq), r(cache.k_cache), r(cache.v_cache), r(cache.tables), r(bsp), r(scratch),
                                r(out), s);
         ops::quantize_q8(rec, g.kernels, r(out), r(want_q8), k, tokens);
         wrote_q8 = ops::attention(rec, g.kernels, r(bq), r(cache.k_cache), r(cache.v_cache), r(cache.tables), r(bsp),
-                                  r(scratch), r(out2), s, r(got_q8));
+                                  r(scratch), r(out2), s, {.q8 = r(got_q8)});
+        ops::to_f16(rec, g.kernels, r(out), r(want_f16), tokens, k, padded);
+        wrote_f16 = ops::attention(rec, g.kernels, r(bq), r(cache.k_cache), r(cache.v_cache), r(cache.tables), r(bsp),
+                                   r(scratch), r(out3), s, {.f16 = r(got_f16), .padded_rows = padded});
       });
       const std::string what = fmt::format("d {} path {} splits {}", d, static_cast<int>(path), splits);
       EXPECT_FALSE(plain) << what;
@@ -880,6 +933,13 @@ TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
             << what;
       } else {
         EXPECT_EQ(g.down<float>(out2, q.size()), g.down<float>(out, q.size())) << what;
+      }
+      EXPECT_EQ(wrote_f16, wrote_q8) << what;
+      if (wrote_f16) {
+        EXPECT_EQ(g.down<std::uint16_t>(got_f16, stale.size()), g.down<std::uint16_t>(want_f16, stale.size())) << what;
+      } else {
+        EXPECT_EQ(g.down<std::uint16_t>(got_f16, stale.size()), stale) << what << ": the F16 output untouched";
+        EXPECT_EQ(g.down<float>(out3, q.size()), g.down<float>(out, q.size())) << what;
       }
     }
   }
@@ -917,6 +977,39 @@ TEST(F16Inputs, NormAndSiluMakeWhatToF16Makes) {
       ASSERT_NEAR(half_to_float(got[i]), reference[i], 2e-3f * (1 + std::abs(reference[i]))) << i;
     }
   }
+}
+
+// A split residual product's sum and the next norm in one dispatch equal sum_splits then
+// rms_norm_f16, bit for bit: x, the F16 rows, and the padded rows zero.
+TEST(F16Inputs, SumOfSplitsThenNormIsOneDispatch) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t rows = 3, padded = 16;
+  for (std::uint32_t n : {1000u, 998u}) {  // whole vec4 rows, and not
+    for (std::uint32_t splits : {1u, 2u, 4u}) {
+      Vec x = random_vec(std::size_t{rows} * n, 64 + n, 3.0f), w = random_vec(n, 65);
+      Vec parts = random_vec(std::size_t{splits} * rows * n, 66 + splits);
+      const std::vector<std::uint16_t> stale(std::size_t{padded} * n, 0x3C00);
+      PoolBuffer bparts = g.up(parts), bw = g.up(w), x_one = g.up(x), x_two = g.up(x), one = g.up(stale), two = g.up(stale);
+      run_step(g, [&](Recording& rec) {
+        ops::sum_splits_rms_norm_f16(rec, g.kernels, bparts.range(), splits, x_one.range(), bw.range(), one.range(), rows,
+                                     padded, n, 1e-5f);
+        ops::sum_splits(rec, g.kernels, bparts.range(), x_two.range(), rows * n, splits, true);
+        ops::rms_norm_f16(rec, g.kernels, x_two.range(), bw.range(), two.range(), rows, padded, n, 1e-5f);
+      });
+      const std::string what = fmt::format("n {} splits {}", n, splits);
+      const Vec summed = g.down<float>(x_one, x.size());
+      EXPECT_EQ(summed, g.down<float>(x_two, x.size())) << what;
+      EXPECT_NE(summed, x) << what;
+      const auto got = g.down<std::uint16_t>(one, stale.size());
+      EXPECT_EQ(got, g.down<std::uint16_t>(two, stale.size())) << what;
+      for (std::size_t i = std::size_t{rows} * n; i < got.size(); ++i) ASSERT_EQ(got[i], 0) << what << " padded row " << i / n;
+    }
+  }
+  PoolBuffer small = g.scratch(4), x = g.scratch(4 * 8), out = g.scratch(2 * 16 * 8);
+  auto rec = g.queue.begin();
+  EXPECT_THROW(ops::sum_splits_rms_norm_f16(rec, g.kernels, small.range(), 2, x.range(), x.range(), out.range(), 1, 16, 8,
+                                            1e-5f),
+               GpuError);
 }
 
 // Decode's q/k/v products writing where attention reads (matvec_q8_heads) against the same
