@@ -542,11 +542,12 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
 
 bool narrow_glu_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
                         std::uint32_t n) {
-  // Up to 32 columns it measured no faster than gate and up side by side and silu_mul_f16 (H100,
-  // Q4_0, ms a decode step: 16 sequences 9.09 / 8.98 against 8.99 / 9.04, 32: 10.68 / 11.00
-  // against 10.80 / 10.61); at 64, 13.91 / 13.94 against 14.88 / 14.90
-  // (bench/results/staged-rows-2026-11-26-h100.md).
-  if (n <= 32 || m == 0 || !narrow_matmul_applies(features, type, 2 * m, k)) return false;
+  // From 17 columns (H100, Q4_0, ms a decode step, against gate and up side by side and
+  // silu_mul_f16: 20 sequences 10.46 / 10.51 -> 10.35 / 10.38, 24: 10.69 / 10.66 -> 10.36 / 10.38,
+  // 32: 10.37 / 10.33 -> 10.29 / 10.27, bench/results/batched-fusions-2026-11-27-h100.md; 64:
+  // 14.88 / 14.90 -> 13.91 / 13.94, staged-rows-2026-11-26-h100.md). Up to 16 columns the direct
+  // kernel takes gate and up.
+  if (n <= 16 || m == 0 || !narrow_matmul_applies(features, type, 2 * m, k)) return false;
   const StagedShape s = staged_shape(2 * m, n, k);
   // The GLU modules: the shapes built for both tensor-core tiles with two 16-row fragments a subgroup.
   return s.tm == 2 && built_among(s, staged_both_tiles) && k % (32 * s.kb) == 0;

@@ -127,7 +127,7 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
                             BufferRange split_scratch = {}, bool sum_later = false);
 // A feed-forward block's SwiGLU in one dispatch of the narrow path: out16(padded n, m) =
 // silu(acts16 x gate^T) * (acts16 x up^T) as F16, the down product's input (its padded columns
-// zero). gate and up: m x k matrices of one type. narrow_glu_applies: for more than 32 columns,
+// zero). gate and up: m x k matrices of one type. narrow_glu_applies: for more than 16 columns,
 // where the narrow path takes both and its shape for 2m rows and n columns gives each subgroup two
 // 16-row fragments (one of gate, one of up, for the same features).
 bool narrow_glu_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,

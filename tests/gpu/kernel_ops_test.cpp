@@ -515,41 +515,44 @@ TEST(NarrowGlu, IsSiluOfTheGateTimesTheUpProduct) {
   h100.cooperative_matrix = CooperativeMatrixShape{16, 16, 16};
   EXPECT_TRUE(ops::narrow_glu_applies(h100, WeightType::q4_0, 14336, 4096, 64));
   EXPECT_TRUE(ops::narrow_glu_applies(h100, WeightType::f16, 14336, 4096, 2048));
-  EXPECT_FALSE(ops::narrow_glu_applies(h100, WeightType::q4_0, 14336, 4096, 32));  // no faster there
+  EXPECT_TRUE(ops::narrow_glu_applies(h100, WeightType::q4_0, 14336, 4096, 17));
+  EXPECT_FALSE(ops::narrow_glu_applies(h100, WeightType::q4_0, 14336, 4096, 16));  // the direct kernel's there
   // K % 64 != 0 at 64 columns: the shape for it has one 16-row fragment a subgroup.
   EXPECT_FALSE(ops::narrow_glu_applies(h100, WeightType::q4_0, 14336, 4128, 64));
   EXPECT_FALSE(ops::narrow_glu_applies(DeviceFeatures{}, WeightType::q4_0, 14336, 4096, 64));
 
   Gpu& g = shared_gpu();
   const DeviceFeatures& features = g.device.features();
-  const std::uint32_t m = 40, k = 256, n = 40;
-  if (!ops::narrow_glu_applies(features, WeightType::q4_0, m, k, n)) GTEST_SKIP() << "no narrow path on this device";
-  const std::uint32_t padded = ops::narrow_padded_columns(features, n);
-  std::mt19937_64 rng(11);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<std::uint16_t> acts(std::size_t{padded} * k, 0);
-  for (std::size_t i = 0; i < std::size_t{n} * k; ++i) acts[i] = float_to_half(dist(rng));
-  for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
-    PoolBuffer gate = g.up(random_weights(type, m, k, 21)), up = g.up(random_weights(type, m, k, 22)), a = g.up(acts);
-    PoolBuffer gate_out = g.scratch(std::uint64_t{padded} * m * 4), up_out = g.scratch(std::uint64_t{padded} * m * 4);
-    PoolBuffer glu = g.up(std::vector<std::uint16_t>(std::size_t{padded} * m, 0x7BFF));  // not zero: the pad is written
-    auto rec = g.queue.begin();
-    ops::matmul_narrow(rec, g.kernels, type, gate.range(), a.range(), gate_out.range(), m, k, n, false);
-    ops::matmul_narrow(rec, g.kernels, type, up.range(), a.range(), up_out.range(), m, k, n, false);
-    ops::matmul_narrow_glu(rec, g.kernels, type, gate.range(), up.range(), a.range(), glu.range(), m, k, n);
-    g.queue.submit_and_wait(rec);
-    const Vec gv = g.down<float>(gate_out, std::size_t{n} * m), uv = g.down<float>(up_out, std::size_t{n} * m);
-    const auto got = g.down<std::uint16_t>(glu, std::size_t{padded} * m);
-    for (std::uint32_t col = 0; col < padded; ++col) {
-      for (std::uint32_t row = 0; row < m; ++row) {
-        const std::size_t i = std::size_t{col} * m + row;
-        if (col >= n) {
-          ASSERT_EQ(got[i], 0u) << weight_type_name(type) << ": padded column " << col << ", row " << row;
-          continue;
+  const std::uint32_t m = 40, k = 256;
+  for (std::uint32_t n : {24u, 40u}) {  // 128 x 32 tiles (17 to 32 columns), and wider ones
+    if (!ops::narrow_glu_applies(features, WeightType::q4_0, m, k, n)) GTEST_SKIP() << "no narrow path on this device";
+    const std::uint32_t padded = ops::narrow_padded_columns(features, n);
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<std::uint16_t> acts(std::size_t{padded} * k, 0);
+    for (std::size_t i = 0; i < std::size_t{n} * k; ++i) acts[i] = float_to_half(dist(rng));
+    for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
+      PoolBuffer gate = g.up(random_weights(type, m, k, 21)), up = g.up(random_weights(type, m, k, 22)), a = g.up(acts);
+      PoolBuffer gate_out = g.scratch(std::uint64_t{padded} * m * 4), up_out = g.scratch(std::uint64_t{padded} * m * 4);
+      PoolBuffer glu = g.up(std::vector<std::uint16_t>(std::size_t{padded} * m, 0x7BFF));  // not zero: the pad is written
+      auto rec = g.queue.begin();
+      ops::matmul_narrow(rec, g.kernels, type, gate.range(), a.range(), gate_out.range(), m, k, n, false);
+      ops::matmul_narrow(rec, g.kernels, type, up.range(), a.range(), up_out.range(), m, k, n, false);
+      ops::matmul_narrow_glu(rec, g.kernels, type, gate.range(), up.range(), a.range(), glu.range(), m, k, n);
+      g.queue.submit_and_wait(rec);
+      const Vec gv = g.down<float>(gate_out, std::size_t{n} * m), uv = g.down<float>(up_out, std::size_t{n} * m);
+      const auto got = g.down<std::uint16_t>(glu, std::size_t{padded} * m);
+      for (std::uint32_t col = 0; col < padded; ++col) {
+        for (std::uint32_t row = 0; row < m; ++row) {
+          const std::size_t i = std::size_t{col} * m + row;
+          if (col >= n) {
+            ASSERT_EQ(got[i], 0u) << weight_type_name(type) << " n " << n << ": padded column " << col << ", row " << row;
+            continue;
+          }
+          const float want = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
+          EXPECT_NEAR(half_to_float(got[i]), want, 2e-3f * std::max(1.0f, std::abs(want)))
+              << weight_type_name(type) << " n " << n << ": column " << col << ", row " << row;
         }
-        const float want = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
-        EXPECT_NEAR(half_to_float(got[i]), want, 2e-3f * std::max(1.0f, std::abs(want)))
-            << weight_type_name(type) << ": column " << col << ", row " << row;
       }
     }
   }
