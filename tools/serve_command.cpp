@@ -53,6 +53,7 @@ struct ServeOptions {
   std::uint32_t log_steps_over_ms = 0;  // the executor profiles every step, logs the slower ones; 0: off
   std::string pipeline_cache;           // the executor's pipeline cache file; "": none
   std::string fail_release;          // fault injection for tests: this model's release throws midway
+  std::uint32_t spill_piece_pages = 0;  // the executor's largest copy of spilled KV pages; 0: its default
   // The KV prefix cache beyond the GPU (the cache-writer): its hot tier's budget ("0": no
   // cache-writer), its SSD tier ("": none), what Close and shutdown do with queued writes, and
   // the host memory above which the enforcer shrinks the hot tier.
@@ -215,6 +216,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   if (o.log_steps_over_ms > 0) options["executor"]["log_steps_over_ms"] = std::to_string(o.log_steps_over_ms);
   if (!o.pipeline_cache.empty()) options["executor"]["pipeline_cache"] = o.pipeline_cache;
   if (!o.fail_release.empty()) options["executor"]["fail_release"] = o.fail_release;
+  if (o.spill_piece_pages > 0) options["executor"]["spill_piece_pages"] = std::to_string(o.spill_piece_pages);
   const auto [ceiling_key, ceiling_value] = ceiling_option(o.memory_ceiling);
   options["executor"][ceiling_key] = ceiling_value;  // its pool's blocks are sized by the ceiling
   options["enforcer"] = {{"models", models}, {"kv_pages", std::to_string(o.kv_pages)},
@@ -381,6 +383,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--log-slow-steps", o->log_steps_over_ms,
                   "profile every step on the GPU and log each one slower than this many milliseconds, with where "
                   "its time went (a diagnostic: the timestamps cost a little)");
+  cmd->add_option("--spill-piece-pages", o->spill_piece_pages,
+                  "KV pages going to the host cache are copied in pieces of at most this many pages, each with "
+                  "staging memory of its own (default: as many as half a pool block holds)")
+      ->check(CLI::Range(1u, 1u << 30));
   cmd->add_option("--fail-release", o->fail_release,
                   "testing: unloading this model throws midway through its release (the rest must still be freed "
                   "and the failure reported)")

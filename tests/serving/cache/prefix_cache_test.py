@@ -7,6 +7,7 @@ Every scenario starts its own server of tiny models with a GPU KV cache of 16 pa
 
   hot       A's pages go to the hot tier; A again prefills only its last 4 tokens (96 restored
             from the hot tier, counted) and answers exactly what it answered cold.
+  pieces    the same with every spill copied to the host a page at a time (--spill-piece-pages 1).
   ssd       a hot tier of 3 pages: A's pages go on to SSD files; A is restored from SSD, identical;
             after a restart of the server the SSD tier still serves A.
   stop      A's pages are still on the GPU when the server stops: they go to SSD as it stops, and
@@ -150,8 +151,8 @@ def restored(server, cold, tier, model=None):
     check(computed == expected, f"A restored from {tier} computed {computed} tokens, expected {expected}")
 
 
-def scenario_hot(mqlm, work):
-    server = Server(mqlm, work, "hot", [f"{work}/a.gguf"], "--hot-cache", "64M")
+def scenario_hot(mqlm, work, name="hot", *extra):
+    server = Server(mqlm, work, name, [f"{work}/a.gguf"], "--hot-cache", "64M", *extra)
     try:
         cold, usage = server.complete(PROMPT_A)
         check(usage["prompt_tokens_details"]["cached_tokens"] == 0, "A's first run found a cache")
@@ -162,6 +163,11 @@ def scenario_hot(mqlm, work):
         check(cache["ssd_limit_bytes"] == 0 and cache["ssd_pages"] == 0, "an SSD tier without --ssd-cache-dir")
     finally:
         server.stop()
+
+
+def scenario_pieces(mqlm, work):
+    # Every spill copied a page at a time, each piece its own staging and message: the same.
+    scenario_hot(mqlm, work, "pieces", "--spill-piece-pages", "1")
 
 
 def ssd_server(mqlm, work, name, ssd, *extra, file_limit=None):
@@ -330,7 +336,7 @@ def scenario_shrink(mqlm, work):
         server.stop()
 
 
-SCENARIOS = {"hot": scenario_hot, "ssd": scenario_ssd, "stop": scenario_stop, "corrupt": scenario_corrupt, "clear": scenario_clear,
+SCENARIOS = {"hot": scenario_hot, "pieces": scenario_pieces, "ssd": scenario_ssd, "stop": scenario_stop, "corrupt": scenario_corrupt, "clear": scenario_clear,
              "close": scenario_close, "shrink": scenario_shrink, "diskfull": scenario_diskfull}
 
 
