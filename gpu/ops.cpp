@@ -707,11 +707,16 @@ bool matvec_int8(const DeviceFeatures& features, WeightType type) {
 std::uint64_t q8_acts_bytes(std::uint32_t k, std::uint32_t n) { return std::uint64_t{n} * k + std::uint64_t{n} * (k / 32) * 4; }
 
 namespace {
+// An int8 activation output (what q8_acts_bytes sizes) that holds n columns of k, or op's error.
+void check_q8_output(std::string_view op, BufferRange out, std::uint32_t k, std::uint32_t n) {
+  if (out.size < q8_acts_bytes(k, n)) throw GpuError(fmt::format("{}: the int8 output is smaller than q8_acts_bytes", op));
+}
+
 void record_quantize_q8(Recording& rec, KernelLibrary& lib, std::string_view variant,
                         std::initializer_list<BufferRange> buffers, const void* push, std::uint32_t push_bytes,
                         std::uint32_t k, std::uint32_t n) {
   if (k % 32 != 0 || n == 0) throw GpuError(fmt::format("quantize_q8: K {} is not whole blocks of 32, or no columns", k));
-  if (buffers.begin()[1].size < q8_acts_bytes(k, n)) throw GpuError("quantize_q8: the output is smaller than q8_acts_bytes");
+  check_q8_output("quantize_q8", buffers.begin()[1], k, n);
   rec.dispatch(kernel(lib, std::string(variant), static_cast<std::uint32_t>(buffers.size()), push_bytes), buffers, push,
                ceil_div(k, 2048), n);
 }
@@ -881,9 +886,7 @@ bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
   // A head holds whole blocks of 32 for the int8 output.
   const bool q8 = merged.q8.buffer != VK_NULL_HANDLE && s.head_dim % 32 == 0;
   const bool f16 = !q8 && merged.f16.buffer != VK_NULL_HANDLE;
-  if (q8 && merged.q8.size < q8_acts_bytes(s.heads * s.head_dim, s.tokens)) {
-    throw GpuError("attention: the int8 output is smaller than q8_acts_bytes");
-  }
+  if (q8) check_q8_output("attention", merged.q8, s.heads * s.head_dim, s.tokens);
   if (f16) check_padded_f16("attention", merged.f16, s.tokens, merged.padded_rows, s.heads * s.head_dim);
   const char* module = q8 ? "attention_combine_q8" : f16 ? "attention_combine_f16" : "attention_combine";
   rec.dispatch(kernel(lib, module, 2, sizeof combine, {s.head_dim}), {scratch, q8 ? merged.q8 : f16 ? merged.f16 : out},
