@@ -876,10 +876,13 @@ bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
     std::uint32_t splits;
   } push{s.heads, s.kv_heads, s.page_size, s.max_pages, s.tokens, s.scale, plan.splits};
   std::uint32_t hg = attention_head_group(s);
-  rec.dispatch(kernel(lib, "attention_split", 7, sizeof push, {s.head_dim, hg}),
-               {q, k_cache, v_cache, block_tables, token_seq_pos, out, scratch}, push, s.heads / hg, s.tokens,
-               plan.splits);
-  if (plan.splits == 1) return false;
+  // One split writes the output itself: F16 where asked (and no int8 output is).
+  const bool f16_here = plan.splits == 1 && merged.q8.buffer == VK_NULL_HANDLE && merged.f16.buffer != VK_NULL_HANDLE;
+  if (f16_here) check_padded_f16("attention", merged.f16, s.tokens, merged.padded_rows, s.heads * s.head_dim);
+  rec.dispatch(kernel(lib, f16_here ? "attention_split_f16" : "attention_split", 7, sizeof push, {s.head_dim, hg}),
+               {q, k_cache, v_cache, block_tables, token_seq_pos, f16_here ? merged.f16 : out, scratch}, push,
+               s.heads / hg, f16_here ? merged.padded_rows : s.tokens, plan.splits);
+  if (plan.splits == 1) return f16_here;
   struct {
     std::uint32_t heads, tokens, splits;
   } combine{s.heads, s.tokens, plan.splits};

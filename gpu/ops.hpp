@@ -245,9 +245,10 @@ AttentionPlan plan_attention(const AttentionShape& shape);
 std::uint64_t attention_scratch_bytes(const AttentionShape& shape);
 // q, out: (tokens, heads, head_dim); token_seq_pos: (tokens) pairs of uint32 (sequence, position);
 // a token sees positions 0 .. its own of its sequence, through block_tables. scratch: at least
-// attention_scratch_bytes(shape). With merged given, the split path with more than one split
-// writes its output there instead, in the form the product after it reads, and returns true (a
-// decode step's output product: one dispatch fewer); every other way writes out and returns false.
+// attention_scratch_bytes(shape). With merged given, the split path writes its output there
+// instead, in the form the product after it reads, and returns true (a decode step's output
+// product: one dispatch fewer): int8 where it merges more than one split, F16 also from one split;
+// every other way writes out and returns false.
 struct AttentionMerged {
   // int8 blocks (q8_acts_bytes(heads * head_dim, tokens)) as quantize_q8 would make them from out,
   BufferRange q8 = {};

@@ -5,6 +5,8 @@
 // workgroup takes HG query heads that share one KV head, so each K and V row is read once for all
 // of them. With one split it writes the output; with more it writes a partial softmax (running
 // max, sum of exponentials, un-normalised output) that attention_combine.comp merges.
+// F16 (one split only): the output is F16, the tensor cores' input of the product after it, and
+// the grid runs on to the padded rows it reads, which get zeros (what to_f16 makes of the output).
 // Grid: (heads / HG, tokens, splits). Keys go in tiles of TK: scores with four threads per key,
 // each over a quarter of the head dimension (vec4 of f16 each), then the tile's softmax with one
 // subgroup per head, then values with threads over (head dimension / 4, key). Each thread issues
@@ -25,7 +27,13 @@ layout(binding = 1) readonly buffer KCache { uvec2 k_cache[]; };     // (slots, 
 layout(binding = 2) readonly buffer VCache { uvec2 v_cache[]; };
 layout(binding = 3) readonly buffer Tables { uint block_table[]; };  // (sequences, max_pages)
 layout(binding = 4) readonly buffer Tokens { uvec2 token_seq_pos[]; };  // (tokens): (seq, pos)
+#if defined(F16)
+layout(binding = 5) writeonly buffer Out { f16vec4 out4[]; };        // (padded tokens, heads, D)
+#define OUT4(v) f16vec4(v)
+#else
 layout(binding = 5) writeonly buffer Out { vec4 out4[]; };           // (tokens, heads, D)
+#define OUT4(v) (v)
+#endif
 // (tokens, heads, splits, D) un-normalised outputs, then (tokens, heads, splits) (max, sum).
 layout(binding = 6) writeonly buffer Partials { float partials[]; };
 
@@ -44,6 +52,12 @@ vec4 unpack4(uvec2 u) { return vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y)); }
 void main() {
   const uint h0 = gl_WorkGroupID.x * HG, t = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
   const uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID;
+#if defined(F16)
+  if (t >= p.tokens) {  // a padded row (the whole workgroup): zeros
+    for (uint i = tid; i < HG * C; i += 128) out4[(t * p.heads + h0) * C + i] = f16vec4(0.0);
+    return;
+  }
+#endif
   const uint kvh = h0 / (p.heads / p.kv_heads);
   const uvec2 sp = token_seq_pos[t];
   const uint ctx = sp.y + 1, per = (ctx + p.splits - 1) / p.splits;
@@ -120,7 +134,7 @@ void main() {
     vec4 acc = vec4(0.0);
     for (uint k = 0; k < NK; ++k) acc += o_sh[(g * NK + k) * C + c];
     if (p.splits == 1) {
-      out4[row * C + c] = acc / l_sh[g];
+      out4[row * C + c] = OUT4(acc / l_sh[g]);
       continue;
     }
     uint at = (row * p.splits + split) * D + 4 * c;
