@@ -56,6 +56,7 @@ constexpr std::uint32_t kCacheCloseTimer = 2;
 // timer sends those whose copies are done when no step comes to do it.
 constexpr std::uint32_t kSpillTimer = 3;
 constexpr auto kSpillPoll = std::chrono::milliseconds(2);
+constexpr std::size_t kKeptSpillStaging = 4;
 // An unload waits this long for the cache-writer's ModelCacheClosed before answering without it.
 constexpr auto kCacheCloseTimeout = std::chrono::seconds(10);
 
@@ -409,6 +410,10 @@ class Executor final : public Actor {
   // Declared after gpu_, so destroyed before it. Empty whenever gpu_ is null.
   std::map<std::string, LoadedModel> models_;
   std::deque<PendingSpill> spills_;  // in the order the queue copies them; staging from gpu_'s pool
+  // Host staging of spills whose copies are done, kept for the next ones (at most
+  // kKeptSpillStaging): taking it from the pool again may have the pool take a block from the
+  // driver, which for pinned host memory costs ~0.3 ms a MiB. A full trim lets it go.
+  std::vector<gpu::PoolBuffer> spill_staging_;
   bool spill_timer_ = false;
   std::unordered_map<std::uint64_t, SequenceState> sequences_;  // sequence -> its sampler and model
   std::unordered_set<std::uint64_t> failed_;  // sequences the last step failed: the next plan's are left out
@@ -577,6 +582,7 @@ void Executor::rebuild_after_device_loss() {
   std::vector<std::string> ids;
   for (const auto& [id, loaded] : models_) ids.push_back(id);
   spills_.clear();  // their staging too (spills the GPU had not copied are lost)
+  spill_staging_.clear();
   models_.clear();  // their buffers go back to the old pool before it goes
   gpu_.reset();     // and the old device goes before the new one is made
   try {
@@ -857,10 +863,20 @@ void Executor::move_pages(const StepPlan& plan, const Frames& blobs, LoadedModel
         out.emplace_back(spill.pages.back()->data(), page_bytes);
         spill.message.pages.push_back(page.id);
       }
+      // Kept staging that holds the piece, the smallest such (else the cache takes some from the pool).
+      gpu::PoolBuffer staging;
+      const std::uint64_t bytes = pages.size() * page_bytes;
+      auto fits = std::ranges::min_element(spill_staging_, {}, [&](const gpu::PoolBuffer& b) {
+        return b.size() >= bytes ? b.size() : std::numeric_limits<VkDeviceSize>::max();
+      });
+      if (fits != spill_staging_.end() && fits->size() >= bytes) {
+        staging = std::move(*fits);
+        spill_staging_.erase(fits);
+      }
       const auto recording = Clock::now();
       allocate_ms += std::chrono::duration<double, std::milli>(recording - piece_start).count();
       // Ahead of the restores below and of the step: both wait for it on the GPU, not here.
-      spill.download = cache.read_pages_later(pages, out);
+      spill.download = cache.read_pages_later(pages, out, std::move(staging));
       read_ms += std::chrono::duration<double, std::milli>(Clock::now() - recording).count();
       spills_.push_back(std::move(spill));
     }
@@ -908,6 +924,13 @@ void Executor::advance_spills(Context& ctx, bool wait) {
          (wait || spills_.front().copying.wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
     PendingSpill& spill = spills_.front();
     spill.copying.get();
+    if (spill.download.staging && spill.download.staging.mapped() != nullptr) {
+      // Kept for the next spills: the largest ones, which the pool is slowest to give again.
+      spill_staging_.push_back(std::move(spill.download.staging));
+      if (spill_staging_.size() > kKeptSpillStaging) {
+        spill_staging_.erase(std::ranges::min_element(spill_staging_, {}, &gpu::PoolBuffer::size));
+      }
+    }
     Frames frames;
     for (std::shared_ptr<HostPage>& page : spill.pages) frames.push_back(shared_frame(std::shared_ptr<const HostPage>(std::move(page))));
     ctx.send(options_.cache_writer, std::move(spill.message), {0, 0, std::move(frames)});
@@ -1174,7 +1197,10 @@ bool Executor::trim_pool(Context& ctx, bool keep_working_set) {
 // Trims the pool now (the trim any pending timer waits for), throwing what the pool throws:
 // everything, or all but the recent working set (see trim_after_release).
 void Executor::trim_now(Context& ctx, bool keep_working_set) {
-  if (!keep_working_set) advance_spills(ctx, true);  // so their staging goes back too
+  if (!keep_working_set) {
+    advance_spills(ctx, true);  // so their staging goes back too
+    spill_staging_.clear();
+  }
   if (trim_pending_) ctx.cancel_timer(kTrimTimer);
   trim_pending_ = false;
   const std::int64_t now = ctx.now_ns();

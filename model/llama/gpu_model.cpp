@@ -77,7 +77,7 @@ void GpuKvCache::read_pages(std::span<const std::uint32_t> pages, std::span<cons
 }
 
 gpu::PendingDownload GpuKvCache::read_pages_later(std::span<const std::uint32_t> pages,
-                                                  std::span<const std::span<std::byte>> out) {
+                                                  std::span<const std::span<std::byte>> out, gpu::PoolBuffer staging) {
   auto regions = page_regions<gpu::DownloadRegion>(pages, out);  // checks the pages and sizes
   const std::uint64_t bytes = pages.size() * page_bytes();
   const std::uint64_t limit = queue_.device().features().max_storage_buffer_range;
@@ -85,7 +85,9 @@ gpu::PendingDownload GpuKvCache::read_pages_later(std::span<const std::uint32_t>
     return gpu::download_later(queue_, pool_, regions);
   }
   gpu::PendingDownload pending;
-  pending.staging = pool_.allocate(bytes, "staging", gpu::MemoryKind::host);
+  pending.staging = staging.size() >= bytes && staging.mapped() != nullptr
+                        ? std::move(staging)
+                        : pool_.allocate(bytes, "staging", gpu::MemoryKind::host);
   // Freed when this returns: the pool keeps it from reuse until the submission is done.
   PoolBuffer index = pool_.allocate(pages.size_bytes(), "staging", gpu::MemoryKind::host);
   std::memcpy(index.mapped(), pages.data(), pages.size_bytes());

@@ -54,8 +54,11 @@ class GpuKvCache {
   // The same copy submitted without waiting: steps submitted afterwards may write the pages, the
   // copy reads them first; the bytes reach `out` through the returned download's copy_out() once
   // the queue has passed its `done`. `out` must outlive that. A kernel gathers the pages into one
-  // host buffer, as fast however scattered they are (gpu::download_later where it cannot).
-  gpu::PendingDownload read_pages_later(std::span<const std::uint32_t> pages, std::span<const std::span<std::byte>> out);
+  // host buffer, as fast however scattered they are (gpu::download_later where it cannot):
+  // `staging` where it is host memory that holds them (it then travels in the download), else one
+  // from the pool.
+  gpu::PendingDownload read_pages_later(std::span<const std::uint32_t> pages, std::span<const std::span<std::byte>> out,
+                                        gpu::PoolBuffer staging = {});
   // Writes pages from host bytes (each exactly page_bytes()), for steps submitted afterwards.
   // Returns when the GPU has them. Throws std::invalid_argument on a page id out of range, named
   // twice, or a wrong size.
