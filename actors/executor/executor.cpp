@@ -399,6 +399,7 @@ class Executor final : public Actor {
   void fail_step(const StepPlan& plan, StepResult& result, RequestError error, std::string message);
   bool trim_after_release(Context& ctx, std::size_t slots_before);
   bool trim_pool(Context& ctx, bool keep_working_set = false);
+  gpu::PoolBuffer take_spill_staging(std::uint64_t bytes);
   void trim_now(Context& ctx, bool keep_working_set = false);
   std::string load_failure(const std::string& id, const std::exception& e) const;
   std::string loaded_ids() const;
@@ -863,16 +864,7 @@ void Executor::move_pages(const StepPlan& plan, const Frames& blobs, LoadedModel
         out.emplace_back(spill.pages.back()->data(), page_bytes);
         spill.message.pages.push_back(page.id);
       }
-      // Kept staging that holds the piece, the smallest such (else the cache takes some from the pool).
-      gpu::PoolBuffer staging;
-      const std::uint64_t bytes = pages.size() * page_bytes;
-      auto fits = std::ranges::min_element(spill_staging_, {}, [&](const gpu::PoolBuffer& b) {
-        return b.size() >= bytes ? b.size() : std::numeric_limits<VkDeviceSize>::max();
-      });
-      if (fits != spill_staging_.end() && fits->size() >= bytes) {
-        staging = std::move(*fits);
-        spill_staging_.erase(fits);
-      }
+      gpu::PoolBuffer staging = take_spill_staging(pages.size() * page_bytes);
       const auto recording = Clock::now();
       allocate_ms += std::chrono::duration<double, std::milli>(recording - piece_start).count();
       // Ahead of the restores below and of the step: both wait for it on the GPU, not here.
@@ -897,6 +889,19 @@ void Executor::move_pages(const StepPlan& plan, const Frames& blobs, LoadedModel
                 plan.spill.size(), allocate_ms, read_ms, plan.restore.size(), write_ms,
                 mib(std::max(plan.spill.size(), plan.restore.size()) * page_bytes));
   }
+}
+
+// The smallest kept spill staging that holds `bytes`, out of the list; empty where none does (the
+// cache then takes staging from the pool).
+gpu::PoolBuffer Executor::take_spill_staging(std::uint64_t bytes) {
+  auto best = spill_staging_.end();
+  for (auto it = spill_staging_.begin(); it != spill_staging_.end(); ++it) {
+    if (it->size() >= bytes && (best == spill_staging_.end() || it->size() < best->size())) best = it;
+  }
+  if (best == spill_staging_.end()) return {};
+  gpu::PoolBuffer staging = std::move(*best);
+  spill_staging_.erase(best);
+  return staging;
 }
 
 // Moves spills along, oldest first: starts the host's copy of each whose GPU copy is done, sends

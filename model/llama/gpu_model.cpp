@@ -1,6 +1,7 @@
 #include "model/llama/gpu_model.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -403,9 +404,9 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   // as they load it; otherwise the norm is its own dispatch into h. The projections run without
   // barriers between them.
   // Whether normed_projections of these products reads its norm as the F16 form alone (norm_f16).
-  auto reads_norm_f16 = [&](std::initializer_list<const GpuTensor*> ws) {
-    return !std::all_of(ws.begin(), ws.end(), [&](const GpuTensor* w) { return fused_decode(*w); }) &&
-           std::all_of(ws.begin(), ws.end(), [&](const GpuTensor* w) { return narrow(*w, n); });
+  auto reads_norm_f16 = [&](const auto& ws) {
+    return !std::ranges::all_of(ws, [&](const GpuTensor* w) { return fused_decode(*w); }) &&
+           std::ranges::all_of(ws, [&](const GpuTensor* w) { return narrow(*w, n); });
   };
   // A product of a decode batch that split K: its slices, summed after the products of its group.
   struct PendingSum {
@@ -417,21 +418,19 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   // them), instead of sum_splits dispatches after the products.
   auto normed_projections = [&](const GpuTensor& norm, std::initializer_list<std::pair<const GpuTensor*, PoolBuffer*>> outs,
                                 std::vector<PendingSum>* sums_out = nullptr) {
-    bool fused = true, int8 = true;
+    std::vector<const GpuTensor*> ws;
+    bool fused = true, int8 = true, narrowed = false;
     for (const auto& [w, out] : outs) {
+      ws.push_back(w);
       fused = fused && fused_decode(*w);
       int8 = int8 && int8_decode(*w);
+      narrowed = narrowed || narrow(*w, n);
     }
     if (int8) {
       ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), c.rms_eps, normed(), c.n_embd, n);
       mark("norm");
     }
-    bool narrowed = false, all_narrow = true;
-    for (const auto& [w, out] : outs) {
-      narrowed = narrowed || narrow(*w, n);
-      all_narrow = all_narrow && narrow(*w, n);
-    }
-    if (!fused && all_narrow) {  // every product reads the F16 form only (reads_norm_f16)
+    if (reads_norm_f16(ws)) {  // every product reads the F16 form only
       norm_f16(norm);
     } else if (!fused) {
       ops::rms_norm(rec_of(), lib, x.range(), norm.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
@@ -440,11 +439,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     narrowed = narrowed && !fused;
     std::vector<gpu::BufferRange> dequantized(outs.size());
-    if (narrowed) {
-      std::vector<const GpuTensor*> ws;
-      for (const auto& [w, out] : outs) ws.push_back(w);
-      dequantized = dequantize_all(ws);
-    }
+    if (narrowed) dequantized = dequantize_all(ws);
     // Products of a decode batch whose grids are too small for the GPU (q, k and v) split K, each
     // into its own part of split_parts; their sums follow them, recorded alongside each other.
     std::vector<PendingSum> sums;
@@ -584,12 +579,12 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   };
   // The norms a residual product may make with its sum (narrow_residual's next_norm).
   auto ffn_norm_f16 = [&](const Layer& L) {
-    return narrow_glu(L) || reads_norm_f16({&L.w_gate, &L.w_up}) ? &L.ffn_norm : nullptr;
+    return narrow_glu(L) || reads_norm_f16(std::array{&L.w_gate, &L.w_up}) ? &L.ffn_norm : nullptr;
   };
   auto next_attn_norm_f16 = [&](std::uint32_t l) -> const GpuTensor* {
     if (l + 1 >= c.n_layers) return nullptr;
     const Layer& next = layers_[l + 1];
-    return !heads_fused(next) && reads_norm_f16({&next.wq, &next.wk, &next.wv}) ? &next.attn_norm : nullptr;
+    return !heads_fused(next) && reads_norm_f16(std::array{&next.wq, &next.wk, &next.wv}) ? &next.attn_norm : nullptr;
   };
   std::uint32_t part_size = 1, part_layers = 0;
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
