@@ -7,11 +7,12 @@
 // max, sum of exponentials, un-normalised output) that attention_combine.comp merges.
 // F16 (one split only): the output is F16, the tensor cores' input of the product after it, and
 // the grid runs on to the padded rows it reads, which get zeros (what to_f16 makes of the output).
-// Grid: (heads / HG, tokens, splits). Keys go in tiles of TK: scores with four threads per key,
-// each over a quarter of the head dimension (vec4 of f16 each), then the tile's softmax with one
-// subgroup per head, then values with threads over (head dimension / 4, key). Each thread issues
-// all its loads of a tile before it uses them: a decode step's workgroups have one or two tiles,
-// so the latency of dependent loads, not bandwidth, is what they wait on.
+// Grid: (heads / HG, tokens, splits). Keys go in tiles of TK: scores with eight threads per pair
+// of keys (four per key for head dim 16), each over an eighth of the head dimension (vec4 of f16
+// each), then the tile's softmax with one subgroup per head, then values with threads over (head
+// dimension / 4, key). Each thread issues all its loads of a tile before it uses them: a decode
+// step's workgroups have one or two tiles, so the latency of dependent loads, not bandwidth, is
+// what they wait on.
 #include "common.glsl"
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : require
@@ -40,6 +41,8 @@ layout(binding = 6) writeonly buffer Partials { float partials[]; };
 const uint C = D / 4;     // vec4 chunks per row
 const uint NK = 128 / C;  // keys one pass of the value loop covers
 const uint TK = 32;       // keys per tile
+const uint P = C >= 8 ? 8 : C;  // threads that share one key's score
+const uint KPT = TK * P / 128;  // keys a thread scores
 
 shared vec4 q_sh[HG * C];         // scaled queries
 shared float s_sh[HG * TK];       // the tile's scores, then their exponentials
@@ -78,19 +81,27 @@ void main() {
     }
     barrier();
     {
-      // Scores: four threads per key (TK * 4 = the workgroup), each over a quarter of the head's
-      // chunks, all loads issued before any is used; two xor shuffles sum the four parts.
-      const uint k = tid / 4, part_of = tid % 4;
-      const bool live = tile + k < end;
-      const uint row = (slot_sh[k] * p.kv_heads + kvh) * C;
-      vec4 kv[C / 4];
-      [[unroll]] for (uint j = 0; j < C / 4; ++j) kv[j] = live ? unpack4(k_cache[row + part_of + 4 * j]) : vec4(0.0);
+      // Scores: P threads per key, each over 1 / P of the head's chunks, and KPT keys a thread, so
+      // that each query chunk read from shared memory serves KPT keys; all loads issued before any
+      // is used; xor shuffles sum the P parts.
+      const uint part_of = tid % P, k0 = (tid / P) * KPT;
+      vec4 kv[KPT][C / P];
+      [[unroll]] for (uint kk = 0; kk < KPT; ++kk) {
+        const bool live = tile + k0 + kk < end;
+        const uint row = (slot_sh[k0 + kk] * p.kv_heads + kvh) * C;
+        [[unroll]] for (uint j = 0; j < C / P; ++j) kv[kk][j] = live ? unpack4(k_cache[row + part_of + P * j]) : vec4(0.0);
+      }
       for (uint g = 0; g < HG; ++g) {
-        float s = 0.0;
-        [[unroll]] for (uint j = 0; j < C / 4; ++j) s += dot(q_sh[g * C + part_of + 4 * j], kv[j]);
-        s += subgroupShuffleXor(s, 1u);
-        s += subgroupShuffleXor(s, 2u);
-        if (part_of == 0) s_sh[g * TK + k] = live ? s : -1.0 / 0.0;
+        float s[KPT];
+        [[unroll]] for (uint kk = 0; kk < KPT; ++kk) s[kk] = 0.0;
+        [[unroll]] for (uint j = 0; j < C / P; ++j) {
+          const vec4 qv = q_sh[g * C + part_of + P * j];
+          [[unroll]] for (uint kk = 0; kk < KPT; ++kk) s[kk] += dot(qv, kv[kk][j]);
+        }
+        [[unroll]] for (uint kk = 0; kk < KPT; ++kk) {
+          [[unroll]] for (uint m = 1; m < P; m *= 2) s[kk] += subgroupShuffleXor(s[kk], m);
+          if (part_of == 0) s_sh[g * TK + k0 + kk] = tile + k0 + kk < end ? s[kk] : -1.0 / 0.0;
+        }
       }
     }
     barrier();
