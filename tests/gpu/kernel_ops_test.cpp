@@ -272,8 +272,12 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   };
   using Path = ops::AttentionPath;
   std::vector<AttnCase> table;
-  for (std::uint32_t d : {64u, 128u}) {
+  // Every head dim the split kernel takes (its scores: four threads a key at 16, eight a pair of
+  // keys from 32).
+  for (std::uint32_t d : {16u, 32u, 64u, 128u}) {
     table.push_back({fmt::format("decode_4seqs_d{}", d), 8, 2, d, {1, 17, 40, 130}, {{0, 0}, {1, 16}, {2, 39}, {3, 129}}});
+  }
+  for (std::uint32_t d : {64u, 128u}) {
     std::vector<std::pair<std::uint32_t, std::uint32_t>> chunk;
     for (std::uint32_t p = 16; p < 37; ++p) chunk.push_back({1, p});
     table.push_back({fmt::format("prefill_chunk_d{}", d), 4, 4, d, {5, 37}, chunk});
@@ -291,10 +295,6 @@ void add_attention_cases(std::vector<OpCase>& cases) {
     }
   }
   table.push_back({"decode_ctx2000_gqa8_d128", 16, 2, 128, {2000}, {{0, 1999}}});
-  // The small head dims the split kernel takes: four threads a key at 16, eight a pair at 32.
-  for (std::uint32_t d : {16u, 32u}) {
-    table.push_back({fmt::format("decode_4seqs_d{}", d), 8, 2, d, {1, 17, 40, 130}, {{0, 0}, {1, 16}, {2, 39}, {3, 129}}});
-  }
   table.push_back({"decode_ctx33_gqa3_d64", 6, 2, 64, {40}, {{0, 32}}, Path::split, 2});
   std::vector<std::pair<std::uint32_t, std::uint32_t>> full;
   for (std::uint32_t p = 0; p < 150; ++p) full.push_back({0, p});
