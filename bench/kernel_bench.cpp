@@ -3,6 +3,7 @@
 // of one Llama-3-8B layer at 1, 8, 32 and 512 tokens. GPU time comes from timestamp queries
 // around many back-to-back repetitions in one submission.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -295,6 +296,86 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
   }
 }
 
+// A single sequence's feed-forward block (norm, gate and up, silu, down, the residual add): in one
+// dispatch (ops::ffn_decode) where it applies, and as the five separate dispatches, each timed over
+// copies of the three matrices (at least 256 MiB in all, so that they stream from memory as a
+// model's layers do). Checked: the one dispatch against the separate ones.
+void bench_ffn_block(Bench& b, Table& table, const Model& m, const std::vector<WeightType>& types) {
+  const auto& features = b.device_.features();
+  for (auto type : types) {
+    if (!ops::ffn_decode_applies(features, type, type, type, m.hidden, m.ffn, 1)) continue;
+    const auto gate = random_weights(type, m.ffn, m.hidden, 61), up = random_weights(type, m.ffn, m.hidden, 62),
+               down = random_weights(type, m.hidden, m.ffn, 63);
+    const std::size_t block_bytes = gate.size() + up.size() + down.size();
+    const std::size_t copies = std::clamp<std::size_t>(((std::size_t{256} << 20) + block_bytes - 1) / block_bytes, 2, 32);
+    std::vector<std::array<PoolBuffer, 3>> blocks;
+    for (std::size_t i = 0; i < copies; ++i) {
+      blocks.push_back({upload_new(b.queue_, b.pool_, std::span<const std::byte>(gate), "weights:bench"),
+                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(up), "weights:bench"),
+                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(down), "weights:bench")});
+    }
+    auto x0 = b.random_f32(m.hidden, 8), norm = b.random_f32(m.hidden, 9);
+    auto x = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench"), h = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"),
+         g = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"), u = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"),
+         q8 = b.pool_.allocate(ops::q8_acts_bytes(std::max(m.hidden, m.ffn), 1), "bench"),
+         fused_out = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench");
+    const std::uint32_t groups = ops::ffn_decode_workgroups(features);
+    // A grid barrier's word for each repetition (a timing takes at most 1,001 of them, see
+    // Bench::time_us), zeroed before each timing as a step zeroes its layers' words.
+    constexpr std::uint32_t sync_words = 2048;
+    auto sync = b.pool_.allocate(sync_words * 4, "bench");
+    std::uint32_t next_word = 1;
+    auto zero_sync = [&] {
+      auto rec = b.queue_.begin();
+      rec.fill(sync.range(), 0);
+      b.queue_.submit_and_wait(rec);
+      next_word = 1;
+    };
+    std::size_t next = 0;
+    auto fused = [&](Recording& rec, const std::array<PoolBuffer, 3>& w) {
+      if (next_word == sync_words) throw GpuError("ffn block: more repetitions than grid barrier words");
+      ops::ffn_decode(rec, b.kernels_, type, w[0].range(), w[1].range(), w[2].range(), norm.range(), 1e-5f, x.range(),
+                      h.range(), sync.range(), next_word++, m.hidden, m.ffn, groups);
+    };
+    auto separate = [&](Recording& rec, const std::array<PoolBuffer, 3>& w) {
+      ops::quantize_q8_rms_norm(rec, b.kernels_, x.range(), norm.range(), 1e-5f, q8.range(), m.hidden, 1);
+      ops::matvec_q8(rec, b.kernels_, type, w[0].range(), q8.range(), g.range(), m.ffn, m.hidden, 1, false);
+      rec.next_runs_alongside();
+      ops::matvec_q8(rec, b.kernels_, type, w[1].range(), q8.range(), u.range(), m.ffn, m.hidden, 1, false);
+      ops::quantize_q8_silu(rec, b.kernels_, g.range(), u.range(), q8.range(), m.ffn, 1);
+      ops::matvec_q8(rec, b.kernels_, type, w[2].range(), q8.range(), x.range(), m.hidden, m.ffn, 1, true);
+    };
+    // Each from the same x, once untimed: the check.
+    PoolBuffer separate_out = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench");
+    zero_sync();
+    {
+      auto rec = b.queue_.begin();
+      rec.copy(x0.range(), x.range());
+      fused(rec, blocks.front());
+      rec.copy(x.range(), fused_out.range());
+      rec.copy(x0.range(), x.range());
+      separate(rec, blocks.front());
+      rec.copy(x.range(), separate_out.range());
+      b.queue_.submit_and_wait(rec);
+    }
+    std::string check = compare(b, fused_out, separate_out, m.hidden);
+    check.replace(check.find("vs tiled"), 8, "vs five dispatches");
+    const double traffic = double(block_bytes) + 4.0 * (2 * m.hidden + m.ffn);
+    const std::string shape = fmt::format("norm, gate/up {}x{}, silu, down", m.ffn, m.hidden);
+    zero_sync();
+    double us = b.time_us([&](Recording& rec) { fused(rec, blocks[next++ % copies]); });
+    std::uint32_t gave_up = download<std::uint32_t>(b.queue_, b.pool_, sync, 1)[0];
+    if (gave_up != 0) check += fmt::format(", {} grid barriers gave up", gave_up);
+    table.add({fmt::format("ffn block {}", weight_type_name(type)), shape, 1,
+               fmt::format("one dispatch, {} workgroups", groups), us, traffic, 6.0 * m.ffn * m.hidden,
+               check});
+    us = b.time_us([&](Recording& rec) { separate(rec, blocks[next++ % copies]); });
+    table.add({fmt::format("ffn block {}", weight_type_name(type)), shape, 1, "five dispatches", us, traffic,
+               6.0 * m.ffn * m.hidden, ""});
+    b.pool_.trim();
+  }
+}
+
 void bench_elementwise(Bench& b, Table& table, const Model& m, std::uint32_t t) {
   std::uint32_t h = m.hidden, qdim = m.heads * m.head_dim;
   {
@@ -527,6 +608,7 @@ void add_kernel_bench(CLI::App& bench) {
     Table table(copy_gbs);
     for (auto t : o->tokens) {
       if (!o->attention_only) bench_matmuls(b, table, model, t, types, o->staged_only, direct_shapes);
+      if (!o->attention_only && !o->staged_only && t == 1) bench_ffn_block(b, table, model, types);
       if (o->matmul_only) continue;
       if (!o->attention_only) bench_elementwise(b, table, model, t);
       bench_attention(b, table, model, t);

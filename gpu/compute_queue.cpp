@@ -77,6 +77,14 @@ void Recording::copy(BufferRange src, BufferRange dst) {
   vkCmdCopyBuffer(command_buffer_, src.buffer, dst.buffer, 1, &region);
 }
 
+void Recording::fill(BufferRange dst, std::uint32_t value) {
+  if (dst.size % 4 != 0 || dst.offset % 4 != 0) {
+    throw GpuError(fmt::format("fill of {} bytes at offset {}: not whole 32-bit words", dst.size, dst.offset));
+  }
+  barrier_if_needed();
+  vkCmdFillBuffer(command_buffer_, dst.buffer, dst.offset, dst.size, value);
+}
+
 void Recording::make_visible_to_host() {
   VkMemoryBarrier barrier{};
   barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;

@@ -46,6 +46,7 @@ class Recording {
     dispatch(kernel, buffers, static_cast<const void*>(&push), x, y, z);
   }
   void copy(BufferRange src, BufferRange dst);
+  void fill(BufferRange dst, std::uint32_t value);  // every 32-bit word of dst (whole words)
   // The first command of this recording waits for the work submitted before it (a step split
   // into several submissions, so the host records the next part while the GPU runs this one).
   void after_previous_submissions() { has_commands_ = true; }

@@ -188,10 +188,10 @@ std::string DeviceFeatures::summary() const {
                                       : std::string("none");
   return fmt::format(
       "{} (driver {}, Vulkan {}): subgroup {}, max storage buffer range {} MiB, shared memory {} KiB, "
-      "device-local {:.1f} GiB, cooperative matrix: {}{}, integer dot product: {}, bfloat16: {}",
+      "device-local {:.1f} GiB, cooperative matrix: {}{}, integer dot product: {}, bfloat16: {}{}",
       name, driver, api_version, subgroup_size, max_storage_buffer_range >> 20, max_shared_memory >> 10,
       device_local_bytes / double(1ull << 30), cm, cooperative_matrix_khr ? " (KHR reported)" : "",
-      integer_dot_product ? "yes" : "no", bfloat16 ? "yes" : "no");
+      integer_dot_product ? "yes" : "no", bfloat16 ? "yes" : "no", sm_count ? fmt::format(", {} SMs", sm_count) : "");
 }
 
 std::vector<std::string> Device::list_devices() {
@@ -237,6 +237,11 @@ Device::Device(const DeviceOptions& options) {
   VkPhysicalDeviceDriverProperties driver{};
 
   driver.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
+  // How many SMs run the workgroups (NVIDIA's VK_NV_shader_sm_builtins; 0 where the driver does not
+  // say): the grid of the kernels that keep one workgroup on each.
+  VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm_builtins{};
+  sm_builtins.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV;
+  if (has(extensions, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) driver.pNext = &sm_builtins;
   VkPhysicalDeviceSubgroupProperties subgroup{};
   subgroup.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
   subgroup.pNext = &driver;
@@ -260,6 +265,7 @@ Device::Device(const DeviceOptions& options) {
   std::copy(std::begin(p.pipelineCacheUUID), std::end(p.pipelineCacheUUID), features_.pipeline_cache_uuid.begin());
   features_.discrete = p.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
   features_.subgroup_size = subgroup.subgroupSize;
+  features_.sm_count = sm_builtins.shaderSMCount;
   features_.max_storage_buffer_range = p.limits.maxStorageBufferRange;
   features_.max_shared_memory = p.limits.maxComputeSharedMemorySize;
   features_.max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;

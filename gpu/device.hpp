@@ -40,6 +40,7 @@ struct DeviceFeatures {
   std::array<std::uint8_t, VK_UUID_SIZE> pipeline_cache_uuid{};  // whose pipeline cache data fits
   bool discrete = false;
   std::uint32_t subgroup_size = 0;
+  std::uint32_t sm_count = 0;  // SMs (VK_NV_shader_sm_builtins); 0 where the driver does not say
   std::uint64_t max_storage_buffer_range = 0;  // the largest range one descriptor may bind
   std::uint32_t max_shared_memory = 0;
   std::uint32_t max_workgroup_invocations = 0;

@@ -789,6 +789,87 @@ void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
                          {weights, acts_q8, out, positions, slots}, push, false);
 }
 
+namespace {
+std::optional<bool> ffn_decode_override;
+
+// ffn_decode.comp's threads: a workgroup fills an SM's half of the threads (1024 on the H100);
+// workgroup_sum (reduce.glsl) takes at most 64 subgroups.
+std::uint32_t ffn_decode_threads(const DeviceFeatures& features) {
+  return std::min({1024u, features.max_workgroup_invocations, 64 * std::max(features.subgroup_size, 1u)});
+}
+
+// Chunks of K a row splits into (items of one subgroup each): the count, of 1, 2, 4 and 8, that
+// keeps the grid's subgroups most evenly busy over the steps the kernel takes them in, each chunk at
+// least the 4 units a lane the kernel loads at once. Chunks divide the row's units and the subgroups.
+std::uint32_t ffn_decode_chunks(std::uint32_t rows, std::uint32_t units, std::uint32_t workgroups,
+                                std::uint32_t subgroups, std::uint32_t lanes) {
+  std::uint32_t best = 1;
+  double best_busy = 0.0;
+  const std::uint64_t slots = std::uint64_t{workgroups} * subgroups;
+  for (std::uint32_t c : {1u, 2u, 4u, 8u}) {
+    if (units % c != 0 || subgroups % c != 0 || (c > 1 && units / c < 4 * lanes)) break;
+    const std::uint64_t items = std::uint64_t{rows} * c;
+    const double busy = double(items) / double((items + slots - 1) / slots * slots);
+    if (busy > best_busy + 0.01) {
+      best = c;
+      best_busy = busy;
+    }
+  }
+  return best;
+}
+}  // namespace
+
+void set_ffn_decode(std::optional<bool> enabled) { ffn_decode_override = enabled; }
+
+std::uint32_t ffn_decode_workgroups(const DeviceFeatures& features) {
+  static const std::optional<bool> from_env = []() -> std::optional<bool> {
+    const char* v = std::getenv("MQLM_FFN_DECODE");
+    if (v == nullptr) return std::nullopt;
+    return std::string_view(v) != "0";
+  }();
+  const std::optional<bool> chosen = ffn_decode_override ? ffn_decode_override : from_env;
+  if (chosen && !*chosen) return 0;
+  return chosen ? std::max(features.sm_count, 1u) : features.sm_count;
+}
+
+bool ffn_decode_applies(const DeviceFeatures& features, WeightType gate, WeightType up, WeightType down,
+                        std::uint32_t n_embd, std::uint32_t n_ff, std::uint32_t n) {
+  const std::uint32_t workgroups = ffn_decode_workgroups(features);
+  const std::uint32_t max_k = std::max(n_embd, n_ff);
+  const std::uint64_t shared_bytes = std::uint64_t{max_k} + max_k / 8 + 2 * 256 * 4 + 64 * 4;
+  return n == 1 && workgroups != 0 && gate == up && up == down && matvec_int8(features, gate) && n_embd % 32 == 0 &&
+         n_ff % 32 == 0 && shared_bytes <= features.max_shared_memory && features.subgroup_size >= 4;
+}
+
+void ffn_decode(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange gate, BufferRange up, BufferRange down,
+                BufferRange norm_weight, float eps, BufferRange x, BufferRange h, BufferRange sync, std::uint32_t slot,
+                std::uint32_t n_embd, std::uint32_t n_ff, std::uint32_t workgroups) {
+  const DeviceFeatures& features = lib.device().features();
+  if (!ffn_decode_applies(features, type, type, type, n_embd, n_ff, 1) || workgroups == 0) {
+    throw GpuError(fmt::format("no one-dispatch feed-forward block for {} weights of {} x {} on this device",
+                               weight_type_name(type), n_embd, n_ff));
+  }
+  if (slot == 0 || sync.size < (std::uint64_t{slot} + 1) * 4 || h.size < std::uint64_t{n_ff} * 4 ||
+      x.size < std::uint64_t{n_embd} * 4) {
+    throw GpuError(fmt::format("ffn_decode: sync word {} of {} bytes, or h or x too small", slot, sync.size));
+  }
+  const std::uint32_t threads = ffn_decode_threads(features), lanes = features.subgroup_size,
+                      subgroups = threads / lanes;
+  const struct {
+    std::uint32_t n_embd, n_ff;
+    float eps;
+    std::uint32_t chunks_up, chunks_down, slot;
+  } push{n_embd,
+         n_ff,
+         eps,
+         ffn_decode_chunks(n_ff, n_embd / 8, workgroups, subgroups, lanes),
+         ffn_decode_chunks(n_embd, n_ff / 8, workgroups, subgroups, lanes),
+         slot};
+  const std::uint32_t max_k = ceil_div(std::max(n_embd, n_ff), 32) * 32;
+  rec.dispatch(kernel(lib, fmt::format("ffn_decode_{}", weight_type_name(type)), 7, sizeof push, {threads, max_k}),
+               {gate, up, down, x, norm_weight, h, sync}, push, workgroups);
+}
+
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,
               BufferRange v_cache, BufferRange slots, std::uint32_t tokens, std::uint32_t row) {
   struct {

@@ -102,6 +102,25 @@ void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
                      BufferRange out, BufferRange positions, BufferRange slots, const RopeShape& rope, HeadsOutput what,
                      std::uint32_t m, std::uint32_t k, std::uint32_t n);
 
+// A decode step's feed-forward block for one token in one dispatch (shaders/ffn_decode.comp):
+//   x += down . (silu(gate . a) * (up . a)),  a = rmsnorm(x) * norm_weight
+// with both products' activations int8 blocks as quantize_q8 makes them (what quantize_q8_rms_norm,
+// two matvec_q8, quantize_q8_silu and matvec_q8 compute in five dispatches). A persistent grid of
+// `workgroups`, all resident at once (ffn_decode_workgroups: one on each SM), with a grid barrier
+// between the two products, which counts in word `slot` (> 0) of `sync`: zeroed before, a word for
+// each dispatch. A barrier that gives up (its workgroups were not all resident) adds 1 to word 0,
+// which the caller checks after the step: the results are then wrong. h: n_ff floats of scratch.
+// ffn_decode_workgroups: the grid for this device, 0 where the path is off (no SM count: lavapipe;
+// set_ffn_decode(false) or MQLM_FFN_DECODE=0). set_ffn_decode(true) or MQLM_FFN_DECODE=1 takes it
+// everywhere, with one workgroup where the device does not say how many SMs it has.
+void set_ffn_decode(std::optional<bool> enabled);  // nullopt: the default (or the environment's)
+std::uint32_t ffn_decode_workgroups(const DeviceFeatures& features);
+bool ffn_decode_applies(const DeviceFeatures& features, WeightType gate, WeightType up, WeightType down,
+                        std::uint32_t n_embd, std::uint32_t n_ff, std::uint32_t n);
+void ffn_decode(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange gate, BufferRange up, BufferRange down,
+                BufferRange norm_weight, float eps, BufferRange x, BufferRange h, BufferRange sync, std::uint32_t slot,
+                std::uint32_t n_embd, std::uint32_t n_ff, std::uint32_t workgroups);
+
 // The narrow path: the tensor cores for every product wider than the vector path (decode batches
 // and prefill chunks), shaders/mul_mm_staged.comp. A workgroup owns a tile of up to 128 rows and
 // up to 128 columns; each weight block is read from memory once per tile's columns, dequantized

@@ -23,14 +23,8 @@
 // block for quantized ones, buffer offsets 16-byte aligned.
 #include "common.glsl"
 #if defined(X_INT8)
-#extension GL_EXT_spirv_intrinsics : require
 #include "int8_blocks.glsl"
-// OpSDotKHR (SPV_KHR_integer_dot_product) on two 32-bit words of four signed bytes each: the sum
-// of the four products. glslc 2023.2 has no GLSL built-in for it. Capabilities: DotProduct (6019),
-// DotProductInput4x8BitPacked (6018); the literal 0 names the packed 4 x 8-bit format.
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
-int sdot_packed(int a, int b, spirv_literal int packed_vector_format);
-int dot4x8(uint a, uint b) { return sdot_packed(int(a), int(b), 0); }
+#include "int8_dot.glsl"
 #endif
 
 #extension GL_EXT_control_flow_attributes : require

@@ -535,9 +535,35 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
   };
 
+  // A single sequence's feed-forward blocks, one dispatch each (ops::ffn_decode), count their grid
+  // barriers in ffn_sync: a word for each layer after word 0, where a barrier that gave up counts.
+  const auto ffn_one_dispatch = [&](const Layer& L) {
+    return !ffn_decode_failed_ && fused_decode(L.w_gate) && fused_decode(L.w_up) && fused_decode(L.w_down) &&
+           ops::ffn_decode_applies(features, L.w_gate.type, L.w_up.type, L.w_down.type, c.n_embd, c.n_ff, n);
+  };
+  const bool ffn_fused = std::any_of(layers_.begin(), layers_.end(), ffn_one_dispatch);
+  PoolBuffer ffn_sync, ffn_failed, ffn_h;
+  if (ffn_fused) {
+    ffn_sync = pool.allocate((c.n_layers + 1) * 4, "scratch");
+    ffn_failed = pool.allocate(4, "scratch", gpu::MemoryKind::host);
+    ffn_h = scratch(c.n_ff);
+    rec_of().fill(ffn_sync.range(), 0);
+  }
   auto finish = [&](gpu::Recording& r) {
     const auto submit_at = std::chrono::steady_clock::now();
+    if (ffn_fused) r.copy(ffn_sync.range(0, 4), ffn_failed.range());
     q.submit_and_wait(r);
+    if (ffn_fused) {
+      std::uint32_t failed = 0;
+      std::memcpy(&failed, ffn_failed.mapped(), 4);
+      if (failed != 0) {
+        ffn_decode_failed_ = true;
+        throw std::runtime_error("the one-dispatch feed-forward block's grid barrier gave up " +
+                                 std::to_string(failed) +
+                                 " times (its workgroups were not all resident on the GPU): this step's results are "
+                                 "wrong; later steps take the separate dispatches");
+      }
+    }
     if (profile == nullptr) return;
     auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
     profile->record_ms += ms(submit_at - step_start);
@@ -662,6 +688,10 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
                              static_cast<std::uint32_t>(L.w_gate.cols), n);
       mark("matmul gate, up");
       narrow_residual(L.w_down, glu16.range(), next_attn_norm_f16(l));
+    } else if (ffn_one_dispatch(L)) {  // x += down * (silu(gate * a) * (up * a)), a = norm(x): one dispatch
+      ops::ffn_decode(rec_of(), lib, L.w_gate.type, L.w_gate.buffer.range(), L.w_up.buffer.range(),
+                      L.w_down.buffer.range(), L.ffn_norm.buffer.range(), c.rms_eps, x.range(), ffn_h.range(),
+                      ffn_sync.range(), l + 1, c.n_embd, c.n_ff, ops::ffn_decode_workgroups(features));
     } else {
       if (!gate) {
         gate = scratch(std::uint64_t{n} * c.n_ff);
@@ -689,7 +719,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
         residual_matmul(L.w_down, gate);
       }
     }
-    mark("matmul down");
+    mark(ffn_one_dispatch(L) && !narrow_glu(L) ? "feed-forward, one dispatch" : "matmul down");
     // Parts of 1, 2, 4, ... layers up to layers_per_submission_: the GPU starts after one layer
     // is recorded, and each part takes the host less time to record than the GPU takes to run the
     // one before, so the GPU never waits for the host inside a step.

@@ -896,6 +896,67 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
   }
 }
 
+// A single sequence's feed-forward block in one dispatch (ffn_decode: a persistent grid, a grid
+// barrier between gate/up and down) against the CPU reference of what the five dispatches compute:
+// x + down . int8(silu(gate . a) * (up . a)), a = int8(rmsnorm(x) * norm weight). One workgroup on
+// lavapipe (its workgroups are not all resident at once, which the grid barrier needs); on a device
+// that says how many SMs it has, that many and a few. The shapes take rows in chunks of K and more
+// items than a round of the kernel's shared memory; every barrier arrived (word 0 stays 0), and the
+// sync words above the one used are untouched.
+TEST(FfnDecode, MatchesTheReference) {
+  Gpu& g = shared_gpu();
+  if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
+  Int8ForBoth both;
+  ops::set_ffn_decode(true);
+  struct Restore {
+    ~Restore() { ops::set_ffn_decode(std::nullopt); }
+  } restore;
+  const std::uint32_t sms = g.device.features().sm_count;
+  std::vector<std::uint32_t> grids{1};
+  if (sms > 0) grids.insert(grids.end(), {3, sms});
+  for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
+    for (auto [n_embd, n_ff] : {std::pair{544u, 1376u}, std::pair{256u, 96u}}) {
+      ASSERT_TRUE(ops::ffn_decode_applies(g.device.features(), type, type, type, n_embd, n_ff, 1));
+      auto wg = random_weights(type, n_ff, n_embd, 51), wu = random_weights(type, n_ff, n_embd, 52),
+           wd = random_weights(type, n_embd, n_ff, 53);
+      const Vec x = random_vec(n_embd, 54), norm = random_vec(n_embd, 55, 0.5f);
+      const Vec a = reference::int8_blocks(reference::rms_norm(x, norm, 1, n_embd, 1e-5f));
+      const Vec hidden = reference::int8_blocks(
+          reference::silu_mul(reference::matmul(dequantize(type, wg, n_ff, n_embd), a, n_ff, n_embd, 1),
+                              reference::matmul(dequantize(type, wu, n_ff, n_embd), a, n_ff, n_embd, 1)));
+      const Vec product = reference::matmul(dequantize(type, wd, n_embd, n_ff), hidden, n_embd, n_ff, 1);
+      PoolBuffer bg = g.up(std::vector<std::byte>(wg)), bu = g.up(std::vector<std::byte>(wu)),
+                 bd = g.up(std::vector<std::byte>(wd)), bn = g.up(norm), h = g.scratch(std::uint64_t{n_ff} * 4);
+      for (std::uint32_t grid : grids) {
+        const std::string what = fmt::format("{} {}x{} grid {}", weight_type_name(type), n_embd, n_ff, grid);
+        PoolBuffer bx = g.up(x), sync = g.up(std::vector<std::uint32_t>{0, 0, 0, 0});
+        run_step(g, [&](Recording& rec) {
+          ops::ffn_decode(rec, g.kernels, type, bg.range(), bu.range(), bd.range(), bn.range(), 1e-5f, bx.range(),
+                          h.range(), sync.range(), 2, n_embd, n_ff, grid);
+        });
+        EXPECT_EQ(g.down<std::uint32_t>(sync, 4), (std::vector<std::uint32_t>{0, 0, grid, 0})) << what;
+        const Vec got = g.down<float>(bx, n_embd);
+        double err = 0, ref = 0;
+        for (std::uint32_t i = 0; i < n_embd; ++i) {
+          ASSERT_NEAR(got[i], x[i] + product[i], bound(type) * (1 + std::abs(product[i]))) << what << " row " << i;
+          err += (got[i] - x[i] - product[i]) * (got[i] - x[i] - product[i]);
+          ref += product[i] * product[i];
+        }
+        EXPECT_LT(err / ref, int8_tolerance * 10) << what;
+      }
+    }
+  }
+  EXPECT_FALSE(ops::ffn_decode_applies(g.device.features(), WeightType::q4_0, WeightType::q4_0, WeightType::q4_0, 544,
+                                       1376, 2));
+  EXPECT_FALSE(ops::ffn_decode_applies(g.device.features(), WeightType::q4_0, WeightType::q4_0, WeightType::q8_0, 544,
+                                       1376, 1));
+  EXPECT_FALSE(ops::ffn_decode_applies(g.device.features(), WeightType::f16, WeightType::f16, WeightType::f16, 544,
+                                       1376, 1));
+  ops::set_ffn_decode(false);
+  EXPECT_FALSE(ops::ffn_decode_applies(g.device.features(), WeightType::q4_0, WeightType::q4_0, WeightType::q4_0, 544,
+                                       1376, 1));
+}
+
 // Attention writing its output as the int8 mat-vec's input (a decode step's output product) makes
 // the bytes and scales quantize_q8 makes from its F32 output, bit for bit, and as the tensor cores'
 // F16 input what to_f16 makes of it, its padded rows zero (also from one split, which writes the
