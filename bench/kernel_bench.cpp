@@ -376,6 +376,150 @@ void bench_ffn_block(Bench& b, Table& table, const Model& m, const std::vector<W
   }
 }
 
+// A single sequence's attention block (norm, q/k/v with rope and the cache write, attention over
+// `context` keys, the output product, the residual add): in one dispatch (ops::attn_decode, off in
+// steps by default, on here) where it applies, and as the five separate dispatches, each over copies of the four matrices (at least
+// 256 MiB in all). Checked: the one dispatch's x against the separate dispatches'.
+void bench_attention_block(Bench& b, Table& table, const Model& m, const std::vector<WeightType>& types,
+                           std::uint32_t context) {
+  const auto& features = b.device_.features();
+  const std::uint32_t q_rows = m.heads * m.head_dim, kv_rows = m.kv_heads * m.head_dim, page_size = 16;
+  const std::uint32_t position = std::max(context, 1u) - 1, pages = position / page_size + 1;
+  const ops::RopeShape rope{1, m.heads, m.head_dim, 0, 500000.0f, 1.0f, false};
+  ops::set_attn_decode(true);  // off by default in steps; timed here against the five dispatches
+  struct Restore {
+    ~Restore() { ops::set_attn_decode(std::nullopt); }
+  } restore;
+  for (auto type : types) {
+    if (!ops::attn_decode_applies(features, type, type, type, type, m.hidden, m.heads, m.kv_heads, m.head_dim, 1, rope)) {
+      continue;
+    }
+    const auto wq = random_weights(type, q_rows, m.hidden, 81), wk = random_weights(type, kv_rows, m.hidden, 82),
+               wv = random_weights(type, kv_rows, m.hidden, 83), wo = random_weights(type, m.hidden, q_rows, 84);
+    const std::size_t block_bytes = wq.size() + wk.size() + wv.size() + wo.size();
+    const std::size_t copies = std::clamp<std::size_t>(((std::size_t{256} << 20) + block_bytes - 1) / block_bytes, 2, 32);
+    std::vector<std::array<PoolBuffer, 4>> blocks;
+    for (std::size_t i = 0; i < copies; ++i) {
+      blocks.push_back({upload_new(b.queue_, b.pool_, std::span<const std::byte>(wq), "weights:bench"),
+                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(wk), "weights:bench"),
+                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(wv), "weights:bench"),
+                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(wo), "weights:bench")});
+    }
+    std::vector<std::uint32_t> table_words(pages);
+    std::iota(table_words.begin(), table_words.end(), 0u);
+    const std::uint32_t slot = position;
+    auto x0 = b.random_f32(m.hidden, 10), norm = b.random_f32(m.hidden, 11);
+    std::vector<std::uint16_t> halves(std::size_t{pages} * page_size * kv_rows);
+    {
+      std::mt19937_64 rng(12);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (auto& v : halves) v = float_to_half(dist(rng));
+    }
+    auto k_cache = upload_new(b.queue_, b.pool_, std::span<const std::uint16_t>(halves), "bench"),
+         v_cache = upload_new(b.queue_, b.pool_, std::span<const std::uint16_t>(halves), "bench");
+    auto tables = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(table_words), "bench");
+    const std::vector<std::int32_t> pos_words{static_cast<std::int32_t>(position)};
+    const std::vector<std::uint32_t> slot_words{slot}, seq_pos_words{0, position};
+    auto pos = upload_new(b.queue_, b.pool_, std::span<const std::int32_t>(pos_words), "bench"),
+         slots = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(slot_words), "bench"),
+         seq_pos = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(seq_pos_words), "bench");
+    ops::AttentionShape shape{1, m.heads, m.kv_heads, m.head_dim, page_size, pages, 1.0f / std::sqrt(float(m.head_dim))};
+    shape.max_context = position + 1;
+    auto x = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench"), qb = b.pool_.allocate(std::uint64_t{q_rows} * 4, "bench"),
+         out = b.pool_.allocate(std::uint64_t{q_rows} * 4, "bench"),
+         q8 = b.pool_.allocate(ops::q8_acts_bytes(std::max(m.hidden, q_rows), 1), "bench"),
+         att_scratch = b.pool_.allocate(ops::attention_scratch_bytes(shape), "bench"),
+         grid_scratch = b.pool_.allocate(ops::attn_decode_scratch_bytes(features, m.heads, m.kv_heads, m.head_dim), "bench");
+    const std::uint32_t groups = ops::ffn_decode_workgroups(features), words = ops::attn_decode_sync_words(m.kv_heads);
+    constexpr std::uint32_t reps_max = 1001;  // a timing's repetitions at most (Bench::time_us)
+    auto sync = b.pool_.allocate(std::uint64_t{1 + reps_max * words} * 4, "bench");
+    std::uint32_t next_word = 1;
+    auto zero_sync = [&] {
+      auto rec = b.queue_.begin();
+      rec.fill(sync.range(), 0);
+      b.queue_.submit_and_wait(rec);
+      next_word = 1;
+    };
+    std::size_t next = 0;
+    auto fused = [&](Recording& rec, const std::array<PoolBuffer, 4>& w) {
+      if (next_word + words > 1 + reps_max * words) throw GpuError("attention block: more repetitions than sync words");
+      ops::AttnDecode a;
+      a.type = type;
+      a.wq = w[0].range();
+      a.wk = w[1].range();
+      a.wv = w[2].range();
+      a.wo = w[3].range();
+      a.norm_weight = norm.range();
+      a.x = x.range();
+      a.k_cache = k_cache.range();
+      a.v_cache = v_cache.range();
+      a.block_tables = tables.range();
+      a.scratch = grid_scratch.range();
+      a.sync = sync.range();
+      a.sync_word = next_word;
+      next_word += words;
+      a.n_embd = m.hidden;
+      a.heads = m.heads;
+      a.kv_heads = m.kv_heads;
+      a.head_dim = m.head_dim;
+      a.page_size = page_size;
+      a.position = position;
+      a.slot = slot;
+      a.eps = 1e-5f;
+      a.scale = shape.scale;
+      a.rope = rope;
+      ops::attn_decode(rec, b.kernels_, a, groups);
+    };
+    auto separate = [&](Recording& rec, const std::array<PoolBuffer, 4>& w) {
+      ops::quantize_q8_rms_norm(rec, b.kernels_, x.range(), norm.range(), 1e-5f, q8.range(), m.hidden, 1);
+      ops::matvec_q8_heads(rec, b.kernels_, type, w[0].range(), q8.range(), qb.range(), pos.range(), slots.range(), rope,
+                           ops::HeadsOutput::q, q_rows, m.hidden, 1);
+      rec.next_runs_alongside();
+      ops::matvec_q8_heads(rec, b.kernels_, type, w[1].range(), q8.range(), k_cache.range(), pos.range(), slots.range(),
+                           rope, ops::HeadsOutput::k_cache, kv_rows, m.hidden, 1);
+      rec.next_runs_alongside();
+      ops::matvec_q8_heads(rec, b.kernels_, type, w[2].range(), q8.range(), v_cache.range(), pos.range(), slots.range(),
+                           rope, ops::HeadsOutput::v_cache, kv_rows, m.hidden, 1);
+      ops::AttentionMerged merged;
+      merged.q8 = q8.range();
+      if (!ops::attention(rec, b.kernels_, qb.range(), k_cache.range(), v_cache.range(), tables.range(), seq_pos.range(),
+                          att_scratch.range(), out.range(), shape, merged)) {
+        ops::quantize_q8(rec, b.kernels_, out.range(), q8.range(), q_rows, 1);
+      }
+      ops::matvec_q8(rec, b.kernels_, type, w[3].range(), q8.range(), x.range(), m.hidden, q_rows, 1, true);
+    };
+    PoolBuffer fused_out = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench"),
+               separate_out = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench");
+    zero_sync();
+    {
+      auto rec = b.queue_.begin();
+      rec.copy(x0.range(), x.range());
+      fused(rec, blocks.front());
+      rec.copy(x.range(), fused_out.range());
+      rec.copy(x0.range(), x.range());
+      separate(rec, blocks.front());
+      rec.copy(x.range(), separate_out.range());
+      b.queue_.submit_and_wait(rec);
+    }
+    std::string check = compare(b, fused_out, separate_out, m.hidden);
+    check.replace(check.find("vs tiled"), 8, "vs five dispatches");
+    const double traffic = double(block_bytes) + 4.0 * m.hidden * 2 + 4.0 * kv_rows * (position + 1);
+    const double flops = 2.0 * (q_rows + 2.0 * kv_rows) * m.hidden + 2.0 * m.hidden * q_rows;
+    const std::string name = fmt::format("norm, qkv {}x{}, rope, attention over {}, out", q_rows + 2 * kv_rows, m.hidden,
+                                         position + 1);
+    zero_sync();
+    double us = b.time_us([&](Recording& rec) { fused(rec, blocks[next++ % copies]); });
+    const std::uint32_t gave_up = download<std::uint32_t>(b.queue_, b.pool_, sync, 1)[0];
+    if (gave_up != 0) check += fmt::format(", {} grid barriers gave up", gave_up);
+    table.add({fmt::format("attention block {}", weight_type_name(type)), name, 1,
+               fmt::format("one dispatch, {} workgroups", groups), us, traffic, flops, check});
+    us = b.time_us([&](Recording& rec) { separate(rec, blocks[next++ % copies]); });
+    table.add({fmt::format("attention block {}", weight_type_name(type)), name, 1, "five dispatches", us, traffic, flops,
+               ""});
+    b.pool_.trim();
+  }
+}
+
 void bench_elementwise(Bench& b, Table& table, const Model& m, std::uint32_t t) {
   std::uint32_t h = m.hidden, qdim = m.heads * m.head_dim;
   {
@@ -608,7 +752,10 @@ void add_kernel_bench(CLI::App& bench) {
     Table table(copy_gbs);
     for (auto t : o->tokens) {
       if (!o->attention_only) bench_matmuls(b, table, model, t, types, o->staged_only, direct_shapes);
-      if (!o->attention_only && !o->staged_only && t == 1) bench_ffn_block(b, table, model, types);
+      if (!o->attention_only && !o->staged_only && t == 1) {
+        bench_ffn_block(b, table, model, types);
+        bench_attention_block(b, table, model, types, o->context != 0 ? o->context : 602);
+      }
       if (o->matmul_only) continue;
       if (!o->attention_only) bench_elementwise(b, table, model, t);
       bench_attention(b, table, model, t);

@@ -870,6 +870,102 @@ void ffn_decode(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange
                {gate, up, down, x, norm_weight, h, sync}, push, workgroups);
 }
 
+namespace {
+std::optional<bool> attn_decode_override;
+
+// Key ranges of attn_decode's phase 2: a (KV head, range) for each workgroup, at most a range a
+// tile of keys (attention_tile.glsl's 32).
+std::uint32_t attn_decode_splits(std::uint32_t workgroups, std::uint32_t kv_heads, std::uint32_t context) {
+  return std::clamp(workgroups / kv_heads, 1u, std::max(ceil_div(context, 32), 1u));
+}
+}  // namespace
+
+void set_attn_decode(std::optional<bool> enabled) { attn_decode_override = enabled; }
+
+bool attn_decode_applies(const DeviceFeatures& features, WeightType q, WeightType k, WeightType v, WeightType o,
+                         std::uint32_t n_embd, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
+                         std::uint32_t n, const RopeShape& rope) {
+  static const std::optional<bool> from_env = []() -> std::optional<bool> {
+    const char* v = std::getenv("MQLM_ATTN_DECODE");
+    if (v == nullptr) return std::nullopt;
+    return std::string_view(v) != "0";
+  }();
+  // Off unless asked for: on the H100 it is as fast as the five dispatches alone (48.1 against
+  // 48.8 us a layer of llama3-8b Q4_0) and slower inside a step (56.6 us; decode 302 -> 261 tok/s):
+  // bench/results/ffn-decode-2026-11-27-h100.md.
+  const std::optional<bool> chosen = attn_decode_override ? attn_decode_override : from_env;
+  if (!chosen || !*chosen) return false;
+  const std::uint32_t workgroups = ffn_decode_workgroups(features), dims = rotary_dims(rope);
+  if (n != 1 || workgroups == 0 || kv_heads == 0 || heads % kv_heads != 0 || heads / kv_heads > 8) return false;
+  const std::uint32_t q_rows = heads * head_dim, max_k = std::max(n_embd, q_rows);
+  const std::uint64_t shared_bytes = std::uint64_t{max_k} + max_k / 8 + 2 * 256 * 4 + 64 * 4 +
+                                     std::uint64_t{heads / kv_heads} * (head_dim * 4 + 32 * 4 + 128 * 16 + 12) + 32 * 4;
+  return q == k && k == v && v == o && matvec_int8(features, q) &&
+         (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128) && n_embd % 32 == 0 &&
+         q_rows % 32 == 0 && !rope.neox && dims % 2 == 0 && dims <= head_dim &&
+         ffn_decode_threads(features) >= 128 && shared_bytes <= features.max_shared_memory;
+}
+
+std::uint32_t attn_decode_sync_words(std::uint32_t kv_heads) { return 2 + kv_heads; }
+
+std::uint64_t attn_decode_scratch_bytes(const DeviceFeatures& features, std::uint32_t heads, std::uint32_t kv_heads,
+                                        std::uint32_t head_dim) {
+  const std::uint64_t splits = std::max(1u, ffn_decode_workgroups(features) / std::max(kv_heads, 1u));
+  return 4 * (2 * std::uint64_t{heads} * head_dim + std::uint64_t{heads} * splits * (head_dim + 2));
+}
+
+void attn_decode(Recording& rec, KernelLibrary& lib, const AttnDecode& a, std::uint32_t workgroups) {
+  const DeviceFeatures& features = lib.device().features();
+  if (!attn_decode_applies(features, a.type, a.type, a.type, a.type, a.n_embd, a.heads, a.kv_heads, a.head_dim, 1,
+                           a.rope) ||
+      workgroups == 0 || workgroups > ffn_decode_workgroups(features)) {
+    throw GpuError(fmt::format("no one-dispatch attention block for {} weights, {} heads ({} KV) of {}, {} workgroups",
+                               weight_type_name(a.type), a.heads, a.kv_heads, a.head_dim, workgroups));
+  }
+  const std::uint32_t q_rows = a.heads * a.head_dim, kv_rows = a.kv_heads * a.head_dim;
+  const std::uint32_t splits = attn_decode_splits(workgroups, a.kv_heads, a.position + 1);
+  const std::uint64_t q_bytes = std::uint64_t{q_rows} * 4,
+                      partial_bytes = std::uint64_t{a.heads} * splits * (a.head_dim + 2) * 4;
+  if (a.sync_word == 0 || a.sync.size < (std::uint64_t{a.sync_word} + attn_decode_sync_words(a.kv_heads)) * 4 ||
+      a.scratch.size < 2 * q_bytes + partial_bytes || a.x.size < std::uint64_t{a.n_embd} * 4 ||
+      a.k_cache.size < (std::uint64_t{a.slot} + 1) * kv_rows * 2 || a.v_cache.size < (std::uint64_t{a.slot} + 1) * kv_rows * 2) {
+    throw GpuError(fmt::format("attn_decode: sync word {} of {} bytes, scratch {} bytes, or x or the cache too small",
+                               a.sync_word, a.sync.size, a.scratch.size));
+  }
+  const std::uint32_t threads = ffn_decode_threads(features), lanes = features.subgroup_size,
+                      subgroups = threads / lanes;
+  const struct {
+    std::uint32_t n_embd, kv_heads;
+    float eps;
+    std::uint32_t pos, slot, table_row, page_size, n_dims;
+    float freq_base, freq_scale, scale;
+    std::uint32_t splits, chunks_qkv, chunks_out, sync_slot;
+  } push{a.n_embd,
+         a.kv_heads,
+         a.eps,
+         a.position,
+         a.slot,
+         a.table_row,
+         a.page_size,
+         rotary_dims(a.rope),
+         a.rope.freq_base,
+         a.rope.freq_scale,
+         a.scale,
+         splits,
+         ffn_decode_chunks((q_rows + 2 * kv_rows) / 2, a.n_embd / 8, workgroups, subgroups, lanes),
+         ffn_decode_chunks(a.n_embd, q_rows / 8, workgroups, subgroups, lanes),
+         a.sync_word};
+  const BufferRange q_out{a.scratch.buffer, a.scratch.offset, q_bytes},
+      attn_out{a.scratch.buffer, a.scratch.offset + q_bytes, q_bytes},
+      partials{a.scratch.buffer, a.scratch.offset + 2 * q_bytes, partial_bytes};
+  const std::uint32_t max_k = ceil_div(std::max(a.n_embd, q_rows), 32) * 32;
+  rec.dispatch(kernel(lib, fmt::format("attn_decode_{}", weight_type_name(a.type)), 13, sizeof push,
+                      {threads, max_k, a.head_dim, a.heads / a.kv_heads}),
+               {a.wq, a.wk, a.wv, a.wo, a.x, a.norm_weight, a.k_cache, a.v_cache, a.block_tables, q_out, partials,
+                attn_out, a.sync},
+               push, workgroups);
+}
+
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,
               BufferRange v_cache, BufferRange slots, std::uint32_t tokens, std::uint32_t row) {
   struct {

@@ -121,6 +121,36 @@ void ffn_decode(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange
                 BufferRange norm_weight, float eps, BufferRange x, BufferRange h, BufferRange sync, std::uint32_t slot,
                 std::uint32_t n_embd, std::uint32_t n_ff, std::uint32_t workgroups);
 
+// A decode step's attention block for one token in one dispatch (shaders/attn_decode.comp), on the
+// same persistent grid as ffn_decode: a = rmsnorm(x) * norm_weight; q, k, v = wq . a, wk . a,
+// wv . a, q and k turned by the rotary embedding (normal layout) at `position`, k and v written to
+// the cache at `slot`; x += wo . attention(q, keys 0 .. position of the sequence whose block table
+// starts at word table_row of block_tables). The products' activations are int8 blocks as in the
+// separate path (quantize_q8_rms_norm, matvec_q8_heads, attention's split and merge into int8,
+// matvec_q8: five dispatches). Its grid barriers and per-KV-head counters take
+// attn_decode_sync_words(kv_heads) words of `sync` from sync_word (> 0), zeroed before; a barrier
+// that gives up adds 1 to word 0. scratch: attn_decode_scratch_bytes. attn_decode_applies: one
+// token, the four matrices Q8_0 or Q4_0 alike on the int8 path, head dims 16-128, the grid on
+// (ffn_decode_workgroups), and asked for: set_attn_decode(true) or MQLM_ATTN_DECODE=1 (off by
+// default: slower than the five dispatches inside a step on the H100).
+struct AttnDecode {
+  WeightType type = WeightType::q4_0;
+  BufferRange wq, wk, wv, wo, norm_weight, x, k_cache, v_cache, block_tables, scratch, sync;
+  std::uint32_t sync_word = 0;
+  std::uint32_t n_embd = 0, heads = 0, kv_heads = 0, head_dim = 0, page_size = 0;
+  std::uint32_t table_row = 0, position = 0, slot = 0;
+  float eps = 0, scale = 0;
+  RopeShape rope;  // rotary_dims, freq_base, freq_scale (normal layout)
+};
+void set_attn_decode(std::optional<bool> enabled);
+bool attn_decode_applies(const DeviceFeatures& features, WeightType q, WeightType k, WeightType v, WeightType o,
+                         std::uint32_t n_embd, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
+                         std::uint32_t n, const RopeShape& rope);
+std::uint32_t attn_decode_sync_words(std::uint32_t kv_heads);
+std::uint64_t attn_decode_scratch_bytes(const DeviceFeatures& features, std::uint32_t heads, std::uint32_t kv_heads,
+                                        std::uint32_t head_dim);
+void attn_decode(Recording& rec, KernelLibrary& lib, const AttnDecode& a, std::uint32_t workgroups);
+
 // The narrow path: the tensor cores for every product wider than the vector path (decode batches
 // and prefill chunks), shaders/mul_mm_staged.comp. A workgroup owns a tile of up to 128 rows and
 // up to 128 columns; each weight block is read from memory once per tile's columns, dequantized

@@ -535,31 +535,46 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
   };
 
-  // A single sequence's feed-forward blocks, one dispatch each (ops::ffn_decode), count their grid
-  // barriers in ffn_sync: a word for each layer after word 0, where a barrier that gave up counts.
+  ops::RopeShape rope{n, c.n_head, c.head_dim, 0, c.rope_base, 1.0f / c.rope_scale, c.rope_neox()};
+  // A single sequence's feed-forward and attention blocks, one dispatch each (ops::ffn_decode,
+  // ops::attn_decode), on a grid with barriers that count in grid_sync: word 0, where a barrier
+  // that gave up counts, then a word for each layer's feed-forward block, then each layer's
+  // attention block's words.
   const auto ffn_one_dispatch = [&](const Layer& L) {
-    return !ffn_decode_failed_ && fused_decode(L.w_gate) && fused_decode(L.w_up) && fused_decode(L.w_down) &&
+    return !grid_failed_ && fused_decode(L.w_gate) && fused_decode(L.w_up) && fused_decode(L.w_down) &&
            ops::ffn_decode_applies(features, L.w_gate.type, L.w_up.type, L.w_down.type, c.n_embd, c.n_ff, n);
   };
-  const bool ffn_fused = std::any_of(layers_.begin(), layers_.end(), ffn_one_dispatch);
-  PoolBuffer ffn_sync, ffn_failed, ffn_h;
-  if (ffn_fused) {
-    ffn_sync = pool.allocate((c.n_layers + 1) * 4, "scratch");
-    ffn_failed = pool.allocate(4, "scratch", gpu::MemoryKind::host);
-    ffn_h = scratch(c.n_ff);
-    rec_of().fill(ffn_sync.range(), 0);
+  const auto attn_one_dispatch = [&](const Layer& L) {
+    return !grid_failed_ && !L.bq.buffer && !L.bk.buffer && !L.bv.buffer && !c.qk_norm() && fused_decode(L.wq) &&
+           fused_decode(L.wk) && fused_decode(L.wv) && fused_decode(L.wo) &&
+           ops::attn_decode_applies(features, L.wq.type, L.wk.type, L.wv.type, L.wo.type, c.n_embd, c.n_head,
+                                    c.n_head_kv, c.head_dim, n, rope);
+  };
+  const bool ffn_grid = std::any_of(layers_.begin(), layers_.end(), ffn_one_dispatch),
+             attn_grid = std::any_of(layers_.begin(), layers_.end(), attn_one_dispatch);
+  const std::uint32_t attn_words = ops::attn_decode_sync_words(c.n_head_kv);
+  auto attn_sync_word = [&](std::uint32_t l) { return 1 + c.n_layers + l * attn_words; };
+  PoolBuffer grid_sync, grid_failed, ffn_h, attn_scratch_grid;
+  if (ffn_grid || attn_grid) {
+    grid_sync = pool.allocate(std::uint64_t{attn_sync_word(c.n_layers)} * 4, "scratch");
+    grid_failed = pool.allocate(4, "scratch", gpu::MemoryKind::host);
+    rec_of().fill(grid_sync.range(), 0);
+  }
+  if (ffn_grid) ffn_h = scratch(c.n_ff);
+  if (attn_grid) {
+    attn_scratch_grid =
+        pool.allocate(ops::attn_decode_scratch_bytes(features, c.n_head, c.n_head_kv, c.head_dim), "scratch");
   }
   auto finish = [&](gpu::Recording& r) {
     const auto submit_at = std::chrono::steady_clock::now();
-    if (ffn_fused) r.copy(ffn_sync.range(0, 4), ffn_failed.range());
+    if (grid_sync) r.copy(grid_sync.range(0, 4), grid_failed.range());
     q.submit_and_wait(r);
-    if (ffn_fused) {
+    if (grid_sync) {
       std::uint32_t failed = 0;
-      std::memcpy(&failed, ffn_failed.mapped(), 4);
+      std::memcpy(&failed, grid_failed.mapped(), 4);
       if (failed != 0) {
-        ffn_decode_failed_ = true;
-        throw std::runtime_error("the one-dispatch feed-forward block's grid barrier gave up " +
-                                 std::to_string(failed) +
+        grid_failed_ = true;
+        throw std::runtime_error("a one-dispatch block's grid barrier gave up " + std::to_string(failed) +
                                  " times (its workgroups were not all resident on the GPU): this step's results are "
                                  "wrong; later steps take the separate dispatches");
       }
@@ -586,7 +601,6 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   };
   ops::get_rows(rec_of(), lib, token_embd_.type, token_embd_.buffer.range(), ids_buf.range(), x.range(), c.n_embd, n);
   mark("embedding");
-  ops::RopeShape rope{n, c.n_head, c.head_dim, 0, c.rope_base, 1.0f / c.rope_scale, c.rope_neox()};
   ops::AttentionShape attention{n, c.n_head, c.n_head_kv, c.head_dim, page_size, max_pages,
                                 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   for (const StepToken& t : batch.tokens) attention.max_context = std::max(attention.max_context, t.position + 1);
@@ -615,68 +629,98 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   std::uint32_t part_size = 1, part_layers = 0;
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
-    if (heads_fused(L)) {
-      ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), L.attn_norm.buffer.range(), c.rms_eps, normed(), c.n_embd, n);
-      mark("norm");
-      const std::tuple<const GpuTensor*, gpu::BufferRange, ops::HeadsOutput> heads[] = {
-          {&L.wq, qb.range(), ops::HeadsOutput::q},
-          {&L.wk, cache.keys(l), ops::HeadsOutput::k_cache},
-          {&L.wv, cache.values(l), ops::HeadsOutput::v_cache}};
-      for (const auto& [w, out, what] : heads) {
-        if (what != ops::HeadsOutput::q) rec_of().next_runs_alongside();  // they write apart
-        ops::matvec_q8_heads(rec_of(), lib, w->type, w->buffer.range(), normed(), out, pos_buf.range(), slots_buf.range(),
-                             rope, what, static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
-      }
-      mark("matmul qkv, rope, kv write");
+    if (attn_one_dispatch(L)) {  // x += wo * attention(rope(wq * a), rope(wk * a), wv * a), a = norm(x): one dispatch
+      ops::AttnDecode a;
+      a.type = L.wq.type;
+      a.wq = L.wq.buffer.range();
+      a.wk = L.wk.buffer.range();
+      a.wv = L.wv.buffer.range();
+      a.wo = L.wo.buffer.range();
+      a.norm_weight = L.attn_norm.buffer.range();
+      a.x = x.range();
+      a.k_cache = cache.keys(l);
+      a.v_cache = cache.values(l);
+      a.block_tables = tables_buf.range();
+      a.scratch = attn_scratch_grid.range();
+      a.sync = grid_sync.range();
+      a.sync_word = attn_sync_word(l);
+      a.n_embd = c.n_embd;
+      a.heads = c.n_head;
+      a.kv_heads = c.n_head_kv;
+      a.head_dim = c.head_dim;
+      a.page_size = page_size;
+      a.table_row = batch.tokens[0].sequence * max_pages;
+      a.position = batch.tokens[0].position;
+      a.slot = slots[0];
+      a.eps = c.rms_eps;
+      a.scale = attention.scale;
+      a.rope = rope;
+      ops::attn_decode(rec_of(), lib, a, ops::ffn_decode_workgroups(features));
+      mark("attention block, one dispatch");
     } else {
-      // q, k and v read the same input and write apart: no barriers between them. With nothing
-      // between them and rope, rope_kv_write adds the slices of those that split K.
-      const bool rope_next = !L.bq.buffer && !L.bk.buffer && !L.bv.buffer && !c.qk_norm();
-      std::vector<PendingSum> sums;
-      normed_projections(L.attn_norm, {{&L.wq, &qb}, {&L.wk, &kb}, {&L.wv, &vb}}, rope_next ? &sums : nullptr);
-      mark("matmul qkv");
-      add_bias(L.bq, qb, c.q_dim());
-      add_bias(L.bk, kb, c.kv_dim());
-      add_bias(L.bv, vb, c.kv_dim());
-      mark("bias");
-      if (c.qk_norm()) {
-        ops::rms_norm(rec_of(), lib, qb.range(), L.q_norm.buffer.range(), qb.range(), n * c.n_head, c.head_dim, c.rms_eps);
-        rec_of().next_runs_alongside();  // q and k are normalised apart
-        ops::rms_norm(rec_of(), lib, kb.range(), L.k_norm.buffer.range(), kb.range(), n * c.n_head_kv, c.head_dim,
-                      c.rms_eps);
-        mark("qk norm");
-      }
-      ops::QkvSlices slices;
-      for (const PendingSum& s : sums) {
-        if (s.out == &qb) {
-          slices.q = s.parts;
-          slices.q_splits = s.splits;
-        } else if (s.out == &kb) {
-          slices.k = s.parts;
-          slices.k_splits = s.splits;
-        } else {
-          slices.v = s.parts;
-          slices.v_splits = s.splits;
+      if (heads_fused(L)) {
+        ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), L.attn_norm.buffer.range(), c.rms_eps, normed(), c.n_embd, n);
+        mark("norm");
+        const std::tuple<const GpuTensor*, gpu::BufferRange, ops::HeadsOutput> heads[] = {
+            {&L.wq, qb.range(), ops::HeadsOutput::q},
+            {&L.wk, cache.keys(l), ops::HeadsOutput::k_cache},
+            {&L.wv, cache.values(l), ops::HeadsOutput::v_cache}};
+        for (const auto& [w, out, what] : heads) {
+          if (what != ops::HeadsOutput::q) rec_of().next_runs_alongside();  // they write apart
+          ops::matvec_q8_heads(rec_of(), lib, w->type, w->buffer.range(), normed(), out, pos_buf.range(), slots_buf.range(),
+                               rope, what, static_cast<std::uint32_t>(w->rows), static_cast<std::uint32_t>(w->cols), n);
         }
+        mark("matmul qkv, rope, kv write");
+      } else {
+        // q, k and v read the same input and write apart: no barriers between them. With nothing
+        // between them and rope, rope_kv_write adds the slices of those that split K.
+        const bool rope_next = !L.bq.buffer && !L.bk.buffer && !L.bv.buffer && !c.qk_norm();
+        std::vector<PendingSum> sums;
+        normed_projections(L.attn_norm, {{&L.wq, &qb}, {&L.wk, &kb}, {&L.wv, &vb}}, rope_next ? &sums : nullptr);
+        mark("matmul qkv");
+        add_bias(L.bq, qb, c.q_dim());
+        add_bias(L.bk, kb, c.kv_dim());
+        add_bias(L.bv, vb, c.kv_dim());
+        mark("bias");
+        if (c.qk_norm()) {
+          ops::rms_norm(rec_of(), lib, qb.range(), L.q_norm.buffer.range(), qb.range(), n * c.n_head, c.head_dim, c.rms_eps);
+          rec_of().next_runs_alongside();  // q and k are normalised apart
+          ops::rms_norm(rec_of(), lib, kb.range(), L.k_norm.buffer.range(), kb.range(), n * c.n_head_kv, c.head_dim,
+                        c.rms_eps);
+          mark("qk norm");
+        }
+        ops::QkvSlices slices;
+        for (const PendingSum& s : sums) {
+          if (s.out == &qb) {
+            slices.q = s.parts;
+            slices.q_splits = s.splits;
+          } else if (s.out == &kb) {
+            slices.k = s.parts;
+            slices.k_splits = s.splits;
+          } else {
+            slices.v = s.parts;
+            slices.v_splits = s.splits;
+          }
+        }
+        ops::rope_kv_write(rec_of(), lib, qb.range(), kb.range(), vb.range(), pos_buf.range(), cache.keys(l),
+                           cache.values(l), slots_buf.range(), rope, c.n_head_kv, slices);
+        mark("rope, kv write");
       }
-      ops::rope_kv_write(rec_of(), lib, qb.range(), kb.range(), vb.range(), pos_buf.range(), cache.keys(l),
-                         cache.values(l), slots_buf.range(), rope, c.n_head_kv, slices);
-      mark("rope, kv write");
+      // The output product reads the attention's output as its last dispatch makes it where it can:
+      // quantized for the int8 mat-vec, F16 for the tensor cores.
+      ops::AttentionMerged merged;
+      if (int8_decode(L.wo)) {
+        merged.q8 = q8();
+      } else if (!fused_decode(L.wo) && narrow(L.wo, n)) {
+        merged.f16 = acts16_range();
+        merged.padded_rows = ops::narrow_padded_columns(features, n);
+      }
+      const bool attn_ready = ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(),
+                                             seq_pos_buf.range(), attn_scratch.range(), attn.range(), attention, merged);
+      mark("attention");
+      residual_matmul(L.wo, attn, attn_ready, ffn_norm_f16(L));
+      mark("matmul out");
     }
-    // The output product reads the attention's output as its last dispatch makes it where it can:
-    // quantized for the int8 mat-vec, F16 for the tensor cores.
-    ops::AttentionMerged merged;
-    if (int8_decode(L.wo)) {
-      merged.q8 = q8();
-    } else if (!fused_decode(L.wo) && narrow(L.wo, n)) {
-      merged.f16 = acts16_range();
-      merged.padded_rows = ops::narrow_padded_columns(features, n);
-    }
-    const bool attn_ready = ops::attention(rec_of(), lib, qb.range(), cache.keys(l), cache.values(l), tables_buf.range(),
-                                           seq_pos_buf.range(), attn_scratch.range(), attn.range(), attention, merged);
-    mark("attention");
-    residual_matmul(L.wo, attn, attn_ready, ffn_norm_f16(L));
-    mark("matmul out");
 
     if (narrow_glu(L)) {  // x += down * (silu(gate) * up), the SwiGLU one product
       norm_f16(L.ffn_norm);
@@ -691,7 +735,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     } else if (ffn_one_dispatch(L)) {  // x += down * (silu(gate * a) * (up * a)), a = norm(x): one dispatch
       ops::ffn_decode(rec_of(), lib, L.w_gate.type, L.w_gate.buffer.range(), L.w_up.buffer.range(),
                       L.w_down.buffer.range(), L.ffn_norm.buffer.range(), c.rms_eps, x.range(), ffn_h.range(),
-                      ffn_sync.range(), l + 1, c.n_embd, c.n_ff, ops::ffn_decode_workgroups(features));
+                      grid_sync.range(), l + 1, c.n_embd, c.n_ff, ops::ffn_decode_workgroups(features));
     } else {
       if (!gate) {
         gate = scratch(std::uint64_t{n} * c.n_ff);

@@ -957,6 +957,145 @@ TEST(FfnDecode, MatchesTheReference) {
                                        1376, 1));
 }
 
+// A single sequence's attention block in one dispatch (attn_decode) against the separate dispatches
+// it replaces on the same inputs: quantize_q8_rms_norm, matvec_q8_heads for q, k and v, attention
+// (split, merged to int8 or quantized after), matvec_q8 adding wo's product to x. The cache holds a
+// context on scattered pages; the token's k and v land in its slot and no other row changes.
+// Grids as FfnDecode's (one workgroup on lavapipe: one key range; a few and every SM where the
+// device says how many: several ranges merged by the last workgroup of each KV head).
+TEST(AttnDecode, MatchesTheSeparateDispatches) {
+  Gpu& g = shared_gpu();
+  if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
+  Int8ForBoth both;
+  ops::set_ffn_decode(true);
+  ops::set_attn_decode(true);
+  struct Restore {
+    ~Restore() {
+      ops::set_ffn_decode(std::nullopt);
+      ops::set_attn_decode(std::nullopt);
+    }
+  } restore;
+  struct Shape {
+    std::uint32_t n_embd, heads, kv_heads, head_dim, rotary_dims, position;
+  };
+  const std::uint32_t sms = g.device.features().sm_count;
+  std::vector<std::uint32_t> grids{1};
+  if (sms > 0) grids.insert(grids.end(), {3, sms});
+  constexpr std::uint32_t page_size = 4, pages = 16;
+  const std::vector<std::uint32_t> table{7, 2, 11, 0, 5, 9, 14, 1, 3, 12, 6};  // a sequence's pages, scattered
+  for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
+    for (const Shape& sh : {Shape{256, 4, 2, 64, 0, 37}, Shape{128, 8, 2, 16, 8, 5}}) {
+      const std::uint32_t q_rows = sh.heads * sh.head_dim, kv_rows = sh.kv_heads * sh.head_dim;
+      const ops::RopeShape rope{1, sh.heads, sh.head_dim, sh.rotary_dims, 10000.0f, 0.5f, false};
+      ASSERT_TRUE(ops::attn_decode_applies(g.device.features(), type, type, type, type, sh.n_embd, sh.heads, sh.kv_heads,
+                                           sh.head_dim, 1, rope));
+      auto wq = random_weights(type, q_rows, sh.n_embd, 71), wk = random_weights(type, kv_rows, sh.n_embd, 72),
+           wv = random_weights(type, kv_rows, sh.n_embd, 73), wo = random_weights(type, sh.n_embd, q_rows, 74);
+      const Vec x = random_vec(sh.n_embd, 75), norm = random_vec(sh.n_embd, 76, 0.5f);
+      std::vector<std::uint16_t> cache0(std::size_t{pages} * page_size * kv_rows);
+      {
+        const Vec keys = random_vec(cache0.size(), 77);
+        for (std::size_t i = 0; i < cache0.size(); ++i) cache0[i] = float_to_half(keys[i]);
+      }
+      const std::uint32_t slot = table[sh.position / page_size] * page_size + sh.position % page_size;
+      PoolBuffer bwq = g.up(std::vector<std::byte>(wq)), bwk = g.up(std::vector<std::byte>(wk)),
+                 bwv = g.up(std::vector<std::byte>(wv)), bwo = g.up(std::vector<std::byte>(wo)), bn = g.up(norm),
+                 tables = g.up(table), pos = g.up(std::vector<std::int32_t>{static_cast<std::int32_t>(sh.position)}),
+                 slots = g.up(std::vector<std::uint32_t>{slot}), seq_pos = g.up(std::vector<std::uint32_t>{0, sh.position});
+      ops::AttentionShape attention{1, sh.heads, sh.kv_heads, sh.head_dim, page_size,
+                                    static_cast<std::uint32_t>(table.size()), 1.0f / std::sqrt(float(sh.head_dim))};
+      attention.max_context = sh.position + 1;
+      // The separate dispatches: x, the K and V caches after.
+      PoolBuffer sx = g.up(x), sk = g.up(cache0), sv = g.up(cache0), q8 = g.scratch(ops::q8_acts_bytes(std::max(sh.n_embd, q_rows), 1)),
+                 qb = g.scratch(q_rows * 4), out = g.scratch(q_rows * 4), scratch = g.scratch(ops::attention_scratch_bytes(attention));
+      run_step(g, [&](Recording& rec) {
+        ops::quantize_q8_rms_norm(rec, g.kernels, sx.range(), bn.range(), 1e-5f, q8.range(), sh.n_embd, 1);
+        ops::matvec_q8_heads(rec, g.kernels, type, bwq.range(), q8.range(), qb.range(), pos.range(), slots.range(), rope,
+                             ops::HeadsOutput::q, q_rows, sh.n_embd, 1);
+        ops::matvec_q8_heads(rec, g.kernels, type, bwk.range(), q8.range(), sk.range(), pos.range(), slots.range(), rope,
+                             ops::HeadsOutput::k_cache, kv_rows, sh.n_embd, 1);
+        ops::matvec_q8_heads(rec, g.kernels, type, bwv.range(), q8.range(), sv.range(), pos.range(), slots.range(), rope,
+                             ops::HeadsOutput::v_cache, kv_rows, sh.n_embd, 1);
+        ops::AttentionMerged merged;
+        merged.q8 = q8.range();
+        if (!ops::attention(rec, g.kernels, qb.range(), sk.range(), sv.range(), tables.range(), seq_pos.range(),
+                            scratch.range(), out.range(), attention, merged)) {
+          ops::quantize_q8(rec, g.kernels, out.range(), q8.range(), q_rows, 1);
+        }
+        ops::matvec_q8(rec, g.kernels, type, bwo.range(), q8.range(), sx.range(), sh.n_embd, q_rows, 1, true);
+      });
+      const Vec want_x = g.down<float>(sx, sh.n_embd);
+      const auto want_k = g.down<std::uint16_t>(sk, cache0.size()), want_v = g.down<std::uint16_t>(sv, cache0.size());
+      for (std::uint32_t grid : grids) {
+        const std::string what = fmt::format("{} {} heads ({} KV) of {}, position {}, grid {}", weight_type_name(type),
+                                             sh.heads, sh.kv_heads, sh.head_dim, sh.position, grid);
+        const std::uint32_t words = 1 + ops::attn_decode_sync_words(sh.kv_heads) + 1;  // and one past, untouched
+        PoolBuffer bx = g.up(x), kc = g.up(cache0), vc = g.up(cache0),
+                   sync = g.up(std::vector<std::uint32_t>(words, 0)),
+                   grid_scratch = g.scratch(ops::attn_decode_scratch_bytes(g.device.features(), sh.heads, sh.kv_heads,
+                                                                           sh.head_dim));
+        ops::AttnDecode a;
+        a.type = type;
+        a.wq = bwq.range();
+        a.wk = bwk.range();
+        a.wv = bwv.range();
+        a.wo = bwo.range();
+        a.norm_weight = bn.range();
+        a.x = bx.range();
+        a.k_cache = kc.range();
+        a.v_cache = vc.range();
+        a.block_tables = tables.range();
+        a.scratch = grid_scratch.range();
+        a.sync = sync.range();
+        a.sync_word = 1;
+        a.n_embd = sh.n_embd;
+        a.heads = sh.heads;
+        a.kv_heads = sh.kv_heads;
+        a.head_dim = sh.head_dim;
+        a.page_size = page_size;
+        a.position = sh.position;
+        a.slot = slot;
+        a.eps = 1e-5f;
+        a.scale = attention.scale;
+        a.rope = rope;
+        run_step(g, [&](Recording& rec) { ops::attn_decode(rec, g.kernels, a, grid); });
+        const auto words_after = g.down<std::uint32_t>(sync, words);
+        EXPECT_EQ(words_after[0], 0u) << what << ": a grid barrier gave up";
+        EXPECT_EQ(words_after[1], grid) << what;
+        EXPECT_EQ(words_after[2], grid) << what;
+        EXPECT_EQ(words_after.back(), 0u) << what;
+        const Vec got_x = g.down<float>(bx, sh.n_embd);
+        double err = 0, ref = 0;
+        for (std::uint32_t i = 0; i < sh.n_embd; ++i) {
+          const double d = double(got_x[i]) - want_x[i], product = double(want_x[i]) - x[i];
+          err += d * d;
+          ref += product * product;
+        }
+        EXPECT_LT(err / ref, int8_tolerance * 10) << what;
+        const auto got_k = g.down<std::uint16_t>(kc, cache0.size()), got_v = g.down<std::uint16_t>(vc, cache0.size());
+        for (std::size_t i = 0; i < cache0.size(); ++i) {
+          if (i / kv_rows != slot) {
+            ASSERT_EQ(got_k[i], cache0[i]) << what << " cache row " << i / kv_rows << " is not the token's";
+            ASSERT_EQ(got_v[i], cache0[i]) << what;
+            continue;
+          }
+          ASSERT_LE(std::abs(int{got_k[i]} - int{want_k[i]}), 1) << what << " k " << i % kv_rows;
+          ASSERT_LE(std::abs(int{got_v[i]} - int{want_v[i]}), 1) << what << " v " << i % kv_rows;
+        }
+        EXPECT_NE(got_k, cache0) << what;
+      }
+    }
+  }
+  const ops::RopeShape neox{1, 4, 64, 0, 10000.0f, 1.0f, true};
+  EXPECT_FALSE(ops::attn_decode_applies(g.device.features(), WeightType::q4_0, WeightType::q4_0, WeightType::q4_0,
+                                        WeightType::q4_0, 256, 4, 2, 64, 1, neox));
+  EXPECT_FALSE(ops::attn_decode_applies(g.device.features(), WeightType::q4_0, WeightType::q4_0, WeightType::q4_0,
+                                        WeightType::q4_0, 256, 4, 2, 64, 2, ops::RopeShape{2, 4, 64}));
+  ops::set_attn_decode(false);
+  EXPECT_FALSE(ops::attn_decode_applies(g.device.features(), WeightType::q4_0, WeightType::q4_0, WeightType::q4_0,
+                                        WeightType::q4_0, 256, 4, 2, 64, 1, ops::RopeShape{1, 4, 64}));
+}
+
 // Attention writing its output as the int8 mat-vec's input (a decode step's output product) makes
 // the bytes and scales quantize_q8 makes from its F32 output, bit for bit, and as the tensor cores'
 // F16 input what to_f16 makes of it, its padded rows zero (also from one split, which writes the

@@ -162,14 +162,19 @@ TEST(GpuModelDeep, StepsSplitIntoSeveralSubmissionsGiveTheSameLogits) {
 }
 
 // One sequence decoding: its feed-forward blocks take one dispatch each (ops::ffn_decode, forced on
-// here; on lavapipe a grid of one workgroup), and the logits stay as near the reference as the
-// separate dispatches' are.
-TEST(GpuModelOneSequence, FeedForwardInOneDispatchMatchesTheReference) {
+// here; on lavapipe a grid of one workgroup), and so do llama's attention blocks (ops::attn_decode,
+// off by default, asked for here; qwen3's q/k norms keep the separate dispatches), and the logits
+// stay as near the reference as the separate dispatches' are.
+TEST(GpuModelOneSequence, BlocksInOneDispatchMatchTheReference) {
   auto& g = gpu::testing::shared_gpu();
   if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
   struct Restore {
-    ~Restore() { gpu::ops::set_ffn_decode(std::nullopt); }
+    ~Restore() {
+      gpu::ops::set_ffn_decode(std::nullopt);
+      gpu::ops::set_attn_decode(std::nullopt);
+    }
   } restore;
+  gpu::ops::set_attn_decode(true);
   for (Architecture arch : {Architecture::llama, Architecture::qwen3}) {
     for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
       LlamaConfig config = tiny(arch, 64);
@@ -195,6 +200,12 @@ TEST(GpuModelOneSequence, FeedForwardInOneDispatchMatchesTheReference) {
         }
         return std::pair{logits, prompt};
       };
+      gpu::ops::set_ffn_decode(true);
+      const gpu::ops::RopeShape rope{1, config.n_head, config.head_dim, 0, config.rope_base, 1.0f / config.rope_scale,
+                                     config.rope_neox()};
+      EXPECT_EQ(gpu::ops::attn_decode_applies(g.device.features(), type, type, type, type, config.n_embd, config.n_head,
+                                              config.n_head_kv, config.head_dim, 1, rope),
+                arch == Architecture::llama);
       auto [fused, prompt] = run(true);
       auto [separate, unused] = run(false);
       ReferenceSequence seq(reference);
