@@ -19,10 +19,11 @@
 
 layout(binding = SYNC_BINDING) coherent buffer Sync { uint sync[]; };
 
-// A wait lasts what the slowest workgroup's share of gate and up takes (tens of us); 2^18 polls
-// (~0.1 s on the H100) is far past that, and short enough that a grid that cannot be resident
-// fails its step in seconds rather than minutes.
-const uint SYNC_SPINS = 1u << 18;
+// A wait lasts what the slowest workgroup's share of a phase takes (tens of us: a few hundred
+// polls); 2^15 polls (~20 ms on the H100) is far past that, and short enough that a grid that cannot
+// be resident fails its step quickly rather than hanging. Lavapipe ends any loop after 65,535
+// iterations on its own (gallivm's loop limiter), so a larger limit would never be reached there.
+const uint SYNC_SPINS = 1u << 15;
 // Units a lane loads before it sums them. A specialization constant: as a plain constant glslc
 // unrolls the loop itself and the H100 ran the feed-forward block 53.5 -> 68.8 us; left to the
 // driver, 2, 4 and 8 ran alike.

@@ -957,6 +957,31 @@ TEST(FfnDecode, MatchesTheReference) {
                                        1376, 1));
 }
 
+// A grid barrier that can never be passed (its word starts at 2^32 - 1, so the one workgroup's
+// arrival wraps it to 0) gives up after its polls instead of hanging the GPU, and counts itself in
+// word 0, which is what GpuModel checks after a step to fail it and leave the one-dispatch blocks.
+TEST(FfnDecode, ABarrierThatCannotBePassedGivesUpAndCountsItself) {
+  Gpu& g = shared_gpu();
+  if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
+  Int8ForBoth both;
+  ops::set_ffn_decode(true);
+  struct Restore {
+    ~Restore() { ops::set_ffn_decode(std::nullopt); }
+  } restore;
+  const std::uint32_t n_embd = 64, n_ff = 128;
+  const WeightType type = WeightType::q4_0;
+  PoolBuffer bg = g.up(std::vector<std::byte>(random_weights(type, n_ff, n_embd, 1))),
+             bu = g.up(std::vector<std::byte>(random_weights(type, n_ff, n_embd, 2))),
+             bd = g.up(std::vector<std::byte>(random_weights(type, n_embd, n_ff, 3))), bn = g.up(random_vec(n_embd, 4)),
+             bx = g.up(random_vec(n_embd, 5)), h = g.scratch(n_ff * 4),
+             sync = g.up(std::vector<std::uint32_t>{0, 0xFFFFFFFFu, 0});
+  run_step(g, [&](Recording& rec) {
+    ops::ffn_decode(rec, g.kernels, type, bg.range(), bu.range(), bd.range(), bn.range(), 1e-5f, bx.range(), h.range(),
+                    sync.range(), 1, n_embd, n_ff, 1);
+  });
+  EXPECT_EQ(g.down<std::uint32_t>(sync, 3), (std::vector<std::uint32_t>{1, 0, 0}));
+}
+
 // A single sequence's attention block in one dispatch (attn_decode) against the separate dispatches
 // it replaces on the same inputs: quantize_q8_rms_norm, matvec_q8_heads for q, k and v, attention
 // (split, merged to int8 or quantized after), matvec_q8 adding wo's product to x. The cache holds a
