@@ -302,6 +302,10 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
 // model's layers do). Checked: the one dispatch against the separate ones.
 void bench_ffn_block(Bench& b, Table& table, const Model& m, const std::vector<WeightType>& types) {
   const auto& features = b.device_.features();
+  ops::set_ffn_decode(true);  // off by default in steps; timed here against the five dispatches
+  struct Restore {
+    ~Restore() { ops::set_ffn_decode(std::nullopt); }
+  } restore;
   for (auto type : types) {
     if (!ops::ffn_decode_applies(features, type, type, type, m.hidden, m.ffn, 1)) continue;
     const auto gate = random_weights(type, m.ffn, m.hidden, 61), up = random_weights(type, m.ffn, m.hidden, 62),
@@ -386,9 +390,13 @@ void bench_attention_block(Bench& b, Table& table, const Model& m, const std::ve
   const std::uint32_t q_rows = m.heads * m.head_dim, kv_rows = m.kv_heads * m.head_dim, page_size = 16;
   const std::uint32_t position = std::max(context, 1u) - 1, pages = position / page_size + 1;
   const ops::RopeShape rope{1, m.heads, m.head_dim, 0, 500000.0f, 1.0f, false};
-  ops::set_attn_decode(true);  // off by default in steps; timed here against the five dispatches
+  ops::set_ffn_decode(true);  // the grid, and the block: both off by default in steps
+  ops::set_attn_decode(true);
   struct Restore {
-    ~Restore() { ops::set_attn_decode(std::nullopt); }
+    ~Restore() {
+      ops::set_ffn_decode(std::nullopt);
+      ops::set_attn_decode(std::nullopt);
+    }
   } restore;
   for (auto type : types) {
     if (!ops::attn_decode_applies(features, type, type, type, type, m.hidden, m.heads, m.kv_heads, m.head_dim, 1, rope)) {

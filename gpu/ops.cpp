@@ -821,19 +821,30 @@ std::uint32_t ffn_decode_chunks(std::uint32_t rows, std::uint32_t units, std::ui
 
 void set_ffn_decode(std::optional<bool> enabled) { ffn_decode_override = enabled; }
 
-std::uint32_t ffn_decode_workgroups(const DeviceFeatures& features) {
+namespace {
+std::optional<bool> ffn_decode_chosen() {
   static const std::optional<bool> from_env = []() -> std::optional<bool> {
     const char* v = std::getenv("MQLM_FFN_DECODE");
     if (v == nullptr) return std::nullopt;
     return std::string_view(v) != "0";
   }();
-  const std::optional<bool> chosen = ffn_decode_override ? ffn_decode_override : from_env;
+  return ffn_decode_override ? ffn_decode_override : from_env;
+}
+}  // namespace
+
+std::uint32_t ffn_decode_workgroups(const DeviceFeatures& features) {
+  const std::optional<bool> chosen = ffn_decode_chosen();
   if (chosen && !*chosen) return 0;
   return chosen ? std::max(features.sm_count, 1u) : features.sm_count;
 }
 
 bool ffn_decode_applies(const DeviceFeatures& features, WeightType gate, WeightType up, WeightType down,
                         std::uint32_t n_embd, std::uint32_t n_ff, std::uint32_t n) {
+  // Off unless asked for: on the H100 a step is no faster with it (decode runs 270-304 tok/s from
+  // run to run with or without it, both at 302-304 at best), and a grid that cannot be resident
+  // fails a step (bench/results/ffn-decode-2026-11-27-h100.md).
+  const std::optional<bool> chosen = ffn_decode_chosen();
+  if (!chosen || !*chosen) return false;
   const std::uint32_t workgroups = ffn_decode_workgroups(features);
   const std::uint32_t max_k = std::max(n_embd, n_ff);
   const std::uint64_t shared_bytes = std::uint64_t{max_k} + max_k / 8 + 2 * 256 * 4 + 64 * 4;

@@ -110,9 +110,10 @@ void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
 // between the two products, which counts in word `slot` (> 0) of `sync`: zeroed before, a word for
 // each dispatch. A barrier that gives up (its workgroups were not all resident) adds 1 to word 0,
 // which the caller checks after the step: the results are then wrong. h: n_ff floats of scratch.
-// ffn_decode_workgroups: the grid for this device, 0 where the path is off (no SM count: lavapipe;
-// set_ffn_decode(false) or MQLM_FFN_DECODE=0). set_ffn_decode(true) or MQLM_FFN_DECODE=1 takes it
-// everywhere, with one workgroup where the device does not say how many SMs it has.
+// ffn_decode_applies is false unless asked for (set_ffn_decode(true) or MQLM_FFN_DECODE=1): on the
+// H100 it makes a step no faster. ffn_decode_workgroups: the grid for this device (its SMs; where
+// it does not say how many, 0, or 1 when asked for; 0 when set_ffn_decode(false) or
+// MQLM_FFN_DECODE=0), which attn_decode takes too.
 void set_ffn_decode(std::optional<bool> enabled);  // nullopt: the default (or the environment's)
 std::uint32_t ffn_decode_workgroups(const DeviceFeatures& features);
 bool ffn_decode_applies(const DeviceFeatures& features, WeightType gate, WeightType up, WeightType down,
