@@ -85,6 +85,15 @@ void Recording::fill(BufferRange dst, std::uint32_t value) {
   vkCmdFillBuffer(command_buffer_, dst.buffer, dst.offset, dst.size, value);
 }
 
+void Recording::update(BufferRange dst, std::span<const std::byte> data) {
+  if (data.size() % 4 != 0 || dst.offset % 4 != 0 || data.size() > dst.size || data.size() > 65536) {
+    throw GpuError(fmt::format("update of {} bytes at offset {} into a range of {}: whole words, at most 64 KiB",
+                               data.size(), dst.offset, dst.size));
+  }
+  barrier_if_needed();
+  vkCmdUpdateBuffer(command_buffer_, dst.buffer, dst.offset, data.size(), data.data());
+}
+
 void Recording::make_visible_to_host() {
   VkMemoryBarrier barrier{};
   barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;

@@ -47,6 +47,8 @@ class Recording {
   }
   void copy(BufferRange src, BufferRange dst);
   void fill(BufferRange dst, std::uint32_t value);  // every 32-bit word of dst (whole words)
+  // data (whole words, at most 64 KiB) into dst, carried in the command buffer itself.
+  void update(BufferRange dst, std::span<const std::byte> data);
   // The first command of this recording waits for the work submitted before it (a step split
   // into several submissions, so the host records the next part while the GPU runs this one).
   void after_previous_submissions() { has_commands_ = true; }

@@ -220,9 +220,23 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   auto& q = gpu_.queue;
   auto& pool = gpu_.pool;
   auto& lib = gpu_.kernels;
-  // Step inputs go into host-visible memory the kernels read directly: no transfer, no wait.
+  std::optional<gpu::Recording> current(q.begin());
+  auto rec_of = [&]() -> gpu::Recording& { return *current; };
+  // The first part too: a copy of KV pages to the host may be in flight (read_pages_later), and
+  // this step may write those pages.
+  rec_of().after_previous_submissions();
+  // Step inputs (token ids, positions, cache slots, block tables) travel in the command buffer
+  // itself into device memory (Recording::update: up to 64 KiB each), so that the kernels that read
+  // them every layer (rope, the cache writes, attention) read L2, not host memory across PCIe
+  // (H100, Q4_0 decode: attention 0.494 -> 0.449 ms a token). Larger ones stay in host-visible
+  // memory the kernels read directly.
   auto upload = [&](const auto& v) {
     auto bytes = std::as_bytes(std::span(v));
+    if (bytes.size() <= 65536 && bytes.size() % 4 == 0 && !bytes.empty()) {
+      PoolBuffer buffer = pool.allocate(bytes.size(), "scratch");
+      rec_of().update(buffer.range(), bytes);
+      return buffer;
+    }
     PoolBuffer buffer = pool.allocate(std::max<std::size_t>(bytes.size(), 4), "scratch", gpu::MemoryKind::host);
     std::memcpy(buffer.mapped(), bytes.data(), bytes.size());
     return buffer;
@@ -241,11 +255,6 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
 
   // A step goes to the GPU in parts of a few layers: the host records the next part while the
   // GPU runs the one before (each part begins with a barrier on what came before it).
-  std::optional<gpu::Recording> current(q.begin());
-  auto rec_of = [&]() -> gpu::Recording& { return *current; };
-  // The first part too: a copy of KV pages to the host may be in flight (read_pages_later), and
-  // this step may write those pages.
-  rec_of().after_previous_submissions();
   // Profiling: a timestamp after each op, labelled with the kind of op it ends.
   constexpr std::uint32_t kMaxStamps = 4096;
   const bool profiling = profile != nullptr && q.device().features().timestamp_period_ns > 0;

@@ -279,6 +279,35 @@ TEST(BufferPool, StagedUploadInChunksArrivesWhole) {
   EXPECT_THROW(upload_staged(gpu.queue, pool, small, bytes.first(16), 0, 0), GpuError);  // no chunk size
 }
 
+// Step inputs written by the command buffer itself (Recording::update) arrive whole, in order with
+// the commands around them (a fill before, an update of part of it after), and sizes the command
+// cannot carry (not whole words, more than 64 KiB, past the range) are refused.
+TEST(Recording, UpdateWritesItsWordsInOrderWithTheCommandsAroundIt) {
+  auto& gpu = shared_gpu();
+  std::vector<std::uint32_t> words(65536 / 4);
+  for (std::size_t i = 0; i < words.size(); ++i) words[i] = static_cast<std::uint32_t>(i * 2654435761u);
+  PoolBuffer dst = gpu.pool.allocate(65536 + 64, "scratch");
+  const std::vector<std::uint32_t> patch{1, 2, 3};
+  {
+    auto rec = gpu.queue.begin();
+    rec.fill(dst.range(), 0xABABABABu);
+    rec.update(BufferRange{dst.range().buffer, dst.range().offset, 65536}, std::as_bytes(std::span(words)));
+    rec.update(BufferRange{dst.range().buffer, dst.range().offset + 8, 12}, std::as_bytes(std::span(patch)));
+    gpu.queue.submit_and_wait(rec);
+  }
+  auto got = download<std::uint32_t>(gpu.queue, gpu.pool, dst, words.size() + 16);
+  std::vector<std::uint32_t> want = words;
+  std::copy(patch.begin(), patch.end(), want.begin() + 2);
+  want.resize(words.size() + 16, 0xABABABABu);
+  EXPECT_EQ(got, want);
+  auto rec = gpu.queue.begin();
+  const std::vector<std::byte> odd(6), big(65540);
+  EXPECT_THROW(rec.update(dst.range(), odd), GpuError);
+  EXPECT_THROW(rec.update(dst.range(), big), GpuError);
+  EXPECT_THROW(rec.update(BufferRange{dst.range().buffer, dst.range().offset, 8}, std::as_bytes(std::span(patch))),
+               GpuError);
+}
+
 // A model's tensors go through one Uploader, its two staging buffers taking turns across the
 // uploads: each buffer ends up with its own bytes once finish() returns.
 TEST(BufferPool, OneUploaderForManyBuffersKeepsEachIntact) {
