@@ -296,6 +296,53 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
   }
 }
 
+// Grid barrier words for one-dispatch blocks: `per` words a repetition (a timing takes at most
+// 1,001 repetitions, see Bench::time_us), zeroed before each timing as a step zeroes its layers'.
+struct GridSync {
+  GridSync(Bench& b, std::uint32_t per)
+      : b(b), per(per), words(b.pool_.allocate(std::uint64_t{1 + 1001 * per} * 4, "bench")) {}
+  void zero() {
+    auto rec = b.queue_.begin();
+    rec.fill(words.range(), 0);
+    b.queue_.submit_and_wait(rec);
+    next = 1;
+  }
+  std::uint32_t take() {
+    if (next + per > 1 + 1001 * per) throw GpuError("more repetitions than grid barrier words");
+    const std::uint32_t first = next;
+    next += per;
+    return first;
+  }
+  // ", N grid barriers gave up" where any did since the last zero().
+  std::string gave_up() {
+    const std::uint32_t n = download<std::uint32_t>(b.queue_, b.pool_, words, 1)[0];
+    return n == 0 ? "" : fmt::format(", {} grid barriers gave up", n);
+  }
+  Bench& b;
+  std::uint32_t per, next = 1;
+  PoolBuffer words;
+};
+
+// A one-dispatch block's x against the separate dispatches' from the same x0, run once untimed.
+template <class Fused, class Separate>
+std::string check_one_dispatch(Bench& b, GridSync& sync, const PoolBuffer& x0, const PoolBuffer& x, std::uint32_t hidden,
+                               Fused&& fused, Separate&& separate) {
+  PoolBuffer fused_out = b.pool_.allocate(std::uint64_t{hidden} * 4, "bench"),
+             separate_out = b.pool_.allocate(std::uint64_t{hidden} * 4, "bench");
+  sync.zero();
+  auto rec = b.queue_.begin();
+  rec.copy(x0.range(), x.range());
+  fused(rec);
+  rec.copy(x.range(), fused_out.range());
+  rec.copy(x0.range(), x.range());
+  separate(rec);
+  rec.copy(x.range(), separate_out.range());
+  b.queue_.submit_and_wait(rec);
+  std::string check = compare(b, fused_out, separate_out, hidden);
+  check.replace(check.find("vs tiled"), 8, "vs the separate dispatches");
+  return check;
+}
+
 // A single sequence's feed-forward block (norm, gate and up, silu, down, the residual add): in one
 // dispatch (ops::ffn_decode) where it applies, and as the five separate dispatches, each timed over
 // copies of the three matrices (at least 256 MiB in all, so that they stream from memory as a
@@ -321,25 +368,13 @@ void bench_ffn_block(Bench& b, Table& table, const Model& m, const std::vector<W
     auto x0 = b.random_f32(m.hidden, 8), norm = b.random_f32(m.hidden, 9);
     auto x = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench"), h = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"),
          g = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"), u = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"),
-         q8 = b.pool_.allocate(ops::q8_acts_bytes(std::max(m.hidden, m.ffn), 1), "bench"),
-         fused_out = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench");
+         q8 = b.pool_.allocate(ops::q8_acts_bytes(std::max(m.hidden, m.ffn), 1), "bench");
     const std::uint32_t groups = ops::ffn_decode_workgroups(features);
-    // A grid barrier's word for each repetition (a timing takes at most 1,001 of them, see
-    // Bench::time_us), zeroed before each timing as a step zeroes its layers' words.
-    constexpr std::uint32_t sync_words = 2048;
-    auto sync = b.pool_.allocate(sync_words * 4, "bench");
-    std::uint32_t next_word = 1;
-    auto zero_sync = [&] {
-      auto rec = b.queue_.begin();
-      rec.fill(sync.range(), 0);
-      b.queue_.submit_and_wait(rec);
-      next_word = 1;
-    };
+    GridSync sync(b, 1);
     std::size_t next = 0;
     auto fused = [&](Recording& rec, const std::array<PoolBuffer, 3>& w) {
-      if (next_word == sync_words) throw GpuError("ffn block: more repetitions than grid barrier words");
       ops::ffn_decode(rec, b.kernels_, type, w[0].range(), w[1].range(), w[2].range(), norm.range(), 1e-5f, x.range(),
-                      h.range(), sync.range(), next_word++, m.hidden, m.ffn, groups);
+                      h.range(), sync.words.range(), sync.take(), m.hidden, m.ffn, groups);
     };
     auto separate = [&](Recording& rec, const std::array<PoolBuffer, 3>& w) {
       ops::quantize_q8_rms_norm(rec, b.kernels_, x.range(), norm.range(), 1e-5f, q8.range(), m.hidden, 1);
@@ -349,27 +384,14 @@ void bench_ffn_block(Bench& b, Table& table, const Model& m, const std::vector<W
       ops::quantize_q8_silu(rec, b.kernels_, g.range(), u.range(), q8.range(), m.ffn, 1);
       ops::matvec_q8(rec, b.kernels_, type, w[2].range(), q8.range(), x.range(), m.hidden, m.ffn, 1, true);
     };
-    // Each from the same x, once untimed: the check.
-    PoolBuffer separate_out = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench");
-    zero_sync();
-    {
-      auto rec = b.queue_.begin();
-      rec.copy(x0.range(), x.range());
-      fused(rec, blocks.front());
-      rec.copy(x.range(), fused_out.range());
-      rec.copy(x0.range(), x.range());
-      separate(rec, blocks.front());
-      rec.copy(x.range(), separate_out.range());
-      b.queue_.submit_and_wait(rec);
-    }
-    std::string check = compare(b, fused_out, separate_out, m.hidden);
-    check.replace(check.find("vs tiled"), 8, "vs five dispatches");
+    std::string check = check_one_dispatch(
+        b, sync, x0, x, m.hidden, [&](Recording& rec) { fused(rec, blocks.front()); },
+        [&](Recording& rec) { separate(rec, blocks.front()); });
     const double traffic = double(block_bytes) + 4.0 * (2 * m.hidden + m.ffn);
     const std::string shape = fmt::format("norm, gate/up {}x{}, silu, down", m.ffn, m.hidden);
-    zero_sync();
+    sync.zero();
     double us = b.time_us([&](Recording& rec) { fused(rec, blocks[next++ % copies]); });
-    std::uint32_t gave_up = download<std::uint32_t>(b.queue_, b.pool_, sync, 1)[0];
-    if (gave_up != 0) check += fmt::format(", {} grid barriers gave up", gave_up);
+    check += sync.gave_up();
     table.add({fmt::format("ffn block {}", weight_type_name(type)), shape, 1,
                fmt::format("one dispatch, {} workgroups", groups), us, traffic, 6.0 * m.ffn * m.hidden,
                check});
@@ -438,19 +460,10 @@ void bench_attention_block(Bench& b, Table& table, const Model& m, const std::ve
          q8 = b.pool_.allocate(ops::q8_acts_bytes(std::max(m.hidden, q_rows), 1), "bench"),
          att_scratch = b.pool_.allocate(ops::attention_scratch_bytes(shape), "bench"),
          grid_scratch = b.pool_.allocate(ops::attn_decode_scratch_bytes(features, m.heads, m.kv_heads, m.head_dim), "bench");
-    const std::uint32_t groups = ops::ffn_decode_workgroups(features), words = ops::attn_decode_sync_words(m.kv_heads);
-    constexpr std::uint32_t reps_max = 1001;  // a timing's repetitions at most (Bench::time_us)
-    auto sync = b.pool_.allocate(std::uint64_t{1 + reps_max * words} * 4, "bench");
-    std::uint32_t next_word = 1;
-    auto zero_sync = [&] {
-      auto rec = b.queue_.begin();
-      rec.fill(sync.range(), 0);
-      b.queue_.submit_and_wait(rec);
-      next_word = 1;
-    };
+    const std::uint32_t groups = ops::ffn_decode_workgroups(features);
+    GridSync sync(b, ops::attn_decode_sync_words(m.kv_heads));
     std::size_t next = 0;
     auto fused = [&](Recording& rec, const std::array<PoolBuffer, 4>& w) {
-      if (next_word + words > 1 + reps_max * words) throw GpuError("attention block: more repetitions than sync words");
       ops::AttnDecode a;
       a.type = type;
       a.wq = w[0].range();
@@ -463,9 +476,8 @@ void bench_attention_block(Bench& b, Table& table, const Model& m, const std::ve
       a.v_cache = v_cache.range();
       a.block_tables = tables.range();
       a.scratch = grid_scratch.range();
-      a.sync = sync.range();
-      a.sync_word = next_word;
-      next_word += words;
+      a.sync = sync.words.range();
+      a.sync_word = sync.take();
       a.n_embd = m.hidden;
       a.heads = m.heads;
       a.kv_heads = m.kv_heads;
@@ -496,29 +508,16 @@ void bench_attention_block(Bench& b, Table& table, const Model& m, const std::ve
       }
       ops::matvec_q8(rec, b.kernels_, type, w[3].range(), q8.range(), x.range(), m.hidden, q_rows, 1, true);
     };
-    PoolBuffer fused_out = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench"),
-               separate_out = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench");
-    zero_sync();
-    {
-      auto rec = b.queue_.begin();
-      rec.copy(x0.range(), x.range());
-      fused(rec, blocks.front());
-      rec.copy(x.range(), fused_out.range());
-      rec.copy(x0.range(), x.range());
-      separate(rec, blocks.front());
-      rec.copy(x.range(), separate_out.range());
-      b.queue_.submit_and_wait(rec);
-    }
-    std::string check = compare(b, fused_out, separate_out, m.hidden);
-    check.replace(check.find("vs tiled"), 8, "vs five dispatches");
+    std::string check = check_one_dispatch(
+        b, sync, x0, x, m.hidden, [&](Recording& rec) { fused(rec, blocks.front()); },
+        [&](Recording& rec) { separate(rec, blocks.front()); });
     const double traffic = double(block_bytes) + 4.0 * m.hidden * 2 + 4.0 * kv_rows * (position + 1);
     const double flops = 2.0 * (q_rows + 2.0 * kv_rows) * m.hidden + 2.0 * m.hidden * q_rows;
     const std::string name = fmt::format("norm, qkv {}x{}, rope, attention over {}, out", q_rows + 2 * kv_rows, m.hidden,
                                          position + 1);
-    zero_sync();
+    sync.zero();
     double us = b.time_us([&](Recording& rec) { fused(rec, blocks[next++ % copies]); });
-    const std::uint32_t gave_up = download<std::uint32_t>(b.queue_, b.pool_, sync, 1)[0];
-    if (gave_up != 0) check += fmt::format(", {} grid barriers gave up", gave_up);
+    check += sync.gave_up();
     table.add({fmt::format("attention block {}", weight_type_name(type)), name, 1,
                fmt::format("one dispatch, {} workgroups", groups), us, traffic, flops, check});
     us = b.time_us([&](Recording& rec) { separate(rec, blocks[next++ % copies]); });

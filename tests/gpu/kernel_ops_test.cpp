@@ -70,6 +70,20 @@ struct Int8ForBoth {
   ~Int8ForBoth() { ops::set_matvec_int8(std::nullopt); }
 };
 
+// Turns the one-dispatch blocks on (ops::ffn_decode, and attn_decode when `attention`; both off by
+// default) while it lives, on the int8 path they take.
+struct GridBlocksOn {
+  explicit GridBlocksOn(bool attention = false) {
+    ops::set_ffn_decode(true);
+    if (attention) ops::set_attn_decode(true);
+  }
+  ~GridBlocksOn() {
+    ops::set_ffn_decode(std::nullopt);
+    ops::set_attn_decode(std::nullopt);
+  }
+  Int8ForBoth int8;
+};
+
 // Int8 activations: one rounding may land the other way on the GPU (its 1 / amax is a few ulp
 // off), an error of amax / 127 on one product term, which this bound allows a few of.
 constexpr double int8_tolerance = 1e-6;
@@ -906,11 +920,7 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
 TEST(FfnDecode, MatchesTheReference) {
   Gpu& g = shared_gpu();
   if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
-  Int8ForBoth both;
-  ops::set_ffn_decode(true);
-  struct Restore {
-    ~Restore() { ops::set_ffn_decode(std::nullopt); }
-  } restore;
+  GridBlocksOn on;
   const std::uint32_t sms = g.device.features().sm_count;
   std::vector<std::uint32_t> grids{1};
   if (sms > 0) grids.insert(grids.end(), {3, sms});
@@ -963,11 +973,7 @@ TEST(FfnDecode, MatchesTheReference) {
 TEST(FfnDecode, ABarrierThatCannotBePassedGivesUpAndCountsItself) {
   Gpu& g = shared_gpu();
   if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
-  Int8ForBoth both;
-  ops::set_ffn_decode(true);
-  struct Restore {
-    ~Restore() { ops::set_ffn_decode(std::nullopt); }
-  } restore;
+  GridBlocksOn on;
   const std::uint32_t n_embd = 64, n_ff = 128;
   const WeightType type = WeightType::q4_0;
   PoolBuffer bg = g.up(std::vector<std::byte>(random_weights(type, n_ff, n_embd, 1))),
@@ -991,15 +997,7 @@ TEST(FfnDecode, ABarrierThatCannotBePassedGivesUpAndCountsItself) {
 TEST(AttnDecode, MatchesTheSeparateDispatches) {
   Gpu& g = shared_gpu();
   if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
-  Int8ForBoth both;
-  ops::set_ffn_decode(true);
-  ops::set_attn_decode(true);
-  struct Restore {
-    ~Restore() {
-      ops::set_ffn_decode(std::nullopt);
-      ops::set_attn_decode(std::nullopt);
-    }
-  } restore;
+  GridBlocksOn on(/*attention=*/true);
   struct Shape {
     std::uint32_t n_embd, heads, kv_heads, head_dim, rotary_dims, position;
   };
