@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -202,6 +203,12 @@ void generate(const GenerateOptions& o) {
   const bool gpu_greedy = sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
                           sp.frequency_penalty == 0 && !sp.logprobs && tokenizer.size() == config.n_vocab;
   std::int32_t greedy_next = -1;
+  // Greedy steps go to the GPU one ahead: the step after the current one is sent before the current
+  // one's token is read, its token taken on the GPU from the current one's argmax, so the GPU goes
+  // from step to step without waiting for the host (not with --profile, which reads each step's
+  // timestamps). A step sent ahead of a stop is computed and dropped.
+  const bool ahead_of_host = gpu_greedy && !o.profile;
+  std::optional<model::GpuModel::PendingArgmax> ahead;
   while (true) {
     const auto sample_start = Clock::now();
     model::SampledToken next;
@@ -228,13 +235,22 @@ void generate(const GenerateOptions& o) {
       break;
     }
     batch.tokens = {{0, position++, next.token, true}};
-    if (gpu_greedy) {
+    if (ahead_of_host) {
+      model::GpuModel::PendingArgmax current = ahead ? std::move(*ahead) : gpu_model.submit_argmax(batch, cache);
+      ahead.reset();
+      if (generated + 2 <= static_cast<std::uint32_t>(o.sampling.max_tokens)) {
+        model::StepBatch after{{{0, position, 0, true}}, batch.block_tables};
+        ahead = gpu_model.submit_argmax(after, cache, &current);
+      }
+      greedy_next = gpu_model.collect(current).at(0);
+    } else if (gpu_greedy) {
       greedy_next = gpu_model.forward_argmax(batch, cache, o.profile ? &decode_profile : nullptr).at(0);
     } else {
       logits = gpu_model.forward(batch, cache, o.profile ? &decode_profile : nullptr);
     }
   }
   const double decode_s = seconds(Clock::now() - decode_start);
+  if (ahead) gpu_model.collect(*ahead);  // sent ahead of the stop: its token is not wanted
   // The stop matcher ended the output (it releases held-back text at max_tokens); as in the
   // server, a character's first bytes still in the decoder are not text.
   if (o.json) {

@@ -180,8 +180,25 @@ std::vector<std::int32_t> GpuModel::forward_argmax(const StepBatch& batch, GpuKv
   return ids;
 }
 
+GpuModel::PendingArgmax GpuModel::submit_argmax(const StepBatch& batch, GpuKvCache& cache,
+                                                const PendingArgmax* tokens_from) {
+  PendingArgmax pending;
+  std::vector<std::int32_t> ids;
+  run(batch, cache, nullptr, nullptr, &ids, &pending, tokens_from);
+  return pending;
+}
+
+std::vector<std::int32_t> GpuModel::collect(PendingArgmax& pending) {
+  if (pending.collected) throw std::logic_error("collect: no step pending, or collected already");
+  gpu_.queue.wait(pending.done_at);
+  std::vector<std::int32_t> ids(pending.count);
+  if (pending.count != 0) std::memcpy(ids.data(), pending.readback.mapped(), std::size_t{pending.count} * 4);
+  pending.collected = true;
+  return ids;
+}
+
 void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile, std::vector<float>* logits_out,
-                   std::vector<std::int32_t>* argmax_out) {
+                   std::vector<std::int32_t>* argmax_out, PendingArgmax* pending, const PendingArgmax* tokens_from) {
   const auto step_start = std::chrono::steady_clock::now();
   const LlamaConfig& c = config_;
   const auto n = static_cast<std::uint32_t>(batch.tokens.size());
@@ -608,7 +625,12 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     profile->last_stamp = stamps.back();
   };
-  ops::get_rows(rec_of(), lib, token_embd_.type, token_embd_.buffer.range(), ids_buf.range(), x.range(), c.n_embd, n);
+  if (tokens_from != nullptr && tokens_from->count != n) {
+    throw std::invalid_argument("a step's tokens from the step before: " + std::to_string(tokens_from->count) +
+                                " there, " + std::to_string(n) + " here");
+  }
+  ops::get_rows(rec_of(), lib, token_embd_.type, token_embd_.buffer.range(),
+                tokens_from != nullptr ? tokens_from->ids.range() : ids_buf.range(), x.range(), c.n_embd, n);
   mark("embedding");
   ops::AttentionShape attention{n, c.n_head, c.n_head_kv, c.head_dim, page_size, max_pages,
                                 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
@@ -791,6 +813,11 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   }
   if (n_out == 0) {
     finish(rec_of());
+    if (pending != nullptr) {  // no tokens: collect() finds none
+      pending->done_at = q.last_submitted();
+      pending->count = 0;
+      pending->collected = false;
+    }
     return;
   }
   ops::rms_norm(rec_of(), lib, x.range(), output_norm_.buffer.range(), h.range(), n, c.n_embd, c.rms_eps);
@@ -809,7 +836,23 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     ops::argmax(rec_of(), lib, logits.range(), argmax_parts.range(), ids.range(), n_out, c.n_vocab);
     mark("argmax");
     rec_of().copy(ids.range(), readback.range());
+    if (pending != nullptr && !grid_sync && profile == nullptr) {  // the caller waits (collect)
+      pending->done_at = q.submit(rec_of());
+      pending->ids = std::move(ids);
+      pending->readback = std::move(readback);
+      pending->count = static_cast<std::uint32_t>(count);
+      pending->collected = false;
+      return;
+    }
     finish(rec_of());
+    if (pending != nullptr) {  // waited for already: collect() finds it done
+      pending->done_at = q.last_submitted();
+      pending->ids = std::move(ids);
+      pending->readback = std::move(readback);
+      pending->count = static_cast<std::uint32_t>(count);
+      pending->collected = false;
+      return;
+    }
     argmax_out->resize(count);
     std::memcpy(argmax_out->data(), readback.mapped(), count * 4);
     return;

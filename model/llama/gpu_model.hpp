@@ -128,13 +128,34 @@ class GpuModel {
   // chosen on the GPU: greedy decoding without copying the logits back.
   std::vector<std::int32_t> forward_argmax(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr);
 
+  // forward_argmax sent to the GPU without waiting for it; collect() waits and returns its tokens.
+  // The next step may be sent before that, its tokens taken on the GPU from this one's argmax
+  // (`tokens_from`: its batch's tokens are then placeholders, one per output row of this one, in
+  // order), so that the GPU goes from step to step without waiting for the host between them.
+  class PendingArgmax {
+   public:
+    PendingArgmax() = default;
+    PendingArgmax(PendingArgmax&&) = default;
+    PendingArgmax& operator=(PendingArgmax&&) = default;
+
+   private:
+    friend class GpuModel;
+    gpu::PoolBuffer ids;       // on the device: what a next step reads
+    gpu::PoolBuffer readback;  // host-visible: what collect() reads
+    std::uint64_t done_at = 0;  // the timeline value of the step's last submission
+    std::uint32_t count = 0;
+    bool collected = true;
+  };
+  PendingArgmax submit_argmax(const StepBatch& batch, GpuKvCache& cache, const PendingArgmax* tokens_from = nullptr);
+  std::vector<std::int32_t> collect(PendingArgmax& pending);
+
  private:
   struct Layer {
     GpuTensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
   };
   GpuTensor upload(gpu::Uploader& uploader, const TensorSource& source, const TensorSpec& spec);
   void run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile, std::vector<float>* logits,
-           std::vector<std::int32_t>* argmax);
+           std::vector<std::int32_t>* argmax, PendingArgmax* pending = nullptr, const PendingArgmax* tokens_from = nullptr);
 
   gpu::UniqueQueryPool timestamps_;  // made on the first profiled step
   GpuContext gpu_;

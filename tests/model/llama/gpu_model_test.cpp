@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
+#include <set>
 #include <span>
 
 #include "memory_model.hpp"
@@ -244,6 +246,59 @@ TEST(GpuModelArgmax, MatchesTheArgmaxOfTheLogits) {
     auto row = std::span(logits).subspan(r * config.n_vocab, config.n_vocab);
     EXPECT_EQ(ids[r], std::max_element(row.begin(), row.end()) - row.begin()) << "row " << r;
   }
+}
+
+// Greedy steps sent ahead (submit_argmax, each taking its tokens on the GPU from the step before,
+// sent before that one is collected) give the tokens that steps run one at a time give, for two
+// sequences decoding side by side; a step's tokens from a step with another count are refused,
+// and a step is collected once.
+TEST(GpuModelArgmax, StepsSentAheadGiveTheTokensOfStepsRunInTurn) {
+  LlamaConfig config = tiny(Architecture::llama, 64);
+  config.n_vocab = 300;
+  auto weights = random_model(config, WeightType::q4_0, 9);
+  auto& g = gpu::testing::shared_gpu();
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  GpuModel model(ctx, config, weights.source(), "weights:ahead");
+  const std::vector<std::vector<std::uint32_t>> tables{{3, 0, 5, 1}, {2, 7, 4, 6}};
+  constexpr std::uint32_t kSteps = 9, kPrompt = 3;
+  auto prefill = [&](GpuKvCache& cache) {
+    StepBatch batch{{}, tables};
+    for (std::uint32_t s = 0; s < 2; ++s) {
+      for (std::uint32_t p = 0; p < kPrompt; ++p) batch.tokens.push_back({s, p, static_cast<std::int32_t>(17 * s + 5 * p + 1), p + 1 == kPrompt});
+    }
+    return model.forward_argmax(batch, cache);
+  };
+  auto step = [&](const std::vector<std::int32_t>& tokens, std::uint32_t position) {
+    return StepBatch{{{0, position, tokens[0], true}, {1, position, tokens[1], true}}, tables};
+  };
+  std::vector<std::vector<std::int32_t>> in_turn, ahead;
+  {
+    GpuKvCache cache(ctx, config, 8, 4);
+    std::vector<std::int32_t> next = prefill(cache);
+    for (std::uint32_t i = 0; i < kSteps; ++i) {
+      next = model.forward_argmax(step(next, kPrompt + i), cache);
+      in_turn.push_back(next);
+    }
+  }
+  {
+    GpuKvCache cache(ctx, config, 8, 4);
+    std::vector<std::int32_t> first = prefill(cache);
+    GpuModel::PendingArgmax current = model.submit_argmax(step(first, kPrompt), cache);
+    for (std::uint32_t i = 1; i <= kSteps; ++i) {
+      std::optional<GpuModel::PendingArgmax> after;
+      if (i < kSteps) after = model.submit_argmax(step({0, 0}, kPrompt + i), cache, &current);
+      ahead.push_back(model.collect(current));
+      if (after) current = std::move(*after);
+    }
+    EXPECT_THROW(model.collect(current), std::logic_error);
+    GpuModel::PendingArgmax one = model.submit_argmax(StepBatch{{{0, kPrompt + kSteps, 1, true}}, tables}, cache);
+    EXPECT_THROW(model.submit_argmax(step({0, 0}, kPrompt + kSteps + 1), cache, &one), std::invalid_argument);
+    model.collect(one);
+  }
+  EXPECT_EQ(ahead, in_turn);
+  std::set<std::int32_t> distinct;
+  for (const auto& t : in_turn) distinct.insert(t[0]);
+  EXPECT_GT(distinct.size(), 1u) << "a run of one token says little about where each step's input came from";
 }
 
 TEST(GpuModelLoad, RefusesHeadSizesTheAttentionKernelLacks) {
