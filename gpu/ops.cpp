@@ -792,16 +792,16 @@ void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
 namespace {
 std::optional<bool> ffn_decode_override;
 
-// ffn_decode.comp's threads: a workgroup fills an SM's half of the threads (1024 on the H100);
-// workgroup_sum (reduce.glsl) takes at most 64 subgroups.
-std::uint32_t ffn_decode_threads(const DeviceFeatures& features) {
+// The persistent decode grid's threads (ffn_decode.comp, attn_decode.comp): a workgroup fills
+// half of an SM's threads (1024 on the H100); workgroup_sum (reduce.glsl) takes at most 64 subgroups.
+std::uint32_t decode_grid_threads(const DeviceFeatures& features) {
   return std::min({1024u, features.max_workgroup_invocations, 64 * std::max(features.subgroup_size, 1u)});
 }
 
 // Chunks of K a row splits into (items of one subgroup each): the count, of 1, 2, 4 and 8, that
 // keeps the grid's subgroups most evenly busy over the steps the kernel takes them in, each chunk at
 // least the 4 units a lane the kernel loads at once. Chunks divide the row's units and the subgroups.
-std::uint32_t ffn_decode_chunks(std::uint32_t rows, std::uint32_t units, std::uint32_t workgroups,
+std::uint32_t decode_grid_chunks(std::uint32_t rows, std::uint32_t units, std::uint32_t workgroups,
                                 std::uint32_t subgroups, std::uint32_t lanes) {
   std::uint32_t best = 1;
   double best_busy = 0.0;
@@ -864,7 +864,7 @@ void ffn_decode(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange
       x.size < std::uint64_t{n_embd} * 4) {
     throw GpuError(fmt::format("ffn_decode: sync word {} of {} bytes, or h or x too small", slot, sync.size));
   }
-  const std::uint32_t threads = ffn_decode_threads(features), lanes = features.subgroup_size,
+  const std::uint32_t threads = decode_grid_threads(features), lanes = features.subgroup_size,
                       subgroups = threads / lanes;
   const struct {
     std::uint32_t n_embd, n_ff;
@@ -873,8 +873,8 @@ void ffn_decode(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange
   } push{n_embd,
          n_ff,
          eps,
-         ffn_decode_chunks(n_ff, n_embd / 8, workgroups, subgroups, lanes),
-         ffn_decode_chunks(n_embd, n_ff / 8, workgroups, subgroups, lanes),
+         decode_grid_chunks(n_ff, n_embd / 8, workgroups, subgroups, lanes),
+         decode_grid_chunks(n_embd, n_ff / 8, workgroups, subgroups, lanes),
          slot};
   const std::uint32_t max_k = ceil_div(std::max(n_embd, n_ff), 32) * 32;
   rec.dispatch(kernel(lib, fmt::format("ffn_decode_{}", weight_type_name(type)), 7, sizeof push, {threads, max_k}),
@@ -914,7 +914,7 @@ bool attn_decode_applies(const DeviceFeatures& features, WeightType q, WeightTyp
   return q == k && k == v && v == o && matvec_int8(features, q) &&
          (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128) && n_embd % 32 == 0 &&
          q_rows % 32 == 0 && !rope.neox && dims % 2 == 0 && dims <= head_dim &&
-         ffn_decode_threads(features) >= 128 && shared_bytes <= features.max_shared_memory;
+         decode_grid_threads(features) >= 128 && shared_bytes <= features.max_shared_memory;
 }
 
 std::uint32_t attn_decode_sync_words(std::uint32_t kv_heads) { return 2 + kv_heads; }
@@ -943,7 +943,7 @@ void attn_decode(Recording& rec, KernelLibrary& lib, const AttnDecode& a, std::u
     throw GpuError(fmt::format("attn_decode: sync word {} of {} bytes, scratch {} bytes, or x or the cache too small",
                                a.sync_word, a.sync.size, a.scratch.size));
   }
-  const std::uint32_t threads = ffn_decode_threads(features), lanes = features.subgroup_size,
+  const std::uint32_t threads = decode_grid_threads(features), lanes = features.subgroup_size,
                       subgroups = threads / lanes;
   const struct {
     std::uint32_t n_embd, kv_heads;
@@ -963,8 +963,8 @@ void attn_decode(Recording& rec, KernelLibrary& lib, const AttnDecode& a, std::u
          a.rope.freq_scale,
          a.scale,
          splits,
-         ffn_decode_chunks((q_rows + 2 * kv_rows) / 2, a.n_embd / 8, workgroups, subgroups, lanes),
-         ffn_decode_chunks(a.n_embd, q_rows / 8, workgroups, subgroups, lanes),
+         decode_grid_chunks((q_rows + 2 * kv_rows) / 2, a.n_embd / 8, workgroups, subgroups, lanes),
+         decode_grid_chunks(a.n_embd, q_rows / 8, workgroups, subgroups, lanes),
          a.sync_word};
   const BufferRange q_out{a.scratch.buffer, a.scratch.offset, q_bytes},
       attn_out{a.scratch.buffer, a.scratch.offset + q_bytes, q_bytes},

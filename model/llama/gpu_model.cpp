@@ -203,6 +203,10 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   const LlamaConfig& c = config_;
   const auto n = static_cast<std::uint32_t>(batch.tokens.size());
   if (n == 0) return;
+  if (tokens_from != nullptr && tokens_from->count != n) {
+    throw std::invalid_argument("a step's tokens from the step before: " + std::to_string(tokens_from->count) +
+                                " there, " + std::to_string(n) + " here");
+  }
   const std::uint32_t page_size = cache.page_size();
   std::uint32_t max_pages = 1;
   for (const auto& table : batch.block_tables) max_pages = std::max<std::uint32_t>(max_pages, table.size());
@@ -258,7 +262,8 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     std::memcpy(buffer.mapped(), bytes.data(), bytes.size());
     return buffer;
   };
-  PoolBuffer ids_buf = upload(ids), pos_buf = upload(positions), slots_buf = upload(slots),
+  // Token ids from the step before (tokens_from) are on the GPU already.
+  PoolBuffer ids_buf = tokens_from != nullptr ? PoolBuffer{} : upload(ids), pos_buf = upload(positions), slots_buf = upload(slots),
              seq_pos_buf = upload(seq_pos), tables_buf = upload(tables), out_rows_buf = upload(output_rows);
   auto scratch = [&](std::uint64_t floats) { return pool.allocate(std::max<std::uint64_t>(floats, 1) * 4, "scratch"); };
   PoolBuffer x = scratch(std::uint64_t{n} * c.n_embd), h = scratch(std::uint64_t{n} * c.n_embd),
@@ -625,10 +630,6 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     }
     profile->last_stamp = stamps.back();
   };
-  if (tokens_from != nullptr && tokens_from->count != n) {
-    throw std::invalid_argument("a step's tokens from the step before: " + std::to_string(tokens_from->count) +
-                                " there, " + std::to_string(n) + " here");
-  }
   ops::get_rows(rec_of(), lib, token_embd_.type, token_embd_.buffer.range(),
                 tokens_from != nullptr ? tokens_from->ids.range() : ids_buf.range(), x.range(), c.n_embd, n);
   mark("embedding");
@@ -836,8 +837,13 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     ops::argmax(rec_of(), lib, logits.range(), argmax_parts.range(), ids.range(), n_out, c.n_vocab);
     mark("argmax");
     rec_of().copy(ids.range(), readback.range());
-    if (pending != nullptr && !grid_sync && profile == nullptr) {  // the caller waits (collect)
-      pending->done_at = q.submit(rec_of());
+    if (pending != nullptr) {
+      if (!grid_sync && profile == nullptr) {
+        pending->done_at = q.submit(rec_of());  // the caller waits (collect)
+      } else {
+        finish(rec_of());  // a grid's barrier count or a profile is read here
+        pending->done_at = q.last_submitted();
+      }
       pending->ids = std::move(ids);
       pending->readback = std::move(readback);
       pending->count = static_cast<std::uint32_t>(count);
@@ -845,14 +851,6 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
       return;
     }
     finish(rec_of());
-    if (pending != nullptr) {  // waited for already: collect() finds it done
-      pending->done_at = q.last_submitted();
-      pending->ids = std::move(ids);
-      pending->readback = std::move(readback);
-      pending->count = static_cast<std::uint32_t>(count);
-      pending->collected = false;
-      return;
-    }
     argmax_out->resize(count);
     std::memcpy(argmax_out->data(), readback.mapped(), count * 4);
     return;

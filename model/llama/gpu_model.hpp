@@ -130,8 +130,8 @@ class GpuModel {
 
   // forward_argmax sent to the GPU without waiting for it; collect() waits and returns its tokens.
   // The next step may be sent before that, its tokens taken on the GPU from this one's argmax
-  // (`tokens_from`: its batch's tokens are then placeholders, one per output row of this one, in
-  // order), so that the GPU goes from step to step without waiting for the host between them.
+  // (`tokens_from`: its batch has one token for each output row of this one, in order, whose ids
+  // are not read), so that the GPU goes from step to step without waiting for the host between them.
   class PendingArgmax {
    public:
     PendingArgmax() = default;
