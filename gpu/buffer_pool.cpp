@@ -55,9 +55,15 @@ BufferRange PoolBuffer::range(VkDeviceSize offset, VkDeviceSize size) const {
   return {buffer_, offset_ + offset, size};
 }
 
+VkDeviceSize default_block_size(std::uint64_t device_local_bytes) {
+  constexpr VkDeviceSize kMiB = VkDeviceSize{1} << 20;
+  return device_local_bytes >= (std::uint64_t{32} << 30) ? 512 * kMiB : 256 * kMiB;
+}
+
 BufferPool::BufferPool(const ComputeQueue& queue, PoolOptions options)
     : queue_(queue), device_(queue.device()), options_(options) {
   alignment_ = std::max<VkDeviceSize>(256, device_.features().storage_offset_alignment);
+  if (options_.block_size == 0) options_.block_size = default_block_size(device_.features().device_local_bytes);
   options_.block_size = round_up(std::max(options_.block_size, alignment_), alignment_);
 }
 

@@ -27,8 +27,14 @@ enum class MemoryKind : std::uint8_t {
   host,    // host-visible and coherent: staging for uploads and readbacks
 };
 
+// The block size of a pool on a device whose largest device-local heap is device_local_bytes:
+// 512 MiB from 32 GiB, else 256 MiB. On the H100, llama3-8b Q4_0 decoded at 310.0-312.8 tok/s from
+// weights in 256 MiB blocks and at 315.3-317.0 from blocks of 512 MiB to 4 GiB (four runs each,
+// bench/results/pool-blocks-2026-11-27-h100.md); a block is also what trim() may leave held.
+VkDeviceSize default_block_size(std::uint64_t device_local_bytes);
+
 struct PoolOptions {
-  VkDeviceSize block_size = VkDeviceSize{256} << 20;  // larger allocations get a block of their own
+  VkDeviceSize block_size = 0;  // 0: default_block_size; larger allocations get a block of their own
 };
 
 struct PoolStats {

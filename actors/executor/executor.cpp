@@ -68,7 +68,7 @@ struct ExecutorOptions {
   std::string device;
   std::uint32_t kv_pages = 1024;  // every model's KV cache
   std::uint32_t page_size = 16;
-  std::uint64_t block_mib = 0;  // the buffer pool's block size; 0: kDefaultBlockMib, capped by the ceiling
+  std::uint64_t block_mib = 0;  // the buffer pool's block size; 0: gpu::default_block_size, capped by the ceiling
   std::uint64_t ceiling_bytes = 0;   // the memory ceiling (as the enforcer's), to size the blocks by
   double ceiling_fraction = 0.0;     // or the ceiling as a fraction of the device's memory
   std::set<std::uint64_t> fail_steps;  // GPU steps (counted from 1) that fail on purpose
@@ -80,7 +80,6 @@ struct ExecutorOptions {
   std::filesystem::path pipeline_cache;  // read at start, written after each load; "": none
 };
 
-constexpr std::uint64_t kDefaultBlockMib = 256;
 constexpr std::uint64_t kMaxUint32 = std::numeric_limits<std::uint32_t>::max();
 
 std::uint64_t parse_number(std::string_view key, std::string_view text, std::uint64_t max) {
@@ -224,9 +223,10 @@ model::StepBatch make_batch(const StepPlan& plan, std::uint32_t page_size) {
   return batch;
 }
 
-// The pool's block size: block_mib= if given; else kDefaultBlockMib, but no more than a 16th of
-// the memory ceiling, so that what blocks round up to stays small against it (a 256 MiB block
-// under a 100 MiB ceiling would put the pool over the hard mark with one small model loaded).
+// The pool's block size: block_mib= if given; else the device's default (gpu::default_block_size),
+// but no more than a 16th of the memory ceiling, so that what blocks round up to stays small
+// against it (a 256 MiB block under a 100 MiB ceiling would put the pool over the hard mark with
+// one small model loaded).
 VkDeviceSize pool_block_bytes(const ExecutorOptions& options, const gpu::Device& device) {
   constexpr std::uint64_t kMiB = 1 << 20;
   if (options.block_mib > 0) return options.block_mib * kMiB;
@@ -235,7 +235,7 @@ VkDeviceSize pool_block_bytes(const ExecutorOptions& options, const gpu::Device&
     ceiling = static_cast<std::uint64_t>(static_cast<double>(device.memory_figures().total_bytes) *
                                          options.ceiling_fraction);
   }
-  std::uint64_t block = kDefaultBlockMib * kMiB;
+  std::uint64_t block = gpu::default_block_size(device.features().device_local_bytes);
   if (ceiling > 0) block = std::clamp(ceiling / 16 / kMiB * kMiB, kMiB, block);
   spdlog::info("executor: the buffer pool takes blocks of {} MiB from the driver", block / kMiB);
   return block;
