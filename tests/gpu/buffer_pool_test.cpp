@@ -33,7 +33,7 @@ VkDeviceSize needed_by(const BufferPool& pool, const std::vector<PoolBuffer>& li
 }
 
 // Without a block size the pool takes its device's default: 512 MiB from 32 GiB of device memory
-// (the H100 streams weights faster from them), 256 MiB below.
+// (the H100 decodes faster from them), 256 MiB below.
 TEST(BufferPool, TakesTheDevicesDefaultBlockSizeUnlessGivenOne) {
   EXPECT_EQ(default_block_size(VkDeviceSize{80} << 30), 512 * MiB);
   EXPECT_EQ(default_block_size(VkDeviceSize{32} << 30), 512 * MiB);
