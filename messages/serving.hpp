@@ -283,7 +283,10 @@ struct ExecutorReport {
   // Added last: earlier fields keep their positions. The codec still wants every field, so a
   // report from a build without this one is refused as malformed, not read as zeros.
   DeviceMemoryWire memory;
-  MSGPACK_DEFINE(models, slots, pool, device, memory);
+  // Greedy steps sent to the GPU before the step before them was answered, their tokens taken
+  // there from its argmax (the executor's StepInFlight).
+  std::uint64_t steps_chained = 0;
+  MSGPACK_DEFINE(models, slots, pool, device, memory, steps_chained);
 };
 
 }  // namespace mqlm::messages

@@ -55,6 +55,9 @@ constexpr std::uint32_t kCacheCloseTimer = 2;
 // While KV pages spilled to the host are on their way to the cache-writer (PendingSpill), this
 // timer sends those whose copies are done when no step comes to do it.
 constexpr std::uint32_t kSpillTimer = 3;
+// A greedy step sent ahead is answered once the next plan has gone to the GPU after it, or when
+// this timer fires first (no next plan came): 1 ms, the shortest a timer waits.
+constexpr std::uint32_t kCollectTimer = 4;
 constexpr auto kSpillPoll = std::chrono::milliseconds(2);
 constexpr std::size_t kKeptSpillStaging = 4;
 // An unload waits this long for the cache-writer's ModelCacheClosed before answering without it.
@@ -362,6 +365,20 @@ struct PendingSpill {
   std::future<void> copying;  // valid once the copy out of staging has begun
 };
 
+// A greedy step on the GPU whose answer has not gone yet. A next plan whose sequences all follow
+// it, in its order, goes to the GPU before this one's tokens are read, taking them on the GPU from
+// its argmax (GpuModel::submit_argmax), so that the GPU goes from step to step without waiting for
+// the executor's answer and the scheduler's next plan between them.
+struct StepInFlight {
+  messages::Envelope to;  // the plan's: whom the answer goes to
+  StepPlan plan;          // as it runs (followers' tokens put in, or taken on the GPU)
+  std::string model_id;
+  model::GpuModel::PendingArgmax pending;
+  StepResult result;
+  std::size_t slots_before = 0;
+  Clock::time_point started;
+};
+
 // ---- the actor -------------------------------------------------------------------------------
 
 class Executor final : public Actor {
@@ -370,7 +387,10 @@ class Executor final : public Actor {
 
   void on_start(Context& ctx) override;
   void on_message(Context& ctx, Message& message) override;
-  void on_stop(Context& ctx) override { advance_spills(ctx, true); }
+  void on_stop(Context& ctx) override {
+    finish_in_flight(ctx);
+    advance_spills(ctx, true);
+  }
 
  private:
   const LoadedModel& load_model(const std::string& id);
@@ -380,6 +400,15 @@ class Executor final : public Actor {
   void answer_unload(Context& ctx, const Message& message, const UnloadModel& unload);
   void answer_query(Context& ctx, const Message& message, const ExecutorQuery& query);
   void answer_step(Context& ctx, const Message& message, const StepPlan& plan);
+  void send_result(Context& ctx, const messages::Envelope& to, const StepPlan& plan, StepResult& result,
+                   std::size_t slots_before, Clock::time_point started);
+  LoadedModel* ahead_model(const StepPlan& plan);
+  bool send_ahead(Context& ctx, const Message& message, const StepPlan& plan);
+  bool chain(Context& ctx, const Message& message, const StepPlan& plan);
+  StepInFlight submit_ahead(const Message& message, const StepPlan& plan, LoadedModel& loaded,
+                            const model::GpuModel::PendingArgmax* tokens_from, std::optional<std::string>& failure,
+                            bool& lost);
+  void finish_in_flight(Context& ctx, StepInFlight* after = nullptr);
   std::optional<StepPlan> runnable(const StepPlan& plan, const std::unordered_set<std::uint64_t>& failed) const;
   void run_plan(const StepPlan& plan, const Frames& blobs, StepResult& result);
   void move_pages(const StepPlan& plan, const Frames& blobs, LoadedModel& loaded);
@@ -434,6 +463,8 @@ class Executor final : public Actor {
     Clock::time_point started;
   };
   std::map<std::string, PendingUnload> pending_unloads_;
+  std::optional<StepInFlight> in_flight_;  // answered before the executor handles anything else
+  std::uint64_t steps_chained_ = 0;        // plans sent to the GPU behind a step in flight
 };
 
 void Executor::on_start(Context& ctx) {
@@ -606,8 +637,15 @@ void Executor::rebuild_after_device_loss() {
 }
 
 void Executor::on_message(Context& ctx, Message& message) {
-  if (const auto* plan = message.as<StepPlan>()) {
+  const auto* plan = message.as<StepPlan>();
+  const auto* timer = message.as<Timer>();
+  // A step in flight is answered before anything else is handled (a plan may go to the GPU
+  // after it first).
+  if (plan == nullptr) finish_in_flight(ctx);
+  if (plan != nullptr) {
     answer_step(ctx, message, *plan);
+  } else if (timer != nullptr && timer->timer_id == kCollectTimer) {
+    // answered above
   } else if (const auto* load = message.as<LoadModel>()) {
     answer_load(ctx, message, *load);
   } else if (const auto* unload = message.as<UnloadModel>()) {
@@ -616,7 +654,7 @@ void Executor::on_message(Context& ctx, Message& message) {
     answer_query(ctx, message, *query);
   } else if (const auto* closed = message.as<ModelCacheClosed>()) {
     on_cache_closed(ctx, *closed);
-  } else if (const auto* timer = message.as<Timer>(); timer != nullptr && timer->timer_id == kTrimTimer) {
+  } else if (timer != nullptr && timer->timer_id == kTrimTimer) {
     // Steps since the release that set it: sequences are still running, their scratch stays.
     if (trim_pending_) trim_pool(ctx, gpu_steps_ != steps_at_timer_ && !sequences_.empty());
   } else if (timer != nullptr && timer->timer_id == kCacheCloseTimer) {
@@ -728,6 +766,7 @@ void Executor::answer_query(Context& ctx, const Message& message, const Executor
   ExecutorReport report;
   for (const auto& [id, loaded] : models_) report.models.push_back(loaded.info());
   report.slots = static_cast<std::uint32_t>(sequences_.size());
+  report.steps_chained = steps_chained_;
   if (gpu_) {
     report.pool = to_wire(gpu_->pool.stats());
     report.device = gpu_->device.features().name;
@@ -738,6 +777,9 @@ void Executor::answer_query(Context& ctx, const Message& message, const Executor
 }
 
 void Executor::answer_step(Context& ctx, const Message& message, const StepPlan& plan) {
+  if (in_flight_ && chain(ctx, message, plan)) return;
+  finish_in_flight(ctx);
+  if (send_ahead(ctx, message, plan)) return;
   const auto started = Clock::now();
   const std::size_t slots_before = sequences_.size();
   ++plans_;
@@ -756,6 +798,11 @@ void Executor::answer_step(Context& ctx, const Message& message, const StepPlan&
     // happen): this is a bug, answered as one rather than ending the actor.
     fail_step(plan, result, RequestError::internal, std::string("executor bug: ") + e.what());
   }
+  send_result(ctx, message.envelope, plan, result, slots_before, started);
+}
+
+void Executor::send_result(Context& ctx, const messages::Envelope& to, const StepPlan& plan, StepResult& result,
+                           std::size_t slots_before, Clock::time_point started) {
   bool trimmed = false;
   if (plan.trim || result.error == static_cast<std::uint16_t>(RequestError::gpu)) {
     // A failed step may have left large scratch ranges cached: give them back now.
@@ -769,8 +816,157 @@ void Executor::answer_step(Context& ctx, const Message& message, const StepPlan&
     result.pool = to_wire(gpu_->pool.stats());
   }
   result.gpu_ns = nanoseconds_since(started);
-  ctx.reply(message, std::move(result));
+  ctx.send(to.from, std::move(result), SendOptions{to.correlation_id, to.request_id, {}});
   advance_spills(ctx, false);
+}
+
+// The model a plan may be sent ahead on, or null: a step of greedy decodes and prefills that all
+// ask for output, with nothing else to do (no starts, releases, trim or pages to move), no
+// sequence left out, and no step profile asked for (log_steps_over_ms profiles steps run in turn).
+LoadedModel* Executor::ahead_model(const StepPlan& plan) {
+  if (!gpu_ || options_.log_steps_over_ms > 0 || !failed_.empty() || plan.sequences.empty() || !plan.starts.empty() ||
+      !plan.released.empty() || plan.trim || !plan.spill.empty() || !plan.restore.empty()) {
+    return nullptr;
+  }
+  std::string problem;
+  LoadedModel* loaded = model_for(plan, problem);
+  if (loaded == nullptr || plan_problem(plan, *loaded)) return nullptr;
+  for (const PlanSequence& seq : plan.sequences) {
+    if (!seq.output) return nullptr;
+  }
+  return all_plain_greedy(plan, *loaded) ? loaded : nullptr;
+}
+
+// Submits the step without waiting for it (tokens_from: the step in flight, whose argmax gives
+// this one's tokens). A failure is left in `failure` (lost: the device is), the step unsent.
+StepInFlight Executor::submit_ahead(const Message& message, const StepPlan& plan, LoadedModel& loaded,
+                                    const model::GpuModel::PendingArgmax* tokens_from,
+                                    std::optional<std::string>& failure, bool& lost) {
+  StepInFlight step;
+  step.started = Clock::now();
+  step.slots_before = sequences_.size();
+  step.to = message.envelope;
+  step.plan = plan;
+  step.model_id = loaded.id;
+  step.result.step = plan.step;
+  ++plans_;
+  try {
+    const std::uint64_t gpu_step = ++gpu_steps_;
+    if (options_.fail_steps.contains(gpu_step)) {
+      throw gpu::GpuError(fmt::format("injected failure of GPU step {} (executor option fail_steps)", gpu_step));
+    }
+    step.pending = loaded.weights->submit_argmax(make_batch(plan, loaded.page_size), *loaded.kv_cache, tokens_from);
+  } catch (const std::exception& e) {
+    failure = e.what();
+    lost = is_device_lost(e);
+  }
+  return step;
+}
+
+// A greedy plan sent to the GPU with no step in flight: answered later (finish_in_flight).
+bool Executor::send_ahead(Context& ctx, const Message& message, const StepPlan& plan) {
+  LoadedModel* loaded = ahead_model(plan);
+  if (loaded == nullptr) return false;
+  // Followers take their sequence's last sample (runnable); none is left out (failed_ is empty).
+  const std::optional<StepPlan> resolved = runnable(plan, failed_);
+  const StepPlan& run = resolved ? *resolved : plan;
+  if (run.sequences.size() != plan.sequences.size()) return false;  // a follower that sampled nothing
+  std::optional<std::string> failure;
+  bool lost = false;
+  StepInFlight step = submit_ahead(message, run, *loaded, nullptr, failure, lost);
+  if (failure) {
+    fail_step(run, step.result, RequestError::gpu, *failure);
+    step.pending = {};
+    if (lost) {
+      step.result.kv_lost = true;
+      rebuild_after_device_loss();
+    }
+    send_result(ctx, step.to, step.plan, step.result, step.slots_before, step.started);
+    return true;
+  }
+  in_flight_ = std::move(step);
+  ctx.set_timer(kCollectTimer, std::chrono::milliseconds(1), false);
+  return true;
+}
+
+// A plan whose sequences all follow the step in flight's, one each in its order: sent to the GPU
+// with its tokens taken there from that step's argmax, then that step is answered.
+bool Executor::chain(Context& ctx, const Message& message, const StepPlan& plan) {
+  LoadedModel* loaded = ahead_model(plan);
+  const StepPlan& before = in_flight_->plan;
+  if (loaded == nullptr || loaded->id != in_flight_->model_id || in_flight_->result.error != 0 ||
+      plan.sequences.size() != before.sequences.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
+    const PlanSequence& seq = plan.sequences[i];
+    if (!seq.follows || seq.tokens.size() != 1 || seq.sequence != before.sequences[i].sequence) return false;
+  }
+  std::optional<std::string> failure;
+  bool lost = false;
+  StepInFlight next = submit_ahead(message, plan, *loaded, &in_flight_->pending, failure, lost);
+  if (failure) {
+    next.pending = {};
+    if (lost) {  // the step in flight is lost with the device
+      StepInFlight done = std::move(*in_flight_);
+      in_flight_.reset();
+      ctx.cancel_timer(kCollectTimer);
+      fail_step(done.plan, done.result, RequestError::gpu, *failure);
+      done.result.kv_lost = true;
+      done.pending = {};
+      rebuild_after_device_loss();
+      send_result(ctx, done.to, done.plan, done.result, done.slots_before, done.started);
+    } else {
+      finish_in_flight(ctx);  // with its sequences' samplers still there
+    }
+    fail_step(plan, next.result, RequestError::gpu, *failure);
+    send_result(ctx, next.to, next.plan, next.result, next.slots_before, next.started);
+    return true;
+  }
+  ++steps_chained_;
+  finish_in_flight(ctx, &next);
+  if (next.result.error != 0) {  // the step before failed after this one was sent: it fails too
+    send_result(ctx, next.to, next.plan, next.result, next.slots_before, next.started);
+    return true;
+  }
+  in_flight_ = std::move(next);
+  ctx.set_timer(kCollectTimer, std::chrono::milliseconds(1), false);
+  return true;
+}
+
+// Waits for the step in flight and answers it. after: a step already sent behind it, which fails
+// with it if it fails (its tokens came from it), its GPU state let go before a device rebuild.
+void Executor::finish_in_flight(Context& ctx, StepInFlight* after) {
+  if (!in_flight_) return;
+  StepInFlight step = std::move(*in_flight_);
+  in_flight_.reset();
+  ctx.cancel_timer(kCollectTimer);
+  std::vector<std::int32_t> chosen;
+  bool lost = false;
+  try {
+    chosen = models_.at(step.model_id).weights->collect(step.pending);
+  } catch (const std::exception& e) {
+    fail_step(step.plan, step.result, RequestError::gpu, e.what());
+    lost = is_device_lost(e);
+  }
+  step.pending = {};
+  if (step.result.error != 0) {
+    if (after != nullptr) {
+      fail_step(after->plan, after->result, RequestError::gpu, "the step before it failed: " + step.result.message);
+      after->pending = {};
+    }
+    if (lost) {
+      step.result.kv_lost = true;
+      rebuild_after_device_loss();
+    }
+  } else {
+    try {
+      sample_outputs(step.plan, models_.at(step.model_id), {}, chosen, step.result);
+    } catch (const std::exception& e) {
+      fail_step(step.plan, step.result, RequestError::internal, std::string("sampling failed: ") + e.what());
+    }
+  }
+  send_result(ctx, step.to, step.plan, step.result, step.slots_before, step.started);
 }
 
 // The plan as it can run, or nothing when it runs as it came: each follower's token put in (the

@@ -388,6 +388,9 @@ TEST(ExecutorTest, FollowersTakeTheTokenTheirSequencesLastStepSampled) {
     tokens.push_back(result.tokens[0].token);
   }
   EXPECT_EQ(tokens, std::vector<std::int32_t>(expected.begin(), expected.begin() + 6));
+  // The first decode went to the GPU with its token put in; each of the four after it went behind
+  // the one before, before that one was answered, its token taken on the GPU.
+  EXPECT_EQ(rig.query(false).steps_chained, 4u);
 
   // A follower of a sequence that has sampled nothing is left out; the rest of its step runs.
   const auto second_size = static_cast<std::uint32_t>(kSecond.prompt.size());
@@ -405,6 +408,47 @@ TEST(ExecutorTest, FollowersTakeTheTokenTheirSequencesLastStepSampled) {
   ASSERT_EQ(result.tokens.size(), 1u);
   EXPECT_EQ(result.tokens[0].sequence, kFirst.id);
   EXPECT_EQ(result.tokens[0].token, expected[6]);
+}
+
+// A step that fails as it is sent behind a step in flight: that step is answered with its token,
+// the failed one with the error, and the plans after it, sent before the failure was known, run
+// without the failed sequence.
+TEST(ExecutorTest, AStepThatFailsBehindAStepInFlightLeavesThatStepsAnswer) {
+  const auto expected = direct_greedy(kFirst, 3);
+  Rig rig(ActorOptions{{"fail_steps", "4"}});  // GPU steps: the prefill 1, the decodes 2, 3, 4, ...
+  const auto prompt_size = static_cast<std::uint32_t>(kFirst.prompt.size());
+  StepPlan prefill;
+  prefill.step = rig.next_step();
+  prefill.starts.push_back({kFirst.id, greedy(), kFirst.prompt});
+  prefill.sequences.push_back({kFirst.id, 0, kFirst.prompt, table_for(kFirst, prompt_size), true});
+  rig.send(prefill);
+  for (std::uint32_t k = 1; k < 6; ++k) {
+    StepPlan decode;
+    decode.step = rig.next_step();
+    PlanSequence s{kFirst.id, prompt_size + k - 1, {0}, table_for(kFirst, prompt_size + k), true};
+    s.follows = true;
+    decode.sequences.push_back(s);
+    rig.send(decode);
+  }
+  std::vector<StepResult> results;
+  for (int k = 0; k < 6; ++k) results.push_back(rig.next_result());
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_EQ(results[k].error, 0u) << k << ": " << results[k].message;
+    ASSERT_EQ(results[k].tokens.size(), 1u) << k;
+    EXPECT_EQ(results[k].tokens[0].token, expected[k]) << k;
+  }
+  EXPECT_EQ(results[3].error, static_cast<std::uint16_t>(RequestError::gpu));
+  EXPECT_NE(results[3].message.find("injected"), std::string::npos) << results[3].message;
+  EXPECT_FALSE(results[3].kv_lost);
+  for (int k = 4; k < 6; ++k) {
+    EXPECT_EQ(results[k].error, 0u) << k << ": " << results[k].message;
+    EXPECT_TRUE(results[k].tokens.empty()) << k;
+  }
+  EXPECT_EQ(rig.query(false).slots, 0u);
+  // The next sequence runs as before.
+  Sequence retry = kFirst;
+  retry.id = 2;
+  EXPECT_EQ(tokens_of(generate(rig, {retry}, greedy(), 3)[0]), expected);
 }
 
 TEST(ExecutorTest, TwoSequencesInOneStepGiveWhatEachGivesAlone) {
