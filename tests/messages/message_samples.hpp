@@ -101,7 +101,8 @@ inline ExecutorReport sample(std::type_identity<ExecutorReport>) {
           2,
           sample_pool(),
           "NVIDIA H100 80GB HBM3",
-          {85'520'809'984, 80'000'000'000, 1ULL << 34, true, 3ULL << 30}};
+          {85'520'809'984, 80'000'000'000, 1ULL << 34, true, 3ULL << 30},
+          1234};
 }
 inline Drain sample(std::type_identity<Drain>) { return {true}; }
 inline Drained sample(std::type_identity<Drained>) { return {2000}; }
