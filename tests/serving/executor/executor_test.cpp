@@ -164,9 +164,12 @@ class Rig {
     return receive<ModelLoaded>();
   }
   ModelUnloaded unload(const std::string& model) {
-    mailbox_->send("executor", UnloadModel{model});
-    return receive<ModelUnloaded>();
+    send_unload(model);
+    return next_unloaded();
   }
+  // An unload sent without waiting for its answer, and the next answer, which must be an unload's.
+  void send_unload(const std::string& model) { mailbox_->send("executor", UnloadModel{model}); }
+  ModelUnloaded next_unloaded() { return receive<ModelUnloaded>(); }
 
  private:
   static ActorOptions with_model(ActorOptions extra) {
@@ -766,6 +769,36 @@ StepPlan prefill(Rig& rig, const Sequence& s, const std::string& model) {
 Sequence renamed(Sequence s, std::uint64_t id) {
   s.id = id;
   return s;
+}
+
+// Any message but a plan answers the step in flight first: an unload sent right behind a greedy
+// decode (which goes to the GPU without waiting) comes after that decode's answer, with its token,
+// and the model goes with nothing of the step left behind.
+TEST(ExecutorModelsTest, AnUnloadBehindAStepInFlightComesAfterItsAnswer) {
+  Rig rig(Rig::OptionsAsGiven{}, two_models());
+  const ModelLoaded a = rig.load("a");
+  ASSERT_TRUE(a.ok) << a.error;
+  const auto expected = direct_greedy(kFirst, 2);
+  const StepResult first = rig.step(prefill(rig, kFirst, "a"));
+  ASSERT_EQ(first.error, 0u) << first.message;
+  ASSERT_EQ(first.tokens.at(0).token, expected[0]);
+  StepPlan decode;
+  decode.step = rig.next_step();
+  decode.model = "a";
+  const auto position = static_cast<std::uint32_t>(kFirst.prompt.size());
+  decode.sequences.push_back({kFirst.id, position, {expected[0]}, table_for(kFirst, position + 1), true});
+  rig.send(decode);
+  rig.send_unload("a");
+  const StepResult second = rig.next_result();
+  EXPECT_EQ(second.step, decode.step);
+  ASSERT_EQ(second.error, 0u) << second.message;
+  ASSERT_EQ(second.tokens.size(), 1u);
+  EXPECT_EQ(second.tokens[0].token, expected[1]);
+  const ModelUnloaded unloaded = rig.next_unloaded();
+  EXPECT_TRUE(unloaded.was_loaded);
+  EXPECT_EQ(unloaded.model_bytes, a.bytes);
+  EXPECT_EQ(unloaded.pool.active_bytes, 0u);
+  EXPECT_EQ(rig.query(false).slots, 0u);
 }
 
 TEST(ExecutorModelsTest, ModelsAreLoadedServedAndUnloadedByMessage) {
