@@ -894,8 +894,7 @@ bool Executor::send_ahead(Context& ctx, const Message& message, const StepPlan& 
 bool Executor::chain(Context& ctx, const Message& message, const StepPlan& plan) {
   LoadedModel* loaded = ahead_model(plan);
   const StepPlan& before = in_flight_->plan;
-  if (loaded == nullptr || loaded->id != in_flight_->model_id || in_flight_->result.error != 0 ||
-      plan.sequences.size() != before.sequences.size()) {
+  if (loaded == nullptr || loaded->id != in_flight_->model_id || plan.sequences.size() != before.sequences.size()) {
     return false;
   }
   for (std::size_t i = 0; i < plan.sequences.size(); ++i) {

@@ -210,6 +210,37 @@ model::SamplingParams greedy() {
   return p;
 }
 
+// Starts `s` on `model` and prefills its prompt, asking for its first token.
+StepPlan prefill(Rig& rig, const Sequence& s, const std::string& model) {
+  StepPlan plan;
+  plan.step = rig.next_step();
+  plan.model = model;
+  plan.starts.push_back({s.id, greedy(), s.prompt});
+  plan.sequences.push_back({s.id, 0, s.prompt, table_for(s, s.prompt.size()), true});
+  return plan;
+}
+
+// A decode of `seq` at `position` whose token is the one its sequence's previous step samples.
+PlanSequence follower(const Sequence& seq, std::uint32_t position) {
+  PlanSequence s{seq.id, position, {0}, table_for(seq, position + 1), true};
+  s.follows = true;
+  return s;
+}
+
+// A greedy prefill of `seq` and `decodes` decodes following it, every plan sent before any answer
+// is read, as a scheduler planning ahead sends them: each decode's token is the one the step
+// before it samples.
+void send_prefill_and_followers(Rig& rig, const Sequence& seq, std::uint32_t decodes) {
+  rig.send(prefill(rig, seq, ""));
+  const auto prompt_size = static_cast<std::uint32_t>(seq.prompt.size());
+  for (std::uint32_t k = 1; k <= decodes; ++k) {
+    StepPlan decode;
+    decode.step = rig.next_step();
+    decode.sequences.push_back(follower(seq, prompt_size + k - 1));
+    rig.send(decode);
+  }
+}
+
 // Starts the sequences and prefills their prompts in one plan, then decodes them together one
 // token per plan, feeding back what was sampled; every output is kept, per sequence.
 // model: the plan's model ("" : the executor's only one).
@@ -365,24 +396,7 @@ TEST(ExecutorTest, FollowersTakeTheTokenTheirSequencesLastStepSampled) {
   const auto expected = direct_greedy(kFirst, 7);
   Rig rig;
   const auto prompt_size = static_cast<std::uint32_t>(kFirst.prompt.size());
-  auto follower = [&](const Sequence& seq, std::uint32_t position) {
-    PlanSequence s{seq.id, position, {0}, table_for(seq, position + 1), true};
-    s.follows = true;
-    return s;
-  };
-  // Every plan goes before any answer is read, as a scheduler planning ahead sends them: each
-  // decode's token is the one the step before it samples.
-  StepPlan prefill;
-  prefill.step = rig.next_step();
-  prefill.starts.push_back({kFirst.id, greedy(), kFirst.prompt});
-  prefill.sequences.push_back({kFirst.id, 0, kFirst.prompt, table_for(kFirst, prompt_size), true});
-  rig.send(prefill);
-  for (std::uint32_t k = 1; k < 6; ++k) {
-    StepPlan decode;
-    decode.step = rig.next_step();
-    decode.sequences.push_back(follower(kFirst, prompt_size + k - 1));
-    rig.send(decode);
-  }
+  send_prefill_and_followers(rig, kFirst, 5);
   std::vector<std::int32_t> tokens;
   for (int k = 0; k < 6; ++k) {
     const StepResult result = rig.next_result();
@@ -419,20 +433,7 @@ TEST(ExecutorTest, FollowersTakeTheTokenTheirSequencesLastStepSampled) {
 TEST(ExecutorTest, AStepThatFailsBehindAStepInFlightLeavesThatStepsAnswer) {
   const auto expected = direct_greedy(kFirst, 3);
   Rig rig(ActorOptions{{"fail_steps", "4"}});  // GPU steps: the prefill 1, the decodes 2, 3, 4, ...
-  const auto prompt_size = static_cast<std::uint32_t>(kFirst.prompt.size());
-  StepPlan prefill;
-  prefill.step = rig.next_step();
-  prefill.starts.push_back({kFirst.id, greedy(), kFirst.prompt});
-  prefill.sequences.push_back({kFirst.id, 0, kFirst.prompt, table_for(kFirst, prompt_size), true});
-  rig.send(prefill);
-  for (std::uint32_t k = 1; k < 6; ++k) {
-    StepPlan decode;
-    decode.step = rig.next_step();
-    PlanSequence s{kFirst.id, prompt_size + k - 1, {0}, table_for(kFirst, prompt_size + k), true};
-    s.follows = true;
-    decode.sequences.push_back(s);
-    rig.send(decode);
-  }
+  send_prefill_and_followers(rig, kFirst, 5);
   std::vector<StepResult> results;
   for (int k = 0; k < 6; ++k) results.push_back(rig.next_result());
   for (int k = 0; k < 3; ++k) {
@@ -754,16 +755,6 @@ std::vector<std::string> names_of(const ExecutorReport& report) {
 std::uint64_t owned(const PoolStatsWire& pool, const std::string& owner) {
   auto it = pool.active_by_owner.find(owner);
   return it == pool.active_by_owner.end() ? 0 : it->second;
-}
-
-// Starts `s` on `model` and prefills its prompt, asking for its first token.
-StepPlan prefill(Rig& rig, const Sequence& s, const std::string& model) {
-  StepPlan plan;
-  plan.step = rig.next_step();
-  plan.model = model;
-  plan.starts.push_back({s.id, greedy(), s.prompt});
-  plan.sequences.push_back({s.id, 0, s.prompt, table_for(s, s.prompt.size()), true});
-  return plan;
 }
 
 Sequence renamed(Sequence s, std::uint64_t id) {
