@@ -2,48 +2,35 @@
 
 #include <stdexcept>
 
-#include "actors/probe_actors.hpp"
-#if MQLM_HAS_SCHEDULER
-#include "actors/scheduler/scheduler.hpp"
-#endif
-#if MQLM_HAS_EXECUTOR
-#include "actors/executor/executor.hpp"
-#endif
-#if MQLM_HAS_GATEWAY
-#include "actors/gateway/gateway.hpp"
-#endif
-#if MQLM_HAS_HTTP
-#include "actors/http/http.hpp"
-#endif
-#if MQLM_HAS_ENFORCER
-#include "actors/enforcer/enforcer.hpp"
-#endif
-#if MQLM_HAS_CACHE_WRITER
 #include "actors/cache_writer/cache_writer.hpp"
-#endif
+#include "actors/enforcer/enforcer.hpp"
+#include "actors/executor/executor.hpp"
+#include "actors/gateway/gateway.hpp"
+#include "actors/http/http.hpp"
+#include "actors/runtime/probe_actors.hpp"
+#include "actors/scheduler/scheduler.hpp"
 
 namespace mqlm::actors {
 
+namespace {
+
+using MakeActor = std::unique_ptr<Actor> (*)(const ActorOptions&);
+
+// The serving actors by kind; echo and prober are made below, with their options checked there.
+struct ServingKind {
+  const char* kind;
+  MakeActor make;
+};
+constexpr ServingKind serving_kinds[] = {
+    {"scheduler", make_scheduler}, {"executor", make_executor}, {"gateway", make_gateway},
+    {"http", make_http},           {"enforcer", make_enforcer}, {"cache-writer", make_cache_writer},
+};
+
+}  // namespace
+
 std::vector<std::string> actor_kinds() {
   std::vector<std::string> kinds{"echo", "prober"};
-#if MQLM_HAS_SCHEDULER
-  kinds.push_back("scheduler");
-#endif
-#if MQLM_HAS_EXECUTOR
-  kinds.push_back("executor");
-#endif
-#if MQLM_HAS_GATEWAY
-  kinds.push_back("gateway");
-#endif
-#if MQLM_HAS_HTTP
-  kinds.push_back("http");
-#endif
-#if MQLM_HAS_ENFORCER
-  kinds.push_back("enforcer");
-#endif
-#if MQLM_HAS_CACHE_WRITER
-  kinds.push_back("cache-writer");
-#endif
+  for (const auto& serving : serving_kinds) kinds.emplace_back(serving.kind);
   return kinds;
 }
 
@@ -64,24 +51,9 @@ std::unique_ptr<Actor> make_actor(const std::string& kind, const ActorOptions& o
     if (config.blob_bytes > (std::uint64_t{1} << 30)) throw std::invalid_argument("prober blob_bytes is over 1 GiB");
     return std::make_unique<ProberActor>(config);
   }
-#if MQLM_HAS_SCHEDULER
-  if (kind == "scheduler") return make_scheduler(options);
-#endif
-#if MQLM_HAS_EXECUTOR
-  if (kind == "executor") return make_executor(options);
-#endif
-#if MQLM_HAS_GATEWAY
-  if (kind == "gateway") return make_gateway(options);
-#endif
-#if MQLM_HAS_HTTP
-  if (kind == "http") return make_http(options);
-#endif
-#if MQLM_HAS_ENFORCER
-  if (kind == "enforcer") return make_enforcer(options);
-#endif
-#if MQLM_HAS_CACHE_WRITER
-  if (kind == "cache-writer") return make_cache_writer(options);
-#endif
+  for (const auto& serving : serving_kinds) {
+    if (kind == serving.kind) return serving.make(options);
+  }
   std::string known;
   for (const auto& k : actor_kinds()) known += (known.empty() ? "" : ", ") + k;
   throw std::invalid_argument("unknown actor kind '" + kind + "' (known: " + known + ")");

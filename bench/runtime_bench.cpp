@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <sys/utsname.h>
 
-#include "actors/probe_actors.hpp"
+#include "actors/runtime/probe_actors.hpp"
 #include "tools/commands.hpp"
 
 namespace mqlm::tools {

@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "actors/topology.hpp"
+#include "actors/runtime/topology.hpp"
 #include "model/sampling/sampling_params.hpp"
 
 namespace mqlm::tools {

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "actors/probe_actors.hpp"
+#include "actors/runtime/probe_actors.hpp"
 #include "tools/commands.hpp"
 
 namespace mqlm::tools {

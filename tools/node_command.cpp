@@ -3,7 +3,7 @@
 #include <csignal>
 #include <iostream>
 
-#include "actors/node.hpp"
+#include "actors/runtime/node.hpp"
 #include "actors/registry.hpp"
 #include "tools/command_options.hpp"
 #include "tools/commands.hpp"

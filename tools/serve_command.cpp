@@ -19,8 +19,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/mailbox.hpp"
-#include "actors/node.hpp"
+#include "actors/runtime/mailbox.hpp"
+#include "actors/runtime/node.hpp"
 #include "actors/registry.hpp"
 #include "tools/command_options.hpp"
 #include "tools/commands.hpp"

@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include "actors/registry.hpp"
-#include "actors/replay.hpp"
-#include "actors/trace.hpp"
+#include "actors/runtime/replay.hpp"
+#include "actors/runtime/trace.hpp"
 #include "tools/commands.hpp"
 
 namespace mqlm::tools {

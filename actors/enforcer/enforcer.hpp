@@ -54,8 +54,8 @@
 #include <string>
 #include <variant>
 
-#include "actors/actor.hpp"
-#include "actors/actor_options.hpp"
+#include "actors/runtime/actor.hpp"
+#include "actors/runtime/actor_options.hpp"
 
 namespace mqlm::actors {
 

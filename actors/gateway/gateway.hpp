@@ -25,8 +25,8 @@
 
 #include <memory>
 
-#include "actors/actor.hpp"
-#include "actors/actor_options.hpp"
+#include "actors/runtime/actor.hpp"
+#include "actors/runtime/actor_options.hpp"
 
 namespace mqlm::actors {
 

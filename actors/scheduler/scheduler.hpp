@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/actor.hpp"
-#include "actors/actor_options.hpp"
+#include "actors/runtime/actor.hpp"
+#include "actors/runtime/actor_options.hpp"
 #include "actors/scheduler/kv_page_table.hpp"
 #include "model/chat/chat_template.hpp"
 #include "model/sampling/stop_matcher.hpp"

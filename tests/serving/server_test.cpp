@@ -10,11 +10,11 @@
 #include <set>
 #include <thread>
 
-#include "actors/node.hpp"
+#include "actors/runtime/node.hpp"
 #include "actors/registry.hpp"
-#include "actors/replay.hpp"
+#include "actors/runtime/replay.hpp"
 #include "model/gguf/synthetic_model.hpp"
-#include "tests/actors/child_process.hpp"
+#include "tests/actors/runtime/child_process.hpp"
 #include "tools/serve_client.hpp"
 
 namespace mqlm {

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The serving protocol's clients against a real server: `mqlm serve` of the tiny model, asked by
+# `mqlm client`, examples/python_client.py and `mqlm bench serve`, then stopped with SIGTERM.
+# Usage: serve_cli_test.sh MQLM_BINARY WORK_DIR
+set -uo pipefail
+mqlm=$1
+dir=$2
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+mkdir -p "$dir"
+failures=0
+fail() {  # fail DESCRIPTION [FILES TO SHOW...]
+  echo "FAIL: $1"
+  shift
+  for f in "$@"; do [[ -f $f ]] && { echo "--- $f"; tail -n 40 "$f"; }; done
+  failures=$((failures + 1))
+}
+
+pid=""
+trap '[[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null' EXIT
+
+"$mqlm" make-model --preset tiny --type f16 -o "$dir/tiny.gguf" >"$dir/make.log" 2>&1 ||
+  { fail "make the tiny model" "$dir/make.log"; exit 1; }
+
+# A port nobody listens on now (the kernel's choice, released at once).
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+server="tcp://127.0.0.1:$port"
+"$mqlm" serve "$dir/tiny.gguf" --listen "$server" >"$dir/serve.log" 2>&1 &
+pid=$!
+
+# Ready when it answers a status request: the model loads and the GPU pipelines are built first.
+ready=0
+deadline=$((SECONDS + 90))
+while ((SECONDS < deadline)); do
+  if "$mqlm" client --server "$server" --status --timeout-ms 1000 >"$dir/status.json" 2>"$dir/status.err"; then
+    ready=1
+    break
+  fi
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.5
+done
+if ((!ready)); then
+  fail "mqlm serve did not answer a status request within 90 s" "$dir/status.err" "$dir/serve.log"
+  exit 1
+fi
+grep -q '"models"' "$dir/status.json" || fail "the status lists no models" "$dir/status.json"
+
+# Greedy text, streamed, with the summary on stderr.
+"$mqlm" client --server "$server" -p "Once upon a time" -n 16 --temperature 0 >"$dir/client.out" 2>"$dir/client.err"
+rc=$?
+[[ $rc -eq 0 ]] || fail "mqlm client exited $rc" "$dir/client.out" "$dir/client.err" "$dir/serve.log"
+[[ -n $(tr -d '[:space:]' <"$dir/client.out") ]] || fail "mqlm client printed no text" "$dir/client.out" "$dir/client.err"
+grep -qE '^finish: (stop|length)' "$dir/client.err" || fail "mqlm client printed no summary" "$dir/client.err"
+
+# The same request again, every event a JSON line, the last one the final.
+"$mqlm" client --server "$server" -p "Once upon a time" -n 16 --temperature 0 --json >"$dir/client.jsonl" 2>&1 ||
+  fail "mqlm client --json failed" "$dir/client.jsonl"
+/usr/bin/python3 -c '
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+assert events and events[-1]["event"] == "final", events[-1:]
+' "$dir/client.jsonl" || fail "mqlm client --json did not print JSON events ending with the final" "$dir/client.jsonl"
+
+# A prompt of token ids.
+"$mqlm" client --server "$server" --tokens 1,2,3 -n 4 --temperature 0 >"$dir/tokens.out" 2>"$dir/tokens.err" ||
+  fail "mqlm client --tokens failed" "$dir/tokens.out" "$dir/tokens.err"
+grep -qE '^finish: (stop|length)' "$dir/tokens.err" || fail "mqlm client --tokens printed no summary" "$dir/tokens.err"
+
+# Flags that make no request.
+"$mqlm" client --server "$server" -p "Hello" --tokens 1,2 >"$dir/bad.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] || fail "two prompts: exit $rc, wanted 2" "$dir/bad.out"
+
+# A client in another language.
+/usr/bin/python3 "$root/examples/python_client.py" --server "$server" --prompt "Once upon a time" --max-tokens 16 \
+  --temperature 0 >"$dir/python.out" 2>"$dir/python.err"
+rc=$?
+[[ $rc -eq 0 ]] || fail "python_client.py exited $rc" "$dir/python.out" "$dir/python.err"
+[[ -n $(tr -d '[:space:]' <"$dir/python.out") ]] || fail "python_client.py printed no text" "$dir/python.err"
+
+# The benchmark: every request completes and tokens come out.
+"$mqlm" bench serve --server "$server" --requests 20 --concurrency 4 --output-tokens 8 --json "$dir/bench.json" \
+  >"$dir/bench.out" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] || fail "mqlm bench serve exited $rc" "$dir/bench.out" "$dir/serve.log"
+/usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["completed"] == 20, r["completed"]
+assert r["output_throughput"] > 0, r["output_throughput"]
+' "$dir/bench.json" || fail "bench.json lacks 20 completed requests or output throughput" "$dir/bench.json"
+
+# SIGTERM drains and stops the server, exit 0, within 10 s.
+kill -TERM "$pid"
+for _ in $(seq 100); do
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+if kill -0 "$pid" 2>/dev/null; then
+  fail "mqlm serve still runs 10 s after SIGTERM" "$dir/serve.log"
+else
+  wait "$pid"
+  rc=$?
+  pid=""
+  [[ $rc -eq 0 ]] || fail "mqlm serve exited $rc after SIGTERM" "$dir/serve.log"
+fi
+
+[[ $failures -eq 0 ]] && echo "all serving client checks passed"
+exit $((failures > 0))
