@@ -4,15 +4,17 @@
 # outputs). Writes $OUT/serve-h100.txt and one JSON per concurrency.
 # Here: cmake --build build && ../shared/tools/devpack -o .devrun build/mqlm && strip .devrun/bin/mqlm
 # There (carry .devrun): bench/run-serve-on-h100.sh   (SERVE_FLAGS: more flags for mqlm serve, e.g. --no-overlap;
-# PASSES: repeat the concurrency list; KV_PAGES: 8192 pages of 16 tokens by default, 16 GiB for llama3-8b, which these runs never fill)
+# PASSES: repeat the concurrency list; TEMPERATURE: the requests' temperature, 0 (greedy) by default; KV_PAGES: 8192 pages of 16 tokens by default, 16 GiB for llama3-8b, which these runs never fill)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
 source .devrun/env.sh || true  # its last test fails where there is no NVIDIA driver
+# BIN_FIRST: a folder whose `mqlm` runs instead of .devrun's (bench/ab-serve-on-h100.sh's builds)
+[ -n "${BIN_FIRST:-}" ] && export PATH="$BIN_FIRST:$PATH"
 log=$OUT/serve-h100.txt
 { date -u +"date: %Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } >"$log"
 type=${TYPE:-q4_0}
-mqlm make-model --preset llama3-8b --type "$type" -o /tmp/m.gguf >>"$log"
+mqlm make-model --preset "${PRESET:-llama3-8b}" --type "$type" -o /tmp/m.gguf >>"$log"
 listen=tcp://127.0.0.1:5555
 echo "server: mqlm serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-8192} --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-}" >>"$log"
 mqlm --log-level info serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-8192} \
@@ -36,7 +38,7 @@ for pass in $(seq 1 ${PASSES:-1}); do
     seed=$((c + 1000 * (pass - 1)))
     json=$OUT/serve-c$c.json
     [ "${PASSES:-1}" -gt 1 ] && json=$OUT/serve-c$c-p$pass.json
-    cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --warmup $c --seed $seed --json $json"
+    cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --temperature ${TEMPERATURE:-0} --warmup $c --seed $seed --json $json"
     echo "command: $cmd" >>"$log"
     $cmd >>"$log" 2>&1 || { echo "bench serve at concurrency $c failed" >>"$log"; break 2; }
   done

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config clang clang-tidy libclang-rt-14-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libfmt-dev
   libcli11-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools
