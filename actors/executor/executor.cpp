@@ -6,30 +6,29 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
-#include <fstream>
-#include <future>
-#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
-#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/executor/executor_options.hpp"
+#include "actors/executor/page_moves.hpp"
+#include "actors/executor/pipeline_cache.hpp"
 #include "actors/executor/process_memory.hpp"
 #include "gpu/buffer_pool.hpp"
 #include "gpu/compute_queue.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernel_library.hpp"
-#include "gpu/transfer.hpp"
 #include "gpu/vulkan_error.hpp"
 #include "model/gguf/gguf_file.hpp"
 #include "model/gguf/vocabulary_metadata.hpp"
@@ -52,133 +51,14 @@ constexpr auto kWorkingSetWindow = std::chrono::seconds(5);
 // scheduler's status to stay current, rarely enough that steps do not carry a map each.
 constexpr std::uint64_t kPoolStatsEvery = 32;
 constexpr std::uint32_t kCacheCloseTimer = 2;
-// While KV pages spilled to the host are on their way to the cache-writer (PendingSpill), this
+// While KV pages spilled to the host are on their way to the cache-writer (KvPageMoves), this
 // timer sends those whose copies are done when no step comes to do it.
 constexpr std::uint32_t kSpillTimer = 3;
 // A greedy step sent ahead is answered once the next plan has gone to the GPU after it, or when
 // this timer fires first (no next plan came): 1 ms, the shortest a timer waits.
 constexpr std::uint32_t kCollectTimer = 4;
-constexpr auto kSpillPoll = std::chrono::milliseconds(2);
-constexpr std::size_t kKeptSpillStaging = 4;
 // An unload waits this long for the cache-writer's ModelCacheClosed before answering without it.
 constexpr auto kCacheCloseTimeout = std::chrono::seconds(10);
-
-// ---- options ---------------------------------------------------------------------------------
-
-struct ExecutorOptions {
-  std::map<std::string, std::filesystem::path> models;  // id -> its GGUF file: what LoadModel may load
-  std::vector<std::string> preload;                     // ids loaded at start, in this order
-  std::string device;
-  std::uint32_t kv_pages = 1024;  // every model's KV cache
-  std::uint32_t page_size = 16;
-  std::uint64_t block_mib = 0;  // the buffer pool's block size; 0: gpu::default_block_size, capped by the ceiling
-  std::uint64_t ceiling_bytes = 0;   // the memory ceiling (as the enforcer's), to size the blocks by
-  double ceiling_fraction = 0.0;     // or the ceiling as a fraction of the device's memory
-  std::set<std::uint64_t> fail_steps;  // GPU steps (counted from 1) that fail on purpose
-  std::string fail_release;            // the model whose release throws midway, on purpose
-  std::string cache_writer;            // where evicted prefix pages go; "": nowhere
-  std::uint64_t spill_piece_pages = 0;  // pages a spill's copy takes at most; 0: half a pool block's worth
-  std::uint64_t log_steps_over_ms = 0;  // profile every step, log those slower than this; 0: off
-  int warm_up = -1;  // run every batch shape once at load (1), or not (0); -1: on a discrete GPU
-  std::filesystem::path pipeline_cache;  // read at start, written after each load; "": none
-};
-
-constexpr std::uint64_t kMaxUint32 = std::numeric_limits<std::uint32_t>::max();
-
-std::uint64_t parse_number(std::string_view key, std::string_view text, std::uint64_t max) {
-  return parse_number_option("executor", key, text, 1, max);
-}
-
-std::set<std::uint64_t> parse_step_list(std::string_view key, std::string_view text) {
-  std::set<std::uint64_t> steps;
-  for (std::string_view step : split_option(text, ',')) {
-    steps.insert(parse_number(key, step, std::numeric_limits<std::uint64_t>::max()));
-  }
-  return steps;
-}
-
-std::string joined(const auto& ids) {
-  return ids.empty() ? std::string("none") : fmt::format("{}", fmt::join(ids, ", "));
-}
-
-std::string ids_of(const std::map<std::string, std::filesystem::path>& models) {
-  std::vector<std::string_view> ids;
-  for (const auto& [id, path] : models) ids.push_back(id);
-  return joined(ids);
-}
-
-// The id named in option `key`, checked against the configured models.
-std::string configured_id(const ExecutorOptions& parsed, std::string_view key, std::string_view id) {
-  if (!parsed.models.contains(std::string(id))) {
-    throw std::invalid_argument(fmt::format("executor option {}= names model '{}', which is not configured "
-                                            "(configured: {})",
-                                            key, id, ids_of(parsed.models)));
-  }
-  return std::string(id);
-}
-
-ExecutorOptions parse_options(const ActorOptions& options) {
-  check_option_names("executor", options,
-                     {"model", "name", "models", "preload", "device", "kv_pages", "page_size", "block_mib",
-                      "ceiling_bytes", "ceiling_fraction", "fail_steps", "fail_release", "cache_writer",
-                      "log_steps_over_ms", "warm_up", "pipeline_cache", "spill_piece_pages"});
-  ExecutorOptions parsed;
-  const std::string model = text_option(options, "model", "");
-  if (options.contains("models")) {
-    if (options.contains("model") || options.contains("name")) {
-      throw std::invalid_argument("executor options model= (and name=) and models= do not go together: give one "
-                                  "model as model=PATH name=ID, or several as models=ID=PATH;ID2=PATH2");
-    }
-    parsed.models = parse_model_list("executor", options.at("models"));
-  } else if (!model.empty()) {
-    std::string name = text_option(options, "name", "");
-    if (options.contains("name") && name.empty()) {
-      throw std::invalid_argument("executor option name= is empty: give the model a name");
-    }
-    if (name.empty()) {
-      const std::filesystem::path file = std::filesystem::path(model).filename();
-      name = file.extension() == ".gguf" ? file.stem().string() : file.string();
-    }
-    parsed.models.emplace(name, model);
-    parsed.preload = {name};  // the one model is served from the start, unless preload= says otherwise
-  } else {
-    throw std::invalid_argument("actor executor needs option model=PATH (a GGUF file) or "
-                                "models=ID=PATH;ID2=PATH2 (the models it may load)");
-  }
-  if (auto it = options.find("preload"); it != options.end()) {
-    parsed.preload.clear();
-    for (std::string_view id : split_option(it->second, ',')) {
-      std::string checked = configured_id(parsed, "preload", id);
-      if (std::find(parsed.preload.begin(), parsed.preload.end(), checked) == parsed.preload.end()) {
-        parsed.preload.push_back(std::move(checked));
-      }
-    }
-  }
-  if (auto it = options.find("fail_release"); it != options.end()) {
-    parsed.fail_release = configured_id(parsed, "fail_release", it->second);
-  }
-  parsed.device = text_option(options, "device", "");
-  parsed.cache_writer = text_option(options, "cache_writer", "");
-  parsed.pipeline_cache = text_option(options, "pipeline_cache", "");
-  parsed.kv_pages = static_cast<std::uint32_t>(number_option("executor", options, "kv_pages", 1024, 1, kMaxUint32));
-  parsed.page_size = static_cast<std::uint32_t>(number_option("executor", options, "page_size", 16, 1, kMaxUint32));
-  parsed.block_mib = number_option("executor", options, "block_mib", 0, 1, 1 << 20);  // 0: sized by the ceiling
-  parsed.ceiling_bytes = number_option("executor", options, "ceiling_bytes", 0);
-  parsed.ceiling_fraction = fraction_option("executor", options, "ceiling_fraction", 0.0);
-  parsed.log_steps_over_ms = number_option("executor", options, "log_steps_over_ms", 0);
-  parsed.spill_piece_pages = number_option("executor", options, "spill_piece_pages", 0);
-  if (options.contains("warm_up")) parsed.warm_up = static_cast<int>(number_option("executor", options, "warm_up", 0, 0, 1));
-  if (auto it = options.find("fail_steps"); it != options.end()) {
-    parsed.fail_steps = parse_step_list(it->first, it->second);
-  }
-  // The GPU addresses a cache row as page * page_size + offset in 32 bits.
-  if (std::uint64_t{parsed.kv_pages} * parsed.page_size > kMaxUint32) {
-    throw std::invalid_argument(fmt::format("executor options kv_pages={} and page_size={} make more than 2^32 "
-                                            "cache rows; use fewer or smaller pages",
-                                            parsed.kv_pages, parsed.page_size));
-  }
-  return parsed;
-}
 
 // ---- helpers ---------------------------------------------------------------------------------
 
@@ -244,47 +124,6 @@ VkDeviceSize pool_block_bytes(const ExecutorOptions& options, const gpu::Device&
   return block;
 }
 
-// The pipeline cache saved by an earlier run, if `path` names one (empty otherwise, or if it
-// cannot be read: a warning, and the pipelines are made anew). The KernelLibrary checks its header.
-std::vector<std::uint8_t> read_pipeline_cache(const std::filesystem::path& path) {
-  constexpr std::uintmax_t kMaxBytes = std::uintmax_t{1} << 30;
-  std::error_code ec;
-  if (path.empty() || !std::filesystem::exists(path, ec)) return {};
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec || size > kMaxBytes) {
-    spdlog::warn("executor: pipeline cache {} not read ({})", path.string(), ec ? ec.message() : "larger than 1 GiB");
-    return {};
-  }
-  std::vector<std::uint8_t> data(size);
-  std::ifstream in(path, std::ios::binary);
-  if (!in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(size))) {
-    spdlog::warn("executor: pipeline cache {} could not be read", path.string());
-    return {};
-  }
-  return data;
-}
-
-// Writes the pipeline cache whole or not at all (a file beside it, then renamed over it); a
-// failure (a full disk, say) is a warning: the next start makes the pipelines again.
-void write_pipeline_cache(const std::filesystem::path& path, const std::vector<std::uint8_t>& data) {
-  std::filesystem::path partial = path;
-  partial += ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(partial, ignored);
-      spdlog::warn("executor: could not write the pipeline cache to {}", partial.string());
-      return;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(partial, path, ec);
-  if (ec) spdlog::warn("executor: could not put the pipeline cache in place at {}: {}", path.string(), ec.message());
-}
-
 // The device and what every model shares on it, made once and destroyed in reverse order: the
 // pool before the queue, the queue before the device. Every model's buffers must have gone back
 // to the pool before it goes.
@@ -342,41 +181,32 @@ struct SequenceState {
   std::int32_t last_token = -1;  // its last step's sample: what a follower (PlanSequence::follows) takes
 };
 
-// A page's bytes on the host, left uninitialised: the copy out of staging writes every byte, and
-// zeroing them first (a std::vector) took half of a long prefix's restore on the H200, on one
-// thread, where the copy touches the fresh memory on several.
-struct HostPage {
-  std::unique_ptr<std::byte[]> bytes;
-  std::size_t count = 0;
-  std::byte* data() { return bytes.get(); }
-  const std::byte* data() const { return bytes.get(); }
-  std::size_t size() const { return count; }
+// Why a step failed, found on its way (checking, submitting, collecting) and applied in its turn:
+// a later step's failure must not take the samplers of a step before it that is still to answer.
+struct StepFailure {
+  RequestError error = RequestError::gpu;
+  std::string message;
 };
 
-// KV pages a plan gave up, on their way to the cache-writer. The GPU copies them into host
-// staging ahead of the step that overwrites them (the step waits for that copy, not for the
-// host); once the queue has passed it, a helper thread copies staging into the pages the message
-// carries, and the executor sends it at a later step boundary (or its timer). Until then the
-// entry owns the staging buffer, the pages, and the thread (a future joins it when destroyed).
-struct PendingSpill {
-  gpu::PendingDownload download;
-  std::vector<std::shared_ptr<HostPage>> pages;
-  KvPagesSpilled message;
-  std::future<void> copying;  // valid once the copy out of staging has begun
-};
-
-// A greedy step on the GPU whose answer has not gone yet. A next plan whose sequences all follow
-// it, in its order, goes to the GPU before this one's tokens are read, taking them on the GPU from
-// its argmax (GpuModel::submit_argmax), so that the GPU goes from step to step without waiting for
-// the executor's answer and the scheduler's next plan between them.
-struct StepInFlight {
+// One plan from its arrival to its answer, in the executor's queue of steps (Executor::steps_):
+// opened, submitted to the GPU (run there in turn, or sent without waiting when its outputs are
+// all plain greedy), then finished in order: collected, sampled and answered. A greedy step may
+// stay in flight after its plan is handled: a next plan whose sequences all follow it, in its
+// order, goes to the GPU before this one's tokens are read, taking them on the GPU from its argmax
+// (GpuModel::submit_argmax), so that the GPU goes from step to step without waiting for the
+// executor's answer and the scheduler's next plan between them.
+struct Step {
   messages::Envelope to;  // the plan's: whom the answer goes to
   StepPlan plan;          // as it runs (followers' tokens put in, or taken on the GPU)
-  std::string model_id;
-  model::GpuModel::PendingArgmax pending;
-  StepResult result;
   std::size_t slots_before = 0;
   Clock::time_point started;
+  std::string model_id;  // the model it ran on; empty when nothing ran on one
+  std::optional<model::GpuModel::PendingArgmax> pending;  // sent without waiting, not yet collected
+  bool sent_ahead = false;                                // the collect timer may be waiting for it
+  std::vector<float> logits;                              // (outputs, config.n_vocab) when run in turn
+  std::vector<std::int32_t> chosen;  // (outputs): the GPU's picks, when every output was plain greedy
+  std::optional<StepFailure> failure;
+  StepResult result;
 };
 
 // ---- the actor -------------------------------------------------------------------------------
@@ -388,37 +218,38 @@ class Executor final : public Actor {
   void on_start(Context& ctx) override;
   void on_message(Context& ctx, Message& message) override;
   void on_stop(Context& ctx) override {
-    finish_in_flight(ctx);
+    finish_steps(ctx);
     advance_spills(ctx, true);
   }
 
  private:
   const LoadedModel& load_model(const std::string& id);
   std::vector<std::string> release_model(Context& ctx, LoadedModel& loaded);
-  void rebuild_after_device_loss();
   void answer_load(Context& ctx, const Message& message, const LoadModel& load);
   void answer_unload(Context& ctx, const Message& message, const UnloadModel& unload);
   void answer_query(Context& ctx, const Message& message, const ExecutorQuery& query);
   void answer_step(Context& ctx, const Message& message, const StepPlan& plan);
-  void send_result(Context& ctx, const messages::Envelope& to, const StepPlan& plan, StepResult& result,
-                   std::size_t slots_before, Clock::time_point started);
+  Step& open_step(const messages::Envelope& to, const StepPlan& plan);
+  LoadedModel* chain_model(const StepPlan& plan);
   LoadedModel* ahead_model(const StepPlan& plan);
-  bool send_ahead(Context& ctx, const Message& message, const StepPlan& plan);
-  bool chain(Context& ctx, const Message& message, const StepPlan& plan);
-  StepInFlight submit_ahead(const Message& message, const StepPlan& plan, LoadedModel& loaded,
-                            const model::GpuModel::PendingArgmax* tokens_from, std::optional<std::string>& failure,
-                            bool& lost);
-  void finish_in_flight(Context& ctx, StepInFlight* after = nullptr);
+  void submit(Step& step, const Frames& blobs);
+  void submit_greedy(Step& step, LoadedModel& loaded, const model::GpuModel::PendingArgmax* tokens_from);
+  void run_in_turn(Step& step, const Frames& blobs);
+  void run_forward(Step& step, LoadedModel& loaded);
+  void gpu_failed(Step& step, std::string message, const std::exception& e);
+  void lose_device(const std::string& why);
+  void finish_steps(Context& ctx, bool leave_one_in_flight = false);
+  void finish_oldest(Context& ctx);
+  void collect(Step& step);
+  void send_result(Context& ctx, Step& step);
   std::optional<StepPlan> runnable(const StepPlan& plan, const std::unordered_set<std::uint64_t>& failed) const;
-  void run_plan(const StepPlan& plan, const Frames& blobs, StepResult& result);
-  void move_pages(const StepPlan& plan, const Frames& blobs, LoadedModel& loaded);
   void advance_spills(Context& ctx, bool wait);
   void on_cache_closed(Context& ctx, const ModelCacheClosed& closed);
   void answer_pending_unloads(Context& ctx, bool timed_out);
   LoadedModel* model_for(const StepPlan& plan, std::string& problem);
   std::optional<std::string> plan_problem(const StepPlan& plan, const LoadedModel& loaded) const;
   void start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts);
-  void run_step(const StepPlan& plan, LoadedModel& loaded, StepResult& result);
+  void fail_if_injected(std::uint64_t gpu_step) const;
   bool all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded) const;
   void log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took,
                    std::uint64_t new_blocks) const;
@@ -428,7 +259,6 @@ class Executor final : public Actor {
   void fail_step(const StepPlan& plan, StepResult& result, RequestError error, std::string message);
   bool trim_after_release(Context& ctx, std::size_t slots_before);
   bool trim_pool(Context& ctx, bool keep_working_set = false);
-  gpu::PoolBuffer take_spill_staging(std::uint64_t bytes);
   void trim_now(Context& ctx, bool keep_working_set = false);
   std::string load_failure(const std::string& id, const std::exception& e) const;
   std::string loaded_ids() const;
@@ -439,12 +269,7 @@ class Executor final : public Actor {
   std::string gpu_unavailable_;       // why gpu_ is null
   // Declared after gpu_, so destroyed before it. Empty whenever gpu_ is null.
   std::map<std::string, LoadedModel> models_;
-  std::deque<PendingSpill> spills_;  // in the order the queue copies them; staging from gpu_'s pool
-  // Host staging of spills whose copies are done, kept for the next ones (at most
-  // kKeptSpillStaging): taking it from the pool again may have the pool take a block from the
-  // driver, which for pinned host memory costs ~0.3 ms a MiB. A full trim lets it go.
-  std::vector<gpu::PoolBuffer> spill_staging_;
-  bool spill_timer_ = false;
+  KvPageMoves page_moves_{options_.cache_writer, options_.spill_piece_pages, kSpillTimer};  // staging from gpu_'s pool
   std::unordered_map<std::uint64_t, SequenceState> sequences_;  // sequence -> its sampler and model
   std::unordered_set<std::uint64_t> failed_;  // sequences the last step failed: the next plan's are left out
   std::uint64_t plans_ = 0;        // StepPlans answered
@@ -463,8 +288,10 @@ class Executor final : public Actor {
     Clock::time_point started;
   };
   std::map<std::string, PendingUnload> pending_unloads_;
-  std::optional<StepInFlight> in_flight_;  // answered before the executor handles anything else
-  std::uint64_t steps_chained_ = 0;        // plans sent to the GPU behind a step in flight
+  std::uint64_t steps_chained_ = 0;  // plans sent to the GPU behind a step in flight
+  // Plans not yet answered, oldest first: between messages at most one, a greedy step in flight,
+  // answered before the executor handles anything else (a plan may go to the GPU after it first).
+  std::deque<Step> steps_;
 };
 
 void Executor::on_start(Context& ctx) {
@@ -479,7 +306,7 @@ void Executor::on_start(Context& ctx) {
   last_trim_ns_ = ctx.now_ns();
   if (models_.empty()) {
     spdlog::info("executor: on {} with no model loaded (configured: {})", gpu_->device.features().name,
-                 ids_of(options_.models));
+                 configured_ids(options_));
   }
 }
 
@@ -605,43 +432,12 @@ std::vector<std::string> Executor::release_model(Context& ctx, LoadedModel& load
   return problems;
 }
 
-// Best effort, and untested: lavapipe never loses its device, so no test can make it happen.
-// Samplers live on the host and survive with their models; the caches' contents do not (the
-// step says kv_lost). A model that cannot be loaded again is dropped, with its sequences.
-void Executor::rebuild_after_device_loss() {
-  spdlog::error("executor: the GPU device was lost; recreating the device and pool and loading again: {}",
-                loaded_ids());
-  std::vector<std::string> ids;
-  for (const auto& [id, loaded] : models_) ids.push_back(id);
-  spills_.clear();  // their staging too (spills the GPU had not copied are lost)
-  spill_staging_.clear();
-  models_.clear();  // their buffers go back to the old pool before it goes
-  gpu_.reset();     // and the old device goes before the new one is made
-  try {
-    gpu_ = std::make_unique<DeviceStack>(options_);
-    gpu_unavailable_.clear();
-    for (const std::string& id : ids) {
-      try {
-        load_model(id);
-      } catch (const std::exception& e) {
-        spdlog::error("executor: after the device loss, {}", load_failure(id, e));
-      }
-    }
-  } catch (const std::exception& e) {
-    models_.clear();
-    gpu_.reset();
-    gpu_unavailable_ = e.what();
-    spdlog::error("executor: recreating the GPU after a device loss failed: {}", e.what());
-  }
-  std::erase_if(sequences_, [&](const auto& entry) { return !models_.contains(entry.second.model_id); });
-}
-
 void Executor::on_message(Context& ctx, Message& message) {
   const auto* plan = message.as<StepPlan>();
   const auto* timer = message.as<Timer>();
   // A step in flight is answered before anything else is handled (a plan may go to the GPU
   // after it first).
-  if (plan == nullptr) finish_in_flight(ctx);
+  if (plan == nullptr) finish_steps(ctx);
   if (plan != nullptr) {
     answer_step(ctx, message, *plan);
   } else if (timer != nullptr && timer->timer_id == kCollectTimer) {
@@ -660,7 +456,7 @@ void Executor::on_message(Context& ctx, Message& message) {
   } else if (timer != nullptr && timer->timer_id == kCacheCloseTimer) {
     answer_pending_unloads(ctx, true);
   } else if (timer != nullptr && timer->timer_id == kSpillTimer) {
-    spill_timer_ = false;
+    page_moves_.timer_fired();
     advance_spills(ctx, false);
   } else {
     spdlog::debug("executor: ignored a {} from {}", kind_name(message.kind()), message.envelope.from);
@@ -674,7 +470,7 @@ void Executor::answer_load(Context& ctx, const Message& message, const LoadModel
   answer.model = load.model;
   if (!options_.models.contains(load.model)) {
     answer.error = fmt::format("no model '{}' is configured (this executor knows: {})", load.model,
-                               ids_of(options_.models));
+                               configured_ids(options_));
   } else if (models_.contains(load.model)) {
     answer.ok = true;  // already loaded: nothing uploaded, so load_ns stays 0
   } else if (!gpu_) {
@@ -688,7 +484,7 @@ void Executor::answer_load(Context& ctx, const Message& message, const LoadModel
       answer.error = load_failure(load.model, e);
       spdlog::error("executor: {}", answer.error);
       if (is_device_lost(e)) {
-        rebuild_after_device_loss();
+        lose_device(e.what());
       } else {
         trim_pool(ctx);  // what the failed load had allocated went back to the pool as it unwound
       }
@@ -776,48 +572,50 @@ void Executor::answer_query(Context& ctx, const Message& message, const Executor
   ctx.reply(message, std::move(report));
 }
 
+// Every plan takes the same way through the queue of steps: the steps before it are answered
+// first, unless it goes to the GPU behind the one in flight (chain_model); then it is submitted,
+// and every step is answered in order but a last one left in flight for the next plan to follow.
 void Executor::answer_step(Context& ctx, const Message& message, const StepPlan& plan) {
-  if (in_flight_ && chain(ctx, message, plan)) return;
-  finish_in_flight(ctx);
-  if (send_ahead(ctx, message, plan)) return;
-  const auto started = Clock::now();
-  const std::size_t slots_before = sequences_.size();
-  ++plans_;
-  StepResult result;
-  result.step = plan.step;
-  try {
-    for (std::uint64_t sequence : plan.released) sequences_.erase(sequence);
-    const std::optional<StepPlan> resolved = runnable(plan, std::exchange(failed_, {}));
-    const StepPlan& run = resolved ? *resolved : plan;
-    // A plan that only releases needs no model: it may come after its model was unloaded.
-    if (!run.starts.empty() || !run.sequences.empty() || !run.spill.empty() || !run.restore.empty()) {
-      run_plan(run, message.blobs, result);
-    }
-  } catch (const std::exception& e) {
-    // Nothing above should throw (plans are checked first, GPU failures are caught where they
-    // happen): this is a bug, answered as one rather than ending the actor.
-    fail_step(plan, result, RequestError::internal, std::string("executor bug: ") + e.what());
+  LoadedModel* chained = chain_model(plan);
+  if (chained == nullptr) finish_steps(ctx);
+  const model::GpuModel::PendingArgmax* tokens_from = chained != nullptr ? &*steps_.back().pending : nullptr;
+  Step& step = open_step(message.envelope, plan);
+  if (chained != nullptr) {
+    submit_greedy(step, *chained, tokens_from);
+    if (!step.failure) ++steps_chained_;
+  } else {
+    submit(step, message.blobs);
   }
-  send_result(ctx, message.envelope, plan, result, slots_before, started);
+  finish_steps(ctx, true);
 }
 
-void Executor::send_result(Context& ctx, const messages::Envelope& to, const StepPlan& plan, StepResult& result,
-                           std::size_t slots_before, Clock::time_point started) {
-  bool trimmed = false;
-  if (plan.trim || result.error == static_cast<std::uint16_t>(RequestError::gpu)) {
-    // A failed step may have left large scratch ranges cached: give them back now.
-    trimmed = trim_pool(ctx);
-  } else if (!plan.released.empty()) {
-    trimmed = trim_after_release(ctx, slots_before);
+// The plan's step, queued behind those not yet answered.
+Step& Executor::open_step(const messages::Envelope& to, const StepPlan& plan) {
+  ++plans_;
+  Step& step = steps_.emplace_back();
+  step.to = to;
+  step.plan = plan;
+  step.slots_before = sequences_.size();
+  step.started = Clock::now();
+  step.result.step = plan.step;
+  return step;
+}
+
+// The model a plan goes to the GPU on behind the step in flight, its tokens taken there from that
+// step's argmax: a plan that may be sent ahead (ahead_model) whose sequences all follow the step
+// in flight's, one each in its order, on its model. Null for any other plan.
+LoadedModel* Executor::chain_model(const StepPlan& plan) {
+  if (steps_.empty() || !steps_.back().pending) return nullptr;
+  const Step& before = steps_.back();
+  LoadedModel* loaded = ahead_model(plan);
+  if (loaded == nullptr || loaded->id != before.model_id || plan.sequences.size() != before.plan.sequences.size()) {
+    return nullptr;
   }
-  result.slots = static_cast<std::uint32_t>(sequences_.size());
-  if (gpu_ && (trimmed || plan.trim || plans_ % kPoolStatsEvery == 0)) {
-    result.has_pool = true;
-    result.pool = to_wire(gpu_->pool.stats());
+  for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
+    const PlanSequence& seq = plan.sequences[i];
+    if (!seq.follows || seq.tokens.size() != 1 || seq.sequence != before.plan.sequences[i].sequence) return nullptr;
   }
-  result.gpu_ns = nanoseconds_since(started);
-  ctx.send(to.from, std::move(result), SendOptions{to.correlation_id, to.request_id, {}});
-  advance_spills(ctx, false);
+  return loaded;
 }
 
 // The model a plan may be sent ahead on, or null: a step of greedy decodes and prefills that all
@@ -837,135 +635,217 @@ LoadedModel* Executor::ahead_model(const StepPlan& plan) {
   return all_plain_greedy(plan, *loaded) ? loaded : nullptr;
 }
 
-// Submits the step without waiting for it (tokens_from: the step in flight, whose argmax gives
-// this one's tokens). A failure is left in `failure` (lost: the device is), the step unsent.
-StepInFlight Executor::submit_ahead(const Message& message, const StepPlan& plan, LoadedModel& loaded,
-                                    const model::GpuModel::PendingArgmax* tokens_from,
-                                    std::optional<std::string>& failure, bool& lost) {
-  StepInFlight step;
-  step.started = Clock::now();
-  step.slots_before = sequences_.size();
-  step.to = message.envelope;
-  step.plan = plan;
-  step.model_id = loaded.id;
-  step.result.step = plan.step;
-  ++plans_;
+// A step with none before it: its releases done and its plan made runnable, sent ahead where it
+// may be (ahead_model, every follower given its token), else run in turn.
+void Executor::submit(Step& step, const Frames& blobs) {
+  LoadedModel* ahead = ahead_model(step.plan);
+  const std::size_t planned = step.plan.sequences.size();
   try {
-    const std::uint64_t gpu_step = ++gpu_steps_;
-    if (options_.fail_steps.contains(gpu_step)) {
-      throw gpu::GpuError(fmt::format("injected failure of GPU step {} (executor option fail_steps)", gpu_step));
+    for (std::uint64_t sequence : step.plan.released) sequences_.erase(sequence);
+    if (std::optional<StepPlan> resolved = runnable(step.plan, std::exchange(failed_, {}))) {
+      step.plan = std::move(*resolved);
     }
-    step.pending = loaded.weights->submit_argmax(make_batch(plan, loaded.page_size), *loaded.kv_cache, tokens_from);
-  } catch (const std::exception& e) {
-    failure = e.what();
-    lost = is_device_lost(e);
-  }
-  return step;
-}
-
-// A greedy plan sent to the GPU with no step in flight: answered later (finish_in_flight).
-bool Executor::send_ahead(Context& ctx, const Message& message, const StepPlan& plan) {
-  LoadedModel* loaded = ahead_model(plan);
-  if (loaded == nullptr) return false;
-  // Followers take their sequence's last sample (runnable); none is left out (failed_ is empty).
-  const std::optional<StepPlan> resolved = runnable(plan, failed_);
-  const StepPlan& run = resolved ? *resolved : plan;
-  if (run.sequences.size() != plan.sequences.size()) return false;  // a follower that sampled nothing
-  std::optional<std::string> failure;
-  bool lost = false;
-  StepInFlight step = submit_ahead(message, run, *loaded, nullptr, failure, lost);
-  if (failure) {
-    fail_step(run, step.result, RequestError::gpu, *failure);
-    step.pending = {};
-    if (lost) {
-      step.result.kv_lost = true;
-      rebuild_after_device_loss();
-    }
-    send_result(ctx, step.to, step.plan, step.result, step.slots_before, step.started);
-    return true;
-  }
-  in_flight_ = std::move(step);
-  ctx.set_timer(kCollectTimer, std::chrono::milliseconds(1), false);
-  return true;
-}
-
-// A plan whose sequences all follow the step in flight's, one each in its order: sent to the GPU
-// with its tokens taken there from that step's argmax, then that step is answered.
-bool Executor::chain(Context& ctx, const Message& message, const StepPlan& plan) {
-  LoadedModel* loaded = ahead_model(plan);
-  const StepPlan& before = in_flight_->plan;
-  if (loaded == nullptr || loaded->id != in_flight_->model_id || plan.sequences.size() != before.sequences.size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
-    const PlanSequence& seq = plan.sequences[i];
-    if (!seq.follows || seq.tokens.size() != 1 || seq.sequence != before.sequences[i].sequence) return false;
-  }
-  std::optional<std::string> failure;
-  bool lost = false;
-  StepInFlight next = submit_ahead(message, plan, *loaded, &in_flight_->pending, failure, lost);
-  if (failure) {
-    next.pending = {};
-    if (lost) {  // the step in flight is lost with the device
-      StepInFlight done = std::move(*in_flight_);
-      in_flight_.reset();
-      ctx.cancel_timer(kCollectTimer);
-      fail_step(done.plan, done.result, RequestError::gpu, *failure);
-      done.result.kv_lost = true;
-      done.pending = {};
-      rebuild_after_device_loss();
-      send_result(ctx, done.to, done.plan, done.result, done.slots_before, done.started);
+    if (ahead != nullptr && step.plan.sequences.size() == planned) {
+      submit_greedy(step, *ahead, nullptr);
     } else {
-      finish_in_flight(ctx);  // with its sequences' samplers still there
+      run_in_turn(step, blobs);
     }
-    fail_step(plan, next.result, RequestError::gpu, *failure);
-    send_result(ctx, next.to, next.plan, next.result, next.slots_before, next.started);
-    return true;
+  } catch (const std::exception& e) {
+    // Nothing above should throw (plans are checked first, GPU failures are caught where they
+    // happen): this is a bug, answered as one rather than ending the actor.
+    step.failure = StepFailure{RequestError::internal, std::string("executor bug: ") + e.what()};
   }
-  ++steps_chained_;
-  finish_in_flight(ctx, &next);
-  if (next.result.error != 0) {  // the step before failed after this one was sent: it fails too
-    send_result(ctx, next.to, next.plan, next.result, next.slots_before, next.started);
-    return true;
-  }
-  in_flight_ = std::move(next);
-  ctx.set_timer(kCollectTimer, std::chrono::milliseconds(1), false);
-  return true;
 }
 
-// Waits for the step in flight and answers it. after: a step already sent behind it, which fails
-// with it if it fails (its tokens came from it), its GPU state let go before a device rebuild.
-void Executor::finish_in_flight(Context& ctx, StepInFlight* after) {
-  if (!in_flight_) return;
-  StepInFlight step = std::move(*in_flight_);
-  in_flight_.reset();
-  ctx.cancel_timer(kCollectTimer);
-  std::vector<std::int32_t> chosen;
-  bool lost = false;
+// Sends the step to the GPU without waiting for it (tokens_from: the step in flight, whose argmax
+// gives this one's tokens).
+void Executor::submit_greedy(Step& step, LoadedModel& loaded, const model::GpuModel::PendingArgmax* tokens_from) {
+  step.model_id = loaded.id;
   try {
-    chosen = models_.at(step.model_id).weights->collect(step.pending);
+    fail_if_injected(++gpu_steps_);
+    step.pending = loaded.weights->submit_argmax(make_batch(step.plan, loaded.page_size), *loaded.kv_cache, tokens_from);
+    step.sent_ahead = true;
   } catch (const std::exception& e) {
-    fail_step(step.plan, step.result, RequestError::gpu, e.what());
-    lost = is_device_lost(e);
+    gpu_failed(step, e.what(), e);
   }
-  step.pending = {};
-  if (step.result.error != 0) {
-    if (after != nullptr) {
-      fail_step(after->plan, after->result, RequestError::gpu, "the step before it failed: " + step.result.message);
-      after->pending = {};
-    }
-    if (lost) {
-      step.result.kv_lost = true;
-      rebuild_after_device_loss();
-    }
+}
+
+// Starts the plan's sequences and runs its step on the plan's model, waiting for it, once the plan
+// has passed every check. A plan that only releases needs no model: it may come after its model
+// was unloaded.
+void Executor::run_in_turn(Step& step, const Frames& blobs) {
+  const StepPlan& plan = step.plan;
+  if (plan.starts.empty() && plan.sequences.empty() && plan.spill.empty() && plan.restore.empty()) return;
+  if (!gpu_) {
+    step.failure = StepFailure{RequestError::gpu, no_gpu_problem()};
+    return;
+  }
+  std::string problem;
+  LoadedModel* loaded = model_for(plan, problem);
+  if (loaded == nullptr) {
+    step.failure = StepFailure{RequestError::internal, problem};
+  } else if (auto invalid = plan_problem(plan, *loaded)) {
+    step.failure = StepFailure{RequestError::internal, "invalid step plan: " + *invalid};
+  } else if (plan.restore.size() != blobs.size()) {
+    step.failure = StepFailure{RequestError::internal, fmt::format("invalid step plan: {} pages to restore and {} blobs",
+                                                                   plan.restore.size(), blobs.size())};
   } else {
+    step.model_id = loaded->id;
     try {
-      sample_outputs(step.plan, models_.at(step.model_id), {}, chosen, step.result);
+      page_moves_.move(plan, blobs, loaded->id, *loaded->kv_cache, gpu_->pool);
     } catch (const std::exception& e) {
+      // The step fails; the scheduler then forgets the pages the plan was restoring.
+      gpu_failed(step, std::string("moving KV pages: ") + e.what(), e);
+      return;
+    }
+    start_sequences(loaded->id, plan.starts);
+    if (!plan.sequences.empty()) run_forward(step, *loaded);
+  }
+}
+
+// The step's forward pass, waited for: the GPU's argmax where every output is plain greedy, the
+// logits otherwise.
+void Executor::run_forward(Step& step, LoadedModel& loaded) {
+  const model::StepBatch batch = make_batch(step.plan, loaded.page_size);
+  const bool greedy = all_plain_greedy(step.plan, loaded);
+  try {
+    fail_if_injected(++gpu_steps_);
+    const auto started = Clock::now();
+    model::StepProfile profile;
+    model::StepProfile* profiling = options_.log_steps_over_ms > 0 ? &profile : nullptr;
+    const std::uint64_t blocks_before = profiling != nullptr ? gpu_->pool.stats().blocks : 0;
+    if (greedy) {
+      step.chosen = loaded.weights->forward_argmax(batch, *loaded.kv_cache, profiling);
+    } else {
+      step.logits = loaded.weights->forward(batch, *loaded.kv_cache, profiling);
+    }
+    if (profiling != nullptr) {
+      const std::uint64_t blocks_after = gpu_->pool.stats().blocks;
+      log_if_slow(step.plan, profile, Clock::now() - started,
+                  blocks_after > blocks_before ? blocks_after - blocks_before : 0);
+    }
+  } catch (const std::exception& e) {
+    // The step's scratch went back to the pool as the forward pass unwound.
+    gpu_failed(step, e.what(), e);  // `loaded` is gone after a device loss
+  }
+}
+
+// fail_steps= names this GPU step: it fails as if the GPU had thrown.
+void Executor::fail_if_injected(std::uint64_t gpu_step) const {
+  if (options_.fail_steps.contains(gpu_step)) {
+    throw gpu::GpuError(fmt::format("injected failure of GPU step {} (executor option fail_steps)", gpu_step));
+  }
+}
+
+// The GPU failed the step (`e`, said as `message`): it fails, and where the device is lost, so
+// does every step not yet answered.
+void Executor::gpu_failed(Step& step, std::string message, const std::exception& e) {
+  step.pending.reset();
+  step.failure = StepFailure{RequestError::gpu, std::move(message)};
+  if (is_device_lost(e)) lose_device(step.failure->message);
+}
+
+// The GPU device is lost (`why`): every step not yet answered fails, its GPU state let go before
+// the device goes; the first of them answered says the KV caches' contents are lost; then the
+// device is made again and the models loaded on it again.
+//
+// Best effort, and untested: lavapipe never loses its device, so no test can make it happen.
+// Samplers live on the host and survive with their models; the caches' contents do not. A model
+// that cannot be loaded again is dropped, with its sequences.
+void Executor::lose_device(const std::string& why) {
+  for (Step& step : steps_) {
+    step.pending.reset();
+    if (!step.failure) step.failure = StepFailure{RequestError::gpu, why};
+  }
+  if (!steps_.empty()) steps_.front().result.kv_lost = true;
+  spdlog::error("executor: the GPU device was lost; recreating the device and pool and loading again: {}",
+                loaded_ids());
+  std::vector<std::string> ids;
+  for (const auto& [id, loaded] : models_) ids.push_back(id);
+  page_moves_.drop_all();  // spills the GPU had not copied are lost
+  models_.clear();         // their buffers go back to the old pool before it goes
+  gpu_.reset();            // and the old device goes before the new one is made
+  try {
+    gpu_ = std::make_unique<DeviceStack>(options_);
+    gpu_unavailable_.clear();
+    for (const std::string& id : ids) {
+      try {
+        load_model(id);
+      } catch (const std::exception& e) {
+        spdlog::error("executor: after the device loss, {}", load_failure(id, e));
+      }
+    }
+  } catch (const std::exception& e) {
+    models_.clear();
+    gpu_.reset();
+    gpu_unavailable_ = e.what();
+    spdlog::error("executor: recreating the GPU after a device loss failed: {}", e.what());
+  }
+  std::erase_if(sequences_, [&](const auto& entry) { return !models_.contains(entry.second.model_id); });
+}
+
+// Answers the steps in order: all of them, or all but a last one still in flight, which the next
+// plan may follow on the GPU (or the collect timer answers, if none comes first).
+void Executor::finish_steps(Context& ctx, bool leave_one_in_flight) {
+  while (!steps_.empty() && !(leave_one_in_flight && steps_.size() == 1 && steps_.front().pending)) {
+    finish_oldest(ctx);
+  }
+  if (!steps_.empty()) ctx.set_timer(kCollectTimer, std::chrono::milliseconds(1), false);
+}
+
+// The oldest step's answer: its tokens collected and sampled, or its failure applied.
+void Executor::finish_oldest(Context& ctx) {
+  Step& step = steps_.front();
+  if (step.sent_ahead) ctx.cancel_timer(kCollectTimer);
+  if (step.pending) collect(step);
+  if (step.failure) {
+    fail_step(step.plan, step.result, step.failure->error, step.failure->message);
+  } else if (!step.model_id.empty()) {
+    try {
+      sample_outputs(step.plan, models_.at(step.model_id), step.logits, step.chosen, step.result);
+    } catch (const std::exception& e) {
+      // The sampler refuses logits with nothing finite in them: the model's bug, not the request's.
       fail_step(step.plan, step.result, RequestError::internal, std::string("sampling failed: ") + e.what());
     }
   }
-  send_result(ctx, step.to, step.plan, step.result, step.slots_before, step.started);
+  send_result(ctx, step);
+  steps_.pop_front();
+}
+
+// Waits for a step sent ahead and takes its tokens. A failure fails the steps sent behind it too
+// (their tokens came from it), their GPU state let go before a device rebuild.
+void Executor::collect(Step& step) {
+  try {
+    step.chosen = models_.at(step.model_id).weights->collect(*step.pending);
+    step.pending.reset();
+  } catch (const std::exception& e) {
+    for (Step& behind : steps_) {
+      if (&behind == &step || behind.failure) continue;
+      behind.pending.reset();
+      behind.failure = StepFailure{RequestError::gpu, std::string("the step before it failed: ") + e.what()};
+    }
+    gpu_failed(step, e.what(), e);
+  }
+}
+
+void Executor::send_result(Context& ctx, Step& step) {
+  const StepPlan& plan = step.plan;
+  StepResult& result = step.result;
+  bool trimmed = false;
+  if (plan.trim || result.error == static_cast<std::uint16_t>(RequestError::gpu)) {
+    // A failed step may have left large scratch ranges cached: give them back now.
+    trimmed = trim_pool(ctx);
+  } else if (!plan.released.empty()) {
+    trimmed = trim_after_release(ctx, step.slots_before);
+  }
+  result.slots = static_cast<std::uint32_t>(sequences_.size());
+  if (gpu_ && (trimmed || plan.trim || plans_ % kPoolStatsEvery == 0)) {
+    result.has_pool = true;
+    result.pool = to_wire(gpu_->pool.stats());
+  }
+  result.gpu_ns = nanoseconds_since(step.started);
+  ctx.send(step.to.from, std::move(result), SendOptions{step.to.correlation_id, step.to.request_id, {}});
+  advance_spills(ctx, false);
 }
 
 // The plan as it can run, or nothing when it runs as it came: each follower's token put in (the
@@ -999,147 +879,8 @@ std::optional<StepPlan> Executor::runnable(const StepPlan& plan, const std::unor
   return resolved;
 }
 
-// Starts the plan's sequences and runs its step on the plan's model, once the plan has passed
-// every check.
-void Executor::run_plan(const StepPlan& plan, const Frames& blobs, StepResult& result) {
-  if (!gpu_) {
-    fail_step(plan, result, RequestError::gpu, no_gpu_problem());
-    return;
-  }
-  std::string problem;
-  LoadedModel* loaded = model_for(plan, problem);
-  if (loaded == nullptr) {
-    fail_step(plan, result, RequestError::internal, problem);
-  } else if (auto invalid = plan_problem(plan, *loaded)) {
-    fail_step(plan, result, RequestError::internal, "invalid step plan: " + *invalid);
-  } else if (plan.restore.size() != blobs.size()) {
-    fail_step(plan, result, RequestError::internal,
-              fmt::format("invalid step plan: {} pages to restore and {} blobs", plan.restore.size(), blobs.size()));
-  } else {
-    try {
-      move_pages(plan, blobs, *loaded);
-    } catch (const std::exception& e) {
-      // The step fails; the scheduler then forgets the pages the plan was restoring.
-      fail_step(plan, result, RequestError::gpu, std::string("moving KV pages: ") + e.what());
-      if (is_device_lost(e)) {
-        result.kv_lost = true;
-        rebuild_after_device_loss();
-      }
-      return;
-    }
-    start_sequences(loaded->id, plan.starts);
-    if (!plan.sequences.empty()) run_step(plan, *loaded, result);
-  }
-}
-
-// The prefix pages the plan gives up go to the cache-writer (before anything overwrites them),
-// then the pages it restores are written from its blobs.
-void Executor::move_pages(const StepPlan& plan, const Frames& blobs, LoadedModel& loaded) {
-  model::GpuKvCache& cache = *loaded.kv_cache;
-  const std::uint64_t page_bytes = cache.page_bytes();
-  double allocate_ms = 0, read_ms = 0, write_ms = 0;
-  if (!plan.spill.empty() && !options_.cache_writer.empty()) {
-    // In pieces of at most half a pool block, each with its own staging and message: a larger
-    // staging buffer is a block of its own, which the pool takes from the driver for each spill
-    // (H100, 254-284 MiB of pinned host memory: 100-190 ms the executor stood still) where pieces
-    // are carved from the blocks it keeps.
-    const std::size_t per_piece = options_.spill_piece_pages > 0
-                                      ? options_.spill_piece_pages
-                                      : std::max<std::uint64_t>(1, gpu_->pool.block_size() / 2 / page_bytes);
-    for (std::size_t first = 0; first < plan.spill.size(); first += per_piece) {
-      const auto piece_start = Clock::now();
-      PendingSpill spill;
-      std::vector<std::uint32_t> pages;
-      std::vector<std::span<std::byte>> out;
-      spill.message = KvPagesSpilled{loaded.id, plan.model_key, loaded.page_size, page_bytes, {}};
-      for (std::size_t i = first; i < std::min(first + per_piece, plan.spill.size()); ++i) {
-        const SpillPage& page = plan.spill[i];
-        pages.push_back(page.page);
-        spill.pages.push_back(std::make_shared<HostPage>(std::make_unique_for_overwrite<std::byte[]>(page_bytes), page_bytes));
-        out.emplace_back(spill.pages.back()->data(), page_bytes);
-        spill.message.pages.push_back(page.id);
-      }
-      gpu::PoolBuffer staging = take_spill_staging(pages.size() * page_bytes);
-      const auto recording = Clock::now();
-      allocate_ms += std::chrono::duration<double, std::milli>(recording - piece_start).count();
-      // Ahead of the restores below and of the step: both wait for it on the GPU, not here.
-      spill.download = cache.read_pages_later(pages, out, std::move(staging));
-      read_ms += std::chrono::duration<double, std::milli>(Clock::now() - recording).count();
-      spills_.push_back(std::move(spill));
-    }
-  }
-  if (!plan.restore.empty()) {
-    std::vector<std::span<const std::byte>> data;
-    for (const zmq::message_t& blob : blobs) data.emplace_back(static_cast<const std::byte*>(blob.data()), blob.size());
-    const auto writing = Clock::now();
-    cache.write_pages(plan.restore, data);
-    write_ms = static_cast<double>(nanoseconds_since(writing)) / 1e6;
-  }
-  // Where a long prefix's restore goes (the figures behind bench/results/prefix-cache-*).
-  const std::size_t moved = plan.spill.size() + plan.restore.size();
-  if (moved >= 64 || spdlog::should_log(spdlog::level::debug)) {
-    spdlog::log(moved >= 64 ? spdlog::level::info : spdlog::level::debug,
-                "executor: {} pages out ({:.1f} ms allocating host memory, {:.1f} ms recording the copy), {} pages in ({:.1f} ms), "
-                "{:.1f} MiB each way at most",
-                plan.spill.size(), allocate_ms, read_ms, plan.restore.size(), write_ms,
-                mib(std::max(plan.spill.size(), plan.restore.size()) * page_bytes));
-  }
-}
-
-// The smallest kept spill staging that holds `bytes`, out of the list; empty where none does (the
-// cache then takes staging from the pool).
-gpu::PoolBuffer Executor::take_spill_staging(std::uint64_t bytes) {
-  auto best = spill_staging_.end();
-  for (auto it = spill_staging_.begin(); it != spill_staging_.end(); ++it) {
-    if (it->size() >= bytes && (best == spill_staging_.end() || it->size() < best->size())) best = it;
-  }
-  if (best == spill_staging_.end()) return {};
-  gpu::PoolBuffer staging = std::move(*best);
-  spill_staging_.erase(best);
-  return staging;
-}
-
-// Moves spills along, oldest first: starts the host's copy of each whose GPU copy is done, sends
-// each whose host copy is done to the cache-writer. With `wait`, waits for all of them (before a
-// model's cache goes, a full trim, the actor's stop); otherwise a timer comes back while any is
-// left. A GPU failure drops the spills whose copy had not finished: the scheduler's later lookups
-// of those pages miss, and the prompt is computed again.
 void Executor::advance_spills(Context& ctx, bool wait) {
-  if (spills_.empty()) return;
-  for (PendingSpill& spill : spills_) {
-    if (spill.copying.valid()) continue;
-    try {
-      if (wait) gpu_->queue.wait(spill.download.done);
-      if (gpu_->queue.completed() < spill.download.done) break;  // the later ones are behind it
-    } catch (const std::exception& e) {
-      spdlog::error("executor: {} KV pages spilled to the host are lost: {}", spills_.size(), e.what());
-      spills_.clear();
-      return;
-    }
-    // The entry stays where it is (a deque moves nothing on push_back or pop_front) until the
-    // future, destroyed first, has joined the thread.
-    spill.copying = std::async(std::launch::async, [download = &spill.download] { download->copy_out(); });
-  }
-  while (!spills_.empty() && spills_.front().copying.valid() &&
-         (wait || spills_.front().copying.wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
-    PendingSpill& spill = spills_.front();
-    spill.copying.get();
-    if (spill.download.staging && spill.download.staging.mapped() != nullptr) {
-      // Kept for the next spills: the largest ones, which the pool is slowest to give again.
-      spill_staging_.push_back(std::move(spill.download.staging));
-      if (spill_staging_.size() > kKeptSpillStaging) {
-        spill_staging_.erase(std::ranges::min_element(spill_staging_, {}, &gpu::PoolBuffer::size));
-      }
-    }
-    Frames frames;
-    for (std::shared_ptr<HostPage>& page : spill.pages) frames.push_back(shared_frame(std::shared_ptr<const HostPage>(std::move(page))));
-    ctx.send(options_.cache_writer, std::move(spill.message), {0, 0, std::move(frames)});
-    spills_.pop_front();
-  }
-  if (!spills_.empty() && !spill_timer_) {
-    spill_timer_ = true;
-    ctx.set_timer(kSpillTimer, kSpillPoll, false);
-  }
+  if (gpu_) page_moves_.advance(ctx, gpu_->queue, wait);  // there are none without it
 }
 
 // The loaded model the plan is for (the only one loaded when the plan names none), or null and
@@ -1156,7 +897,7 @@ LoadedModel* Executor::model_for(const StepPlan& plan, std::string& problem) {
   problem = options_.models.contains(plan.model)
                 ? fmt::format("model '{}' is not loaded (loaded: {}); load it first", plan.model, loaded_ids())
                 : fmt::format("model '{}' is not loaded: no model of that id is configured (configured: {})",
-                              plan.model, ids_of(options_.models));
+                              plan.model, configured_ids(options_));
   return nullptr;
 }
 
@@ -1231,47 +972,6 @@ std::optional<std::string> Executor::plan_problem(const StepPlan& plan, const Lo
 void Executor::start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts) {
   for (const SequenceStart& start : starts) {
     sequences_.insert_or_assign(start.sequence, SequenceState{model_id, model::Sampler(start.sampling, start.prompt)});
-  }
-}
-
-void Executor::run_step(const StepPlan& plan, LoadedModel& loaded, StepResult& result) {
-  const model::StepBatch batch = make_batch(plan, loaded.page_size);
-  const bool greedy = all_plain_greedy(plan, loaded);
-  const std::uint64_t gpu_step = ++gpu_steps_;
-  std::vector<float> logits;         // (outputs, config.n_vocab)
-  std::vector<std::int32_t> chosen;  // (outputs) when greedy
-  try {
-    if (options_.fail_steps.contains(gpu_step)) {
-      throw gpu::GpuError(fmt::format("injected failure of GPU step {} (executor option fail_steps)", gpu_step));
-    }
-    const auto started = Clock::now();
-    model::StepProfile profile;
-    model::StepProfile* profiling = options_.log_steps_over_ms > 0 ? &profile : nullptr;
-    const std::uint64_t blocks_before = profiling != nullptr ? gpu_->pool.stats().blocks : 0;
-    if (greedy) {
-      chosen = loaded.weights->forward_argmax(batch, *loaded.kv_cache, profiling);
-    } else {
-      logits = loaded.weights->forward(batch, *loaded.kv_cache, profiling);
-    }
-    if (profiling != nullptr) {
-      const std::uint64_t blocks_after = gpu_->pool.stats().blocks;
-      log_if_slow(plan, profile, Clock::now() - started,
-                  blocks_after > blocks_before ? blocks_after - blocks_before : 0);
-    }
-  } catch (const std::exception& e) {
-    // The step's scratch went back to the pool as the forward pass unwound.
-    fail_step(plan, result, RequestError::gpu, e.what());
-    if (is_device_lost(e)) {
-      result.kv_lost = true;
-      rebuild_after_device_loss();  // `loaded` is gone after this
-    }
-    return;
-  }
-  try {
-    sample_outputs(plan, loaded, logits, chosen, result);
-  } catch (const std::exception& e) {
-    // The sampler refuses logits with nothing finite in them: the model's bug, not the request's.
-    fail_step(plan, result, RequestError::internal, std::string("sampling failed: ") + e.what());
   }
 }
 
@@ -1399,7 +1099,7 @@ bool Executor::trim_pool(Context& ctx, bool keep_working_set) {
 void Executor::trim_now(Context& ctx, bool keep_working_set) {
   if (!keep_working_set) {
     advance_spills(ctx, true);  // so their staging goes back too
-    spill_staging_.clear();
+    page_moves_.release_kept_staging();
   }
   if (trim_pending_) ctx.cancel_timer(kTrimTimer);
   trim_pending_ = false;
@@ -1426,7 +1126,7 @@ std::string Executor::load_failure(const std::string& id, const std::exception& 
 std::string Executor::loaded_ids() const {
   std::vector<std::string_view> ids;
   for (const auto& [id, loaded] : models_) ids.push_back(id);
-  return joined(ids);
+  return joined_ids(ids);
 }
 
 std::string Executor::no_gpu_problem() const {
@@ -1444,7 +1144,7 @@ std::chrono::milliseconds trim_interval(std::size_t slots) {
 }
 
 std::unique_ptr<Actor> make_executor(const ActorOptions& options) {
-  return std::make_unique<Executor>(parse_options(options));
+  return std::make_unique<Executor>(parse_executor_options(options));
 }
 
 }  // namespace mqlm::actors
