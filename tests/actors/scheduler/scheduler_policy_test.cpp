@@ -301,11 +301,9 @@ struct Case {
   std::function<void(SchedulerConfig&)> configure = [](SchedulerConfig&) {};
 };
 
-std::vector<Case> cases() {
-  auto budget = [](std::uint32_t tokens) { return [=](SchedulerConfig& c) { c.token_budget = tokens; }; };
-  auto no_overlap = [](SchedulerConfig& c) { c.overlap = false; };
+// Every way a request ends.
+std::vector<Case> ending_cases() {
   return {
-      // ---- how a request ends ----
       {"ends_at_max_tokens",
        {ready(), submit(1, 6, {.max_tokens = 2}), answer(), pages_in_use(2), answer(), pages_free()},
        {"executor query", "plan 1 1@0+6o start:1", "plan 2 1@6+1of", "gateway token #1 500", "gateway token #1 500",
@@ -408,7 +406,14 @@ std::vector<Case> cases() {
        {"plan 2 1@5+1of", "plan 3 1@6+1of 2@0+5o start:2", "gateway final #1 error gpu", "plan 4 2@0+5o",
         "gateway final #2 length 5+3"},
        {"final #2 error"}},
-      // ---- planning ----
+  };
+}
+
+// Budget, chunked prefill, followers, the sequence limit, preemption and the prefix cache.
+std::vector<Case> planning_cases() {
+  auto budget = [](std::uint32_t tokens) { return [=](SchedulerConfig& c) { c.token_budget = tokens; }; };
+  auto no_overlap = [](SchedulerConfig& c) { c.overlap = false; };
+  return {
       {"chunked_prefill_under_the_token_budget",
        {ready(), submit(1, 10), run_to_end()},
        {"plan 1 1@0+4 start:1", "plan 2 1@4+4", "plan 3 1@8+2o", "plan 4 1@10+1of", "gateway final #1 length 10+2"},
@@ -463,6 +468,13 @@ std::vector<Case> cases() {
        {},
        [](SchedulerConfig& c) { c.cache_writer = "cache-writer"; }},
   };
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> all = ending_cases();
+  std::vector<Case> planning = planning_cases();
+  all.insert(all.end(), planning.begin(), planning.end());
+  return all;
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
