@@ -28,7 +28,6 @@
 
 #include "actors/runtime/actor.hpp"
 #include "actors/scheduler/served_model.hpp"
-#include "model/sampling/stop_matcher.hpp"
 
 namespace mqlm::actors {
 
