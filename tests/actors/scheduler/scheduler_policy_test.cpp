@@ -26,6 +26,7 @@ constexpr std::uint32_t kPages = 16;    // the executor's KV cache in these case
 constexpr std::uint32_t kPageSize = 4;  // of 4 tokens
 constexpr std::int32_t kToken = 500;    // what the executor samples, unless a case says otherwise
 constexpr std::int32_t kStopToken = 777;
+constexpr std::int32_t kTokenX = 'x' - '!';  // the byte-level vocabulary's first ids are the bytes from '!'
 
 // A small model with the synthetic byte-level vocabulary (1024 ids); its weights are never read.
 const std::filesystem::path& model_path() {
@@ -82,6 +83,7 @@ std::string render(const std::string& to, const Payload& payload, const SendOpti
     if (final->finish != static_cast<std::uint8_t>(FinishReason::error)) {
       line += fmt::format(" {}+{}", final->prompt_tokens, final->completion_tokens);
     }
+    if (!final->stop.empty()) line += " on \"" + final->stop + "\"";
     return line;
   }
   if (std::holds_alternative<ExecutorQuery>(payload)) return to + " query";
@@ -176,6 +178,7 @@ struct Options {
   std::int32_t max_tokens = 2;
   std::uint32_t first_token = 300;  // the prompt is first_token, first_token + 1, ...
   std::vector<std::int32_t> stop_tokens = {};
+  std::vector<std::string> stop_strings = {};
   std::string model = {};
   std::string from = "gateway";
 };
@@ -190,6 +193,7 @@ Input submit(std::uint64_t id, std::uint32_t length, Options o = {}) {
     s.sampling.temperature = 0;
     s.sampling.max_tokens = o.max_tokens;
     s.sampling.stop_token_ids = o.stop_tokens;
+    s.sampling.stop = o.stop_strings;
     h.hand(o.from, std::move(s), id);
   };
 }
@@ -257,6 +261,12 @@ Input load_answer(LoadOutcome outcome) {
   answer.message = "no";
   return from_enforcer(answer);
 }
+Input model_failed_to_load() {
+  ModelLoaded loaded;
+  loaded.model = "tiny";
+  loaded.error = "a bad file";
+  return from_enforcer(loaded);
+}
 Input status_query() {
   return [](Harness& h) { h.hand("gateway", StatusQuery{false}, 0, 42); };
 }
@@ -314,6 +324,10 @@ std::vector<Case> ending_cases() {
        {"plan 1 1@0+5o start:1", "plan 2 1@5+1of", "gateway token #1 777", "gateway final #1 stop 5+1",
         "plan 3 release:1"},
        {"gateway token #1 500"}},
+      {"ends_at_a_stop_string",
+       {ready(), submit(1, 5, {.max_tokens = 8, .stop_strings = {"x"}}), answer(), answer_with(1, kTokenX), pages_free(),
+        run_to_end()},
+       {"gateway token #1 500", "gateway token #1 87", "gateway final #1 stop 5+2 on \"x\"", "release:1"}},
       {"client_abort_while_waiting",
        {ready(), submit(1, 5, {.max_tokens = 20}), submit(2, 5), queues(1, 1), abort(2), answer(), abort(1),
         run_to_end(), pages_free()},
@@ -390,6 +404,16 @@ std::vector<Case> ending_cases() {
       {"model_does_not_fit_in_memory",
        {ready_without_models(), submit(1, 5), load_answer(LoadOutcome::insufficient_memory)},
        {"enforcer load tiny", "gateway final #1 error insufficient_memory"},
+       {},
+       [](SchedulerConfig& c) { c.enforcer = "enforcer"; }},
+      {"model_failed_to_load",
+       {ready_without_models(), submit(1, 5), model_failed_to_load()},
+       {"enforcer load tiny", "gateway final #1 error model_failed"},
+       {},
+       [](SchedulerConfig& c) { c.enforcer = "enforcer"; }},
+      {"model_load_refused",
+       {ready_without_models(), submit(1, 5), load_answer(LoadOutcome::failed)},
+       {"enforcer load tiny", "gateway final #1 error model_failed"},
        {},
        [](SchedulerConfig& c) { c.enforcer = "enforcer"; }},
       {"load_request_refused_by_a_full_enforcer",
