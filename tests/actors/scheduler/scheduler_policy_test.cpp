@@ -1,0 +1,542 @@
+// The scheduler's policy case by case, as ggml's test-backend-ops lists its ops: each case is a
+// configuration, the messages handed to the policy in order, and the sends it must have made, in
+// that order (others may come between). Every case ends with no request open and no KV page
+// referenced: the page table is back to its free count, whatever ended the requests.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "actors/scheduler/scheduler_policy.hpp"
+#include "model/gguf/synthetic_model.hpp"
+
+namespace mqlm::actors {
+namespace {
+
+using namespace messages;
+
+constexpr std::uint32_t kPages = 16;    // the executor's KV cache in these cases: 16 pages
+constexpr std::uint32_t kPageSize = 4;  // of 4 tokens
+constexpr std::int32_t kToken = 500;    // what the executor samples, unless a case says otherwise
+constexpr std::int32_t kStopToken = 777;
+constexpr std::int32_t kTokenX = 'x' - '!';  // the byte-level vocabulary's first ids are the bytes from '!'
+
+// A small model with the synthetic byte-level vocabulary (1024 ids); its weights are never read.
+const std::filesystem::path& model_path() {
+  static const std::filesystem::path path = [] {
+    auto dir = std::filesystem::temp_directory_path() / ("mqlm-scheduler-test-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    model::gguf::ModelShape shape;
+    shape.layers = 1, shape.hidden = 64, shape.heads = 2, shape.kv_heads = 1, shape.head_dim = 32, shape.ffn = 64;
+    auto model = model::gguf::make_synthetic_model(shape, gpu::WeightType::f32, 7, "tiny");
+    auto file = dir / "tiny.gguf";
+    if (auto error = model.writer.write(file)) throw std::runtime_error(error->message());
+    return file;
+  }();
+  return path;
+}
+
+// ---- what the policy sent, one line each ------------------------------------------------------
+
+std::string error_name(std::uint16_t error) {
+  static const char* names[] = {"none", "invalid_request", "unknown_model", "prompt_too_long", "busy",
+                                "unavailable", "gpu", "internal", "shutting_down", "malformed",
+                                "insufficient_memory", "model_failed"};
+  return error < std::size(names) ? names[error] : std::to_string(error);
+}
+
+std::string finish_name(std::uint8_t finish) {
+  static const char* names[] = {"?", "stop", "length", "abort", "error"};
+  return finish < std::size(names) ? names[finish] : std::to_string(finish);
+}
+
+// "plan 3 1@0+4o 2@5f start:1 release:4 restore:2 spill:1": step 3 computes 4 tokens of sequence 1
+// from position 0 with output, and sequence 2's token at 5 as a follower.
+std::string render_plan(const StepPlan& plan) {
+  std::string line = fmt::format("plan {}", plan.step);
+  for (const auto& s : plan.sequences) {
+    line += fmt::format(" {}@{}+{}{}{}", s.sequence, s.position, s.tokens.size(), s.output ? "o" : "",
+                        s.follows ? "f" : "");
+  }
+  for (const auto& s : plan.starts) line += fmt::format(" start:{}", s.sequence);
+  for (auto s : plan.released) line += fmt::format(" release:{}", s);
+  if (!plan.restore.empty()) line += fmt::format(" restore:{}", plan.restore.size());
+  if (!plan.spill.empty()) line += fmt::format(" spill:{}", plan.spill.size());
+  return line;
+}
+
+std::string render(const std::string& to, const Payload& payload, const SendOptions& options) {
+  if (const auto* plan = std::get_if<StepPlan>(&payload)) return render_plan(*plan);
+  if (const auto* token = std::get_if<TokenEvent>(&payload)) {
+    return fmt::format("{} token #{} {}", to, options.request_id, token->tokens.at(0));
+  }
+  if (const auto* final = std::get_if<FinalEvent>(&payload)) {
+    std::string line = fmt::format("{} final #{} {}", to, options.request_id, finish_name(final->finish));
+    if (final->error != 0) line += " " + error_name(final->error);
+    if (final->finish != static_cast<std::uint8_t>(FinishReason::error)) {
+      line += fmt::format(" {}+{}", final->prompt_tokens, final->completion_tokens);
+    }
+    if (!final->stop.empty()) line += " on \"" + final->stop + "\"";
+    return line;
+  }
+  if (std::holds_alternative<ExecutorQuery>(payload)) return to + " query";
+  if (const auto* load = std::get_if<LoadRequest>(&payload)) return to + " load " + load->model;
+  if (const auto* usage = std::get_if<ModelUsage>(&payload)) {
+    return fmt::format("{} usage {} {}", to, usage->model, usage->requests);
+  }
+  if (const auto* drained = std::get_if<ModelDrained>(&payload)) {
+    return fmt::format("{} drained {} {}", to, drained->model, drained->aborted);
+  }
+  if (const auto* lookup = std::get_if<PrefixLookup>(&payload)) {
+    return fmt::format("{} lookup #{} {} pages", to, options.correlation_id, lookup->keys.size());
+  }
+  if (const auto* status = std::get_if<StatusReport>(&payload)) {
+    return fmt::format("{} status requests={} waiting={} running={}", to, status->requests, status->waiting,
+                       status->running);
+  }
+  return to + " ?";
+}
+
+// Keeps what the policy sends; a peer named in `refuse` answers with that status.
+class Recorder final : public PolicyOutput {
+ public:
+  SendStatus send(const std::string& to, Payload payload, SendOptions options) override {
+    lines.push_back(render(to, payload, options));
+    if (auto* plan = std::get_if<StepPlan>(&payload)) plans.push_back(std::move(*plan));
+    auto refused = refuse.find(to);
+    return refused == refuse.end() ? SendStatus::sent : refused->second;
+  }
+  std::vector<std::string> lines;
+  std::deque<StepPlan> plans;  // sent to the executor and not answered yet, oldest first
+  std::map<std::string, SendStatus> refuse;
+};
+
+// ---- the inputs of a case ---------------------------------------------------------------------
+
+class Harness {
+ public:
+  explicit Harness(const SchedulerConfig& config) : policy(config) { policy.start(out); }
+
+  void hand(const std::string& from, Payload payload, std::uint64_t request_id = 0, std::uint64_t correlation = 0,
+            Frames blobs = {}) {
+    now_ns += 1'000'000;
+    Message message{{kind_of(payload), 1, from, "scheduler", correlation, request_id, 0}, std::move(payload),
+                    std::move(blobs)};
+    policy.handle(out, message, now_ns, self);
+  }
+  // Answers the oldest plan in flight: every sequence it asks output of samples `token_for`.
+  void answer(const std::function<std::int32_t(std::uint64_t)>& token_for) {
+    ASSERT_FALSE(out.plans.empty()) << "no plan in flight to answer";
+    StepPlan plan = std::move(out.plans.front());
+    out.plans.pop_front();
+    StepResult result;
+    result.step = plan.step;
+    for (const auto& s : plan.sequences) {
+      if (s.output) result.tokens.push_back({s.sequence, token_for(s.sequence), false, {}});
+    }
+    hand("executor", std::move(result));
+  }
+
+  SchedulerPolicy policy;
+  Recorder out;
+  std::int64_t now_ns = 1'000'000'000;
+  std::string self = "scheduler";
+};
+
+using Input = std::function<void(Harness&)>;
+
+ModelInfo tiny_info(std::uint32_t pages = kPages) {
+  ModelInfo info;
+  info.name = "tiny";
+  info.kv_pages = pages;
+  info.page_size = kPageSize;
+  info.n_vocab = 1024;
+  info.page_bytes = 4096;
+  return info;
+}
+
+// The executor's first report: it has the tiny model with `pages` KV pages.
+Input ready(std::uint32_t pages = kPages) {
+  return [=](Harness& h) {
+    ExecutorReport report;
+    report.models = {tiny_info(pages)};
+    h.hand("executor", std::move(report));
+  };
+}
+Input ready_without_models() {
+  return [](Harness& h) { h.hand("executor", ExecutorReport{}); };
+}
+
+struct Options {
+  std::int32_t max_tokens = 2;
+  std::uint32_t first_token = 300;  // the prompt is first_token, first_token + 1, ...
+  std::vector<std::int32_t> stop_tokens = {};
+  std::vector<std::string> stop_strings = {};
+  std::string model = {};
+  std::string from = "gateway";
+};
+
+// A greedy request with a prompt of `length` token ids.
+Input submit(std::uint64_t id, std::uint32_t length, Options o = {}) {
+  return [=](Harness& h) {
+    Submit s;
+    s.model = o.model;
+    s.prompt_kind = static_cast<std::uint8_t>(PromptKind::tokens);
+    for (std::uint32_t i = 0; i < length; ++i) s.tokens.push_back(static_cast<std::int32_t>(o.first_token + i));
+    s.sampling.temperature = 0;
+    s.sampling.max_tokens = o.max_tokens;
+    s.sampling.stop_token_ids = o.stop_tokens;
+    s.sampling.stop = o.stop_strings;
+    h.hand(o.from, std::move(s), id);
+  };
+}
+Input submit_tokens(std::uint64_t id, std::vector<std::int32_t> tokens) {
+  return [=](Harness& h) {
+    Submit s;
+    s.prompt_kind = static_cast<std::uint8_t>(PromptKind::tokens);
+    s.tokens = tokens;
+    s.sampling.max_tokens = 2;
+    h.hand("gateway", std::move(s), id);
+  };
+}
+Input abort(std::uint64_t id, AbortReason reason = AbortReason::client) {
+  return [=](Harness& h) { h.hand("gateway", Abort{static_cast<std::uint8_t>(reason)}, id); };
+}
+// Answers the oldest plan in flight, `times` times; every output is kToken.
+Input answer(int times = 1) {
+  return [=](Harness& h) {
+    for (int i = 0; i < times; ++i) h.answer([](std::uint64_t) { return kToken; });
+  };
+}
+Input answer_with(std::uint64_t sequence, std::int32_t token) {
+  return [=](Harness& h) { h.answer([=](std::uint64_t s) { return s == sequence ? token : kToken; }); };
+}
+// Answers every plan until none is in flight.
+Input run_to_end() {
+  return [](Harness& h) {
+    for (int i = 0; i < 1000 && !h.out.plans.empty(); ++i) h.answer([](std::uint64_t) { return kToken; });
+  };
+}
+// The oldest plan in flight fails (the GPU), losing the KV cache when kv_lost.
+Input fail_step(bool kv_lost = false) {
+  return [=](Harness& h) {
+    ASSERT_FALSE(h.out.plans.empty());
+    StepResult result;
+    result.step = h.out.plans.front().step;
+    result.error = static_cast<std::uint16_t>(RequestError::gpu);
+    result.message = "device lost";
+    result.kv_lost = kv_lost;
+    h.out.plans.pop_front();
+    h.hand("executor", std::move(result));
+  };
+}
+// The watchdog's timer, `ms` later.
+Input wait_ms(std::int64_t ms) {
+  return [=](Harness& h) {
+    h.now_ns += ms * 1'000'000;
+    h.hand("scheduler", Timer{1, 1});
+  };
+}
+Input from_enforcer(Payload payload) {
+  return [=](Harness& h) { h.hand("enforcer", payload); };
+}
+Input model_loaded() {
+  ModelLoaded loaded;
+  loaded.model = "tiny";
+  loaded.ok = true;
+  loaded.info = tiny_info();
+  return from_enforcer(loaded);
+}
+Input load_answer(LoadOutcome outcome) {
+  LoadAnswer answer;
+  answer.model = "tiny";
+  answer.outcome = static_cast<std::uint8_t>(outcome);
+  answer.message = "no";
+  return from_enforcer(answer);
+}
+Input model_failed_to_load() {
+  ModelLoaded loaded;
+  loaded.model = "tiny";
+  loaded.error = "a bad file";
+  return from_enforcer(loaded);
+}
+Input status_query() {
+  return [](Harness& h) { h.hand("gateway", StatusQuery{false}, 0, 42); };
+}
+// The cache-writer's answer to sequence's lookup: no pages.
+Input no_cached_prefix(std::uint64_t sequence) {
+  return [=](Harness& h) { h.hand("cache-writer", CachedPrefix{"tiny", {}, {}}, 0, sequence); };
+}
+Input stop() {
+  return [](Harness& h) { h.policy.stop(h.out, h.now_ns += 1'000'000, h.self); };
+}
+// Asserts, at this point of the case, that no page is referenced: every ended request gave its
+// pages back (full ones may stay cached, unreferenced).
+Input pages_free() {
+  return [](Harness& h) {
+    const StatusReport s = h.policy.status();
+    EXPECT_EQ(s.kv_pages_in_use, 0u);
+    EXPECT_EQ(s.kv_references, 0u);
+  };
+}
+// Asserts how many requests run and wait now.
+Input queues(std::uint32_t running, std::uint32_t waiting) {
+  return [=](Harness& h) {
+    EXPECT_EQ(h.policy.status().running, running);
+    EXPECT_EQ(h.policy.status().waiting, waiting);
+  };
+}
+Input preemptions(std::uint64_t count) {
+  return [=](Harness& h) { EXPECT_EQ(h.policy.status().preemptions, count); };
+}
+// Asserts how many pages are referenced now (by running sequences).
+Input pages_in_use(std::uint32_t pages) {
+  return [=](Harness& h) { EXPECT_EQ(h.policy.status().kv_pages_in_use, pages); };
+}
+
+// ---- the cases --------------------------------------------------------------------------------
+
+struct Case {
+  std::string name;
+  std::vector<Input> inputs;
+  std::vector<std::string> expected;  // rendered sends, in this order; other sends may come between
+  std::vector<std::string> never = {};  // rendered sends that must not be among them
+  std::function<void(SchedulerConfig&)> configure = [](SchedulerConfig&) {};
+};
+
+// Every way a request ends.
+std::vector<Case> ending_cases() {
+  return {
+      {"ends_at_max_tokens",
+       {ready(), submit(1, 6, {.max_tokens = 2}), answer(), pages_in_use(2), answer(), pages_free()},
+       {"executor query", "plan 1 1@0+6o start:1", "plan 2 1@6+1of", "gateway token #1 500", "gateway token #1 500",
+        "gateway final #1 length 6+2", "plan 3 release:1"}},
+      {"ends_at_a_stop_token",
+       {ready(), submit(1, 5, {.max_tokens = 8, .stop_tokens = {kStopToken}}), answer_with(1, kStopToken), pages_free(),
+        run_to_end()},
+       {"plan 1 1@0+5o start:1", "plan 2 1@5+1of", "gateway token #1 777", "gateway final #1 stop 5+1",
+        "plan 3 release:1"},
+       {"gateway token #1 500"}},
+      {"ends_at_a_stop_string",
+       {ready(), submit(1, 5, {.max_tokens = 8, .stop_strings = {"x"}}), answer(), answer_with(1, kTokenX), pages_free(),
+        run_to_end()},
+       {"gateway token #1 500", "gateway token #1 87", "gateway final #1 stop 5+2 on \"x\"", "release:1"}},
+      {"client_abort_while_waiting",
+       {ready(), submit(1, 5, {.max_tokens = 20}), submit(2, 5), queues(1, 1), abort(2), answer(), abort(1),
+        run_to_end(), pages_free()},
+       {"plan 1 1@0+5o start:1", "gateway final #2 abort 5+0", "gateway final #1 abort 5+"},
+       {"start:2"},
+       [](SchedulerConfig& c) { c.max_sequences = 1; }},
+      {"client_abort_while_running_applies_at_the_step_boundary",
+       {ready(), submit(1, 5, {.max_tokens = 20}), abort(1), pages_in_use(2), answer(), pages_free(), run_to_end()},
+       {"plan 1 1@0+5o start:1", "plan 2 1@5+1of", "gateway final #1 abort 5+0", "plan 3 release:1"},
+       {"gateway token #1 500"}},
+      {"client_gone",
+       {ready(), submit(1, 5, {.max_tokens = 20}), answer(), abort(1, AbortReason::client_gone), answer(), pages_free(),
+        run_to_end()},
+       {"gateway token #1 500", "gateway final #1 abort 5+1", "release:1"}},
+      {"shutdown_abort",
+       {ready(), submit(1, 5, {.max_tokens = 20}), abort(1, AbortReason::shutdown), answer(), pages_free(), run_to_end()},
+       {"gateway final #1 abort 5+0"}},
+      {"failed_step_ends_its_requests_with_the_gpu_error",
+       {ready(), submit(1, 5, {.max_tokens = 20}), fail_step(), pages_free(), run_to_end()},
+       {"plan 1 1@0+5o start:1", "gateway final #1 error gpu"},
+       {"release:1"}},  // the executor dropped the failed step's sequences itself
+      {"executor_silent_fails_requests_in_flight",
+       {ready(), submit(1, 5, {.max_tokens = 20}), wait_ms(100), wait_ms(30'000), pages_free()},
+       {"plan 1 1@0+5o start:1", "gateway final #1 error unavailable", "executor query"}},
+      {"model_unloaded_ends_its_requests_and_drains_after_the_step",
+       {ready(), submit(1, 5, {.max_tokens = 20}), submit(2, 5, {.max_tokens = 20, .first_token = 600}),
+        from_enforcer(AbortModel{"tiny", ""}), pages_free(), run_to_end()},
+       {"plan 1 1@0+5o start:1", "gateway final #1 abort 5+0", "gateway final #2 abort 5+0", "plan 3 release:1",
+        "enforcer drained tiny 2"},
+       {},
+       [](SchedulerConfig& c) { c.enforcer = "enforcer"; }},
+      {"scheduler_stopping_ends_everything",
+       {ready(), submit(1, 5, {.max_tokens = 20}), submit(2, 5), stop(), pages_free()},
+       {"gateway final #1 abort 5+0", "gateway final #2 abort 5+0"},
+       {},
+       [](SchedulerConfig& c) { c.max_sequences = 1; }},
+      {"unknown_model",
+       {ready(), submit(1, 5, {.model = "giant"})},
+       {"gateway final #1 error unknown_model"}},
+      {"busy_when_the_queue_is_full",
+       {ready(), submit(1, 5), submit(2, 5), submit(3, 5), submit(4, 5), abort(2), abort(3), run_to_end()},
+       {"gateway final #4 error busy", "gateway final #2 abort 5+0", "gateway final #3 abort 5+0",
+        "gateway final #1 length 5+2"},
+       {},
+       [](SchedulerConfig& c) {
+         c.max_sequences = 1;
+         c.max_waiting = 2;
+       }},
+      {"empty_prompt", {ready(), submit(1, 0)}, {"gateway final #1 error invalid_request"}},
+      {"token_outside_the_vocabulary",
+       {ready(), submit_tokens(1, {300, 5000})},
+       {"gateway final #1 error invalid_request"}},
+      {"prompt_longer_than_the_kv_cache_at_submit",
+       {ready(), submit(1, 62, {.max_tokens = 3})},
+       {"gateway final #1 error prompt_too_long"}},
+      {"prompt_longer_than_the_kv_cache_found_at_admission",
+       // Accepted before the model's KV cache is known (it is loading); refused when it is.
+       {ready_without_models(), submit(1, 62, {.max_tokens = 3}), model_loaded(), pages_free()},
+       {"enforcer load tiny", "gateway final #1 error prompt_too_long"},
+       {"start:1"},
+       [](SchedulerConfig& c) { c.enforcer = "enforcer"; }},
+      {"duplicate_request_id_is_refused_and_the_open_one_goes_on",
+       {ready(), submit(1, 5), submit(1, 5), run_to_end()},
+       {"gateway final #1 error invalid_request", "gateway final #1 length 5+2"}},
+      {"model_not_loaded_and_nothing_loads_it",
+       {ready_without_models(), submit(1, 5), pages_free()},
+       {"gateway final #1 error unavailable"}},
+      {"model_loaded_on_demand",
+       {ready_without_models(), submit(1, 5), model_loaded(), load_answer(LoadOutcome::loaded), run_to_end()},
+       {"enforcer usage tiny 1", "enforcer load tiny", "plan 1 1@0+5o start:1", "enforcer usage tiny 0",
+        "gateway final #1 length 5+2"},
+       {},
+       [](SchedulerConfig& c) { c.enforcer = "enforcer"; }},
+      {"model_does_not_fit_in_memory",
+       {ready_without_models(), submit(1, 5), load_answer(LoadOutcome::insufficient_memory)},
+       {"enforcer load tiny", "gateway final #1 error insufficient_memory"},
+       {},
+       [](SchedulerConfig& c) { c.enforcer = "enforcer"; }},
+      {"model_failed_to_load",
+       {ready_without_models(), submit(1, 5), model_failed_to_load()},
+       {"enforcer load tiny", "gateway final #1 error model_failed"},
+       {},
+       [](SchedulerConfig& c) { c.enforcer = "enforcer"; }},
+      {"model_load_refused",
+       {ready_without_models(), submit(1, 5), load_answer(LoadOutcome::failed)},
+       {"enforcer load tiny", "gateway final #1 error model_failed"},
+       {},
+       [](SchedulerConfig& c) { c.enforcer = "enforcer"; }},
+      {"load_request_refused_by_a_full_enforcer",
+       {[](Harness& h) { h.out.refuse["enforcer"] = SendStatus::full; }, ready_without_models(), submit(1, 5)},
+       {"enforcer load tiny", "gateway final #1 error busy"},
+       {},
+       [](SchedulerConfig& c) { c.enforcer = "enforcer"; }},
+      {"kv_cache_lost_recomputes_the_running_requests",
+       // Plan 2 (sequence 1's follower) fails, losing the cache: sequence 1 fails with it; plan 3,
+       // planned before, computed on the lost cache and counts for nothing, and sequence 2 is
+       // recomputed from its first token.
+       {ready(), submit(1, 5, {.max_tokens = 3}), submit(2, 5, {.max_tokens = 3, .first_token = 600}), answer(),
+        fail_step(true), pages_free(), run_to_end(), pages_free()},
+       {"plan 2 1@5+1of", "plan 3 1@6+1of 2@0+5o start:2", "gateway final #1 error gpu", "plan 4 2@0+5o",
+        "gateway final #2 length 5+3"},
+       {"final #2 error"}},
+  };
+}
+
+// Budget, chunked prefill, followers, the sequence limit, preemption and the prefix cache.
+std::vector<Case> planning_cases() {
+  auto budget = [](std::uint32_t tokens) { return [=](SchedulerConfig& c) { c.token_budget = tokens; }; };
+  auto no_overlap = [](SchedulerConfig& c) { c.overlap = false; };
+  return {
+      {"chunked_prefill_under_the_token_budget",
+       {ready(), submit(1, 10), run_to_end()},
+       {"plan 1 1@0+4 start:1", "plan 2 1@4+4", "plan 3 1@8+2o", "plan 4 1@10+1of", "gateway final #1 length 10+2"},
+       {},
+       budget(4)},
+      {"decode_joins_a_later_prefill_under_the_budget",
+       {ready(), submit(1, 3, {.max_tokens = 4}), answer(), submit(2, 6, {.first_token = 600}), run_to_end()},
+       // The second prompt comes with two plans in flight; then each step is one decode and as
+       // much of the prompt as the budget leaves, and the first stops following short of max_tokens.
+       {"plan 1 1@0+3o start:1", "plan 2 1@3+1of", "plan 3 1@4+1of", "plan 4 1@5+1of 2@0+3 start:2",
+        "plan 5 2@3+3o", "gateway final #1 length 3+4"},
+       {},
+       budget(4)},
+      {"one_plan_at_a_time_without_overlap",
+       {ready(), submit(1, 5, {.max_tokens = 3}), answer(), answer(), answer(), pages_free()},
+       {"plan 1 1@0+5o start:1", "gateway token #1 500", "plan 2 1@5+1o", "gateway token #1 500", "plan 3 1@6+1o",
+        "gateway final #1 length 5+3", "plan 4 release:1"},
+       {"f "},
+       no_overlap},
+      {"sequence_limit_keeps_the_third_waiting",
+       {ready(), submit(1, 5), submit(2, 5, {.first_token = 600}), submit(3, 5, {.first_token = 700}), queues(1, 2),
+        answer(), queues(2, 1), run_to_end(), pages_free()},
+       {"plan 1 1@0+5o start:1", "plan 3 2@0+5o start:2", "gateway final #1 length 5+2",
+        "plan 4 2@5+1of 3@0+5o start:3 release:1"},
+       {},
+       [](SchedulerConfig& c) { c.max_sequences = 2; }},
+      {"newest_running_sequence_is_preempted_when_pages_run_out",
+       // 3 pages: each prompt of 5 takes 2; the second's decode needs a third page of its own only
+       // after the first took it, so the second gives way and is recomputed when the first ends.
+       {ready(3), submit(1, 7, {.max_tokens = 3}), submit(2, 2, {.max_tokens = 3, .first_token = 600}), answer(),
+        answer(), preemptions(1), run_to_end(), pages_free()},
+       {"plan 2 1@7+1o 2@0+2o start:2", "plan 3 1@8+1o", "gateway final #1 length 7+3", "plan 4 2@0+3o release:1",
+        "gateway final #2 length 2+3"},
+       {},
+       no_overlap},
+      {"shared_prefix_comes_from_the_prefix_cache",
+       {ready(), submit(1, 9), run_to_end(), submit(2, 9), run_to_end(), pages_free()},
+       {"plan 1 1@0+9o start:1", "gateway final #1 length 9+2", "2@8+1o start:2", "gateway final #2 length 9+2"}},
+      {"status_counts_the_queues",
+       {ready(), submit(1, 5), submit(2, 5, {.first_token = 600}), status_query(), run_to_end()},
+       {"gateway status requests=2 waiting=1 running=1"},
+       {},
+       [](SchedulerConfig& c) { c.max_sequences = 1; }},
+      {"prefix_lookup_holds_admission_until_the_cache_writer_answers",
+       {ready(), submit(1, 9), pages_in_use(0), no_cached_prefix(1), run_to_end()},
+       {"cache-writer lookup #1 2 pages", "plan 1 1@0+9o start:1", "gateway final #1 length 9+2"},
+       {},
+       [](SchedulerConfig& c) { c.cache_writer = "cache-writer"; }},
+      {"prefix_lookup_unanswered_is_a_miss_after_its_timeout",
+       {ready(), submit(1, 9), wait_ms(10), queues(0, 1), wait_ms(2'000), queues(1, 0), run_to_end()},
+       {"cache-writer lookup #1 2 pages", "plan 1 1@0+9o start:1", "gateway final #1 length 9+2"},
+       {},
+       [](SchedulerConfig& c) { c.cache_writer = "cache-writer"; }},
+  };
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> all = ending_cases();
+  std::vector<Case> planning = planning_cases();
+  all.insert(all.end(), planning.begin(), planning.end());
+  return all;
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class SchedulerPolicyCase : public testing::TestWithParam<Case> {};
+
+TEST_P(SchedulerPolicyCase, SendsWhatItShouldAndReleasesEveryPage) {
+  const Case& c = GetParam();
+  SchedulerConfig config;
+  config.models = {{"tiny", model_path()}};
+  config.default_model = "tiny";
+  c.configure(config);
+  Harness h(config);
+  for (const Input& input : c.inputs) {
+    input(h);
+    if (HasFatalFailure()) return;
+  }
+  const std::string sent = fmt::format("{}", fmt::join(h.out.lines, "\n  "));
+  std::size_t at = 0;
+  for (const std::string& want : c.expected) {
+    auto found = std::find_if(h.out.lines.begin() + static_cast<std::ptrdiff_t>(at), h.out.lines.end(),
+                              [&](const std::string& line) { return line.find(want) != std::string::npos; });
+    ASSERT_NE(found, h.out.lines.end()) << "expected \"" << want << "\" (in order) among:\n  " << sent;
+    at = static_cast<std::size_t>(found - h.out.lines.begin()) + 1;
+  }
+  for (const std::string& unwanted : c.never) {
+    for (const std::string& line : h.out.lines) {
+      EXPECT_EQ(line.find(unwanted), std::string::npos) << "sent \"" << line << "\" among:\n  " << sent;
+    }
+  }
+  const StatusReport s = h.policy.status();
+  EXPECT_EQ(s.requests, 0u) << "requests still open after:\n  " << sent;
+  EXPECT_EQ(s.kv_pages_in_use, 0u);
+  EXPECT_EQ(s.kv_references, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SchedulerPolicyCase, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace mqlm::actors
