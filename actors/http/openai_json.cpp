@@ -658,7 +658,7 @@ json completion_logprobs(const std::vector<TokenLogprobs>& logprobs, int top_log
 }
 
 json completion_body(const CompletionRequest& request, const ResponseIdentity& identity,
-                     const client_protocol::GatheredOutput& output, const FinalEvent& final_event) {
+                     const front_end::GatheredOutput& output, const FinalEvent& final_event) {
   const std::string text = output.text + final_event.text;
   json choice;
   if (request.endpoint == Endpoint::chat) {
