@@ -1,6 +1,7 @@
 #include "actors/front_end/front_end.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include <spdlog/spdlog.h>
 
@@ -24,6 +25,37 @@ std::int64_t to_ns(std::chrono::milliseconds ms) { return std::chrono::nanosecon
 bool taken(SendStatus status) { return status == SendStatus::sent || status == SendStatus::deferred; }
 
 }  // namespace
+
+std::chrono::milliseconds milliseconds_option(std::string_view kind, const ActorOptions& options,
+                                              const std::string& key, std::chrono::milliseconds fallback,
+                                              std::uint64_t high) {
+  return std::chrono::milliseconds(
+      number_option(kind, options, key, static_cast<std::uint64_t>(fallback.count()), 1, high));
+}
+
+FrontEndConfig named_config(std::string name, std::string self, std::string admin_noun) {
+  FrontEndConfig config;
+  config.name = std::move(name);
+  config.self = std::move(self);
+  config.admin_noun = std::move(admin_noun);
+  return config;
+}
+
+void read_core_options(const ActorOptions& options, std::uint64_t ms_high, FrontEndConfig& config) {
+  const std::string& name = config.name;
+  const std::string_view kind = name;
+  config.scheduler = text_option(options, "scheduler", config.scheduler);
+  if (config.scheduler.empty()) throw std::invalid_argument(name + " option scheduler= names no actor");
+  config.enforcer = text_option(options, "enforcer", "");
+  config.cache_writer = text_option(options, "cache_writer", "");
+  config.max_requests = number_option(kind, options, "max_requests", config.max_requests, 1);
+  config.heartbeat = milliseconds_option(kind, options, "heartbeat_ms", config.heartbeat, ms_high);
+  config.unavailable = milliseconds_option(kind, options, "unavailable_ms", config.unavailable, ms_high);
+  if (config.unavailable <= config.heartbeat) {
+    throw std::invalid_argument(name + " option unavailable_ms must exceed heartbeat_ms, or a scheduler that answers "
+                                       "every heartbeat would still be deemed silent");
+  }
+}
 
 void FrontEnd::start(Context& ctx) {
   // "Never heard" counts as alive until unavailable_ms after start: the scheduler may start
@@ -136,13 +168,7 @@ void FrontEnd::ask_status(Context& ctx, Caller caller, bool trim) {
   }
   const std::uint64_t correlation_id = ++next_correlation_id_;
   SendStatus status = ctx.send(config_.scheduler, StatusQuery{trim}, SendOptions{correlation_id, 0, {}});
-  if (!taken(status)) {
-    const bool unknown = status == SendStatus::unknown_actor;
-    port_.send_error(ctx, caller, unknown ? RequestError::internal : RequestError::busy,
-                     unknown ? config_.self + " has no address for its scheduler"
-                             : "the scheduler's queue is full: try again later");
-    return;
-  }
+  if (!went(ctx, caller, status, "scheduler", "")) return;
   PendingStatus pending{std::move(caller), ctx.now_ns(), {}, {}, false};
   if (!config_.enforcer.empty()) {
     pending.wants_memory = taken(ctx.send(config_.enforcer, ModelsQuery{}, SendOptions{correlation_id, 0, {}}));
@@ -150,69 +176,62 @@ void FrontEnd::ask_status(Context& ctx, Caller caller, bool trim) {
   pending_status_.emplace(correlation_id, std::move(pending));
 }
 
+// Load, unload and models go to the enforcer, a clear to the cache-writer; their answers come
+// back by correlation id. A clear is not refused while draining: emptying a cache takes nothing
+// from a request.
 void FrontEnd::ask_admin(Context& ctx, Caller caller, AdminQuestion question) {
-  if (const auto* clear = std::get_if<ClearCache>(&question)) {
-    ask_cache_writer(ctx, std::move(caller), *clear);
-  } else {
-    ask_enforcer(ctx, std::move(caller), question);
-  }
-}
-
-// Load, unload and models go to the enforcer; its answers come back by correlation id.
-void FrontEnd::ask_enforcer(Context& ctx, Caller caller, const AdminQuestion& question) {
-  if (config_.enforcer.empty()) {
-    port_.send_error(ctx, caller, RequestError::invalid_request,
-                     "this server has no model pool (no enforcer): it cannot load or unload models");
-    return;
-  }
-  if (draining_ && std::holds_alternative<LoadRequest>(question)) {
-    port_.send_error(ctx, caller, RequestError::shutting_down, "the server is draining and loads no models");
+  if (auto refusal = admin_refusal(question)) {
+    port_.send_error(ctx, caller, refusal->first, refusal->second);
     return;
   }
   if (pending_admin_.size() >= kMaxPendingAdmin) {
     port_.send_error(ctx, caller, RequestError::busy, "too many " + config_.admin_noun + " are waiting: try again later");
     return;
   }
+  const bool clear_cache = std::holds_alternative<ClearCache>(question);
+  const std::string& peer = clear_cache ? config_.cache_writer : config_.enforcer;
   const std::uint64_t correlation_id = ++next_correlation_id_;
   const Payload payload = std::visit([](const auto& asked) { return Payload{asked}; }, question);
-  SendStatus status = ctx.send(config_.enforcer, payload, SendOptions{correlation_id, 0, {}});
-  if (!taken(status)) {
-    const bool unknown = status == SendStatus::unknown_actor;
-    port_.send_error(ctx, caller, unknown ? RequestError::internal : RequestError::busy,
-                     unknown ? config_.self + " has no address for its enforcer '" + config_.enforcer + "'"
-                             : "the enforcer's queue is full: try again later");
-    return;
-  }
-  pending_admin_.emplace(correlation_id, PendingAdmin{std::move(caller), false, ctx.now_ns()});
+  SendStatus status = ctx.send(peer, payload, SendOptions{correlation_id, 0, {}});
+  if (!went(ctx, caller, status, clear_cache ? "cache-writer" : "enforcer", peer)) return;
+  pending_admin_.emplace(correlation_id, PendingAdmin{std::move(caller), clear_cache, ctx.now_ns()});
 }
 
-// A clear goes to the cache-writer; its CacheCleared comes back by correlation id. It is not
-// refused while draining: emptying a cache takes nothing from a request.
-void FrontEnd::ask_cache_writer(Context& ctx, Caller caller, const ClearCache& clear) {
-  if (config_.cache_writer.empty()) {
-    port_.send_error(ctx, caller, RequestError::invalid_request,
-                     "this server runs no cache-writer (no hot cache: --hot-cache 0), so it has no KV cache to clear");
-    return;
+// Why this server cannot take `question` at all, or nullopt.
+std::optional<std::pair<RequestError, std::string>> FrontEnd::admin_refusal(const AdminQuestion& question) const {
+  if (const auto* clear = std::get_if<ClearCache>(&question)) {
+    if (config_.cache_writer.empty()) {
+      return std::pair{RequestError::invalid_request, std::string("this server runs no cache-writer (no hot cache: "
+                                                                  "--hot-cache 0), so it has no KV cache to clear")};
+    }
+    const auto tier = static_cast<CacheTier>(clear->tier);
+    if (tier != CacheTier::hot && tier != CacheTier::ssd) {
+      return std::pair{RequestError::internal, std::string("a handler asked to clear an unknown cache tier")};
+    }
+    return std::nullopt;
   }
-  const auto tier = static_cast<CacheTier>(clear.tier);
-  if (tier != CacheTier::hot && tier != CacheTier::ssd) {
-    port_.send_error(ctx, caller, RequestError::internal, "a handler asked to clear an unknown cache tier");
-    return;
+  if (config_.enforcer.empty()) {
+    return std::pair{RequestError::invalid_request,
+                     std::string("this server has no model pool (no enforcer): it cannot load or unload models")};
   }
-  if (pending_admin_.size() >= kMaxPendingAdmin) {
-    port_.send_error(ctx, caller, RequestError::busy, "too many " + config_.admin_noun + " are waiting: try again later");
-    return;
+  if (draining_ && std::holds_alternative<LoadRequest>(question)) {
+    return std::pair{RequestError::shutting_down, std::string("the server is draining and loads no models")};
   }
-  const std::uint64_t correlation_id = ++next_correlation_id_;
-  SendStatus status = ctx.send(config_.cache_writer, clear, SendOptions{correlation_id, 0, {}});
-  if (!taken(status)) {
-    const bool unknown = status == SendStatus::unknown_actor;
-    port_.send_error(ctx, caller, unknown ? RequestError::internal : RequestError::busy,
-                     unknown ? config_.self + " has no address for its cache-writer '" + config_.cache_writer + "'"
-                             : "the cache-writer's queue is full: try again later");
-    return;
+  return std::nullopt;
+}
+
+// Whether a question to `role` (named `peer`, "" to leave the name out) went; if not, its caller
+// hears why.
+bool FrontEnd::went(Context& ctx, const Caller& caller, SendStatus status, const std::string& role,
+                    const std::string& peer) {
+  if (taken(status)) return true;
+  if (status == SendStatus::unknown_actor) {
+    port_.send_error(ctx, caller, RequestError::internal,
+                     config_.self + " has no address for its " + role + (peer.empty() ? "" : " '" + peer + "'"));
+  } else {
+    port_.send_error(ctx, caller, RequestError::busy, "the " + role + "'s queue is full: try again later");
   }
-  pending_admin_.emplace(correlation_id, PendingAdmin{std::move(caller), true, ctx.now_ns()});
+  return false;
 }
 
 void FrontEnd::sent_to(const std::string& connection, std::int64_t now_ns) {
@@ -533,6 +552,21 @@ void FrontEnd::fail_all_unavailable(Context& ctx) {
 void FrontEnd::send_abort(Context& ctx, std::uint64_t request_id, AbortReason reason) {
   ctx.send(config_.scheduler, Abort{static_cast<std::uint8_t>(reason)}, SendOptions{0, request_id, {}});
   requests_.at(request_id).abort_sent = true;
+}
+
+// ---- the actor ---------------------------------------------------------------------------------
+
+void FrontEndActor::on_message(Context& ctx, Message& message) {
+  core_.on_message(ctx, message);
+  core_.settle(ctx);
+}
+
+zmq::context_t& FrontEndActor::live_context(Context& ctx) const {
+  zmq::context_t* context = ctx.zmq_context();
+  if (context == nullptr) {
+    throw std::runtime_error(core_.config().self + " needs a live ZeroMQ context (it cannot be replayed)");
+  }
+  return *context;
 }
 
 }  // namespace mqlm::actors::front_end

@@ -23,11 +23,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "actors/front_end/events.hpp"
 #include "actors/runtime/actor.hpp"
+#include "actors/runtime/actor_options.hpp"
 #include "messages/cache.hpp"
 #include "messages/codec.hpp"
 #include "messages/models.hpp"
@@ -110,6 +112,27 @@ struct FrontEndConfig {
   bool confirm_acceptance = false;
 };
 
+// An interval option in whole milliseconds, at least 1 and at most `high`; `fallback` when not
+// given. std::invalid_argument naming kind and key otherwise.
+std::chrono::milliseconds milliseconds_option(std::string_view kind, const ActorOptions& options,
+                                              const std::string& key, std::chrono::milliseconds fallback,
+                                              std::uint64_t high);
+
+// A config with the defaults, naming the front end `name` in log lines, `self` and `admin_noun`
+// in error texts.
+FrontEndConfig named_config(std::string name, std::string self, std::string admin_noun);
+
+// The options of the core every front end takes (key=value, as `mqlm node` passes them):
+//   scheduler=NAME      the scheduler actor; default scheduler
+//   enforcer=NAME       the memory enforcer; default none
+//   cache_writer=NAME   the KV prefix cache's cache-writer; default none
+//   max_requests=N      requests open at once; default 4096
+//   heartbeat_ms=N      how often the scheduler is sent a Heartbeat; default 200
+//   unavailable_ms=N    the scheduler's silence that fails open requests; default 800
+// Intervals are at most ms_high. Throws std::invalid_argument naming the front end, the option
+// and what is wrong with it.
+void read_core_options(const ActorOptions& options, std::uint64_t ms_high, FrontEndConfig& config);
+
 class FrontEnd {
  public:
   FrontEnd(FrontEndConfig config, FrontEndPort& port) : config_(std::move(config)), port_(port) {}
@@ -175,8 +198,8 @@ class FrontEnd {
   using RequestIt = std::map<std::uint64_t, OpenRequest>::iterator;
   using StatusIt = std::map<std::uint64_t, PendingStatus>::iterator;
 
-  void ask_enforcer(Context& ctx, Caller caller, const AdminQuestion& question);
-  void ask_cache_writer(Context& ctx, Caller caller, const messages::ClearCache& clear);
+  std::optional<std::pair<messages::RequestError, std::string>> admin_refusal(const AdminQuestion& question) const;
+  bool went(Context& ctx, const Caller& caller, SendStatus status, const std::string& role, const std::string& peer);
   void send_barrier(Context& ctx);
 
   void on_token(Context& ctx, std::uint64_t request_id, messages::TokenEvent event);
@@ -222,6 +245,20 @@ class FrontEnd {
   std::int64_t last_tick_ns_ = 0;
   std::uint64_t served_ = 0;
   std::uint64_t dropped_events_ = 0;
+};
+
+// An actor that is a front end: the other actors' messages go to its core, which answers through
+// the adapter deriving from it (a FrontEndPort); the adapter adds the socket its callers use.
+class FrontEndActor : public Actor, protected FrontEndPort {
+ public:
+  void on_message(Context& ctx, messages::Message& message) final;
+
+ protected:
+  explicit FrontEndActor(FrontEndConfig config) : core_(std::move(config), *this) {}
+  // The ZeroMQ context the adapter's sockets are made from; throws when there is none (replay).
+  zmq::context_t& live_context(Context& ctx) const;
+
+  FrontEnd core_;
 };
 
 }  // namespace mqlm::actors::front_end

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -40,35 +41,19 @@ constexpr int kZmtpHeartbeatTimeoutMs = 3000;
 // Events queued for one client before it is deemed too slow to keep (and treated as gone).
 constexpr int kClientSendQueue = 10000;
 constexpr std::size_t kMaxPendingStatus = 64;
+// An empty frame to a client with requests open that was sent nothing for this long.
+constexpr std::chrono::milliseconds kKeepalive{250};
 // On stop, how long the final events of cut-off requests may take to leave.
 constexpr int kStopLingerMs = 200;
 
-// The core's defaults, and how its error texts name the gateway.
-front_end::FrontEndConfig default_core_config() {
-  front_end::FrontEndConfig config;
-  config.name = "gateway";
-  config.self = "the gateway";
-  config.admin_noun = "admin requests";
-  config.max_pending_status = kMaxPendingStatus;
-  config.keepalive = std::chrono::milliseconds(250);
-  return config;
-}
-
-struct GatewayConfig {
-  std::string listen = "tcp://127.0.0.1:5555";
-  front_end::FrontEndConfig front_end = default_core_config();
-};
-
 // The client protocol's adapter to the front end's core: client frames become its calls, its
 // answers become the protocol's events.
-class Gateway final : public Actor, front_end::FrontEndPort {
+class Gateway final : public front_end::FrontEndActor {
  public:
-  explicit Gateway(GatewayConfig config) : listen_(std::move(config.listen)), core_(std::move(config.front_end), *this) {}
+  Gateway(std::string listen, front_end::FrontEndConfig core) : FrontEndActor(std::move(core)), listen_(std::move(listen)) {}
 
   void on_start(Context& ctx) override {
-    zmq::context_t* context = ctx.zmq_context();
-    if (context == nullptr) throw std::runtime_error("the gateway needs a live ZeroMQ context (it cannot be replayed)");
-    socket_ = zmq::socket_t(*context, zmq::socket_type::router);
+    socket_ = zmq::socket_t(live_context(ctx), zmq::socket_type::router);
     socket_.set(zmq::sockopt::router_mandatory, 1);
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::heartbeat_ivl, kZmtpHeartbeatIntervalMs);
@@ -107,11 +92,6 @@ class Gateway final : public Actor, front_end::FrontEndPort {
       for (const auto& frame : frames) bytes += frame.size();
       handle_client_message(ctx, std::move(frames), count);
     }
-    core_.settle(ctx);
-  }
-
-  void on_message(Context& ctx, Message& message) override {
-    core_.on_message(ctx, message);
     core_.settle(ctx);
   }
 
@@ -284,7 +264,6 @@ class Gateway final : public Actor, front_end::FrontEndPort {
 
   std::string listen_;
   zmq::socket_t socket_;
-  front_end::FrontEnd core_;
   std::uint64_t malformed_frames_ = 0;
 };
 
@@ -294,30 +273,17 @@ std::unique_ptr<Actor> make_gateway(const ActorOptions& options) {
   check_option_names("gateway", options,
                      {"listen", "scheduler", "enforcer", "cache_writer", "max_requests", "keepalive_ms",
                       "heartbeat_ms", "unavailable_ms"});
-  GatewayConfig config;
-  front_end::FrontEndConfig& core = config.front_end;
-  config.listen = text_option(options, "listen", config.listen);
-  core.scheduler = text_option(options, "scheduler", core.scheduler);
-  core.enforcer = text_option(options, "enforcer", "");
-  core.cache_writer = text_option(options, "cache_writer", "");
-  if (config.listen.find("://") == std::string::npos) {
-    throw std::invalid_argument("gateway option listen=" + config.listen + " is not an address such as tcp://127.0.0.1:5555");
+  std::string listen = text_option(options, "listen", "tcp://127.0.0.1:5555");
+  if (listen.find("://") == std::string::npos) {
+    throw std::invalid_argument("gateway option listen=" + listen + " is not an address such as tcp://127.0.0.1:5555");
   }
-  if (core.scheduler.empty()) throw std::invalid_argument("gateway option scheduler= names no actor");
   // Every count and interval is at least 1.
-  core.max_requests = number_option("gateway", options, "max_requests", core.max_requests, 1);
-  auto ms = [&](const std::string& key, std::chrono::milliseconds fallback) {
-    return std::chrono::milliseconds(
-        number_option("gateway", options, key, static_cast<std::uint64_t>(fallback.count()), 1));
-  };
-  core.keepalive = ms("keepalive_ms", *core.keepalive);
-  core.heartbeat = ms("heartbeat_ms", core.heartbeat);
-  core.unavailable = ms("unavailable_ms", core.unavailable);
-  if (core.unavailable <= core.heartbeat) {
-    throw std::invalid_argument("gateway option unavailable_ms must exceed heartbeat_ms, or a scheduler that answers "
-                                "every heartbeat would still be deemed silent");
-  }
-  return std::make_unique<Gateway>(std::move(config));
+  constexpr std::uint64_t kNoLongest = std::numeric_limits<std::uint64_t>::max();
+  front_end::FrontEndConfig core = front_end::named_config("gateway", "the gateway", "admin requests");
+  front_end::read_core_options(options, kNoLongest, core);
+  core.max_pending_status = kMaxPendingStatus;
+  core.keepalive = front_end::milliseconds_option("gateway", options, "keepalive_ms", kKeepalive, kNoLongest);
+  return std::make_unique<Gateway>(std::move(listen), std::move(core));
 }
 
 }  // namespace mqlm::actors

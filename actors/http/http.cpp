@@ -30,44 +30,25 @@ constexpr int kMaxReadsPerWake = 256;
 constexpr int kHandlerSendQueue = 10000;
 constexpr std::size_t kMaxPendingStatus = 256;
 
-// The core's defaults, and how its error texts name the http actor. Its callers' liveness is
-// the handlers' (SSE keepalives), so the core sends none.
-front_end::FrontEndConfig default_core_config() {
-  front_end::FrontEndConfig config;
-  config.name = "http";
-  config.self = "the http actor";
-  config.admin_noun = "admin calls";
-  config.max_pending_status = kMaxPendingStatus;
-  config.confirm_acceptance = true;
-  return config;
-}
-
-struct HttpConfig {
-  HttpServerConfig server;
-  front_end::FrontEndConfig front_end = default_core_config();
-};
-
 // The bridge's adapter to the front end's core: the handlers' messages become its calls, its
 // answers go back to the handler that asked.
-class Http final : public Actor, front_end::FrontEndPort {
+class Http final : public front_end::FrontEndActor {
  public:
-  explicit Http(HttpConfig config) : server_config_(std::move(config.server)), core_(std::move(config.front_end), *this) {}
+  Http(HttpServerConfig server, front_end::FrontEndConfig core)
+      : FrontEndActor(std::move(core)), server_config_(std::move(server)) {}
 
   void on_start(Context& ctx) override {
-    zmq::context_t* context = ctx.zmq_context();
-    if (context == nullptr) {
-      throw std::runtime_error("the http actor needs a live ZeroMQ context (it cannot be replayed)");
-    }
+    zmq::context_t& context = live_context(ctx);
     // Unique per instance: a restarted actor binds while its predecessor's socket may linger.
     bridge_endpoint_ = fmt::format("inproc://mqlm-http-bridge/{}/{}", ctx.self(), static_cast<const void*>(this));
-    bridge_ = zmq::socket_t(*context, zmq::socket_type::router);
+    bridge_ = zmq::socket_t(context, zmq::socket_type::router);
     bridge_.set(zmq::sockopt::router_mandatory, 1);
     bridge_.set(zmq::sockopt::linger, 0);
     bridge_.set(zmq::sockopt::sndhwm, kHandlerSendQueue);
     bridge_.bind(bridge_endpoint_);
     ctx.watch(bridge_, kBridgeWatch);
     try {
-      server_ = std::make_unique<HttpServer>(*context, bridge_endpoint_, server_config_);
+      server_ = std::make_unique<HttpServer>(context, bridge_endpoint_, server_config_);
       server_->start();
     } catch (...) {
       server_.reset();
@@ -100,11 +81,6 @@ class Http final : public Actor, front_end::FrontEndPort {
       if (!receive_handler_message(handler, frames)) break;
       handle_handler_message(ctx, std::move(handler), std::move(frames));
     }
-    core_.settle(ctx);
-  }
-
-  void on_message(Context& ctx, Message& message) override {
-    core_.on_message(ctx, message);
     core_.settle(ctx);
   }
 
@@ -222,7 +198,6 @@ class Http final : public Actor, front_end::FrontEndPort {
   std::string bridge_endpoint_;
   zmq::socket_t bridge_;
   std::unique_ptr<HttpServer> server_;  // after bridge_: destroyed first, so no handler outlives the socket
-  front_end::FrontEnd core_;
   http_status::HttpFigures figures_;
   std::int64_t started_ns_ = 0;
 };
@@ -245,30 +220,21 @@ std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   check_option_names("http", options,
                      {"listen", "scheduler", "enforcer", "cache_writer", "api_key", "max_body_bytes", "max_requests",
                       "threads", "keepalive_ms", "heartbeat_ms", "unavailable_ms"});
-  HttpConfig config;
-  front_end::FrontEndConfig& core = config.front_end;
-  parse_listen(text_option(options, "listen", "127.0.0.1:8080"), config.server);
-  core.scheduler = text_option(options, "scheduler", core.scheduler);
-  if (core.scheduler.empty()) throw std::invalid_argument("http option scheduler= names no actor");
-  core.enforcer = text_option(options, "enforcer", "");
-  core.cache_writer = text_option(options, "cache_writer", "");
-  config.server.api_key = text_option(options, "api_key", "");
-  config.server.max_body_bytes = number_option("http", options, "max_body_bytes", config.server.max_body_bytes, 1024,
-                                               front_end::kMaxRequestBytes);
-  core.max_requests = number_option("http", options, "max_requests", core.max_requests, 1);
-  config.server.threads = number_option("http", options, "threads", config.server.threads, 1, 4096);
-  auto ms = [&](const std::string& key, std::chrono::milliseconds fallback) {
-    return std::chrono::milliseconds(
-        number_option("http", options, key, static_cast<std::uint64_t>(fallback.count()), 1, 3'600'000));
-  };
-  config.server.sse_keepalive = ms("keepalive_ms", config.server.sse_keepalive);
-  core.heartbeat = ms("heartbeat_ms", core.heartbeat);
-  core.unavailable = ms("unavailable_ms", core.unavailable);
-  if (core.unavailable <= core.heartbeat) {
-    throw std::invalid_argument("http option unavailable_ms must exceed heartbeat_ms, or a scheduler that answers "
-                                "every heartbeat would still be deemed silent");
-  }
-  return std::make_unique<Http>(std::move(config));
+  HttpServerConfig server;
+  parse_listen(text_option(options, "listen", "127.0.0.1:8080"), server);
+  constexpr std::uint64_t kLongestMs = 3'600'000;
+  front_end::FrontEndConfig core = front_end::named_config("http", "the http actor", "admin calls");
+  front_end::read_core_options(options, kLongestMs, core);
+  core.max_pending_status = kMaxPendingStatus;
+  // The callers' liveness is the handlers' (SSE keepalives), so the core sends none; a handler
+  // commits to a 200 once the scheduler took its request.
+  core.confirm_acceptance = true;
+  server.api_key = text_option(options, "api_key", "");
+  server.max_body_bytes =
+      number_option("http", options, "max_body_bytes", server.max_body_bytes, 1024, front_end::kMaxRequestBytes);
+  server.threads = number_option("http", options, "threads", server.threads, 1, 4096);
+  server.sse_keepalive = front_end::milliseconds_option("http", options, "keepalive_ms", server.sse_keepalive, kLongestMs);
+  return std::make_unique<Http>(std::move(server), std::move(core));
 }
 
 }  // namespace mqlm::actors
