@@ -43,6 +43,12 @@ inline constexpr std::size_t kMaxRequestBytes = 1'000'000;
 static_assert(kMaxRequestBytes + 16 * 1024 <= messages::DecodeLimits{}.max_payload_bytes,
               "a Submit built from the largest request must still decode at the scheduler");
 
+// What one request may hold, whatever its protocol.
+inline constexpr std::size_t kMaxModelNameBytes = 256;
+inline constexpr std::size_t kMaxPromptTokens = std::size_t{1} << 18;
+inline constexpr std::size_t kMaxChatTurns = 4096;
+inline constexpr std::size_t kMaxRoleBytes = 64;
+
 // A caller's name for a request, an integer or a string, echoed as the caller gave it.
 using ClientId = std::variant<std::int64_t, std::string>;
 

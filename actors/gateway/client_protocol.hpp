@@ -29,10 +29,10 @@ inline constexpr std::size_t kMaxFrameBytes = front_end::kMaxRequestBytes;
 inline constexpr std::size_t kMaxKeys = 32;             // a generate has 21 known keys
 inline constexpr std::size_t kMaxKeyBytes = 64;
 inline constexpr std::size_t kMaxIdBytes = 256;
-inline constexpr std::size_t kMaxModelNameBytes = 256;
-inline constexpr std::size_t kMaxPromptTokens = std::size_t{1} << 18;
-inline constexpr std::size_t kMaxChatTurns = 4096;
-inline constexpr std::size_t kMaxRoleBytes = 64;
+using front_end::kMaxChatTurns;
+using front_end::kMaxModelNameBytes;
+using front_end::kMaxPromptTokens;
+using front_end::kMaxRoleBytes;
 
 // The client's name for a request, an integer or a string, echoed as the client gave it.
 using ClientId = front_end::ClientId;
