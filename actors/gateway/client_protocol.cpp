@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <limits>
 
-#include "actors/gateway/model_admin.hpp"
+#include "actors/front_end/model_admin.hpp"
 #include "model/sampling/sampling_params.hpp"
 
 namespace mqlm::actors::client_protocol {
 
+using front_end::error_code_name;
+using front_end::finish_reason_name;
 using messages::RequestError;
 
 namespace {
@@ -534,40 +536,6 @@ ClientRequest parse_request(std::span<const std::byte> frame) {
   return parse_status(entries, std::move(id));
 }
 
-std::string_view error_code_name(RequestError code) {
-  switch (code) {
-    case RequestError::none: return "none";
-    case RequestError::invalid_request: return "invalid_request";
-    case RequestError::unknown_model: return "unknown_model";
-    case RequestError::prompt_too_long: return "prompt_too_long";
-    case RequestError::busy: return "busy";
-    case RequestError::unavailable: return "unavailable";
-    case RequestError::gpu: return "gpu";
-    case RequestError::internal: return "internal";
-    case RequestError::shutting_down: return "shutting_down";
-    case RequestError::malformed: return "malformed";
-    case RequestError::insufficient_memory: return "insufficient_memory";
-    case RequestError::model_failed: return "model_failed";
-  }
-  return "internal";
-}
-
-std::string_view finish_reason_name(messages::FinishReason reason) {
-  switch (reason) {
-    case messages::FinishReason::stop: return "stop";
-    case messages::FinishReason::length: return "length";
-    case messages::FinishReason::abort: return "abort";
-    case messages::FinishReason::error: return "error";
-  }
-  return "error";
-}
-
-void GatheredOutput::append(messages::TokenEvent event) {
-  tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
-  text += event.text;
-  for (auto& entry : event.logprobs) logprobs.push_back(std::move(entry));
-}
-
 namespace {
 
 // Opens an event's map: "event" (its kind) and "id" when there is one, then `fields` more entries.
@@ -599,7 +567,7 @@ std::string encode_token_event(const ClientId& id, const messages::TokenEvent& e
 }
 
 std::string encode_final_event(const ClientId& id, const messages::FinalEvent& final_event,
-                               const GatheredOutput& gathered, bool with_logprobs) {
+                               const front_end::GatheredOutput& gathered, bool with_logprobs) {
   auto reason = static_cast<messages::FinishReason>(final_event.finish);
   bool is_error = reason == messages::FinishReason::error;
   bool has_stop = !final_event.stop.empty();
@@ -718,14 +686,6 @@ std::string encode_json_event(std::string_view event, const std::optional<Client
   }
   const std::vector<std::uint8_t> packed = nlohmann::json::to_msgpack(fields);
   return std::string(reinterpret_cast<const char*>(packed.data()), packed.size());
-}
-
-messages::FinalEvent error_final(RequestError code, std::string message) {
-  messages::FinalEvent event;
-  event.finish = static_cast<std::uint8_t>(messages::FinishReason::error);
-  event.error = static_cast<std::uint16_t>(code);
-  event.message = std::move(message);
-  return event;
 }
 
 std::string describe(const ClientId& id) {

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/front_end/events.hpp"
+#include "actors/front_end/front_end.hpp"
 #include "messages/cache.hpp"
 #include "messages/codec.hpp"
 #include "messages/models.hpp"
@@ -22,22 +24,18 @@
 
 namespace mqlm::actors::client_protocol {
 
-// A request frame is at most this long: a Submit made from it stays under the payload limit of
-// the scheduler's decoder (messages::DecodeLimits::max_payload_bytes, 1 MiB).
-inline constexpr std::size_t kMaxFrameBytes = 1'000'000;
+// A request frame is at most as long as any front end's request (front_end::kMaxRequestBytes).
+inline constexpr std::size_t kMaxFrameBytes = front_end::kMaxRequestBytes;
 inline constexpr std::size_t kMaxKeys = 32;             // a generate has 21 known keys
 inline constexpr std::size_t kMaxKeyBytes = 64;
 inline constexpr std::size_t kMaxIdBytes = 256;
-inline constexpr std::size_t kMaxModelNameBytes = 256;
-inline constexpr std::size_t kMaxPromptTokens = std::size_t{1} << 18;
-inline constexpr std::size_t kMaxChatTurns = 4096;
-inline constexpr std::size_t kMaxRoleBytes = 64;
-
-static_assert(kMaxFrameBytes + 16 * 1024 <= messages::DecodeLimits{}.max_payload_bytes,
-              "a Submit built from the largest client frame must still decode at the scheduler");
+using front_end::kMaxChatTurns;
+using front_end::kMaxModelNameBytes;
+using front_end::kMaxPromptTokens;
+using front_end::kMaxRoleBytes;
 
 // The client's name for a request, an integer or a string, echoed as the client gave it.
-using ClientId = std::variant<std::int64_t, std::string>;
+using ClientId = front_end::ClientId;
 
 struct GenerateRequest {
   ClientId id;
@@ -80,24 +78,11 @@ using ClientRequest = std::variant<GenerateRequest, AbortRequest, StatusRequest,
 
 ClientRequest parse_request(std::span<const std::byte> frame);
 
-// The client-facing names of the wire enums ("malformed", "length", ...).
-std::string_view error_code_name(messages::RequestError code);
-std::string_view finish_reason_name(messages::FinishReason reason);
-
-// A request's output, gathered for a client that does not stream.
-struct GatheredOutput {
-  std::vector<std::int32_t> tokens;
-  std::string text;
-  std::vector<messages::TokenLogprobs> logprobs;
-
-  void append(messages::TokenEvent event);
-};
-
 // The event encoders; each returns one frame's bytes.
 std::string encode_token_event(const ClientId& id, const messages::TokenEvent& event, bool with_logprobs);
 // gathered: what a client that does not stream has not seen yet (empty for streaming clients).
 std::string encode_final_event(const ClientId& id, const messages::FinalEvent& final_event,
-                               const GatheredOutput& gathered, bool with_logprobs);
+                               const front_end::GatheredOutput& gathered, bool with_logprobs);
 std::string encode_error_event(messages::RequestError code, std::string_view message,
                                const std::optional<ClientId>& id);
 // memory: the enforcer's report, when the server has one (the event's "memory" key).
@@ -105,9 +90,6 @@ std::string encode_status_event(const std::optional<ClientId>& id, const message
                                 std::uint64_t gateway_requests, const messages::ModelsReport* memory = nullptr);
 // An event whose fields are `fields` (a JSON object) besides "event" and, when given, "id".
 std::string encode_json_event(std::string_view event, const std::optional<ClientId>& id, nlohmann::json fields);
-
-// A FinalEvent for a request the gateway ends itself (refused, or its scheduler went silent).
-messages::FinalEvent error_final(messages::RequestError code, std::string message);
 
 // The id as a person reads it in a message: 7 or "abc".
 std::string describe(const ClientId& id);

@@ -1,11 +1,11 @@
 // The gateway: the actor that speaks the client protocol (docs/protocol.md) on a ZeroMQ ROUTER
-// socket and turns it into the serving messages (messages/serving.hpp). It owns the map from a
-// client's (connection, id) to the request id it gave the scheduler, streams or gathers each
-// request's output, and ends every request it opened with exactly one final event: the
-// scheduler's, or its own when the client went away, the scheduler fell silent or the server
-// stops. Client input never ends or crashes it. The model pool's admin requests (load, unload,
-// models) go to the enforcer, whose memory report also joins each status event; clear_cache goes
-// to the cache-writer.
+// socket. It is the client protocol's adapter to the front end's core (actors/front_end), which
+// owns the request table, the scheduler's liveness, Drain and the status / admin / clear-cache
+// fan-outs; the gateway parses client frames (hostile input) into the core's calls and encodes
+// its answers as the protocol's events. A request is known by the client's (connection, id); a
+// client that does not stream gets its output gathered into the final event. Every request it
+// opened ends with exactly one final event: the scheduler's, or its own when the client went
+// away, the scheduler fell silent or the server stops. Client input never ends or crashes it.
 //
 // Options (key=value, as `mqlm node` passes them):
 //   listen=ADDRESS      where clients connect (tcp:// or ipc://); default tcp://127.0.0.1:5555

@@ -1,12 +1,12 @@
-// The http actor: the OpenAI API over HTTP (cpp-httplib), turned into the same serving messages
-// as the ZeroMQ gateway speaks (messages/serving.hpp). The HTTP server's handler threads reach
-// the actor only through an inproc ROUTER it watches (actors/http/bridge.hpp); the actor owns
-// the request table (handler socket <-> the request id it gave the scheduler), sends Submit /
-// Abort / StatusQuery, keeps the request counters and latency histograms, and ends every request
-// it opened with exactly one final: the scheduler's, or its own when the client went away, the
-// scheduler fell silent or the server stops. It answers Drain like the gateway. The model pool's
-// admin endpoints go to the enforcer, whose memory report joins /api/status and /v1/models; the
-// cache clears (POST /api/hot-cache/clear, /api/ssd-cache/clear) go to the cache-writer.
+// The http actor: the OpenAI API over HTTP (cpp-httplib), the second adapter to the front end's
+// core (actors/front_end), beside the gateway: the core owns the request table, the scheduler's
+// liveness, Drain and the status / admin / clear-cache fan-outs, so the scheduler cannot tell the
+// front ends apart. The HTTP server's handler threads reach the actor only through an inproc
+// ROUTER it watches, in the message catalog's own messages (actors/http/bridge.hpp); the actor
+// passes them to the core and the core's answers back, and keeps the request counters and
+// latency histograms that /api/status and /metrics show. Every request it opened ends with
+// exactly one final: the scheduler's, or its own when the client went away, the scheduler fell
+// silent or the server stops.
 //
 // Options (key=value, as `mqlm node` passes them):
 //   listen=HOST:PORT     where HTTP clients connect; default 127.0.0.1:8080 (port 0: any free one)

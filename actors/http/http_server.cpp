@@ -11,7 +11,8 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
-#include "actors/gateway/model_admin.hpp"
+#include "actors/front_end/events.hpp"
+#include "actors/front_end/model_admin.hpp"
 #include "actors/http/bridge.hpp"
 #include "actors/http/http_status.hpp"
 #include "actors/http/openai_json.hpp"
@@ -21,11 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-using http_bridge::AdminAnswer;
-using http_bridge::AdminCall;
-using http_bridge::AdminOp;
-using http_bridge::StatusAnswer;
-using http_bridge::Tag;
+using messages::Message;
 using openai::ApiError;
 using openai::Endpoint;
 
@@ -49,11 +46,18 @@ class StoppableServer : public httplib::Server {
   bool stopping() const { return svr_sock_ == INVALID_SOCKET; }
 };
 
-struct Accepted {};
-using Reply = std::variant<Accepted, messages::TokenEvent, messages::FinalEvent, StatusAnswer, AdminAnswer>;
+// What the actor says about the server (bridge.hpp): the scheduler's report, the actor's figures
+// and, when the server has an enforcer that answered, its memory report.
+struct StatusAnswer {
+  messages::StatusReport report;
+  http_status::HttpFigures figures;
+  std::optional<messages::ModelsReport> memory;
+};
 
-messages::FinalEvent internal_failure(std::string message) {
-  return client_protocol::error_final(messages::RequestError::internal, std::move(message));
+Message internal_failure(std::string message) {
+  Message failure;
+  failure.payload = front_end::error_final(messages::RequestError::internal, std::move(message));
+  return failure;
 }
 
 // One request's DEALER socket to the actor. Destroying it while its request is open tells the
@@ -66,32 +70,25 @@ class BridgeCall {
     socket_.connect(bridge);
   }
   ~BridgeCall() {
-    if (open_) send(Tag::gone, nullptr);
+    if (open_) send(messages::Abort{static_cast<std::uint8_t>(messages::AbortReason::client_gone)});
   }
   BridgeCall(const BridgeCall&) = delete;
   BridgeCall& operator=(const BridgeCall&) = delete;
 
   bool open(const messages::Submit& submit) {
-    const std::string body = http_bridge::pack(submit);
-    open_ = send(Tag::open, &body);
+    open_ = send(submit);
     return open_;
   }
-  bool ask_status(bool trim) {
-    const std::string body = http_bridge::pack(messages::StatusQuery{trim});
-    return send(Tag::status, &body);
-  }
-  bool ask_admin(const AdminCall& call) {
-    const std::string body = http_bridge::pack(call);
-    return send(Tag::admin, &body);
-  }
+  // A StatusQuery, or an admin question (LoadRequest, UnloadRequest, ClearCache).
+  bool ask(const messages::Payload& question) { return send(question); }
   // The request's final arrived: nothing to abort any more.
   void ended() { open_ = false; }
 
   // The next reply within `timeout`, or nullopt.
-  std::optional<Reply> receive(std::chrono::milliseconds timeout) {
+  std::optional<Message> receive(std::chrono::milliseconds timeout) {
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
-    std::vector<zmq::message_t> frames;
+    messages::Frames frames;
     while (true) {
       zmq::message_t frame;
       if (!socket_.recv(frame, zmq::recv_flags::dontwait)) break;
@@ -100,52 +97,19 @@ class BridgeCall {
       if (!more) break;
     }
     if (frames.empty()) return std::nullopt;
-    return decode(frames);
+    if (auto reply = http_bridge::decode(std::move(frames))) return reply;
+    return internal_failure("the http actor sent an undecodable answer");
   }
 
  private:
-  static Reply decode(const std::vector<zmq::message_t>& frames) {
-    if (frames[0].size() != 1) return internal_failure("the http actor sent a frame without a tag");
-    const auto tag = static_cast<Tag>(*static_cast<const std::uint8_t*>(frames[0].data()));
-    auto body = [&]<typename T>(std::optional<T>& out) {
-      if (frames.size() == 2) out = http_bridge::unpack<T>(frames[1]);
-      return out.has_value();
-    };
-    switch (tag) {
-      case Tag::accepted: return Accepted{};
-      case Tag::token: {
-        std::optional<messages::TokenEvent> event;
-        if (body(event)) return std::move(*event);
-        break;
-      }
-      case Tag::final: {
-        std::optional<messages::FinalEvent> event;
-        if (body(event)) return std::move(*event);
-        break;
-      }
-      case Tag::status_answer: {
-        std::optional<StatusAnswer> answer;
-        if (body(answer)) return std::move(*answer);
-        break;
-      }
-      case Tag::admin_answer: {
-        std::optional<AdminAnswer> answer;
-        if (body(answer)) return std::move(*answer);
-        break;
-      }
-      default: break;
-    }
-    return internal_failure("the http actor sent an undecodable answer (tag " +
-                            std::to_string(static_cast<int>(tag)) + ")");
-  }
-
-  bool send(Tag tag, const std::string* body) {
+  bool send(const messages::Payload& payload) {
     try {
-      const auto byte = static_cast<std::uint8_t>(tag);
-      const auto first = body != nullptr ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
-                                         : zmq::send_flags::dontwait;
-      if (!socket_.send(zmq::message_t(&byte, 1), first)) return false;
-      if (body != nullptr) socket_.send(zmq::message_t(body->data(), body->size()), zmq::send_flags::dontwait);
+      messages::Frames frames = http_bridge::encode(payload);
+      for (std::size_t i = 0; i < frames.size(); ++i) {
+        const bool last = i + 1 == frames.size();
+        const auto flags = last ? zmq::send_flags::dontwait : zmq::send_flags::sndmore | zmq::send_flags::dontwait;
+        if (!socket_.send(frames[i], flags)) return false;
+      }
       return true;
     } catch (const zmq::error_t& e) {
       spdlog::warn("http: a handler could not reach the actor: {}", e.what());
@@ -164,7 +128,7 @@ class BridgeCall {
 class SseStream {
  public:
   SseStream(std::shared_ptr<BridgeCall> call, const StoppableServer& server, openai::StreamRenderer renderer,
-            std::deque<Reply> early, std::chrono::milliseconds keepalive)
+            std::deque<Message> early, std::chrono::milliseconds keepalive)
       : call_(std::move(call)),
         server_(server),
         renderer_(std::move(renderer)),
@@ -177,7 +141,7 @@ class SseStream {
       started_ = true;
       if (!write(sink, renderer_.start())) return false;
       while (!early_.empty() && !finished_) {
-        Reply reply = std::move(early_.front());
+        Message reply = std::move(early_.front());
         early_.pop_front();
         if (!handle(sink, std::move(reply))) return false;
       }
@@ -195,9 +159,10 @@ class SseStream {
   }
 
  private:
-  bool handle(httplib::DataSink& sink, Reply reply) {
-    if (auto* event = std::get_if<messages::TokenEvent>(&reply)) return write(sink, renderer_.tokens(*event));
-    if (auto* final_event = std::get_if<messages::FinalEvent>(&reply)) {
+  // A StatusReport (the scheduler took the request) says nothing the stream shows.
+  bool handle(httplib::DataSink& sink, Message reply) {
+    if (const auto* event = reply.as<messages::TokenEvent>()) return write(sink, renderer_.tokens(*event));
+    if (const auto* final_event = reply.as<messages::FinalEvent>()) {
       call_->ended();
       finished_ = true;
       if (!write(sink, renderer_.finish(*final_event))) return false;
@@ -216,7 +181,7 @@ class SseStream {
   std::shared_ptr<BridgeCall> call_;
   const StoppableServer& server_;
   openai::StreamRenderer renderer_;
-  std::deque<Reply> early_;
+  std::deque<Message> early_;
   std::chrono::milliseconds keepalive_;
   bool started_ = false;
   bool finished_ = false;
@@ -367,7 +332,7 @@ class HttpServer::Impl {
   }
 
   // The next reply, or nullopt when the deadline passed or the server is stopping.
-  std::optional<Reply> await(BridgeCall& call, std::optional<Clock::time_point> deadline = std::nullopt) const {
+  std::optional<Message> await(BridgeCall& call, std::optional<Clock::time_point> deadline = std::nullopt) const {
     while (!server.stopping()) {
       auto wait = std::chrono::milliseconds(kPollTick);
       if (deadline) {
@@ -409,11 +374,11 @@ class HttpServer::Impl {
 
   void gather(BridgeCall& call, const openai::CompletionRequest& request, const openai::ResponseIdentity& identity,
               httplib::Response& res) const {
-    client_protocol::GatheredOutput output;
+    front_end::GatheredOutput output;
     while (auto reply = await(call)) {
-      if (auto* event = std::get_if<messages::TokenEvent>(&*reply)) {
+      if (auto* event = std::get_if<messages::TokenEvent>(&reply->payload)) {
         output.append(std::move(*event));
-      } else if (auto* final_event = std::get_if<messages::FinalEvent>(&*reply)) {
+      } else if (const auto* final_event = reply->as<messages::FinalEvent>()) {
         call.ended();
         if (!openai::finish_reason(*final_event)) {
           reply_error(res, openai::error_for(*final_event));
@@ -429,23 +394,24 @@ class HttpServer::Impl {
 
   // The status line waits for the scheduler's first word on the request, so that a refusal
   // (unknown model, queue full, prompt too long) is an HTTP error; once it is accepted, the
-  // headers go out and keepalives with them.
+  // headers go out and keepalives with them. The first word is a token, the final or the
+  // StatusReport that says the scheduler took the request.
   void stream(std::shared_ptr<BridgeCall> call, openai::CompletionRequest request, openai::ResponseIdentity identity,
               httplib::Response& res) const {
-    std::deque<Reply> early;
+    std::deque<Message> early;
     while (early.empty()) {
       auto reply = await(*call);
       if (!reply) {
         reply_error(res, server_error(503, "the server stopped before this request started", "shutting_down"));
         return;
       }
-      if (auto* final_event = std::get_if<messages::FinalEvent>(&*reply); final_event != nullptr &&
-                                                                          !openai::finish_reason(*final_event)) {
+      if (const auto* final_event = reply->as<messages::FinalEvent>();
+          final_event != nullptr && !openai::finish_reason(*final_event)) {
         call->ended();
         reply_error(res, openai::error_for(*final_event));
         return;
       }
-      if (!std::holds_alternative<StatusAnswer>(*reply)) early.push_back(std::move(*reply));
+      early.push_back(std::move(*reply));
     }
     auto sse = std::make_shared<SseStream>(std::move(call), server,
                                            openai::StreamRenderer(std::move(request), std::move(identity)),
@@ -462,15 +428,17 @@ class HttpServer::Impl {
   // trim: the executor trims its pool first, so the pool's figures are after the trim.
   std::optional<StatusAnswer> ask_status(httplib::Response& res, bool trim = false) const {
     BridgeCall call(context_, bridge_);
-    if (call.ask_status(trim)) {
+    if (call.ask(messages::StatusQuery{trim})) {
       const auto deadline = Clock::now() + config_.status_timeout;
+      std::optional<messages::ModelsReport> memory;
       while (auto reply = await(call, deadline)) {
-        if (auto* answer = std::get_if<StatusAnswer>(&*reply)) {
-          if (answer->ok) return std::move(*answer);
-          reply_error(res, openai::error_for(answer->failure));
-          return std::nullopt;
+        if (const auto* report = reply->as<messages::StatusReport>()) {
+          auto figures = http_bridge::figures_of(*reply);
+          if (!figures) break;
+          return StatusAnswer{*report, std::move(*figures), std::move(memory)};
         }
-        if (auto* failure = std::get_if<messages::FinalEvent>(&*reply)) {
+        if (const auto* models = reply->as<messages::ModelsReport>()) memory = *models;
+        if (const auto* failure = reply->as<messages::FinalEvent>()) {
           reply_error(res, openai::error_for(*failure));
           return std::nullopt;
         }
@@ -482,7 +450,7 @@ class HttpServer::Impl {
   }
 
   static const messages::ModelsReport* memory_of(const StatusAnswer& answer) {
-    return answer.has_memory ? &answer.memory : nullptr;
+    return answer.memory ? &*answer.memory : nullptr;
   }
 
   void status(const httplib::Request& req, httplib::Response& res) const {
@@ -501,21 +469,22 @@ class HttpServer::Impl {
 
   // ---- the model pool -------------------------------------------------------------------------
 
-  // The enforcer's answer to `call`, or the error response already written.
-  std::optional<AdminAnswer> ask_admin(const AdminCall& call, httplib::Response& res) const {
-    BridgeCall bridge(context_, bridge_);
-    if (bridge.ask_admin(call)) {
+  // The answer of type T to `question`, or the error response already written. An unload is
+  // answered twice (draining, then its end): wait_for_end skips the first.
+  template <typename T>
+  std::optional<T> ask_admin(const messages::Payload& question, httplib::Response& res,
+                             bool wait_for_end = false) const {
+    BridgeCall call(context_, bridge_);
+    if (call.ask(question)) {
       const auto deadline = Clock::now() + kAdminTimeout;
-      while (auto reply = await(bridge, deadline)) {
-        if (auto* answer = std::get_if<AdminAnswer>(&*reply)) {
-          if (answer->ok) return std::move(*answer);
-          reply_error(res, openai::error_for(answer->failure));
-          return std::nullopt;
-        }
-        if (auto* failure = std::get_if<messages::FinalEvent>(&*reply)) {
+      while (auto reply = await(call, deadline)) {
+        if (const auto* failure = reply->as<messages::FinalEvent>()) {
           reply_error(res, openai::error_for(*failure));
           return std::nullopt;
         }
+        const T* answer = reply->as<T>();
+        if (answer == nullptr || (wait_for_end && draining(*answer))) continue;
+        return *answer;
       }
     }
     reply_error(res, server_error(503, "the server did not answer in time, or is stopping: try again later",
@@ -523,10 +492,18 @@ class HttpServer::Impl {
     return std::nullopt;
   }
 
+  template <typename T>
+  static bool draining(const T& answer) {
+    if constexpr (std::is_same_v<T, messages::UnloadAnswer>) {
+      return static_cast<messages::UnloadOutcome>(answer.outcome) == messages::UnloadOutcome::draining;
+    }
+    return false;
+  }
+
   // A refusal as OpenAI's error body, with its figures beside message and code (a 507 says what
   // was needed, what could be made free, the ceiling and the pinned models).
   static void reply_refusal(httplib::Response& res, const model_admin::Refusal& refusal, int status_override = 0) {
-    ApiError error = openai::error_for(client_protocol::error_final(refusal.code, refusal.message));
+    ApiError error = openai::error_for(front_end::error_final(refusal.code, refusal.message));
     if (status_override != 0) {
       error.status = status_override;
       error.code = "model_busy";
@@ -545,30 +522,27 @@ class HttpServer::Impl {
   // 200 once loaded (evictions listed); 404 unknown; 507 does not fit, with the figures; 500 the
   // load failed.
   void load_model(const httplib::Request& req, httplib::Response& res) const {
-    AdminCall call{static_cast<std::uint8_t>(AdminOp::load), req.matches[1], false, false};
-    auto answer = ask_admin(call, res);
+    auto answer = ask_admin<messages::LoadAnswer>(messages::LoadRequest{req.matches[1]}, res);
     if (!answer) return;
-    if (auto refusal = model_admin::load_refusal(answer->load)) {
+    if (auto refusal = model_admin::load_refusal(*answer)) {
       reply_refusal(res, *refusal);
       return;
     }
-    res.set_content(openai::dump(model_admin::loaded_json(answer->load)), "application/json");
+    res.set_content(openai::dump(model_admin::loaded_json(*answer)), "application/json");
   }
 
   // 202 draining (its requests end, then its memory is freed); ?wait=true: 200 once freed, with
   // the bytes; 200 when it was not loaded; ?if_idle=true: 409 while requests use it; 404 unknown.
   void unload_model(const httplib::Request& req, httplib::Response& res) const {
-    AdminCall call{static_cast<std::uint8_t>(AdminOp::unload), req.matches[1], flag(req, "if_idle"), flag(req, "wait")};
-    auto answer = ask_admin(call, res);
+    auto answer = ask_admin<messages::UnloadAnswer>(messages::UnloadRequest{req.matches[1], flag(req, "if_idle")}, res,
+                                                    flag(req, "wait"));
     if (!answer) return;
-    if (auto refusal = model_admin::unload_refusal(answer->unload)) {
+    if (auto refusal = model_admin::unload_refusal(*answer)) {
       reply_refusal(res, *refusal, refusal->code == messages::RequestError::busy ? 409 : 0);
       return;
     }
-    const bool draining = static_cast<messages::UnloadOutcome>(answer->unload.outcome) ==
-                          messages::UnloadOutcome::draining;
-    res.status = draining ? 202 : 200;
-    res.set_content(openai::dump(model_admin::unload_json(answer->unload)), "application/json");
+    res.status = draining(*answer) ? 202 : 200;
+    res.set_content(openai::dump(model_admin::unload_json(*answer)), "application/json");
   }
 
   // ---- the KV prefix cache ---------------------------------------------------------------------
@@ -577,10 +551,9 @@ class HttpServer::Impl {
   // cache-writer; 503 when the cache-writer does not answer (unavailable) or its queue is full
   // (server_busy).
   void clear_cache(messages::CacheTier tier, httplib::Response& res) const {
-    AdminCall call{static_cast<std::uint8_t>(AdminOp::clear_cache), {}, false, false, static_cast<std::uint8_t>(tier)};
-    auto answer = ask_admin(call, res);
+    auto answer = ask_admin<messages::CacheCleared>(messages::ClearCache{static_cast<std::uint8_t>(tier)}, res);
     if (!answer) return;
-    res.set_content(openai::dump(model_admin::cleared_json(answer->cleared)), "application/json");
+    res.set_content(openai::dump(model_admin::cleared_json(*answer)), "application/json");
   }
   void clear_hot_cache(const httplib::Request&, httplib::Response& res) const {
     clear_cache(messages::CacheTier::hot, res);

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "actors/gateway/client_protocol.hpp"
-#include "actors/gateway/model_admin.hpp"
+#include "actors/front_end/events.hpp"
+#include "actors/front_end/model_admin.hpp"
 
 namespace mqlm::actors::http_status {
 
@@ -18,7 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-namespace cp = client_protocol;
+namespace fe = front_end;
 
 constexpr double kNsPerSecond = 1e9;
 constexpr FinishReason kFinishReasons[] = {FinishReason::stop, FinishReason::length, FinishReason::abort,
@@ -153,14 +153,14 @@ void Histogram::observe(double value) {
 
 HttpFigures::HttpFigures() : ttft_seconds(Histogram::with_bounds(ttft_bounds())),
                              tpot_seconds(Histogram::with_bounds(tpot_bounds())) {
-  for (FinishReason reason : kFinishReasons) finished[std::string(cp::finish_reason_name(reason))] = 0;
+  for (FinishReason reason : kFinishReasons) finished[std::string(fe::finish_reason_name(reason))] = 0;
 }
 
 void HttpFigures::record(const FinalEvent& final_event) {
   const auto reason = static_cast<FinishReason>(final_event.finish);
-  ++finished[std::string(cp::finish_reason_name(reason))];
+  ++finished[std::string(fe::finish_reason_name(reason))];
   if (reason == FinishReason::error) {
-    ++errors[std::string(cp::error_code_name(static_cast<RequestError>(final_event.error)))];
+    ++errors[std::string(fe::error_code_name(static_cast<RequestError>(final_event.error)))];
   }
   prompt_tokens += final_event.prompt_tokens;
   completion_tokens += final_event.completion_tokens;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "actors/front_end/front_end.hpp"
 #include "model/sampling/sampling_params.hpp"
 
 namespace mqlm::actors::openai {
@@ -15,11 +16,12 @@ using nlohmann::json;
 
 namespace {
 
-// Bounds on what one body may hold beyond its size (the server's body limit bounds the rest).
-constexpr std::size_t kMaxChatMessages = 4096;
-constexpr std::size_t kMaxRoleBytes = 64;
-constexpr std::size_t kMaxModelNameBytes = 256;
-constexpr std::size_t kMaxPromptTokens = std::size_t{1} << 18;
+// Bounds on what one body may hold beyond its size (the server's body limit bounds the rest): those of
+// any front end's request.
+using front_end::kMaxModelNameBytes;
+using front_end::kMaxPromptTokens;
+using front_end::kMaxRoleBytes;
+constexpr std::size_t kMaxChatMessages = front_end::kMaxChatTurns;
 // OpenAI's temperature range (the sampler would take up to 100).
 constexpr double kMaxTemperature = 2.0;
 // What OpenAI writes for a logprob of minus infinity.
@@ -658,7 +660,7 @@ json completion_logprobs(const std::vector<TokenLogprobs>& logprobs, int top_log
 }
 
 json completion_body(const CompletionRequest& request, const ResponseIdentity& identity,
-                     const client_protocol::GatheredOutput& output, const FinalEvent& final_event) {
+                     const front_end::GatheredOutput& output, const FinalEvent& final_event) {
   const std::string text = output.text + final_event.text;
   json choice;
   if (request.endpoint == Endpoint::chat) {

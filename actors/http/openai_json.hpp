@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/gateway/client_protocol.hpp"
+#include "actors/front_end/events.hpp"
 #include "messages/serving.hpp"
 
 namespace mqlm::actors::openai {
@@ -76,7 +76,7 @@ nlohmann::json usage_json(const messages::FinalEvent& final_event);
 // The body of a finished request that did not stream (final_event ended with stop or length);
 // output: what its TokenEvents brought (the gateway gathers the same way).
 nlohmann::json completion_body(const CompletionRequest& request, const ResponseIdentity& identity,
-                               const client_protocol::GatheredOutput& output,
+                               const front_end::GatheredOutput& output,
                                const messages::FinalEvent& final_event);
 
 // Chat's logprobs.content entries; completions' {tokens, token_logprobs, top_logprobs,

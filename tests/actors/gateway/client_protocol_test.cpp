@@ -349,7 +349,7 @@ TEST(ClientProtocolTest, EveryBadFrameIsAnErrorValueNamingTheProblem) {
     auto parsed = parse_bytes(bad.bytes);
     auto* problem = std::get_if<RequestProblem>(&parsed);
     ASSERT_NE(problem, nullptr);
-    EXPECT_EQ(error_code_name(problem->code), error_code_name(bad.code));
+    EXPECT_EQ(front_end::error_code_name(problem->code), front_end::error_code_name(bad.code));
     EXPECT_NE(problem->message.find(bad.mentions), std::string::npos) << problem->message;
     EXPECT_EQ(problem->id, bad.id);
     EXPECT_EQ(problem->generate, bad.generate);
@@ -422,7 +422,7 @@ TEST(ClientProtocolTest, FinalEventJoinsGatheredOutputAndConvertsTimings) {
   event.queue_ns = 1'500'000;
   event.ttft_ns = 2'000'000;
   event.total_ns = 12'250'000;
-  GatheredOutput gathered;
+  front_end::GatheredOutput gathered;
   gathered.append({{7}, "Hel", {{7, -0.5f, {}, {}}}});
   gathered.append({{8, 9}, "lo", {{8, -1.0f, {}, {}}, {9, -1.5f, {}, {}}}});
   json final_event = read(encode_final_event(ClientId{std::string("r")}, event, gathered, true));
@@ -439,7 +439,7 @@ TEST(ClientProtocolTest, FinalEventJoinsGatheredOutputAndConvertsTimings) {
   EXPECT_DOUBLE_EQ(final_event["timings"]["total_ms"].get<double>(), 12.25);
   EXPECT_FALSE(final_event.contains("error"));
 
-  json failed = read(encode_final_event(ClientId{std::int64_t{1}}, error_final(RequestError::busy, "try later"), {}, false));
+  json failed = read(encode_final_event(ClientId{std::int64_t{1}}, front_end::error_final(RequestError::busy, "try later"), {}, false));
   EXPECT_EQ(failed["finish_reason"], "error");
   EXPECT_EQ(failed["error"], (json{{"code", "busy"}, {"message", "try later"}}));
   EXPECT_EQ(failed["tokens"], json::array());

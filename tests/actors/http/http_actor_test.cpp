@@ -93,8 +93,10 @@ class Harness {
     world_.topology.add("scheduler");
     world_.topology.add("cache-writer");
     world_.topology.add("executor");
+    world_.topology.add("enforcer");
     auto topology = world_.freeze();
     scheduler = std::make_unique<Peer>(world_.context, topology, "scheduler");
+    enforcer = std::make_unique<Peer>(world_.context, topology, "enforcer");
     if (real_cache_writer) {
       executor = std::make_unique<Mailbox>(world_.context, topology, "executor");
       cache_writer_actor_ = std::make_unique<ActorThread>(world_.context, topology, "cache-writer",
@@ -117,6 +119,7 @@ class Harness {
   }
 
   std::unique_ptr<Peer> scheduler;
+  std::unique_ptr<Peer> enforcer;      // scripted; the actor knows it with option enforcer=enforcer
   std::unique_ptr<Peer> cache_writer;  // the scripted one
   std::unique_ptr<Mailbox> executor;   // with the real one
 
@@ -146,20 +149,25 @@ class Harness {
     return reply.get();
   }
 
-  // The first T that reaches the cache-writer within the timeout.
+  // The first T that reaches `peer` within the timeout.
   template <typename T>
-  std::optional<Message> expect_at_cache_writer(std::chrono::milliseconds timeout = 5s) {
+  std::optional<Message> expect_at(Peer& peer, std::chrono::milliseconds timeout = 5s) {
     const auto deadline = Clock::now() + timeout;
     while (Clock::now() < deadline) {
       pump();
-      if (auto found = cache_writer->take<T>()) return found;
+      if (auto found = peer.take<T>()) return found;
       std::this_thread::sleep_for(5ms);
     }
     return std::nullopt;
   }
+  template <typename T>
+  std::optional<Message> expect_at_cache_writer(std::chrono::milliseconds timeout = 5s) {
+    return expect_at<T>(*cache_writer, timeout);
+  }
 
   void pump() {
     scheduler->pump();
+    enforcer->pump();
     if (cache_writer) cache_writer->pump();
   }
 
@@ -326,6 +334,43 @@ TEST(HttpActorTest, ClearsReachTheRealCacheWriter) {
   EXPECT_EQ(reply.body["tier"], "ssd");
   ASSERT_EQ(reply.body["problems"].size(), 1u);
   EXPECT_NE(reply.body["problems"][0].get<std::string>().find("no SSD tier"), std::string::npos) << reply.body.dump();
+}
+
+// The enforcer answers an accepted unload twice: draining at once, unloaded at its end. A call
+// without ?wait=true is answered with the first (202); one with it, with the second (200).
+TEST(HttpActorTest, AnUnloadIsAnsweredAtOnceOrAtItsEndWhenItWaits) {
+  Harness h(ActorOptions{{"enforcer", "enforcer"}});
+  UnloadAnswer draining;
+  draining.model = "a";
+  draining.outcome = static_cast<std::uint8_t>(UnloadOutcome::draining);
+  UnloadAnswer unloaded = draining;
+  unloaded.outcome = static_cast<std::uint8_t>(UnloadOutcome::unloaded);
+  unloaded.freed_bytes = 1234;
+
+  auto at_once = h.post("/api/models/a/unload?if_idle=true");
+  auto asked = h.expect_at<UnloadRequest>(*h.enforcer);
+  ASSERT_TRUE(asked);
+  EXPECT_EQ(asked->as<UnloadRequest>()->model, "a");
+  EXPECT_TRUE(asked->as<UnloadRequest>()->if_idle);
+  h.enforcer->reply(*asked, draining);
+  HttpReply reply = h.wait(at_once);
+  EXPECT_EQ(reply.status, 202) << reply.body.dump();
+  EXPECT_EQ(reply.body["state"], "draining");
+  h.enforcer->reply(*asked, unloaded);  // its caller is gone: nobody hears it
+
+  auto waits = h.post("/api/models/a/unload?wait=true");
+  asked = h.expect_at<UnloadRequest>(*h.enforcer);
+  ASSERT_TRUE(asked);
+  EXPECT_FALSE(asked->as<UnloadRequest>()->if_idle);
+  h.enforcer->reply(*asked, draining);
+  const auto until = Clock::now() + 200ms;
+  while (Clock::now() < until) h.pump();
+  ASSERT_NE(waits.wait_for(0ms), std::future_status::ready) << "answered before the unload ended";
+  h.enforcer->reply(*asked, unloaded);
+  reply = h.wait(waits);
+  EXPECT_EQ(reply.status, 200) << reply.body.dump();
+  EXPECT_EQ(reply.body["state"], "unloaded");
+  EXPECT_EQ(reply.body["freed_bytes"], 1234);
 }
 
 TEST(HttpActorTest, OptionsAreChecked) {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "actors/runtime/actor.hpp"
-#include "actors/gateway/client_protocol.hpp"
+#include "actors/front_end/events.hpp"
 #include "actors/http/bridge.hpp"
 #include "actors/http/http_status.hpp"
 
@@ -37,7 +37,7 @@ TEST(HttpFigures, CountsByFinishReasonAndTimesTokens) {
   f.record(finished(FinishReason::length, 11, 0.02, 1.02));  // 10 tokens after the first in 1 s
   f.record(finished(FinishReason::stop, 1, 0.3, 0.3));        // one token: no time per token
   f.record(finished(FinishReason::abort, 0, 0, 0.5));         // no token: no timings
-  f.record(client_protocol::error_final(RequestError::busy, "full"));
+  f.record(front_end::error_final(RequestError::busy, "full"));
   EXPECT_EQ(f.finished["length"], 1u);
   EXPECT_EQ(f.finished["stop"], 1u);
   EXPECT_EQ(f.finished["abort"], 1u);
@@ -377,39 +377,51 @@ TEST(PrometheusText, CacheFamiliesByTierWhenTheServerHasACacheWriter) {
   EXPECT_EQ(e.samples["mqlm_scheduler_restored_tokens_total{tier=\"hot\"}"], "48");
 }
 
-TEST(Bridge, StatusAnswersSurviveTheTripThroughMsgpack) {
-  http_bridge::StatusAnswer answer;
-  answer.ok = true;
-  answer.report = report();
-  answer.figures.record(finished(FinishReason::stop, 4, 0.1, 0.5));
-  const std::string bytes = http_bridge::pack(answer);
-  auto back = http_bridge::unpack<http_bridge::StatusAnswer>(zmq::message_t(bytes.data(), bytes.size()));
+// A status answer is the scheduler's StatusReport with the http actor's figures as its blob.
+TEST(Bridge, StatusAnswersCarryTheFiguresAsTheirBlob) {
+  HttpFigures figures;
+  figures.record(finished(FinishReason::stop, 4, 0.1, 0.5));
+  figures.open_requests = 3;
+  messages::Frames blobs;
+  blobs.push_back(http_bridge::figures_frame(figures));
+  auto back = http_bridge::decode(http_bridge::encode(report(), std::move(blobs)));
   ASSERT_TRUE(back);
-  EXPECT_EQ(back->report.pool.active_by_owner, answer.report.pool.active_by_owner);
-  EXPECT_EQ(back->figures.finished, answer.figures.finished);
-  EXPECT_EQ(back->figures.ttft_seconds.counts, answer.figures.ttft_seconds.counts);
-  EXPECT_FALSE(http_bridge::unpack<http_bridge::StatusAnswer>(zmq::message_t("\x93\x01", 2)));
+  const auto* status = back->as<StatusReport>();
+  ASSERT_NE(status, nullptr);
+  EXPECT_EQ(status->pool.active_by_owner, report().pool.active_by_owner);
+  auto figures_back = http_bridge::figures_of(*back);
+  ASSERT_TRUE(figures_back);
+  EXPECT_EQ(figures_back->finished, figures.finished);
+  EXPECT_EQ(figures_back->ttft_seconds.counts, figures.ttft_seconds.counts);
+  EXPECT_EQ(figures_back->open_requests, 3u);
+
+  // Without the blob, or with one that is no figures, there are none.
+  EXPECT_FALSE(http_bridge::figures_of(*http_bridge::decode(http_bridge::encode(report()))));
+  messages::Frames junk;
+  junk.push_back(zmq::message_t("\x93\x01", 2));
+  EXPECT_FALSE(http_bridge::figures_of(*http_bridge::decode(http_bridge::encode(report(), std::move(junk)))));
+  // Frames that are no message decode to nothing.
+  messages::Frames garbage;
+  garbage.push_back(zmq::message_t("\x93\x01", 2));
+  EXPECT_FALSE(http_bridge::decode(std::move(garbage)));
 }
 
-TEST(Bridge, CacheClearsSurviveTheTripThroughMsgpack) {
-  http_bridge::AdminCall call{static_cast<std::uint8_t>(http_bridge::AdminOp::clear_cache), {}, false, false,
-                              static_cast<std::uint8_t>(messages::CacheTier::ssd)};
-  const std::string call_bytes = http_bridge::pack(call);
-  auto call_back = http_bridge::unpack<http_bridge::AdminCall>(zmq::message_t(call_bytes.data(), call_bytes.size()));
-  ASSERT_TRUE(call_back);
-  EXPECT_EQ(call_back->op, call.op);
-  EXPECT_EQ(call_back->tier, call.tier);
+TEST(Bridge, CacheClearsCrossAsTheCatalogsMessages) {
+  auto call = http_bridge::decode(http_bridge::encode(messages::ClearCache{static_cast<std::uint8_t>(messages::CacheTier::ssd)}));
+  ASSERT_TRUE(call);
+  ASSERT_NE(call->as<messages::ClearCache>(), nullptr);
+  EXPECT_EQ(call->as<messages::ClearCache>()->tier, static_cast<std::uint8_t>(messages::CacheTier::ssd));
 
-  http_bridge::AdminAnswer answer;
-  answer.ok = true;
-  answer.cleared = {static_cast<std::uint8_t>(messages::CacheTier::ssd), (std::uint64_t{1} << 60) + 1, 9, {"x"}};
-  const std::string bytes = http_bridge::pack(answer);
-  auto back = http_bridge::unpack<http_bridge::AdminAnswer>(zmq::message_t(bytes.data(), bytes.size()));
+  messages::CacheCleared cleared{static_cast<std::uint8_t>(messages::CacheTier::ssd), (std::uint64_t{1} << 60) + 1, 9,
+                                 {"x"}};
+  auto back = http_bridge::decode(http_bridge::encode(cleared));
   ASSERT_TRUE(back);
-  EXPECT_EQ(back->cleared.tier, answer.cleared.tier);
-  EXPECT_EQ(back->cleared.released_bytes, answer.cleared.released_bytes);
-  EXPECT_EQ(back->cleared.released_pages, 9u);
-  EXPECT_EQ(back->cleared.problems, answer.cleared.problems);
+  const auto* answer = back->as<messages::CacheCleared>();
+  ASSERT_NE(answer, nullptr);
+  EXPECT_EQ(answer->tier, cleared.tier);
+  EXPECT_EQ(answer->released_bytes, cleared.released_bytes);
+  EXPECT_EQ(answer->released_pages, 9u);
+  EXPECT_EQ(answer->problems, cleared.problems);
 }
 
 // The token texts the scheduler adds to logprobs travel in TokenEvents like every other field.

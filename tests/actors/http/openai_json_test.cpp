@@ -219,7 +219,7 @@ TEST(OpenAiRequest, DeeplyNestedJsonIsRefusedWithoutCrashing) {
   EXPECT_EQ(parse_error(Endpoint::chat, unclosed).status, 400);
 }
 
-FinalEvent failed(RequestError code) { return client_protocol::error_final(code, "why"); }
+FinalEvent failed(RequestError code) { return front_end::error_final(code, "why"); }
 
 TEST(OpenAiErrors, FinalEventsMapToOpenAiStatuses) {
   EXPECT_EQ(error_for(failed(RequestError::unknown_model)).status, 404);
@@ -273,7 +273,7 @@ TEST(OpenAiResponse, ChatBodyHasTheTextFinishReasonUsageAndLogprobs) {
   body["logprobs"] = true;
   body["top_logprobs"] = 1;
   CompletionRequest request = parse_ok(Endpoint::chat, body);
-  client_protocol::GatheredOutput output;
+  front_end::GatheredOutput output;
   TokenEvent event;
   event.text = "Hel";
   event.logprobs = {logprob(1, "Hel", -0.5f, {"Hel", "Yo"}, {-0.5f, -1.0f})};

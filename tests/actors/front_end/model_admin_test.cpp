@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/gateway/client_protocol.hpp"
-#include "actors/gateway/model_admin.hpp"
+#include "actors/front_end/events.hpp"
+#include "actors/front_end/model_admin.hpp"
 
 namespace mqlm::actors::model_admin {
 namespace {
@@ -37,7 +37,7 @@ UnloadAnswer unload_answer(UnloadOutcome outcome, std::string message = {}) {
 
 // The code's client-facing name, so that a failure reads "busy", not 4.
 std::string code_name(const Refusal& refusal) {
-  return std::string(client_protocol::error_code_name(refusal.code));
+  return std::string(front_end::error_code_name(refusal.code));
 }
 
 TEST(ModelAdmin, ALoadThatEndedLoadedIsNoRefusal) {

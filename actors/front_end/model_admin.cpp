@@ -1,4 +1,4 @@
-#include "actors/gateway/model_admin.hpp"
+#include "actors/front_end/model_admin.hpp"
 
 #include <algorithm>
 
