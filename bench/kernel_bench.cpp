@@ -150,8 +150,10 @@ std::string compare(Bench& b, const PoolBuffer& got, const PoolBuffer& want, std
 
 // staged_only: time the narrow (tensor-core) path alone, checked against the tiled path run once untimed.
 // direct_shapes: the direct kernel's shapes to time, one row each (empty: its tuned choice).
+// choice: the shapes asked for on the command line (the rows of the staged and direct kernels take
+// each kernel whatever its direct_use says).
 void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens, const std::vector<WeightType>& types,
-                   bool staged_only, const std::vector<ops::DirectShape>& direct_shapes) {
+                   bool staged_only, const std::vector<ops::DirectShape>& direct_shapes, const ops::KernelChoice& choice) {
   struct Shape {
     const char* name;
     std::uint32_t rows, k;
@@ -193,7 +195,8 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
         try {
           us = b.time_us([&](Recording& rec) {
             const PoolBuffer& w = weight_copies[next_copy++ % copies];
-            ops::matmul(rec, b.kernels_, type, w.range(), acts.range(), false, out.range(), s.rows, s.k, tokens, path);
+            ops::matmul(rec, b.kernels_, type, w.range(), acts.range(), false, out.range(), s.rows, s.k, tokens, path,
+                        choice);
           });
         } catch (const GpuError& e) {  // e.g. a tensor-core pipeline the driver rejects: report, go on
           table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
@@ -223,24 +226,24 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
       const auto& features = b.device_.features();
       // Decode's int8 mat-vec from activations quantized once (quantize_q8): alone, as it runs
       // after the quantizing dispatch, and with that dispatch.
-      if (!staged_only && tokens <= 8 && ops::matvec_int8(features, type) && ops::matvec_can_accumulate(type, s.k, tokens)) {
+      if (!staged_only && tokens <= 8 && ops::matvec_int8(features, type, choice) && ops::matvec_can_accumulate(type, s.k, tokens)) {
         auto q8 = b.pool_.allocate(ops::q8_acts_bytes(s.k, tokens), "bench");
         const double traffic = double(bytes.size()) + double(ops::q8_acts_bytes(s.k, tokens)) + 4.0 * tokens * s.rows;
         extra_row("vector, q8 acts", traffic, [&](Recording& rec, const PoolBuffer& w) {
           ops::quantize_q8(rec, b.kernels_, acts.range(), q8.range(), s.k, tokens);
-          ops::matvec_q8(rec, b.kernels_, type, w.range(), q8.range(), out.range(), s.rows, s.k, tokens, false);
+          ops::matvec_q8(rec, b.kernels_, type, w.range(), q8.range(), out.range(), s.rows, s.k, tokens, false, choice);
         });
         auto rec = b.queue_.begin();
         ops::quantize_q8(rec, b.kernels_, acts.range(), q8.range(), s.k, tokens);
         b.queue_.submit_and_wait(rec);
         extra_row("vector, q8 acts made before", traffic, [&](Recording& rec, const PoolBuffer& w) {
-          ops::matvec_q8(rec, b.kernels_, type, w.range(), q8.range(), out.range(), s.rows, s.k, tokens, false);
+          ops::matvec_q8(rec, b.kernels_, type, w.range(), q8.range(), out.range(), s.rows, s.k, tokens, false, choice);
         });
       }
       // The narrow path (tensor cores past the vector path) from F16 activations made untimed, as the
       // forward pass makes them once for several matmuls.
       if (tokens > 1 && ops::narrow_matmul_applies(features, type, s.rows, s.k)) {
-        const std::uint32_t padded = ops::narrow_padded_columns(features, tokens);
+        const std::uint32_t padded = ops::narrow_padded_columns(features, tokens, choice);
         auto acts16 = b.pool_.allocate(std::uint64_t{padded} * s.k * 2, "bench");
         {
           auto rec = b.queue_.begin();
@@ -257,272 +260,44 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
           narrow_row("staged, via F16", [&](Recording& rec, const PoolBuffer& w) {
             ops::dequantize_f16(rec, b.kernels_, type, w.range(), w16.range(), s.rows, s.k);
             ops::matmul_narrow(rec, b.kernels_, WeightType::f16, w16.range(), acts16.range(), out.range(), s.rows, s.k,
-                               tokens, false);
+                               tokens, false, {}, false, choice);
           });
         }
         // The staged kernel alone, and with K split where its grid is small (as the model does for
         // the residual products) when that applies.
-        const std::uint64_t split_bytes = ops::narrow_split_bytes(features, s.rows, s.k, tokens);
+        const std::uint64_t split_bytes = ops::narrow_split_bytes(features, s.rows, s.k, tokens, choice);
         PoolBuffer parts = b.pool_.allocate(std::max<std::uint64_t>(split_bytes, 4), "bench");
-        ops::set_direct_matmul(ops::DirectUse::never);
+        ops::KernelChoice staged = choice;
+        staged.direct_use = ops::DirectUse::never;
         narrow_row("staged", [&](Recording& rec, const PoolBuffer& w) {
-          ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens, false);
+          ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens, false,
+                             {}, false, staged);
         });
         if (split_bytes > 0) {
-          narrow_row(fmt::format("staged, K in {}", ops::narrow_splits(features, s.rows, s.k, tokens)),
+          narrow_row(fmt::format("staged, K in {}", ops::narrow_splits(features, s.rows, s.k, tokens, staged)),
                      [&](Recording& rec, const PoolBuffer& w) {
                        ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k,
-                                          tokens, false, parts.range());
+                                          tokens, false, parts.range(), false, staged);
                      });
         }
         // The direct kernel (fragments built in registers), with the split scratch as the model gives it.
         const std::vector<ops::DirectShape> tuned{ops::DirectShape{}};
         for (const ops::DirectShape& shape : direct_shapes.empty() ? tuned : direct_shapes) {
-          ops::set_direct_matmul(ops::DirectUse::always, shape);
-          const ops::DirectShape used = ops::direct_shape();
+          ops::KernelChoice direct = choice;
+          direct.direct_use = ops::DirectUse::always;
+          direct.direct_shape = shape;
+          const ops::DirectShape used = ops::direct_shape(direct);
           if (!ops::direct_matmul_applies(b.kernels_, type, s.rows, s.k, tokens) ||
               !ops::direct_shape_problem(used, padded).empty()) {
             continue;
           }
           narrow_row(fmt::format("direct {}x{}x{}", used.tm, used.sg_k, used.depth), [&](Recording& rec, const PoolBuffer& w) {
             ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens,
-                                        false, split_bytes > 0 ? parts.range() : BufferRange{});
+                               false, split_bytes > 0 ? parts.range() : BufferRange{}, false, direct);
           });
         }
-        ops::set_direct_matmul(ops::DirectUse::automatic);
       }
     }
-    b.pool_.trim();
-  }
-}
-
-// Grid barrier words for one-dispatch blocks: `per` words a repetition (a timing takes at most
-// 1,001 repetitions, see Bench::time_us), zeroed before each timing as a step zeroes its layers'.
-struct GridSync {
-  GridSync(Bench& b, std::uint32_t per)
-      : b(b), per(per), words(b.pool_.allocate(std::uint64_t{1 + 1001 * per} * 4, "bench")) {}
-  void zero() {
-    auto rec = b.queue_.begin();
-    rec.fill(words.range(), 0);
-    b.queue_.submit_and_wait(rec);
-    next = 1;
-  }
-  std::uint32_t take() {
-    if (next + per > 1 + 1001 * per) throw GpuError("more repetitions than grid barrier words");
-    const std::uint32_t first = next;
-    next += per;
-    return first;
-  }
-  // ", N grid barriers gave up" where any did since the last zero().
-  std::string gave_up() {
-    const std::uint32_t n = download<std::uint32_t>(b.queue_, b.pool_, words, 1)[0];
-    return n == 0 ? "" : fmt::format(", {} grid barriers gave up", n);
-  }
-  Bench& b;
-  std::uint32_t per, next = 1;
-  PoolBuffer words;
-};
-
-// A one-dispatch block's x against the separate dispatches' from the same x0, run once untimed.
-template <class Fused, class Separate>
-std::string check_one_dispatch(Bench& b, GridSync& sync, const PoolBuffer& x0, const PoolBuffer& x, std::uint32_t hidden,
-                               Fused&& fused, Separate&& separate) {
-  PoolBuffer fused_out = b.pool_.allocate(std::uint64_t{hidden} * 4, "bench"),
-             separate_out = b.pool_.allocate(std::uint64_t{hidden} * 4, "bench");
-  sync.zero();
-  auto rec = b.queue_.begin();
-  rec.copy(x0.range(), x.range());
-  fused(rec);
-  rec.copy(x.range(), fused_out.range());
-  rec.copy(x0.range(), x.range());
-  separate(rec);
-  rec.copy(x.range(), separate_out.range());
-  b.queue_.submit_and_wait(rec);
-  std::string check = compare(b, fused_out, separate_out, hidden);
-  check.replace(check.find("vs tiled"), 8, "vs the separate dispatches");
-  return check;
-}
-
-// A single sequence's feed-forward block (norm, gate and up, silu, down, the residual add): in one
-// dispatch (ops::ffn_decode) where it applies, and as the five separate dispatches, each timed over
-// copies of the three matrices (at least 256 MiB in all, so that they stream from memory as a
-// model's layers do). Checked: the one dispatch against the separate ones.
-void bench_ffn_block(Bench& b, Table& table, const Model& m, const std::vector<WeightType>& types) {
-  const auto& features = b.device_.features();
-  ops::set_ffn_decode(true);  // off by default in steps; timed here against the five dispatches
-  struct Restore {
-    ~Restore() { ops::set_ffn_decode(std::nullopt); }
-  } restore;
-  for (auto type : types) {
-    if (!ops::ffn_decode_applies(features, type, type, type, m.hidden, m.ffn, 1)) continue;
-    const auto gate = random_weights(type, m.ffn, m.hidden, 61), up = random_weights(type, m.ffn, m.hidden, 62),
-               down = random_weights(type, m.hidden, m.ffn, 63);
-    const std::size_t block_bytes = gate.size() + up.size() + down.size();
-    const std::size_t copies = std::clamp<std::size_t>(((std::size_t{256} << 20) + block_bytes - 1) / block_bytes, 2, 32);
-    std::vector<std::array<PoolBuffer, 3>> blocks;
-    for (std::size_t i = 0; i < copies; ++i) {
-      blocks.push_back({upload_new(b.queue_, b.pool_, std::span<const std::byte>(gate), "weights:bench"),
-                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(up), "weights:bench"),
-                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(down), "weights:bench")});
-    }
-    auto x0 = b.random_f32(m.hidden, 8), norm = b.random_f32(m.hidden, 9);
-    auto x = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench"), h = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"),
-         g = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"), u = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"),
-         q8 = b.pool_.allocate(ops::q8_acts_bytes(std::max(m.hidden, m.ffn), 1), "bench");
-    const std::uint32_t groups = ops::ffn_decode_workgroups(features);
-    GridSync sync(b, 1);
-    std::size_t next = 0;
-    auto fused = [&](Recording& rec, const std::array<PoolBuffer, 3>& w) {
-      ops::ffn_decode(rec, b.kernels_, type, w[0].range(), w[1].range(), w[2].range(), norm.range(), 1e-5f, x.range(),
-                      h.range(), sync.words.range(), sync.take(), m.hidden, m.ffn, groups);
-    };
-    auto separate = [&](Recording& rec, const std::array<PoolBuffer, 3>& w) {
-      ops::quantize_q8_rms_norm(rec, b.kernels_, x.range(), norm.range(), 1e-5f, q8.range(), m.hidden, 1);
-      ops::matvec_q8(rec, b.kernels_, type, w[0].range(), q8.range(), g.range(), m.ffn, m.hidden, 1, false);
-      rec.next_runs_alongside();
-      ops::matvec_q8(rec, b.kernels_, type, w[1].range(), q8.range(), u.range(), m.ffn, m.hidden, 1, false);
-      ops::quantize_q8_silu(rec, b.kernels_, g.range(), u.range(), q8.range(), m.ffn, 1);
-      ops::matvec_q8(rec, b.kernels_, type, w[2].range(), q8.range(), x.range(), m.hidden, m.ffn, 1, true);
-    };
-    std::string check = check_one_dispatch(
-        b, sync, x0, x, m.hidden, [&](Recording& rec) { fused(rec, blocks.front()); },
-        [&](Recording& rec) { separate(rec, blocks.front()); });
-    const double traffic = double(block_bytes) + 4.0 * (2 * m.hidden + m.ffn);
-    const std::string shape = fmt::format("norm, gate/up {}x{}, silu, down", m.ffn, m.hidden);
-    sync.zero();
-    double us = b.time_us([&](Recording& rec) { fused(rec, blocks[next++ % copies]); });
-    check += sync.gave_up();
-    table.add({fmt::format("ffn block {}", weight_type_name(type)), shape, 1,
-               fmt::format("one dispatch, {} workgroups", groups), us, traffic, 6.0 * m.ffn * m.hidden,
-               check});
-    us = b.time_us([&](Recording& rec) { separate(rec, blocks[next++ % copies]); });
-    table.add({fmt::format("ffn block {}", weight_type_name(type)), shape, 1, "five dispatches", us, traffic,
-               6.0 * m.ffn * m.hidden, ""});
-    b.pool_.trim();
-  }
-}
-
-// A single sequence's attention block (norm, q/k/v with rope and the cache write, attention over
-// `context` keys, the output product, the residual add): in one dispatch (ops::attn_decode, off in
-// steps by default, on here) where it applies, and as the five separate dispatches, each over copies of the four matrices (at least
-// 256 MiB in all). Checked: the one dispatch's x against the separate dispatches'.
-void bench_attention_block(Bench& b, Table& table, const Model& m, const std::vector<WeightType>& types,
-                           std::uint32_t context) {
-  const auto& features = b.device_.features();
-  const std::uint32_t q_rows = m.heads * m.head_dim, kv_rows = m.kv_heads * m.head_dim, page_size = 16;
-  const std::uint32_t position = std::max(context, 1u) - 1, pages = position / page_size + 1;
-  const ops::RopeShape rope{1, m.heads, m.head_dim, 0, 500000.0f, 1.0f, false};
-  ops::set_ffn_decode(true);  // the grid, and the block: both off by default in steps
-  ops::set_attn_decode(true);
-  struct Restore {
-    ~Restore() {
-      ops::set_ffn_decode(std::nullopt);
-      ops::set_attn_decode(std::nullopt);
-    }
-  } restore;
-  for (auto type : types) {
-    if (!ops::attn_decode_applies(features, type, type, type, type, m.hidden, m.heads, m.kv_heads, m.head_dim, 1, rope)) {
-      continue;
-    }
-    const auto wq = random_weights(type, q_rows, m.hidden, 81), wk = random_weights(type, kv_rows, m.hidden, 82),
-               wv = random_weights(type, kv_rows, m.hidden, 83), wo = random_weights(type, m.hidden, q_rows, 84);
-    const std::size_t block_bytes = wq.size() + wk.size() + wv.size() + wo.size();
-    const std::size_t copies = std::clamp<std::size_t>(((std::size_t{256} << 20) + block_bytes - 1) / block_bytes, 2, 32);
-    std::vector<std::array<PoolBuffer, 4>> blocks;
-    for (std::size_t i = 0; i < copies; ++i) {
-      blocks.push_back({upload_new(b.queue_, b.pool_, std::span<const std::byte>(wq), "weights:bench"),
-                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(wk), "weights:bench"),
-                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(wv), "weights:bench"),
-                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(wo), "weights:bench")});
-    }
-    std::vector<std::uint32_t> table_words(pages);
-    std::iota(table_words.begin(), table_words.end(), 0u);
-    const std::uint32_t slot = position;
-    auto x0 = b.random_f32(m.hidden, 10), norm = b.random_f32(m.hidden, 11);
-    std::vector<std::uint16_t> halves(std::size_t{pages} * page_size * kv_rows);
-    {
-      std::mt19937_64 rng(12);
-      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-      for (auto& v : halves) v = float_to_half(dist(rng));
-    }
-    auto k_cache = upload_new(b.queue_, b.pool_, std::span<const std::uint16_t>(halves), "bench"),
-         v_cache = upload_new(b.queue_, b.pool_, std::span<const std::uint16_t>(halves), "bench");
-    auto tables = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(table_words), "bench");
-    const std::vector<std::int32_t> pos_words{static_cast<std::int32_t>(position)};
-    const std::vector<std::uint32_t> slot_words{slot}, seq_pos_words{0, position};
-    auto pos = upload_new(b.queue_, b.pool_, std::span<const std::int32_t>(pos_words), "bench"),
-         slots = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(slot_words), "bench"),
-         seq_pos = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(seq_pos_words), "bench");
-    ops::AttentionShape shape{1, m.heads, m.kv_heads, m.head_dim, page_size, pages, 1.0f / std::sqrt(float(m.head_dim))};
-    shape.max_context = position + 1;
-    auto x = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench"), qb = b.pool_.allocate(std::uint64_t{q_rows} * 4, "bench"),
-         out = b.pool_.allocate(std::uint64_t{q_rows} * 4, "bench"),
-         q8 = b.pool_.allocate(ops::q8_acts_bytes(std::max(m.hidden, q_rows), 1), "bench"),
-         att_scratch = b.pool_.allocate(ops::attention_scratch_bytes(shape), "bench"),
-         grid_scratch = b.pool_.allocate(ops::attn_decode_scratch_bytes(features, m.heads, m.kv_heads, m.head_dim), "bench");
-    const std::uint32_t groups = ops::ffn_decode_workgroups(features);
-    GridSync sync(b, ops::attn_decode_sync_words(m.kv_heads));
-    std::size_t next = 0;
-    auto fused = [&](Recording& rec, const std::array<PoolBuffer, 4>& w) {
-      ops::AttnDecode a;
-      a.type = type;
-      a.wq = w[0].range();
-      a.wk = w[1].range();
-      a.wv = w[2].range();
-      a.wo = w[3].range();
-      a.norm_weight = norm.range();
-      a.x = x.range();
-      a.k_cache = k_cache.range();
-      a.v_cache = v_cache.range();
-      a.block_tables = tables.range();
-      a.scratch = grid_scratch.range();
-      a.sync = sync.words.range();
-      a.sync_word = sync.take();
-      a.n_embd = m.hidden;
-      a.heads = m.heads;
-      a.kv_heads = m.kv_heads;
-      a.head_dim = m.head_dim;
-      a.page_size = page_size;
-      a.position = position;
-      a.slot = slot;
-      a.eps = 1e-5f;
-      a.scale = shape.scale;
-      a.rope = rope;
-      ops::attn_decode(rec, b.kernels_, a, groups);
-    };
-    auto separate = [&](Recording& rec, const std::array<PoolBuffer, 4>& w) {
-      ops::quantize_q8_rms_norm(rec, b.kernels_, x.range(), norm.range(), 1e-5f, q8.range(), m.hidden, 1);
-      ops::matvec_q8_heads(rec, b.kernels_, type, w[0].range(), q8.range(), qb.range(), pos.range(), slots.range(), rope,
-                           ops::HeadsOutput::q, q_rows, m.hidden, 1);
-      rec.next_runs_alongside();
-      ops::matvec_q8_heads(rec, b.kernels_, type, w[1].range(), q8.range(), k_cache.range(), pos.range(), slots.range(),
-                           rope, ops::HeadsOutput::k_cache, kv_rows, m.hidden, 1);
-      rec.next_runs_alongside();
-      ops::matvec_q8_heads(rec, b.kernels_, type, w[2].range(), q8.range(), v_cache.range(), pos.range(), slots.range(),
-                           rope, ops::HeadsOutput::v_cache, kv_rows, m.hidden, 1);
-      ops::AttentionMerged merged;
-      merged.q8 = q8.range();
-      if (!ops::attention(rec, b.kernels_, qb.range(), k_cache.range(), v_cache.range(), tables.range(), seq_pos.range(),
-                          att_scratch.range(), out.range(), shape, merged)) {
-        ops::quantize_q8(rec, b.kernels_, out.range(), q8.range(), q_rows, 1);
-      }
-      ops::matvec_q8(rec, b.kernels_, type, w[3].range(), q8.range(), x.range(), m.hidden, q_rows, 1, true);
-    };
-    std::string check = check_one_dispatch(
-        b, sync, x0, x, m.hidden, [&](Recording& rec) { fused(rec, blocks.front()); },
-        [&](Recording& rec) { separate(rec, blocks.front()); });
-    const double traffic = double(block_bytes) + 4.0 * m.hidden * 2 + 4.0 * kv_rows * (position + 1);
-    const double flops = 2.0 * (q_rows + 2.0 * kv_rows) * m.hidden + 2.0 * m.hidden * q_rows;
-    const std::string name = fmt::format("norm, qkv {}x{}, rope, attention over {}, out", q_rows + 2 * kv_rows, m.hidden,
-                                         position + 1);
-    sync.zero();
-    double us = b.time_us([&](Recording& rec) { fused(rec, blocks[next++ % copies]); });
-    check += sync.gave_up();
-    table.add({fmt::format("attention block {}", weight_type_name(type)), name, 1,
-               fmt::format("one dispatch, {} workgroups", groups), us, traffic, flops, check});
-    us = b.time_us([&](Recording& rec) { separate(rec, blocks[next++ % copies]); });
-    table.add({fmt::format("attention block {}", weight_type_name(type)), name, 1, "five dispatches", us, traffic, flops,
-               ""});
     b.pool_.trim();
   }
 }
@@ -690,6 +465,7 @@ void add_kernel_bench(CLI::App& bench) {
     }
     Model model = o->preset == "tiny" ? tiny : llama3_8b;
     if (o->context != 0) model.context = o->context;
+    ops::KernelChoice choice;
     if (!o->matvec_shape.empty()) {
       ops::MatvecShape shape;
       char x = 0;
@@ -697,7 +473,7 @@ void add_kernel_bench(CLI::App& bench) {
       if (!(in >> shape.threads >> x >> shape.rows) || x != 'x' || shape.threads == 0 || shape.rows == 0) {
         throw CommandFailed("--matvec-shape wants THREADSxROWS, e.g. 128x4, not '" + o->matvec_shape + "'");
       }
-      ops::set_matvec_shape(shape);
+      choice.matvec_shape = shape;
     }
     ops::StagedShape staged;
     if (!o->staged_shape.empty()) {
@@ -715,7 +491,8 @@ void add_kernel_bench(CLI::App& bench) {
         throw CommandFailed("--staged-shape " + o->staged_shape + ": " + problem);
       }
     }
-    ops::set_staged_shape(staged, o->staged_splits);
+    choice.staged_shape = staged;
+    choice.staged_splits = o->staged_splits;
     std::vector<ops::DirectShape> direct_shapes;
     for (const std::string& text : o->direct_shapes) {
       ops::DirectShape shape;
@@ -758,11 +535,7 @@ void add_kernel_bench(CLI::App& bench) {
     std::cerr << header;
     Table table(copy_gbs);
     for (auto t : o->tokens) {
-      if (!o->attention_only) bench_matmuls(b, table, model, t, types, o->staged_only, direct_shapes);
-      if (!o->attention_only && !o->staged_only && t == 1) {
-        bench_ffn_block(b, table, model, types);
-        bench_attention_block(b, table, model, types, o->context != 0 ? o->context : 602);
-      }
+      if (!o->attention_only) bench_matmuls(b, table, model, t, types, o->staged_only, direct_shapes, choice);
       if (o->matmul_only) continue;
       if (!o->attention_only) bench_elementwise(b, table, model, t);
       bench_attention(b, table, model, t);

@@ -567,49 +567,9 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   };
 
   ops::RopeShape rope{n, c.n_head, c.head_dim, 0, c.rope_base, 1.0f / c.rope_scale, c.rope_neox()};
-  // A single sequence's feed-forward and attention blocks, one dispatch each (ops::ffn_decode,
-  // ops::attn_decode), on a grid with barriers that count in grid_sync: word 0, where a barrier
-  // that gave up counts, then a word for each layer's feed-forward block, then each layer's
-  // attention block's words.
-  const auto ffn_one_dispatch = [&](const Layer& L) {
-    return !grid_failed_ && fused_decode(L.w_gate) && fused_decode(L.w_up) && fused_decode(L.w_down) &&
-           ops::ffn_decode_applies(features, L.w_gate.type, L.w_up.type, L.w_down.type, c.n_embd, c.n_ff, n);
-  };
-  const auto attn_one_dispatch = [&](const Layer& L) {
-    return !grid_failed_ && !L.bq.buffer && !L.bk.buffer && !L.bv.buffer && !c.qk_norm() && fused_decode(L.wq) &&
-           fused_decode(L.wk) && fused_decode(L.wv) && fused_decode(L.wo) &&
-           ops::attn_decode_applies(features, L.wq.type, L.wk.type, L.wv.type, L.wo.type, c.n_embd, c.n_head,
-                                    c.n_head_kv, c.head_dim, n, rope);
-  };
-  const bool ffn_grid = std::any_of(layers_.begin(), layers_.end(), ffn_one_dispatch),
-             attn_grid = std::any_of(layers_.begin(), layers_.end(), attn_one_dispatch);
-  const std::uint32_t attn_words = ops::attn_decode_sync_words(c.n_head_kv);
-  auto attn_sync_word = [&](std::uint32_t l) { return 1 + c.n_layers + l * attn_words; };
-  PoolBuffer grid_sync, grid_failed, ffn_h, attn_scratch_grid;
-  if (ffn_grid || attn_grid) {
-    grid_sync = pool.allocate(std::uint64_t{attn_sync_word(c.n_layers)} * 4, "scratch");
-    grid_failed = pool.allocate(4, "scratch", gpu::MemoryKind::host);
-    rec_of().fill(grid_sync.range(), 0);
-  }
-  if (ffn_grid) ffn_h = scratch(c.n_ff);
-  if (attn_grid) {
-    attn_scratch_grid =
-        pool.allocate(ops::attn_decode_scratch_bytes(features, c.n_head, c.n_head_kv, c.head_dim), "scratch");
-  }
   auto finish = [&](gpu::Recording& r) {
     const auto submit_at = std::chrono::steady_clock::now();
-    if (grid_sync) r.copy(grid_sync.range(0, 4), grid_failed.range());
     q.submit_and_wait(r);
-    if (grid_sync) {
-      std::uint32_t failed = 0;
-      std::memcpy(&failed, grid_failed.mapped(), 4);
-      if (failed != 0) {
-        grid_failed_ = true;
-        throw std::runtime_error("a one-dispatch block's grid barrier gave up " + std::to_string(failed) +
-                                 " times (its workgroups were not all resident on the GPU): this step's results are "
-                                 "wrong; later steps take the separate dispatches");
-      }
-    }
     if (profile == nullptr) return;
     auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
     profile->record_ms += ms(submit_at - step_start);
@@ -665,35 +625,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
   std::uint32_t part_size = gpu_busy ? c.n_layers : 1, part_layers = 0;
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
-    if (attn_one_dispatch(L)) {  // x += wo * attention(rope(wq * a), rope(wk * a), wv * a), a = norm(x): one dispatch
-      ops::AttnDecode a;
-      a.type = L.wq.type;
-      a.wq = L.wq.buffer.range();
-      a.wk = L.wk.buffer.range();
-      a.wv = L.wv.buffer.range();
-      a.wo = L.wo.buffer.range();
-      a.norm_weight = L.attn_norm.buffer.range();
-      a.x = x.range();
-      a.k_cache = cache.keys(l);
-      a.v_cache = cache.values(l);
-      a.block_tables = tables_buf.range();
-      a.scratch = attn_scratch_grid.range();
-      a.sync = grid_sync.range();
-      a.sync_word = attn_sync_word(l);
-      a.n_embd = c.n_embd;
-      a.heads = c.n_head;
-      a.kv_heads = c.n_head_kv;
-      a.head_dim = c.head_dim;
-      a.page_size = page_size;
-      a.table_row = batch.tokens[0].sequence * max_pages;
-      a.position = batch.tokens[0].position;
-      a.slot = slots[0];
-      a.eps = c.rms_eps;
-      a.scale = attention.scale;
-      a.rope = rope;
-      ops::attn_decode(rec_of(), lib, a, ops::ffn_decode_workgroups(features));
-      mark("attention block, one dispatch");
-    } else {
+    {
       if (heads_fused(L)) {
         ops::quantize_q8_rms_norm(rec_of(), lib, x.range(), L.attn_norm.buffer.range(), c.rms_eps, normed(), c.n_embd, n);
         mark("norm");
@@ -768,10 +700,6 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
                              static_cast<std::uint32_t>(L.w_gate.cols), n);
       mark("matmul gate, up");
       narrow_residual(L.w_down, glu16.range(), next_attn_norm_f16(l));
-    } else if (ffn_one_dispatch(L)) {  // x += down * (silu(gate * a) * (up * a)), a = norm(x): one dispatch
-      ops::ffn_decode(rec_of(), lib, L.w_gate.type, L.w_gate.buffer.range(), L.w_up.buffer.range(),
-                      L.w_down.buffer.range(), L.ffn_norm.buffer.range(), c.rms_eps, x.range(), ffn_h.range(),
-                      grid_sync.range(), l + 1, c.n_embd, c.n_ff, ops::ffn_decode_workgroups(features));
     } else {
       if (!gate) {
         gate = scratch(std::uint64_t{n} * c.n_ff);
@@ -799,7 +727,7 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
         residual_matmul(L.w_down, gate);
       }
     }
-    mark(ffn_one_dispatch(L) && !narrow_glu(L) ? "feed-forward, one dispatch" : "matmul down");
+    mark("matmul down");
     // Parts of 1, 2, 4, ... layers up to layers_per_submission_: the GPU starts after one layer
     // is recorded, and each part takes the host less time to record than the GPU takes to run the
     // one before, so the GPU never waits for the host inside a step.
@@ -842,10 +770,10 @@ void GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profi
     mark("argmax");
     rec_of().copy(ids.range(), readback.range());
     if (pending != nullptr) {
-      if (!grid_sync && profile == nullptr) {
+      if (profile == nullptr) {
         pending->done_at = q.submit(rec_of());  // the caller waits (collect)
       } else {
-        finish(rec_of());  // a grid's barrier count or a profile is read here
+        finish(rec_of());  // a profile is read here
         pending->done_at = q.last_submitted();
       }
       pending->ids = std::move(ids);

@@ -167,9 +167,6 @@ class GpuModel {
   // runs it, so parts may double (H100, llama3-8b Q4_0 decode: parts up to 32 / 8 / 4 layers
   // 295 / 293 / 286 tok/s).
   std::uint32_t layers_per_submission_ = 32;
-  // Set when a one-dispatch block's grid barrier gave up (ops::ffn_decode, ops::attn_decode: its
-  // workgroups were not all resident); later steps take the separate dispatches.
-  bool grid_failed_ = false;
 };
 
 }  // namespace mqlm::model
