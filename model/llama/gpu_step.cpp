@@ -224,11 +224,6 @@ GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache,
   start_profiling();
   if (plan_.split_bytes > 0) s_.split_parts = pool_.allocate(plan_.split_bytes, "scratch");
   if (plan_.weights16_bytes > 0) s_.weights16 = pool_.allocate(plan_.weights16_bytes, "scratch");
-  // A step sent while the GPU still runs the one it takes its tokens from goes as one submission:
-  // the GPU has nothing to start meanwhile, and each part boundary is a gap on it (H100,
-  // llama3-8b decode: Q4_0 316.5-318.2 -> 323.3-325.6 tok/s, Q8_0 216.0-222.6 -> 225.0-226.9).
-  const bool gpu_busy = tokens_from_ != nullptr && queue_.completed() < tokens_from_->done_at;
-  part_size_ = gpu_busy ? c_.n_layers : 1;
 }
 
 // Step inputs (token ids, positions, cache slots, block tables) travel in the command buffer
@@ -306,6 +301,11 @@ void GpuModel::Step::record_embedding() {
                 tokens_from_ != nullptr ? tokens_from_->ids.range() : s_.ids.range(), s_.x.range(), c_.n_embd, n_);
   mark("embedding");
   s_.attn_parts = pool_.allocate(ops::attention_scratch_bytes(attention_), "scratch");
+  // A step sent while the GPU still runs the one it takes its tokens from goes as one submission:
+  // the GPU has nothing to start meanwhile, and each part boundary is a gap on it (H100,
+  // llama3-8b decode: Q4_0 316.5-318.2 -> 323.3-325.6 tok/s, Q8_0 216.0-222.6 -> 225.0-226.9).
+  const bool gpu_busy = tokens_from_ != nullptr && queue_.completed() < tokens_from_->done_at;
+  part_size_ = gpu_busy ? c_.n_layers : 1;
 }
 
 void GpuModel::Step::record_attention(std::uint32_t l) {
