@@ -148,6 +148,157 @@ std::string compare(Bench& b, const PoolBuffer& got, const PoolBuffer& want, std
   return fmt::format("nmse {:.1e} vs tiled", err / std::max(norm, 1e-30));
 }
 
+// One product shape of one weight type at `tokens` columns, timed every way it can run: its
+// weights in copies that repetitions rotate over (at least 256 MiB in all, at most 32 copies), so
+// they stream from memory as a model's layers do, not from the 50 MB L2 cache; every row checked
+// against the tiled path's output, computed once untimed.
+class MatmulRows {
+ public:
+  MatmulRows(Bench& b, Table& table, WeightType type, const char* name, std::uint32_t rows, std::uint32_t k,
+             std::uint32_t tokens, const ops::KernelChoice& choice)
+      : b_(b), table_(table), type_(type), rows_(rows), k_(k), tokens_(tokens), choice_(choice),
+        shape_(fmt::format("{} {}x{}", name, rows, k)), bytes_(random_weights(type, rows, k, rows + k)),
+        acts_(b.random_f32(std::size_t{tokens} * k, 7)), out_(b.pool_.allocate(std::uint64_t{tokens} * rows * 4, "bench")),
+        tiled_out_(b.pool_.allocate(out_.size(), "bench")) {
+    const std::size_t copies =
+        std::clamp<std::size_t>(((std::size_t{256} << 20) + bytes_.size() - 1) / bytes_.size(), 1, 32);
+    for (std::size_t i = 0; i < copies; ++i) {
+      weights_.push_back(upload_new(b.queue_, b.pool_, std::span<const std::byte>(bytes_), "weights:bench"));
+    }
+    auto rec = b.queue_.begin();
+    ops::matmul(rec, b.kernels_, type, weights_.front().range(), acts_.range(), false, tiled_out_.range(), rows, k, tokens,
+                ops::MatmulPath::tiled);
+    b.queue_.submit_and_wait(rec);
+  }
+
+  // ops::matmul's paths for this width: vector (few tokens), tiled, coopmat.
+  void paths() {
+    std::vector<ops::MatmulPath> paths;
+    if (tokens_ <= 8) paths.push_back(ops::MatmulPath::vector);
+    if (tokens_ > 1) paths.push_back(ops::MatmulPath::tiled);
+    if (tokens_ > 8 && b_.device_.features().cooperative_matrix) paths.push_back(ops::MatmulPath::cooperative);
+    for (auto path : paths) {
+      double us = 0;
+      try {
+        us = b_.time_us([&](Recording& rec) {
+          ops::matmul(rec, b_.kernels_, type_, next_weights().range(), acts_.range(), false, out_.range(), rows_, k_,
+                      tokens_, path, choice_);
+        });
+      } catch (const GpuError& e) {  // e.g. a tensor-core pipeline the driver rejects: report, go on
+        table_.add({kernel_name(), shape_, tokens_, std::string(ops::matmul_path_name(path)), NAN, 0, 0,
+                    std::string("failed: ") + e.what()});
+        continue;
+      }
+      std::string check;
+      if (path != ops::MatmulPath::tiled) check = compare(b_, out_, tiled_out_, std::size_t{tokens_} * rows_);
+      const double traffic = double(bytes_.size()) + 4.0 * tokens_ * (k_ + rows_);
+      table_.add({kernel_name(), shape_, tokens_, std::string(ops::matmul_path_name(path)), us, traffic,
+                  2.0 * rows_ * k_ * tokens_, check});
+    }
+  }
+
+  // Decode's int8 mat-vec from activations quantized once (quantize_q8): as it runs after the
+  // quantizing dispatch, with that dispatch and without.
+  void int8_rows() {
+    if (tokens_ > 8 || !ops::matvec_int8(features(), type_, choice_) || !ops::matvec_can_accumulate(type_, k_, tokens_)) {
+      return;
+    }
+    auto q8 = b_.pool_.allocate(ops::q8_acts_bytes(k_, tokens_), "bench");
+    const double traffic = double(bytes_.size()) + double(ops::q8_acts_bytes(k_, tokens_)) + 4.0 * tokens_ * rows_;
+    row("vector, q8 acts", traffic, [&](Recording& rec, const PoolBuffer& w) {
+      ops::quantize_q8(rec, b_.kernels_, acts_.range(), q8.range(), k_, tokens_);
+      ops::matvec_q8(rec, b_.kernels_, type_, w.range(), q8.range(), out_.range(), rows_, k_, tokens_, false, choice_);
+    });
+    auto rec = b_.queue_.begin();
+    ops::quantize_q8(rec, b_.kernels_, acts_.range(), q8.range(), k_, tokens_);
+    b_.queue_.submit_and_wait(rec);
+    row("vector, q8 acts made before", traffic, [&](Recording& rec, const PoolBuffer& w) {
+      ops::matvec_q8(rec, b_.kernels_, type_, w.range(), q8.range(), out_.range(), rows_, k_, tokens_, false, choice_);
+    });
+  }
+
+  // The narrow path (tensor cores past the vector path) from F16 activations made untimed, as the
+  // forward pass makes them once for several matmuls: via F16 weights where wide products take
+  // that, the staged kernel alone and with K split where its grid is small (as the model does for
+  // the residual products), and the direct kernel in each of direct_shapes (empty: the tuned one),
+  // with the split scratch as the model gives it.
+  void narrow_rows(const std::vector<ops::DirectShape>& direct_shapes) {
+    if (tokens_ <= 1 || !ops::narrow_matmul_applies(features(), type_, rows_, k_)) return;
+    const std::uint32_t padded = ops::narrow_padded_columns(features(), tokens_, choice_);
+    auto acts16 = b_.pool_.allocate(std::uint64_t{padded} * k_ * 2, "bench");
+    {
+      auto rec = b_.queue_.begin();
+      ops::to_f16(rec, b_.kernels_, acts_.range(), acts16.range(), tokens_, k_, padded);
+      b_.queue_.submit_and_wait(rec);
+    }
+    const double traffic = double(bytes_.size()) + 2.0 * padded * k_ + 4.0 * tokens_ * rows_;
+    auto product = [&](Recording& rec, WeightType type, const PoolBuffer& w, BufferRange parts,
+                       const ops::KernelChoice& choice) {
+      ops::matmul_narrow(rec, b_.kernels_, type, w.range(), acts16.range(), out_.range(), rows_, k_, tokens_, false,
+                         parts, false, choice);
+    };
+    if (ops::narrow_dequantizes(features(), type_, rows_, k_, tokens_)) {
+      PoolBuffer w16 = b_.pool_.allocate(std::uint64_t{rows_} * k_ * 2, "bench");
+      row("staged, via F16", traffic, [&](Recording& rec, const PoolBuffer& w) {
+        ops::dequantize_f16(rec, b_.kernels_, type_, w.range(), w16.range(), rows_, k_);
+        product(rec, WeightType::f16, w16, {}, choice_);
+      });
+    }
+    const std::uint64_t split_bytes = ops::narrow_split_bytes(features(), rows_, k_, tokens_, choice_);
+    PoolBuffer parts = b_.pool_.allocate(std::max<std::uint64_t>(split_bytes, 4), "bench");
+    ops::KernelChoice staged = choice_;
+    staged.direct_use = ops::DirectUse::never;
+    row("staged", traffic, [&](Recording& rec, const PoolBuffer& w) { product(rec, type_, w, {}, staged); });
+    if (split_bytes > 0) {
+      row(fmt::format("staged, K in {}", ops::narrow_splits(features(), rows_, k_, tokens_, staged)), traffic,
+          [&](Recording& rec, const PoolBuffer& w) { product(rec, type_, w, parts.range(), staged); });
+    }
+    const std::vector<ops::DirectShape> tuned{ops::DirectShape{}};
+    for (const ops::DirectShape& shape : direct_shapes.empty() ? tuned : direct_shapes) {
+      ops::KernelChoice direct = choice_;
+      direct.direct_use = ops::DirectUse::always;
+      direct.direct_shape = shape;
+      const ops::DirectShape used = ops::direct_shape(direct);
+      if (!ops::direct_matmul_applies(b_.kernels_, type_, rows_, k_, tokens_) ||
+          !ops::direct_shape_problem(used, padded).empty()) {
+        continue;
+      }
+      row(fmt::format("direct {}x{}x{}", used.tm, used.sg_k, used.depth), traffic, [&](Recording& rec, const PoolBuffer& w) {
+        product(rec, type_, w, split_bytes > 0 ? parts.range() : BufferRange{}, direct);
+      });
+    }
+  }
+
+ private:
+  const DeviceFeatures& features() const { return b_.device_.features(); }
+  std::string kernel_name() const { return fmt::format("matmul {}", weight_type_name(type_)); }
+  const PoolBuffer& next_weights() { return weights_[next_copy_++ % weights_.size()]; }
+
+  // One row of the table for another way of running the product: timed, checked against the tiled path.
+  void row(const std::string& name, double traffic, const std::function<void(Recording&, const PoolBuffer&)>& record) {
+    double us = NAN;
+    std::string check;
+    try {
+      us = b_.time_us([&](Recording& rec) { record(rec, next_weights()); });
+      check = compare(b_, out_, tiled_out_, std::size_t{tokens_} * rows_);
+    } catch (const GpuError& e) {
+      check = std::string("failed: ") + e.what();
+    }
+    table_.add({kernel_name(), shape_, tokens_, name, us, traffic, 2.0 * rows_ * k_ * tokens_, check});
+  }
+
+  Bench& b_;
+  Table& table_;
+  WeightType type_;
+  std::uint32_t rows_, k_, tokens_;
+  const ops::KernelChoice& choice_;
+  std::string shape_;
+  std::vector<std::byte> bytes_;
+  std::vector<PoolBuffer> weights_;
+  std::size_t next_copy_ = 0;
+  PoolBuffer acts_, out_, tiled_out_;
+};
+
 // staged_only: time the narrow (tensor-core) path alone, checked against the tiled path run once untimed.
 // direct_shapes: the direct kernel's shapes to time, one row each (empty: its tuned choice).
 // choice: the shapes asked for on the command line (the rows of the staged and direct kernels take
@@ -165,138 +316,12 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
                           {"lm_head", m.vocab, m.hidden}};
   for (auto type : types) {
     for (const auto& s : shapes) {
-      auto bytes = random_weights(type, s.rows, s.k, s.rows + s.k);
-      // Repetitions rotate over copies of the weights (at least 256 MiB in all, at most 32 copies),
-      // so they stream from memory as a model's layers do, not from the 50 MB L2 cache.
-      const std::size_t copies = std::clamp<std::size_t>(((std::size_t{256} << 20) + bytes.size() - 1) / bytes.size(), 1, 32);
-      std::vector<PoolBuffer> weight_copies;
-      for (std::size_t i = 0; i < copies; ++i) {
-        weight_copies.push_back(upload_new(b.queue_, b.pool_, std::span<const std::byte>(bytes), "weights:bench"));
+      MatmulRows rows(b, table, type, s.name, s.rows, s.k, tokens, choice);
+      if (!staged_only) {
+        rows.paths();
+        rows.int8_rows();
       }
-      const PoolBuffer& weights = weight_copies.front();
-      std::size_t next_copy = 0;
-      auto acts = b.random_f32(std::size_t{tokens} * s.k, 7);
-      auto out = b.pool_.allocate(std::uint64_t{tokens} * s.rows * 4, "bench");
-      std::vector<ops::MatmulPath> paths;
-      if (tokens <= 8) paths.push_back(ops::MatmulPath::vector);
-      if (tokens > 1) paths.push_back(ops::MatmulPath::tiled);
-      if (tokens > 8 && b.device_.features().cooperative_matrix) paths.push_back(ops::MatmulPath::cooperative);
-      if (staged_only) paths.clear();
-      // The tiled path's output, computed once untimed: the reference the other paths are checked against.
-      auto tiled_out = b.pool_.allocate(out.size(), "bench");
-      {
-        auto rec = b.queue_.begin();
-        ops::matmul(rec, b.kernels_, type, weights.range(), acts.range(), false, tiled_out.range(), s.rows, s.k, tokens,
-                    ops::MatmulPath::tiled);
-        b.queue_.submit_and_wait(rec);
-      }
-      for (auto path : paths) {
-        double us = 0;
-        try {
-          us = b.time_us([&](Recording& rec) {
-            const PoolBuffer& w = weight_copies[next_copy++ % copies];
-            ops::matmul(rec, b.kernels_, type, w.range(), acts.range(), false, out.range(), s.rows, s.k, tokens, path,
-                        choice);
-          });
-        } catch (const GpuError& e) {  // e.g. a tensor-core pipeline the driver rejects: report, go on
-          table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
-                     std::string(ops::matmul_path_name(path)), NAN, 0, 0, std::string("failed: ") + e.what()});
-          continue;
-        }
-        std::string check;
-        if (path != ops::MatmulPath::tiled) check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
-        double traffic = double(bytes.size()) + 4.0 * tokens * (s.k + s.rows);
-        table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
-                   std::string(ops::matmul_path_name(path)), us, traffic, 2.0 * s.rows * s.k * tokens, check});
-      }
-      // One row of the table per other way of running a product: timed, checked against the tiled path.
-      auto extra_row = [&](const std::string& name, double traffic,
-                           const std::function<void(Recording&, const PoolBuffer&)>& record) {
-        double us = NAN;
-        std::string check;
-        try {
-          us = b.time_us([&](Recording& rec) { record(rec, weight_copies[next_copy++ % copies]); });
-          check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
-        } catch (const GpuError& e) {
-          check = std::string("failed: ") + e.what();
-        }
-        table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
-                   name, us, traffic, 2.0 * s.rows * s.k * tokens, check});
-      };
-      const auto& features = b.device_.features();
-      // Decode's int8 mat-vec from activations quantized once (quantize_q8): alone, as it runs
-      // after the quantizing dispatch, and with that dispatch.
-      if (!staged_only && tokens <= 8 && ops::matvec_int8(features, type, choice) && ops::matvec_can_accumulate(type, s.k, tokens)) {
-        auto q8 = b.pool_.allocate(ops::q8_acts_bytes(s.k, tokens), "bench");
-        const double traffic = double(bytes.size()) + double(ops::q8_acts_bytes(s.k, tokens)) + 4.0 * tokens * s.rows;
-        extra_row("vector, q8 acts", traffic, [&](Recording& rec, const PoolBuffer& w) {
-          ops::quantize_q8(rec, b.kernels_, acts.range(), q8.range(), s.k, tokens);
-          ops::matvec_q8(rec, b.kernels_, type, w.range(), q8.range(), out.range(), s.rows, s.k, tokens, false, choice);
-        });
-        auto rec = b.queue_.begin();
-        ops::quantize_q8(rec, b.kernels_, acts.range(), q8.range(), s.k, tokens);
-        b.queue_.submit_and_wait(rec);
-        extra_row("vector, q8 acts made before", traffic, [&](Recording& rec, const PoolBuffer& w) {
-          ops::matvec_q8(rec, b.kernels_, type, w.range(), q8.range(), out.range(), s.rows, s.k, tokens, false, choice);
-        });
-      }
-      // The narrow path (tensor cores past the vector path) from F16 activations made untimed, as the
-      // forward pass makes them once for several matmuls.
-      if (tokens > 1 && ops::narrow_matmul_applies(features, type, s.rows, s.k)) {
-        const std::uint32_t padded = ops::narrow_padded_columns(features, tokens, choice);
-        auto acts16 = b.pool_.allocate(std::uint64_t{padded} * s.k * 2, "bench");
-        {
-          auto rec = b.queue_.begin();
-          ops::to_f16(rec, b.kernels_, acts.range(), acts16.range(), tokens, s.k, padded);
-          b.queue_.submit_and_wait(rec);
-        }
-        const double traffic = double(bytes.size()) + 2.0 * padded * s.k + 4.0 * tokens * s.rows;
-        auto narrow_row = [&](const std::string& name, const std::function<void(Recording&, const PoolBuffer&)>& record) {
-          extra_row(name, traffic, record);
-        };
-        // Wide products of quantized weights: dequantized to F16 once, then the F16 kernel (both timed).
-        if (ops::narrow_dequantizes(features, type, s.rows, s.k, tokens)) {
-          PoolBuffer w16 = b.pool_.allocate(std::uint64_t{s.rows} * s.k * 2, "bench");
-          narrow_row("staged, via F16", [&](Recording& rec, const PoolBuffer& w) {
-            ops::dequantize_f16(rec, b.kernels_, type, w.range(), w16.range(), s.rows, s.k);
-            ops::matmul_narrow(rec, b.kernels_, WeightType::f16, w16.range(), acts16.range(), out.range(), s.rows, s.k,
-                               tokens, false, {}, false, choice);
-          });
-        }
-        // The staged kernel alone, and with K split where its grid is small (as the model does for
-        // the residual products) when that applies.
-        const std::uint64_t split_bytes = ops::narrow_split_bytes(features, s.rows, s.k, tokens, choice);
-        PoolBuffer parts = b.pool_.allocate(std::max<std::uint64_t>(split_bytes, 4), "bench");
-        ops::KernelChoice staged = choice;
-        staged.direct_use = ops::DirectUse::never;
-        narrow_row("staged", [&](Recording& rec, const PoolBuffer& w) {
-          ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens, false,
-                             {}, false, staged);
-        });
-        if (split_bytes > 0) {
-          narrow_row(fmt::format("staged, K in {}", ops::narrow_splits(features, s.rows, s.k, tokens, staged)),
-                     [&](Recording& rec, const PoolBuffer& w) {
-                       ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k,
-                                          tokens, false, parts.range(), false, staged);
-                     });
-        }
-        // The direct kernel (fragments built in registers), with the split scratch as the model gives it.
-        const std::vector<ops::DirectShape> tuned{ops::DirectShape{}};
-        for (const ops::DirectShape& shape : direct_shapes.empty() ? tuned : direct_shapes) {
-          ops::KernelChoice direct = choice;
-          direct.direct_use = ops::DirectUse::always;
-          direct.direct_shape = shape;
-          const ops::DirectShape used = ops::direct_shape(direct);
-          if (!ops::direct_matmul_applies(b.kernels_, type, s.rows, s.k, tokens) ||
-              !ops::direct_shape_problem(used, padded).empty()) {
-            continue;
-          }
-          narrow_row(fmt::format("direct {}x{}x{}", used.tm, used.sg_k, used.depth), [&](Recording& rec, const PoolBuffer& w) {
-            ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens,
-                               false, split_bytes > 0 ? parts.range() : BufferRange{}, false, direct);
-          });
-        }
-      }
+      rows.narrow_rows(direct_shapes);
     }
     b.pool_.trim();
   }
@@ -407,27 +432,171 @@ std::string utc_now() {
   return date;
 }
 
+// The shapes asked for on the command line (--matvec-shape, --staged-shape, --staged-splits),
+// checked; CommandFailed says what is wrong with one.
+ops::KernelChoice kernel_choice(const std::string& matvec_shape, const std::string& staged_shape,
+                                std::uint32_t staged_splits) {
+  ops::KernelChoice choice;
+  if (!matvec_shape.empty()) {
+    ops::MatvecShape shape;
+    char x = 0;
+    std::istringstream in(matvec_shape);
+    if (!(in >> shape.threads >> x >> shape.rows) || x != 'x' || shape.threads == 0 || shape.rows == 0) {
+      throw CommandFailed("--matvec-shape wants THREADSxROWS, e.g. 128x4, not '" + matvec_shape + "'");
+    }
+    choice.matvec_shape = shape;
+  }
+  if (!staged_shape.empty()) {
+    ops::StagedShape staged;
+    char x1 = 0, x2 = 0, x3 = 0;
+    std::istringstream in(staged_shape);
+    if (!(in >> staged.sg_m >> x1 >> staged.sg_n >> x2 >> staged.tm >> x3 >> staged.tn) || x1 != 'x' || x2 != 'x' ||
+        x3 != 'x') {
+      throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN[xKB], e.g. 4x1x1x4x2, not '" + staged_shape + "'");
+    }
+    char x4 = 0;
+    if (in >> x4 && (x4 != 'x' || !(in >> staged.kb))) {
+      throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN[xKB], e.g. 4x1x1x4x2, not '" + staged_shape + "'");
+    }
+    if (auto problem = ops::staged_shape_problem(staged); !problem.empty()) {
+      throw CommandFailed("--staged-shape " + staged_shape + ": " + problem);
+    }
+    choice.staged_shape = staged;
+  }
+  choice.staged_splits = staged_splits;
+  return choice;
+}
+
+// --direct-shapes, checked.
+std::vector<ops::DirectShape> parse_direct_shapes(const std::vector<std::string>& texts) {
+  std::vector<ops::DirectShape> shapes;
+  for (const std::string& text : texts) {
+    ops::DirectShape shape;
+    char x1 = 0, x2 = 0;
+    std::istringstream in(text);
+    if (!(in >> shape.tm >> x1 >> shape.sg_k >> x2 >> shape.depth) || x1 != 'x' || x2 != 'x') {
+      throw CommandFailed("--direct-shapes wants TMxSGKxDEPTH, e.g. 2x4x4, not '" + text + "'");
+    }
+    if (auto problem = ops::direct_shape_problem(shape); !problem.empty()) {
+      throw CommandFailed("--direct-shapes " + text + ": " + problem);
+    }
+    shapes.push_back(shape);
+  }
+  return shapes;
+}
+
+// The report's header: the device, its copy bandwidth (measured here, into copy_gbs) and, with
+// 16x16x16 tensor cores, their peak with the operands in registers and loaded from shared memory.
+std::string device_header(Bench& b, double& copy_gbs) {
+  std::string header = fmt::format("- device: {}\n- fragment layout the direct matmul builds (it runs): {}\n",
+                                   b.device_.features().summary(), b.kernels_.direct_fragments().value_or(false) ? "yes" : "no");
+  std::cerr << header;
+  std::string copy_shape;
+  copy_gbs = copy_bandwidth(b, copy_shape);
+  header += fmt::format("- copy bandwidth (compute-shader copy of {}, bytes read + written): {:.0f} GB/s\n", copy_shape,
+                        copy_gbs);
+  const auto& cm = b.device_.features().cooperative_matrix;
+  if (cm && cm->n == 16) {
+    // Variants (shaders/CMakeLists.txt): TMxTN fragments a subgroup, rows of S 16-byte words
+    // (the staged matmul's wide shape: 2x4, S = 9).
+    const std::pair<const char*, std::uint32_t> variants[] = {{"2x4_s9", 8}, {"2x4_s8", 8}, {"2x4_s10", 8}, {"2x4_s12", 8},
+                                                              {"4x4_s9", 16}, {"4x2_s9", 8}, {"1x4_s9", 4}};
+    std::string shared;
+    for (const auto& [name, acc] : variants) {
+      shared += fmt::format(" {} {:.0f},", name, tensor_core_tflops(b, fmt::format("coopmat_peak_shared_{}", name), acc));
+    }
+    shared.pop_back();
+    header += fmt::format("- tensor cores (NV cooperative matrix 16x16x16, F16 x F16 + F32; shaders/coopmat_peak.comp): "
+                          "{:.0f} TFLOP/s with the operands in registers; with fragments loaded from shared memory "
+                          "(TMxTN fragments a subgroup, rows of S 16-byte words; the staged matmul loads 2x4 (wide) or 1xTN at S = 4 KB + 1):{}\n",
+                          tensor_core_tflops(b, "coopmat_peak", 8), shared);
+  }
+  return header;
+}
+
+struct KernelBenchOptions {
+  std::vector<std::uint32_t> tokens = {1, 8, 32, 512};
+  std::vector<std::string> types = {"q4_0", "q8_0", "f16", "q4_k", "bf16", "f32"};
+  std::string preset = "llama3-8b";
+  std::string out;
+  double target_ms = 20;
+  bool matmul_only = false;
+  bool attention_only = false;
+  std::uint32_t context = 0;
+  std::string matvec_shape;
+  std::string staged_shape;
+  std::uint32_t staged_splits = 0;
+  std::vector<std::string> direct_shapes;
+  std::string pipeline_stats;
+  bool staged_only = false;
+  DeviceOptions device;
+};
+
+// The table with its header and the command that made it, into o.out.
+void write_report(const KernelBenchOptions& o, const std::string& header, const std::string& columns,
+                  const Table& table) {
+  std::ofstream file(o.out);
+  file << "# Kernel benchmark\n\n- date: " << utc_now() << "\n" << header
+       << fmt::format("- command: mqlm bench kernels --preset {} --tokens {} --types {}{}{}{}{}", o.preset,
+                      fmt::join(o.tokens, ","), fmt::join(o.types, ","), o.matmul_only ? " --matmul-only" : "",
+                      o.attention_only ? " --attention-only" : "",
+                      o.context != 0 ? fmt::format(" --context {}", o.context) : "",
+                      o.matvec_shape.empty() ? "" : " --matvec-shape " + o.matvec_shape)
+       << (o.staged_only ? " --staged-only" : "") << (o.staged_shape.empty() ? "" : " --staged-shape " + o.staged_shape)
+       << (o.staged_splits == 0 ? "" : fmt::format(" --staged-splits {}", o.staged_splits)) << "\n"
+       << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
+          " matmul paths: vector (few tokens), tiled, coopmat (tensor cores, 64x64 tiles), staged (the narrow path: tensor cores,"
+          " tiles staged through shared memory; \"K in S\": K split in S slices, as the model does for the residual products;"
+          " \"via F16\": the weights dequantized to F16 first, both timed, as the model does for wide products);"
+          " check: output vs tiled;"
+          " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
+       << columns << table.str();
+  if (!file) throw CommandFailed("cannot write " + o.out);
+}
+
+void run_kernel_bench(KernelBenchOptions& o) {
+  std::vector<WeightType> types;
+  for (const auto& name : o.types) {
+    auto type = parse_weight_type(name);
+    if (!type) throw CommandFailed("unknown weight type '" + name + "' (f32, f16, bf16, q8_0, q4_0, q4_k)");
+    types.push_back(*type);
+  }
+  Model model = o.preset == "tiny" ? tiny : llama3_8b;
+  if (o.context != 0) model.context = o.context;
+  const ops::KernelChoice choice = kernel_choice(o.matvec_shape, o.staged_shape, o.staged_splits);
+  const std::vector<ops::DirectShape> direct_shapes = parse_direct_shapes(o.direct_shapes);
+  o.device.pipeline_statistics = !o.pipeline_stats.empty();
+  if (o.staged_only) o.matmul_only = true;
+  Bench b(o.device, o.target_ms);
+  double copy_gbs = 0;
+  const std::string header = device_header(b, copy_gbs);
+  std::cerr << header;
+  Table table(copy_gbs);
+  for (auto t : o.tokens) {
+    if (!o.attention_only) bench_matmuls(b, table, model, t, types, o.staged_only, direct_shapes, choice);
+    if (o.matmul_only) continue;
+    if (!o.attention_only) bench_elementwise(b, table, model, t);
+    bench_attention(b, table, model, t);
+    b.pool_.trim();
+  }
+  std::string columns =
+      "| kernel | shape | tokens | path | time us | GB/s | TFLOP/s | % of copy BW | check |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
+  std::cout << header << "\n" << columns << table.str();
+  if (!o.pipeline_stats.empty()) {
+    std::filesystem::create_directories(o.pipeline_stats);
+    std::ofstream stats(o.pipeline_stats + "/statistics.txt");
+    stats << b.kernels_.pipeline_statistics();
+    if (!stats) throw CommandFailed("cannot write " + o.pipeline_stats + "/statistics.txt");
+    std::cerr << fmt::format("pipeline statistics: {}/statistics.txt\n", o.pipeline_stats);
+  }
+  if (!o.out.empty()) write_report(o, header, columns, table);
+}
+
 }  // namespace
 
 void add_kernel_bench(CLI::App& bench) {
-  struct Options {
-    std::vector<std::uint32_t> tokens = {1, 8, 32, 512};
-    std::vector<std::string> types = {"q4_0", "q8_0", "f16", "q4_k", "bf16", "f32"};
-    std::string preset = "llama3-8b";
-    std::string out;
-    double target_ms = 20;
-    bool matmul_only = false;
-    bool attention_only = false;
-    std::uint32_t context = 0;
-    std::string matvec_shape;
-    std::string staged_shape;
-    std::uint32_t staged_splits = 0;
-    std::vector<std::string> direct_shapes;
-    std::string pipeline_stats;
-    bool staged_only = false;
-    DeviceOptions device;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<KernelBenchOptions>();
   auto* cmd = bench.add_subcommand("kernels", "every GPU kernel on one Llama-3-8B layer: time, GB/s, TFLOP/s, % of copy bandwidth");
   cmd->add_option("--tokens", o->tokens, "token counts (decode up to 32, prefill above)")->delimiter(',');
   cmd->add_option("--types", o->types, "weight types of the matmuls")->delimiter(',');
@@ -456,122 +625,7 @@ void add_kernel_bench(CLI::App& bench) {
                   "write what the driver reports of every pipeline used (statistics such as registers) to "
                   "DIR/statistics.txt (VK_KHR_pipeline_executable_properties)");
   cmd->add_option("--out", o->out, "also write the table, with date, device, driver and command, to this file");
-  cmd->callback([o] {
-    std::vector<WeightType> types;
-    for (const auto& name : o->types) {
-      auto type = parse_weight_type(name);
-      if (!type) throw CommandFailed("unknown weight type '" + name + "' (f32, f16, bf16, q8_0, q4_0, q4_k)");
-      types.push_back(*type);
-    }
-    Model model = o->preset == "tiny" ? tiny : llama3_8b;
-    if (o->context != 0) model.context = o->context;
-    ops::KernelChoice choice;
-    if (!o->matvec_shape.empty()) {
-      ops::MatvecShape shape;
-      char x = 0;
-      std::istringstream in(o->matvec_shape);
-      if (!(in >> shape.threads >> x >> shape.rows) || x != 'x' || shape.threads == 0 || shape.rows == 0) {
-        throw CommandFailed("--matvec-shape wants THREADSxROWS, e.g. 128x4, not '" + o->matvec_shape + "'");
-      }
-      choice.matvec_shape = shape;
-    }
-    ops::StagedShape staged;
-    if (!o->staged_shape.empty()) {
-      char x1 = 0, x2 = 0, x3 = 0;
-      std::istringstream in(o->staged_shape);
-      if (!(in >> staged.sg_m >> x1 >> staged.sg_n >> x2 >> staged.tm >> x3 >> staged.tn) || x1 != 'x' || x2 != 'x' ||
-          x3 != 'x') {
-        throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN[xKB], e.g. 4x1x1x4x2, not '" + o->staged_shape + "'");
-      }
-      char x4 = 0;
-      if (in >> x4 && (x4 != 'x' || !(in >> staged.kb))) {
-        throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN[xKB], e.g. 4x1x1x4x2, not '" + o->staged_shape + "'");
-      }
-      if (auto problem = ops::staged_shape_problem(staged); !problem.empty()) {
-        throw CommandFailed("--staged-shape " + o->staged_shape + ": " + problem);
-      }
-    }
-    choice.staged_shape = staged;
-    choice.staged_splits = o->staged_splits;
-    std::vector<ops::DirectShape> direct_shapes;
-    for (const std::string& text : o->direct_shapes) {
-      ops::DirectShape shape;
-      char x1 = 0, x2 = 0;
-      std::istringstream in(text);
-      if (!(in >> shape.tm >> x1 >> shape.sg_k >> x2 >> shape.depth) || x1 != 'x' || x2 != 'x') {
-        throw CommandFailed("--direct-shapes wants TMxSGKxDEPTH, e.g. 2x4x4, not '" + text + "'");
-      }
-      if (auto problem = ops::direct_shape_problem(shape); !problem.empty()) {
-        throw CommandFailed("--direct-shapes " + text + ": " + problem);
-      }
-      direct_shapes.push_back(shape);
-    }
-    o->device.pipeline_statistics = !o->pipeline_stats.empty();
-    if (o->staged_only) o->matmul_only = true;
-    Bench b(o->device, o->target_ms);
-    std::string header = fmt::format("- device: {}\n- fragment layout the direct matmul builds (it runs): {}\n",
-                                     b.device_.features().summary(), b.kernels_.direct_fragments().value_or(false) ? "yes" : "no");
-    std::cerr << header;
-    std::string copy_shape;
-    double copy_gbs = copy_bandwidth(b, copy_shape);
-    header += fmt::format("- copy bandwidth (compute-shader copy of {}, bytes read + written): {:.0f} GB/s\n", copy_shape,
-                          copy_gbs);
-    const auto& cm = b.device_.features().cooperative_matrix;
-    if (cm && cm->n == 16) {
-      // Variants (shaders/CMakeLists.txt): TMxTN fragments a subgroup, rows of S 16-byte words
-      // (the staged matmul's wide shape: 2x4, S = 9).
-      const std::pair<const char*, std::uint32_t> variants[] = {{"2x4_s9", 8}, {"2x4_s8", 8}, {"2x4_s10", 8}, {"2x4_s12", 8},
-                                                                {"4x4_s9", 16}, {"4x2_s9", 8}, {"1x4_s9", 4}};
-      std::string shared;
-      for (const auto& [name, acc] : variants) {
-        shared += fmt::format(" {} {:.0f},", name, tensor_core_tflops(b, fmt::format("coopmat_peak_shared_{}", name), acc));
-      }
-      shared.pop_back();
-      header += fmt::format("- tensor cores (NV cooperative matrix 16x16x16, F16 x F16 + F32; shaders/coopmat_peak.comp): "
-                            "{:.0f} TFLOP/s with the operands in registers; with fragments loaded from shared memory "
-                            "(TMxTN fragments a subgroup, rows of S 16-byte words; the staged matmul loads 2x4 (wide) or 1xTN at S = 4 KB + 1):{}\n",
-                            tensor_core_tflops(b, "coopmat_peak", 8), shared);
-    }
-    std::cerr << header;
-    Table table(copy_gbs);
-    for (auto t : o->tokens) {
-      if (!o->attention_only) bench_matmuls(b, table, model, t, types, o->staged_only, direct_shapes, choice);
-      if (o->matmul_only) continue;
-      if (!o->attention_only) bench_elementwise(b, table, model, t);
-      bench_attention(b, table, model, t);
-      b.pool_.trim();
-    }
-    std::string columns =
-        "| kernel | shape | tokens | path | time us | GB/s | TFLOP/s | % of copy BW | check |\n"
-        "|---|---|---|---|---|---|---|---|---|\n";
-    std::cout << header << "\n" << columns << table.str();
-    if (!o->pipeline_stats.empty()) {
-      std::filesystem::create_directories(o->pipeline_stats);
-      std::ofstream stats(o->pipeline_stats + "/statistics.txt");
-      stats << b.kernels_.pipeline_statistics();
-      if (!stats) throw CommandFailed("cannot write " + o->pipeline_stats + "/statistics.txt");
-      std::cerr << fmt::format("pipeline statistics: {}/statistics.txt\n", o->pipeline_stats);
-    }
-    if (!o->out.empty()) {
-      std::ofstream file(o->out);
-      file << "# Kernel benchmark\n\n- date: " << utc_now() << "\n" << header
-           << fmt::format("- command: mqlm bench kernels --preset {} --tokens {} --types {}{}{}{}{}", o->preset,
-                          fmt::join(o->tokens, ","), fmt::join(o->types, ","), o->matmul_only ? " --matmul-only" : "",
-                          o->attention_only ? " --attention-only" : "",
-                          o->context != 0 ? fmt::format(" --context {}", o->context) : "",
-                          o->matvec_shape.empty() ? "" : " --matvec-shape " + o->matvec_shape)
-           << (o->staged_only ? " --staged-only" : "") << (o->staged_shape.empty() ? "" : " --staged-shape " + o->staged_shape)
-           << (o->staged_splits == 0 ? "" : fmt::format(" --staged-splits {}", o->staged_splits)) << "\n"
-           << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
-              " matmul paths: vector (few tokens), tiled, coopmat (tensor cores, 64x64 tiles), staged (the narrow path: tensor cores,"
-              " tiles staged through shared memory; \"K in S\": K split in S slices, as the model does for the residual products;"
-              " \"via F16\": the weights dequantized to F16 first, both timed, as the model does for wide products);"
-              " check: output vs tiled;"
-              " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
-           << columns << table.str();
-      if (!file) throw CommandFailed("cannot write " + o->out);
-    }
-  });
+  cmd->callback([o] { run_kernel_bench(*o); });
 }
 
 }  // namespace mqlm::tools
