@@ -140,8 +140,10 @@ class GpuModel::Step {
   void record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint32_t l);
   void record_glu(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm);
   void record_down(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm);
+  // A product of a group: its weights, its plan, its output.
+  using GroupProduct = std::tuple<const GpuTensor*, const ProductPlan*, const PoolBuffer*>;
   std::vector<PendingSum> normed_products(const GpuTensor& norm, NormInput input,
-                                          std::initializer_list<std::tuple<const GpuTensor*, const ProductPlan*, const PoolBuffer*>> products);
+                                          std::initializer_list<GroupProduct> products);
   void sum_products(const std::vector<PendingSum>& sums);
   void residual_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
                         const GpuTensor* next_norm);
@@ -447,10 +449,10 @@ void GpuModel::Step::record_down(const GpuLayer& L, const LayerPlan& p, const Gp
 
 // out_i = w_i x rmsnorm(x) for a group of products that read the same norm and write apart (no
 // barriers between them). Returns the products that split K, whose sums the caller records.
-std::vector<PendingSum> GpuModel::Step::normed_products(
-    const GpuTensor& norm, NormInput input,
-    std::initializer_list<std::tuple<const GpuTensor*, const ProductPlan*, const PoolBuffer*>> products) {
-  const bool any_narrow = std::ranges::any_of(products, [](const auto& p) { return std::get<1>(p)->path == ProductPath::narrow; });
+std::vector<PendingSum> GpuModel::Step::normed_products(const GpuTensor& norm, NormInput input,
+                                                        std::initializer_list<GroupProduct> products) {
+  const bool any_narrow =
+      std::ranges::any_of(products, [](const GroupProduct& p) { return std::get<1>(p)->path == ProductPath::narrow; });
   switch (input) {
     case NormInput::int8:
       ops::quantize_q8_rms_norm(rec(), lib_, s_.x.range(), norm.buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd, n_);
