@@ -148,10 +148,163 @@ std::string compare(Bench& b, const PoolBuffer& got, const PoolBuffer& want, std
   return fmt::format("nmse {:.1e} vs tiled", err / std::max(norm, 1e-30));
 }
 
+// One product shape of one weight type at `tokens` columns, timed every way it can run: its
+// weights in copies that repetitions rotate over (at least 256 MiB in all, at most 32 copies), so
+// they stream from memory as a model's layers do, not from the 50 MB L2 cache; every row checked
+// against the tiled path's output, computed once untimed.
+class MatmulRows {
+ public:
+  MatmulRows(Bench& b, Table& table, WeightType type, const char* name, std::uint32_t rows, std::uint32_t k,
+             std::uint32_t tokens, const ops::KernelChoice& choice)
+      : b_(b), table_(table), type_(type), rows_(rows), k_(k), tokens_(tokens), choice_(choice),
+        shape_(fmt::format("{} {}x{}", name, rows, k)), bytes_(random_weights(type, rows, k, rows + k)),
+        acts_(b.random_f32(std::size_t{tokens} * k, 7)), out_(b.pool_.allocate(std::uint64_t{tokens} * rows * 4, "bench")),
+        tiled_out_(b.pool_.allocate(out_.size(), "bench")) {
+    const std::size_t copies =
+        std::clamp<std::size_t>(((std::size_t{256} << 20) + bytes_.size() - 1) / bytes_.size(), 1, 32);
+    for (std::size_t i = 0; i < copies; ++i) {
+      weights_.push_back(upload_new(b.queue_, b.pool_, std::span<const std::byte>(bytes_), "weights:bench"));
+    }
+    auto rec = b.queue_.begin();
+    ops::matmul(rec, b.kernels_, type, weights_.front().range(), acts_.range(), false, tiled_out_.range(), rows, k, tokens,
+                ops::MatmulPath::tiled);
+    b.queue_.submit_and_wait(rec);
+  }
+
+  // ops::matmul's paths for this width: vector (few tokens), tiled, coopmat.
+  void paths() {
+    std::vector<ops::MatmulPath> paths;
+    if (tokens_ <= 8) paths.push_back(ops::MatmulPath::vector);
+    if (tokens_ > 1) paths.push_back(ops::MatmulPath::tiled);
+    if (tokens_ > 8 && b_.device_.features().cooperative_matrix) paths.push_back(ops::MatmulPath::cooperative);
+    for (auto path : paths) {
+      double us = 0;
+      try {
+        us = b_.time_us([&](Recording& rec) {
+          ops::matmul(rec, b_.kernels_, type_, next_weights().range(), acts_.range(), false, out_.range(), rows_, k_,
+                      tokens_, path, choice_);
+        });
+      } catch (const GpuError& e) {  // e.g. a tensor-core pipeline the driver rejects: report, go on
+        table_.add({kernel_name(), shape_, tokens_, std::string(ops::matmul_path_name(path)), NAN, 0, 0,
+                    std::string("failed: ") + e.what()});
+        continue;
+      }
+      std::string check;
+      if (path != ops::MatmulPath::tiled) check = compare(b_, out_, tiled_out_, std::size_t{tokens_} * rows_);
+      const double traffic = double(bytes_.size()) + 4.0 * tokens_ * (k_ + rows_);
+      table_.add({kernel_name(), shape_, tokens_, std::string(ops::matmul_path_name(path)), us, traffic,
+                  2.0 * rows_ * k_ * tokens_, check});
+    }
+  }
+
+  // Decode's int8 mat-vec from activations quantized once (quantize_q8): as it runs after the
+  // quantizing dispatch, with that dispatch and without.
+  void int8_rows() {
+    if (tokens_ > 8 || !ops::matvec_int8(features(), type_, choice_) || !ops::matvec_can_accumulate(type_, k_, tokens_)) {
+      return;
+    }
+    auto q8 = b_.pool_.allocate(ops::q8_acts_bytes(k_, tokens_), "bench");
+    const double traffic = double(bytes_.size()) + double(ops::q8_acts_bytes(k_, tokens_)) + 4.0 * tokens_ * rows_;
+    row("vector, q8 acts", traffic, [&](Recording& rec, const PoolBuffer& w) {
+      ops::quantize_q8(rec, b_.kernels_, acts_.range(), q8.range(), k_, tokens_);
+      ops::matvec_q8(rec, b_.kernels_, type_, w.range(), q8.range(), out_.range(), rows_, k_, tokens_, false, choice_);
+    });
+    auto rec = b_.queue_.begin();
+    ops::quantize_q8(rec, b_.kernels_, acts_.range(), q8.range(), k_, tokens_);
+    b_.queue_.submit_and_wait(rec);
+    row("vector, q8 acts made before", traffic, [&](Recording& rec, const PoolBuffer& w) {
+      ops::matvec_q8(rec, b_.kernels_, type_, w.range(), q8.range(), out_.range(), rows_, k_, tokens_, false, choice_);
+    });
+  }
+
+  // The narrow path (tensor cores past the vector path) from F16 activations made untimed, as the
+  // forward pass makes them once for several matmuls: via F16 weights where wide products take
+  // that, the staged kernel alone and with K split where its grid is small (as the model does for
+  // the residual products), and the direct kernel in each of direct_shapes (empty: the tuned one),
+  // with the split scratch as the model gives it.
+  void narrow_rows(const std::vector<ops::DirectShape>& direct_shapes) {
+    if (tokens_ <= 1 || !ops::narrow_matmul_applies(features(), type_, rows_, k_)) return;
+    const std::uint32_t padded = ops::narrow_padded_columns(features(), tokens_, choice_);
+    auto acts16 = b_.pool_.allocate(std::uint64_t{padded} * k_ * 2, "bench");
+    {
+      auto rec = b_.queue_.begin();
+      ops::to_f16(rec, b_.kernels_, acts_.range(), acts16.range(), tokens_, k_, padded);
+      b_.queue_.submit_and_wait(rec);
+    }
+    const double traffic = double(bytes_.size()) + 2.0 * padded * k_ + 4.0 * tokens_ * rows_;
+    auto product = [&](Recording& rec, WeightType type, const PoolBuffer& w, BufferRange parts,
+                       const ops::KernelChoice& choice) {
+      ops::matmul_narrow(rec, b_.kernels_, type, w.range(), acts16.range(), out_.range(), rows_, k_, tokens_, false,
+                         parts, false, choice);
+    };
+    if (ops::narrow_dequantizes(features(), type_, rows_, k_, tokens_)) {
+      PoolBuffer w16 = b_.pool_.allocate(std::uint64_t{rows_} * k_ * 2, "bench");
+      row("staged, via F16", traffic, [&](Recording& rec, const PoolBuffer& w) {
+        ops::dequantize_f16(rec, b_.kernels_, type_, w.range(), w16.range(), rows_, k_);
+        product(rec, WeightType::f16, w16, {}, choice_);
+      });
+    }
+    const std::uint64_t split_bytes = ops::narrow_split_bytes(features(), rows_, k_, tokens_, choice_);
+    PoolBuffer parts = b_.pool_.allocate(std::max<std::uint64_t>(split_bytes, 4), "bench");
+    ops::KernelChoice staged = choice_;
+    staged.direct_use = ops::DirectUse::never;
+    row("staged", traffic, [&](Recording& rec, const PoolBuffer& w) { product(rec, type_, w, {}, staged); });
+    if (split_bytes > 0) {
+      row(fmt::format("staged, K in {}", ops::narrow_splits(features(), rows_, k_, tokens_, staged)), traffic,
+          [&](Recording& rec, const PoolBuffer& w) { product(rec, type_, w, parts.range(), staged); });
+    }
+    const std::vector<ops::DirectShape> tuned{ops::DirectShape{}};
+    for (const ops::DirectShape& shape : direct_shapes.empty() ? tuned : direct_shapes) {
+      ops::KernelChoice direct = choice_;
+      direct.direct_use = ops::DirectUse::always;
+      direct.direct_shape = shape;
+      const ops::DirectShape used = ops::direct_shape(direct);
+      if (!ops::direct_matmul_applies(b_.kernels_, type_, rows_, k_, tokens_) ||
+          !ops::direct_shape_problem(used, padded).empty()) {
+        continue;
+      }
+      row(fmt::format("direct {}x{}x{}", used.tm, used.sg_k, used.depth), traffic, [&](Recording& rec, const PoolBuffer& w) {
+        product(rec, type_, w, split_bytes > 0 ? parts.range() : BufferRange{}, direct);
+      });
+    }
+  }
+
+ private:
+  const DeviceFeatures& features() const { return b_.device_.features(); }
+  std::string kernel_name() const { return fmt::format("matmul {}", weight_type_name(type_)); }
+  const PoolBuffer& next_weights() { return weights_[next_copy_++ % weights_.size()]; }
+
+  // One row of the table for another way of running the product: timed, checked against the tiled path.
+  void row(const std::string& name, double traffic, const std::function<void(Recording&, const PoolBuffer&)>& record) {
+    double us = NAN;
+    std::string check;
+    try {
+      us = b_.time_us([&](Recording& rec) { record(rec, next_weights()); });
+      check = compare(b_, out_, tiled_out_, std::size_t{tokens_} * rows_);
+    } catch (const GpuError& e) {
+      check = std::string("failed: ") + e.what();
+    }
+    table_.add({kernel_name(), shape_, tokens_, name, us, traffic, 2.0 * rows_ * k_ * tokens_, check});
+  }
+
+  Bench& b_;
+  Table& table_;
+  WeightType type_;
+  std::uint32_t rows_, k_, tokens_;
+  const ops::KernelChoice& choice_;
+  std::string shape_;
+  std::vector<std::byte> bytes_;
+  std::vector<PoolBuffer> weights_;
+  std::size_t next_copy_ = 0;
+  PoolBuffer acts_, out_, tiled_out_;
+};
+
 // staged_only: time the narrow (tensor-core) path alone, checked against the tiled path run once untimed.
 // direct_shapes: the direct kernel's shapes to time, one row each (empty: its tuned choice).
+// choice: the shapes asked for on the command line (the rows of the staged and direct kernels take
+// each kernel whatever its direct_use says).
 void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens, const std::vector<WeightType>& types,
-                   bool staged_only, const std::vector<ops::DirectShape>& direct_shapes) {
+                   bool staged_only, const std::vector<ops::DirectShape>& direct_shapes, const ops::KernelChoice& choice) {
   struct Shape {
     const char* name;
     std::uint32_t rows, k;
@@ -163,366 +316,13 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
                           {"lm_head", m.vocab, m.hidden}};
   for (auto type : types) {
     for (const auto& s : shapes) {
-      auto bytes = random_weights(type, s.rows, s.k, s.rows + s.k);
-      // Repetitions rotate over copies of the weights (at least 256 MiB in all, at most 32 copies),
-      // so they stream from memory as a model's layers do, not from the 50 MB L2 cache.
-      const std::size_t copies = std::clamp<std::size_t>(((std::size_t{256} << 20) + bytes.size() - 1) / bytes.size(), 1, 32);
-      std::vector<PoolBuffer> weight_copies;
-      for (std::size_t i = 0; i < copies; ++i) {
-        weight_copies.push_back(upload_new(b.queue_, b.pool_, std::span<const std::byte>(bytes), "weights:bench"));
+      MatmulRows rows(b, table, type, s.name, s.rows, s.k, tokens, choice);
+      if (!staged_only) {
+        rows.paths();
+        rows.int8_rows();
       }
-      const PoolBuffer& weights = weight_copies.front();
-      std::size_t next_copy = 0;
-      auto acts = b.random_f32(std::size_t{tokens} * s.k, 7);
-      auto out = b.pool_.allocate(std::uint64_t{tokens} * s.rows * 4, "bench");
-      std::vector<ops::MatmulPath> paths;
-      if (tokens <= 8) paths.push_back(ops::MatmulPath::vector);
-      if (tokens > 1) paths.push_back(ops::MatmulPath::tiled);
-      if (tokens > 8 && b.device_.features().cooperative_matrix) paths.push_back(ops::MatmulPath::cooperative);
-      if (staged_only) paths.clear();
-      // The tiled path's output, computed once untimed: the reference the other paths are checked against.
-      auto tiled_out = b.pool_.allocate(out.size(), "bench");
-      {
-        auto rec = b.queue_.begin();
-        ops::matmul(rec, b.kernels_, type, weights.range(), acts.range(), false, tiled_out.range(), s.rows, s.k, tokens,
-                    ops::MatmulPath::tiled);
-        b.queue_.submit_and_wait(rec);
-      }
-      for (auto path : paths) {
-        double us = 0;
-        try {
-          us = b.time_us([&](Recording& rec) {
-            const PoolBuffer& w = weight_copies[next_copy++ % copies];
-            ops::matmul(rec, b.kernels_, type, w.range(), acts.range(), false, out.range(), s.rows, s.k, tokens, path);
-          });
-        } catch (const GpuError& e) {  // e.g. a tensor-core pipeline the driver rejects: report, go on
-          table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
-                     std::string(ops::matmul_path_name(path)), NAN, 0, 0, std::string("failed: ") + e.what()});
-          continue;
-        }
-        std::string check;
-        if (path != ops::MatmulPath::tiled) check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
-        double traffic = double(bytes.size()) + 4.0 * tokens * (s.k + s.rows);
-        table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
-                   std::string(ops::matmul_path_name(path)), us, traffic, 2.0 * s.rows * s.k * tokens, check});
-      }
-      // One row of the table per other way of running a product: timed, checked against the tiled path.
-      auto extra_row = [&](const std::string& name, double traffic,
-                           const std::function<void(Recording&, const PoolBuffer&)>& record) {
-        double us = NAN;
-        std::string check;
-        try {
-          us = b.time_us([&](Recording& rec) { record(rec, weight_copies[next_copy++ % copies]); });
-          check = compare(b, out, tiled_out, std::size_t{tokens} * s.rows);
-        } catch (const GpuError& e) {
-          check = std::string("failed: ") + e.what();
-        }
-        table.add({fmt::format("matmul {}", weight_type_name(type)), fmt::format("{} {}x{}", s.name, s.rows, s.k), tokens,
-                   name, us, traffic, 2.0 * s.rows * s.k * tokens, check});
-      };
-      const auto& features = b.device_.features();
-      // Decode's int8 mat-vec from activations quantized once (quantize_q8): alone, as it runs
-      // after the quantizing dispatch, and with that dispatch.
-      if (!staged_only && tokens <= 8 && ops::matvec_int8(features, type) && ops::matvec_can_accumulate(type, s.k, tokens)) {
-        auto q8 = b.pool_.allocate(ops::q8_acts_bytes(s.k, tokens), "bench");
-        const double traffic = double(bytes.size()) + double(ops::q8_acts_bytes(s.k, tokens)) + 4.0 * tokens * s.rows;
-        extra_row("vector, q8 acts", traffic, [&](Recording& rec, const PoolBuffer& w) {
-          ops::quantize_q8(rec, b.kernels_, acts.range(), q8.range(), s.k, tokens);
-          ops::matvec_q8(rec, b.kernels_, type, w.range(), q8.range(), out.range(), s.rows, s.k, tokens, false);
-        });
-        auto rec = b.queue_.begin();
-        ops::quantize_q8(rec, b.kernels_, acts.range(), q8.range(), s.k, tokens);
-        b.queue_.submit_and_wait(rec);
-        extra_row("vector, q8 acts made before", traffic, [&](Recording& rec, const PoolBuffer& w) {
-          ops::matvec_q8(rec, b.kernels_, type, w.range(), q8.range(), out.range(), s.rows, s.k, tokens, false);
-        });
-      }
-      // The narrow path (tensor cores past the vector path) from F16 activations made untimed, as the
-      // forward pass makes them once for several matmuls.
-      if (tokens > 1 && ops::narrow_matmul_applies(features, type, s.rows, s.k)) {
-        const std::uint32_t padded = ops::narrow_padded_columns(features, tokens);
-        auto acts16 = b.pool_.allocate(std::uint64_t{padded} * s.k * 2, "bench");
-        {
-          auto rec = b.queue_.begin();
-          ops::to_f16(rec, b.kernels_, acts.range(), acts16.range(), tokens, s.k, padded);
-          b.queue_.submit_and_wait(rec);
-        }
-        const double traffic = double(bytes.size()) + 2.0 * padded * s.k + 4.0 * tokens * s.rows;
-        auto narrow_row = [&](const std::string& name, const std::function<void(Recording&, const PoolBuffer&)>& record) {
-          extra_row(name, traffic, record);
-        };
-        // Wide products of quantized weights: dequantized to F16 once, then the F16 kernel (both timed).
-        if (ops::narrow_dequantizes(features, type, s.rows, s.k, tokens)) {
-          PoolBuffer w16 = b.pool_.allocate(std::uint64_t{s.rows} * s.k * 2, "bench");
-          narrow_row("staged, via F16", [&](Recording& rec, const PoolBuffer& w) {
-            ops::dequantize_f16(rec, b.kernels_, type, w.range(), w16.range(), s.rows, s.k);
-            ops::matmul_narrow(rec, b.kernels_, WeightType::f16, w16.range(), acts16.range(), out.range(), s.rows, s.k,
-                               tokens, false);
-          });
-        }
-        // The staged kernel alone, and with K split where its grid is small (as the model does for
-        // the residual products) when that applies.
-        const std::uint64_t split_bytes = ops::narrow_split_bytes(features, s.rows, s.k, tokens);
-        PoolBuffer parts = b.pool_.allocate(std::max<std::uint64_t>(split_bytes, 4), "bench");
-        ops::set_direct_matmul(ops::DirectUse::never);
-        narrow_row("staged", [&](Recording& rec, const PoolBuffer& w) {
-          ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens, false);
-        });
-        if (split_bytes > 0) {
-          narrow_row(fmt::format("staged, K in {}", ops::narrow_splits(features, s.rows, s.k, tokens)),
-                     [&](Recording& rec, const PoolBuffer& w) {
-                       ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k,
-                                          tokens, false, parts.range());
-                     });
-        }
-        // The direct kernel (fragments built in registers), with the split scratch as the model gives it.
-        const std::vector<ops::DirectShape> tuned{ops::DirectShape{}};
-        for (const ops::DirectShape& shape : direct_shapes.empty() ? tuned : direct_shapes) {
-          ops::set_direct_matmul(ops::DirectUse::always, shape);
-          const ops::DirectShape used = ops::direct_shape();
-          if (!ops::direct_matmul_applies(b.kernels_, type, s.rows, s.k, tokens) ||
-              !ops::direct_shape_problem(used, padded).empty()) {
-            continue;
-          }
-          narrow_row(fmt::format("direct {}x{}x{}", used.tm, used.sg_k, used.depth), [&](Recording& rec, const PoolBuffer& w) {
-            ops::matmul_narrow(rec, b.kernels_, type, w.range(), acts16.range(), out.range(), s.rows, s.k, tokens,
-                                        false, split_bytes > 0 ? parts.range() : BufferRange{});
-          });
-        }
-        ops::set_direct_matmul(ops::DirectUse::automatic);
-      }
+      rows.narrow_rows(direct_shapes);
     }
-    b.pool_.trim();
-  }
-}
-
-// Grid barrier words for one-dispatch blocks: `per` words a repetition (a timing takes at most
-// 1,001 repetitions, see Bench::time_us), zeroed before each timing as a step zeroes its layers'.
-struct GridSync {
-  GridSync(Bench& b, std::uint32_t per)
-      : b(b), per(per), words(b.pool_.allocate(std::uint64_t{1 + 1001 * per} * 4, "bench")) {}
-  void zero() {
-    auto rec = b.queue_.begin();
-    rec.fill(words.range(), 0);
-    b.queue_.submit_and_wait(rec);
-    next = 1;
-  }
-  std::uint32_t take() {
-    if (next + per > 1 + 1001 * per) throw GpuError("more repetitions than grid barrier words");
-    const std::uint32_t first = next;
-    next += per;
-    return first;
-  }
-  // ", N grid barriers gave up" where any did since the last zero().
-  std::string gave_up() {
-    const std::uint32_t n = download<std::uint32_t>(b.queue_, b.pool_, words, 1)[0];
-    return n == 0 ? "" : fmt::format(", {} grid barriers gave up", n);
-  }
-  Bench& b;
-  std::uint32_t per, next = 1;
-  PoolBuffer words;
-};
-
-// A one-dispatch block's x against the separate dispatches' from the same x0, run once untimed.
-template <class Fused, class Separate>
-std::string check_one_dispatch(Bench& b, GridSync& sync, const PoolBuffer& x0, const PoolBuffer& x, std::uint32_t hidden,
-                               Fused&& fused, Separate&& separate) {
-  PoolBuffer fused_out = b.pool_.allocate(std::uint64_t{hidden} * 4, "bench"),
-             separate_out = b.pool_.allocate(std::uint64_t{hidden} * 4, "bench");
-  sync.zero();
-  auto rec = b.queue_.begin();
-  rec.copy(x0.range(), x.range());
-  fused(rec);
-  rec.copy(x.range(), fused_out.range());
-  rec.copy(x0.range(), x.range());
-  separate(rec);
-  rec.copy(x.range(), separate_out.range());
-  b.queue_.submit_and_wait(rec);
-  std::string check = compare(b, fused_out, separate_out, hidden);
-  check.replace(check.find("vs tiled"), 8, "vs the separate dispatches");
-  return check;
-}
-
-// A single sequence's feed-forward block (norm, gate and up, silu, down, the residual add): in one
-// dispatch (ops::ffn_decode) where it applies, and as the five separate dispatches, each timed over
-// copies of the three matrices (at least 256 MiB in all, so that they stream from memory as a
-// model's layers do). Checked: the one dispatch against the separate ones.
-void bench_ffn_block(Bench& b, Table& table, const Model& m, const std::vector<WeightType>& types) {
-  const auto& features = b.device_.features();
-  ops::set_ffn_decode(true);  // off by default in steps; timed here against the five dispatches
-  struct Restore {
-    ~Restore() { ops::set_ffn_decode(std::nullopt); }
-  } restore;
-  for (auto type : types) {
-    if (!ops::ffn_decode_applies(features, type, type, type, m.hidden, m.ffn, 1)) continue;
-    const auto gate = random_weights(type, m.ffn, m.hidden, 61), up = random_weights(type, m.ffn, m.hidden, 62),
-               down = random_weights(type, m.hidden, m.ffn, 63);
-    const std::size_t block_bytes = gate.size() + up.size() + down.size();
-    const std::size_t copies = std::clamp<std::size_t>(((std::size_t{256} << 20) + block_bytes - 1) / block_bytes, 2, 32);
-    std::vector<std::array<PoolBuffer, 3>> blocks;
-    for (std::size_t i = 0; i < copies; ++i) {
-      blocks.push_back({upload_new(b.queue_, b.pool_, std::span<const std::byte>(gate), "weights:bench"),
-                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(up), "weights:bench"),
-                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(down), "weights:bench")});
-    }
-    auto x0 = b.random_f32(m.hidden, 8), norm = b.random_f32(m.hidden, 9);
-    auto x = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench"), h = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"),
-         g = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"), u = b.pool_.allocate(std::uint64_t{m.ffn} * 4, "bench"),
-         q8 = b.pool_.allocate(ops::q8_acts_bytes(std::max(m.hidden, m.ffn), 1), "bench");
-    const std::uint32_t groups = ops::ffn_decode_workgroups(features);
-    GridSync sync(b, 1);
-    std::size_t next = 0;
-    auto fused = [&](Recording& rec, const std::array<PoolBuffer, 3>& w) {
-      ops::ffn_decode(rec, b.kernels_, type, w[0].range(), w[1].range(), w[2].range(), norm.range(), 1e-5f, x.range(),
-                      h.range(), sync.words.range(), sync.take(), m.hidden, m.ffn, groups);
-    };
-    auto separate = [&](Recording& rec, const std::array<PoolBuffer, 3>& w) {
-      ops::quantize_q8_rms_norm(rec, b.kernels_, x.range(), norm.range(), 1e-5f, q8.range(), m.hidden, 1);
-      ops::matvec_q8(rec, b.kernels_, type, w[0].range(), q8.range(), g.range(), m.ffn, m.hidden, 1, false);
-      rec.next_runs_alongside();
-      ops::matvec_q8(rec, b.kernels_, type, w[1].range(), q8.range(), u.range(), m.ffn, m.hidden, 1, false);
-      ops::quantize_q8_silu(rec, b.kernels_, g.range(), u.range(), q8.range(), m.ffn, 1);
-      ops::matvec_q8(rec, b.kernels_, type, w[2].range(), q8.range(), x.range(), m.hidden, m.ffn, 1, true);
-    };
-    std::string check = check_one_dispatch(
-        b, sync, x0, x, m.hidden, [&](Recording& rec) { fused(rec, blocks.front()); },
-        [&](Recording& rec) { separate(rec, blocks.front()); });
-    const double traffic = double(block_bytes) + 4.0 * (2 * m.hidden + m.ffn);
-    const std::string shape = fmt::format("norm, gate/up {}x{}, silu, down", m.ffn, m.hidden);
-    sync.zero();
-    double us = b.time_us([&](Recording& rec) { fused(rec, blocks[next++ % copies]); });
-    check += sync.gave_up();
-    table.add({fmt::format("ffn block {}", weight_type_name(type)), shape, 1,
-               fmt::format("one dispatch, {} workgroups", groups), us, traffic, 6.0 * m.ffn * m.hidden,
-               check});
-    us = b.time_us([&](Recording& rec) { separate(rec, blocks[next++ % copies]); });
-    table.add({fmt::format("ffn block {}", weight_type_name(type)), shape, 1, "five dispatches", us, traffic,
-               6.0 * m.ffn * m.hidden, ""});
-    b.pool_.trim();
-  }
-}
-
-// A single sequence's attention block (norm, q/k/v with rope and the cache write, attention over
-// `context` keys, the output product, the residual add): in one dispatch (ops::attn_decode, off in
-// steps by default, on here) where it applies, and as the five separate dispatches, each over copies of the four matrices (at least
-// 256 MiB in all). Checked: the one dispatch's x against the separate dispatches'.
-void bench_attention_block(Bench& b, Table& table, const Model& m, const std::vector<WeightType>& types,
-                           std::uint32_t context) {
-  const auto& features = b.device_.features();
-  const std::uint32_t q_rows = m.heads * m.head_dim, kv_rows = m.kv_heads * m.head_dim, page_size = 16;
-  const std::uint32_t position = std::max(context, 1u) - 1, pages = position / page_size + 1;
-  const ops::RopeShape rope{1, m.heads, m.head_dim, 0, 500000.0f, 1.0f, false};
-  ops::set_ffn_decode(true);  // the grid, and the block: both off by default in steps
-  ops::set_attn_decode(true);
-  struct Restore {
-    ~Restore() {
-      ops::set_ffn_decode(std::nullopt);
-      ops::set_attn_decode(std::nullopt);
-    }
-  } restore;
-  for (auto type : types) {
-    if (!ops::attn_decode_applies(features, type, type, type, type, m.hidden, m.heads, m.kv_heads, m.head_dim, 1, rope)) {
-      continue;
-    }
-    const auto wq = random_weights(type, q_rows, m.hidden, 81), wk = random_weights(type, kv_rows, m.hidden, 82),
-               wv = random_weights(type, kv_rows, m.hidden, 83), wo = random_weights(type, m.hidden, q_rows, 84);
-    const std::size_t block_bytes = wq.size() + wk.size() + wv.size() + wo.size();
-    const std::size_t copies = std::clamp<std::size_t>(((std::size_t{256} << 20) + block_bytes - 1) / block_bytes, 2, 32);
-    std::vector<std::array<PoolBuffer, 4>> blocks;
-    for (std::size_t i = 0; i < copies; ++i) {
-      blocks.push_back({upload_new(b.queue_, b.pool_, std::span<const std::byte>(wq), "weights:bench"),
-                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(wk), "weights:bench"),
-                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(wv), "weights:bench"),
-                        upload_new(b.queue_, b.pool_, std::span<const std::byte>(wo), "weights:bench")});
-    }
-    std::vector<std::uint32_t> table_words(pages);
-    std::iota(table_words.begin(), table_words.end(), 0u);
-    const std::uint32_t slot = position;
-    auto x0 = b.random_f32(m.hidden, 10), norm = b.random_f32(m.hidden, 11);
-    std::vector<std::uint16_t> halves(std::size_t{pages} * page_size * kv_rows);
-    {
-      std::mt19937_64 rng(12);
-      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-      for (auto& v : halves) v = float_to_half(dist(rng));
-    }
-    auto k_cache = upload_new(b.queue_, b.pool_, std::span<const std::uint16_t>(halves), "bench"),
-         v_cache = upload_new(b.queue_, b.pool_, std::span<const std::uint16_t>(halves), "bench");
-    auto tables = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(table_words), "bench");
-    const std::vector<std::int32_t> pos_words{static_cast<std::int32_t>(position)};
-    const std::vector<std::uint32_t> slot_words{slot}, seq_pos_words{0, position};
-    auto pos = upload_new(b.queue_, b.pool_, std::span<const std::int32_t>(pos_words), "bench"),
-         slots = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(slot_words), "bench"),
-         seq_pos = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(seq_pos_words), "bench");
-    ops::AttentionShape shape{1, m.heads, m.kv_heads, m.head_dim, page_size, pages, 1.0f / std::sqrt(float(m.head_dim))};
-    shape.max_context = position + 1;
-    auto x = b.pool_.allocate(std::uint64_t{m.hidden} * 4, "bench"), qb = b.pool_.allocate(std::uint64_t{q_rows} * 4, "bench"),
-         out = b.pool_.allocate(std::uint64_t{q_rows} * 4, "bench"),
-         q8 = b.pool_.allocate(ops::q8_acts_bytes(std::max(m.hidden, q_rows), 1), "bench"),
-         att_scratch = b.pool_.allocate(ops::attention_scratch_bytes(shape), "bench"),
-         grid_scratch = b.pool_.allocate(ops::attn_decode_scratch_bytes(features, m.heads, m.kv_heads, m.head_dim), "bench");
-    const std::uint32_t groups = ops::ffn_decode_workgroups(features);
-    GridSync sync(b, ops::attn_decode_sync_words(m.kv_heads));
-    std::size_t next = 0;
-    auto fused = [&](Recording& rec, const std::array<PoolBuffer, 4>& w) {
-      ops::AttnDecode a;
-      a.type = type;
-      a.wq = w[0].range();
-      a.wk = w[1].range();
-      a.wv = w[2].range();
-      a.wo = w[3].range();
-      a.norm_weight = norm.range();
-      a.x = x.range();
-      a.k_cache = k_cache.range();
-      a.v_cache = v_cache.range();
-      a.block_tables = tables.range();
-      a.scratch = grid_scratch.range();
-      a.sync = sync.words.range();
-      a.sync_word = sync.take();
-      a.n_embd = m.hidden;
-      a.heads = m.heads;
-      a.kv_heads = m.kv_heads;
-      a.head_dim = m.head_dim;
-      a.page_size = page_size;
-      a.position = position;
-      a.slot = slot;
-      a.eps = 1e-5f;
-      a.scale = shape.scale;
-      a.rope = rope;
-      ops::attn_decode(rec, b.kernels_, a, groups);
-    };
-    auto separate = [&](Recording& rec, const std::array<PoolBuffer, 4>& w) {
-      ops::quantize_q8_rms_norm(rec, b.kernels_, x.range(), norm.range(), 1e-5f, q8.range(), m.hidden, 1);
-      ops::matvec_q8_heads(rec, b.kernels_, type, w[0].range(), q8.range(), qb.range(), pos.range(), slots.range(), rope,
-                           ops::HeadsOutput::q, q_rows, m.hidden, 1);
-      rec.next_runs_alongside();
-      ops::matvec_q8_heads(rec, b.kernels_, type, w[1].range(), q8.range(), k_cache.range(), pos.range(), slots.range(),
-                           rope, ops::HeadsOutput::k_cache, kv_rows, m.hidden, 1);
-      rec.next_runs_alongside();
-      ops::matvec_q8_heads(rec, b.kernels_, type, w[2].range(), q8.range(), v_cache.range(), pos.range(), slots.range(),
-                           rope, ops::HeadsOutput::v_cache, kv_rows, m.hidden, 1);
-      ops::AttentionMerged merged;
-      merged.q8 = q8.range();
-      if (!ops::attention(rec, b.kernels_, qb.range(), k_cache.range(), v_cache.range(), tables.range(), seq_pos.range(),
-                          att_scratch.range(), out.range(), shape, merged)) {
-        ops::quantize_q8(rec, b.kernels_, out.range(), q8.range(), q_rows, 1);
-      }
-      ops::matvec_q8(rec, b.kernels_, type, w[3].range(), q8.range(), x.range(), m.hidden, q_rows, 1, true);
-    };
-    std::string check = check_one_dispatch(
-        b, sync, x0, x, m.hidden, [&](Recording& rec) { fused(rec, blocks.front()); },
-        [&](Recording& rec) { separate(rec, blocks.front()); });
-    const double traffic = double(block_bytes) + 4.0 * m.hidden * 2 + 4.0 * kv_rows * (position + 1);
-    const double flops = 2.0 * (q_rows + 2.0 * kv_rows) * m.hidden + 2.0 * m.hidden * q_rows;
-    const std::string name = fmt::format("norm, qkv {}x{}, rope, attention over {}, out", q_rows + 2 * kv_rows, m.hidden,
-                                         position + 1);
-    sync.zero();
-    double us = b.time_us([&](Recording& rec) { fused(rec, blocks[next++ % copies]); });
-    check += sync.gave_up();
-    table.add({fmt::format("attention block {}", weight_type_name(type)), name, 1,
-               fmt::format("one dispatch, {} workgroups", groups), us, traffic, flops, check});
-    us = b.time_us([&](Recording& rec) { separate(rec, blocks[next++ % copies]); });
-    table.add({fmt::format("attention block {}", weight_type_name(type)), name, 1, "five dispatches", us, traffic, flops,
-               ""});
     b.pool_.trim();
   }
 }
@@ -632,27 +432,171 @@ std::string utc_now() {
   return date;
 }
 
+// The shapes asked for on the command line (--matvec-shape, --staged-shape, --staged-splits),
+// checked; CommandFailed says what is wrong with one.
+ops::KernelChoice kernel_choice(const std::string& matvec_shape, const std::string& staged_shape,
+                                std::uint32_t staged_splits) {
+  ops::KernelChoice choice;
+  if (!matvec_shape.empty()) {
+    ops::MatvecShape shape;
+    char x = 0;
+    std::istringstream in(matvec_shape);
+    if (!(in >> shape.threads >> x >> shape.rows) || x != 'x' || shape.threads == 0 || shape.rows == 0) {
+      throw CommandFailed("--matvec-shape wants THREADSxROWS, e.g. 128x4, not '" + matvec_shape + "'");
+    }
+    choice.matvec_shape = shape;
+  }
+  if (!staged_shape.empty()) {
+    ops::StagedShape staged;
+    char x1 = 0, x2 = 0, x3 = 0;
+    std::istringstream in(staged_shape);
+    if (!(in >> staged.sg_m >> x1 >> staged.sg_n >> x2 >> staged.tm >> x3 >> staged.tn) || x1 != 'x' || x2 != 'x' ||
+        x3 != 'x') {
+      throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN[xKB], e.g. 4x1x1x4x2, not '" + staged_shape + "'");
+    }
+    char x4 = 0;
+    if (in >> x4 && (x4 != 'x' || !(in >> staged.kb))) {
+      throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN[xKB], e.g. 4x1x1x4x2, not '" + staged_shape + "'");
+    }
+    if (auto problem = ops::staged_shape_problem(staged); !problem.empty()) {
+      throw CommandFailed("--staged-shape " + staged_shape + ": " + problem);
+    }
+    choice.staged_shape = staged;
+  }
+  choice.staged_splits = staged_splits;
+  return choice;
+}
+
+// --direct-shapes, checked.
+std::vector<ops::DirectShape> parse_direct_shapes(const std::vector<std::string>& texts) {
+  std::vector<ops::DirectShape> shapes;
+  for (const std::string& text : texts) {
+    ops::DirectShape shape;
+    char x1 = 0, x2 = 0;
+    std::istringstream in(text);
+    if (!(in >> shape.tm >> x1 >> shape.sg_k >> x2 >> shape.depth) || x1 != 'x' || x2 != 'x') {
+      throw CommandFailed("--direct-shapes wants TMxSGKxDEPTH, e.g. 2x4x4, not '" + text + "'");
+    }
+    if (auto problem = ops::direct_shape_problem(shape); !problem.empty()) {
+      throw CommandFailed("--direct-shapes " + text + ": " + problem);
+    }
+    shapes.push_back(shape);
+  }
+  return shapes;
+}
+
+// The report's header: the device, its copy bandwidth (measured here, into copy_gbs) and, with
+// 16x16x16 tensor cores, their peak with the operands in registers and loaded from shared memory.
+std::string device_header(Bench& b, double& copy_gbs) {
+  std::string header = fmt::format("- device: {}\n- fragment layout the direct matmul builds (it runs): {}\n",
+                                   b.device_.features().summary(), b.kernels_.direct_fragments().value_or(false) ? "yes" : "no");
+  std::cerr << header;
+  std::string copy_shape;
+  copy_gbs = copy_bandwidth(b, copy_shape);
+  header += fmt::format("- copy bandwidth (compute-shader copy of {}, bytes read + written): {:.0f} GB/s\n", copy_shape,
+                        copy_gbs);
+  const auto& cm = b.device_.features().cooperative_matrix;
+  if (cm && cm->n == 16) {
+    // Variants (shaders/CMakeLists.txt): TMxTN fragments a subgroup, rows of S 16-byte words
+    // (the staged matmul's wide shape: 2x4, S = 9).
+    const std::pair<const char*, std::uint32_t> variants[] = {{"2x4_s9", 8}, {"2x4_s8", 8}, {"2x4_s10", 8}, {"2x4_s12", 8},
+                                                              {"4x4_s9", 16}, {"4x2_s9", 8}, {"1x4_s9", 4}};
+    std::string shared;
+    for (const auto& [name, acc] : variants) {
+      shared += fmt::format(" {} {:.0f},", name, tensor_core_tflops(b, fmt::format("coopmat_peak_shared_{}", name), acc));
+    }
+    shared.pop_back();
+    header += fmt::format("- tensor cores (NV cooperative matrix 16x16x16, F16 x F16 + F32; shaders/coopmat_peak.comp): "
+                          "{:.0f} TFLOP/s with the operands in registers; with fragments loaded from shared memory "
+                          "(TMxTN fragments a subgroup, rows of S 16-byte words; the staged matmul loads 2x4 (wide) or 1xTN at S = 4 KB + 1):{}\n",
+                          tensor_core_tflops(b, "coopmat_peak", 8), shared);
+  }
+  return header;
+}
+
+struct KernelBenchOptions {
+  std::vector<std::uint32_t> tokens = {1, 8, 32, 512};
+  std::vector<std::string> types = {"q4_0", "q8_0", "f16", "q4_k", "bf16", "f32"};
+  std::string preset = "llama3-8b";
+  std::string out;
+  double target_ms = 20;
+  bool matmul_only = false;
+  bool attention_only = false;
+  std::uint32_t context = 0;
+  std::string matvec_shape;
+  std::string staged_shape;
+  std::uint32_t staged_splits = 0;
+  std::vector<std::string> direct_shapes;
+  std::string pipeline_stats;
+  bool staged_only = false;
+  DeviceOptions device;
+};
+
+// The table with its header and the command that made it, into o.out.
+void write_report(const KernelBenchOptions& o, const std::string& header, const std::string& columns,
+                  const Table& table) {
+  std::ofstream file(o.out);
+  file << "# Kernel benchmark\n\n- date: " << utc_now() << "\n" << header
+       << fmt::format("- command: mqlm bench kernels --preset {} --tokens {} --types {}{}{}{}{}", o.preset,
+                      fmt::join(o.tokens, ","), fmt::join(o.types, ","), o.matmul_only ? " --matmul-only" : "",
+                      o.attention_only ? " --attention-only" : "",
+                      o.context != 0 ? fmt::format(" --context {}", o.context) : "",
+                      o.matvec_shape.empty() ? "" : " --matvec-shape " + o.matvec_shape)
+       << (o.staged_only ? " --staged-only" : "") << (o.staged_shape.empty() ? "" : " --staged-shape " + o.staged_shape)
+       << (o.staged_splits == 0 ? "" : fmt::format(" --staged-splits {}", o.staged_splits)) << "\n"
+       << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
+          " matmul paths: vector (few tokens), tiled, coopmat (tensor cores, 64x64 tiles), staged (the narrow path: tensor cores,"
+          " tiles staged through shared memory; \"K in S\": K split in S slices, as the model does for the residual products;"
+          " \"via F16\": the weights dequantized to F16 first, both timed, as the model does for wide products);"
+          " check: output vs tiled;"
+          " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
+       << columns << table.str();
+  if (!file) throw CommandFailed("cannot write " + o.out);
+}
+
+void run_kernel_bench(KernelBenchOptions& o) {
+  std::vector<WeightType> types;
+  for (const auto& name : o.types) {
+    auto type = parse_weight_type(name);
+    if (!type) throw CommandFailed("unknown weight type '" + name + "' (f32, f16, bf16, q8_0, q4_0, q4_k)");
+    types.push_back(*type);
+  }
+  Model model = o.preset == "tiny" ? tiny : llama3_8b;
+  if (o.context != 0) model.context = o.context;
+  const ops::KernelChoice choice = kernel_choice(o.matvec_shape, o.staged_shape, o.staged_splits);
+  const std::vector<ops::DirectShape> direct_shapes = parse_direct_shapes(o.direct_shapes);
+  o.device.pipeline_statistics = !o.pipeline_stats.empty();
+  if (o.staged_only) o.matmul_only = true;
+  Bench b(o.device, o.target_ms);
+  double copy_gbs = 0;
+  const std::string header = device_header(b, copy_gbs);
+  std::cerr << header;
+  Table table(copy_gbs);
+  for (auto t : o.tokens) {
+    if (!o.attention_only) bench_matmuls(b, table, model, t, types, o.staged_only, direct_shapes, choice);
+    if (o.matmul_only) continue;
+    if (!o.attention_only) bench_elementwise(b, table, model, t);
+    bench_attention(b, table, model, t);
+    b.pool_.trim();
+  }
+  std::string columns =
+      "| kernel | shape | tokens | path | time us | GB/s | TFLOP/s | % of copy BW | check |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
+  std::cout << header << "\n" << columns << table.str();
+  if (!o.pipeline_stats.empty()) {
+    std::filesystem::create_directories(o.pipeline_stats);
+    std::ofstream stats(o.pipeline_stats + "/statistics.txt");
+    stats << b.kernels_.pipeline_statistics();
+    if (!stats) throw CommandFailed("cannot write " + o.pipeline_stats + "/statistics.txt");
+    std::cerr << fmt::format("pipeline statistics: {}/statistics.txt\n", o.pipeline_stats);
+  }
+  if (!o.out.empty()) write_report(o, header, columns, table);
+}
+
 }  // namespace
 
 void add_kernel_bench(CLI::App& bench) {
-  struct Options {
-    std::vector<std::uint32_t> tokens = {1, 8, 32, 512};
-    std::vector<std::string> types = {"q4_0", "q8_0", "f16", "q4_k", "bf16", "f32"};
-    std::string preset = "llama3-8b";
-    std::string out;
-    double target_ms = 20;
-    bool matmul_only = false;
-    bool attention_only = false;
-    std::uint32_t context = 0;
-    std::string matvec_shape;
-    std::string staged_shape;
-    std::uint32_t staged_splits = 0;
-    std::vector<std::string> direct_shapes;
-    std::string pipeline_stats;
-    bool staged_only = false;
-    DeviceOptions device;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<KernelBenchOptions>();
   auto* cmd = bench.add_subcommand("kernels", "every GPU kernel on one Llama-3-8B layer: time, GB/s, TFLOP/s, % of copy bandwidth");
   cmd->add_option("--tokens", o->tokens, "token counts (decode up to 32, prefill above)")->delimiter(',');
   cmd->add_option("--types", o->types, "weight types of the matmuls")->delimiter(',');
@@ -681,124 +625,7 @@ void add_kernel_bench(CLI::App& bench) {
                   "write what the driver reports of every pipeline used (statistics such as registers) to "
                   "DIR/statistics.txt (VK_KHR_pipeline_executable_properties)");
   cmd->add_option("--out", o->out, "also write the table, with date, device, driver and command, to this file");
-  cmd->callback([o] {
-    std::vector<WeightType> types;
-    for (const auto& name : o->types) {
-      auto type = parse_weight_type(name);
-      if (!type) throw CommandFailed("unknown weight type '" + name + "' (f32, f16, bf16, q8_0, q4_0, q4_k)");
-      types.push_back(*type);
-    }
-    Model model = o->preset == "tiny" ? tiny : llama3_8b;
-    if (o->context != 0) model.context = o->context;
-    if (!o->matvec_shape.empty()) {
-      ops::MatvecShape shape;
-      char x = 0;
-      std::istringstream in(o->matvec_shape);
-      if (!(in >> shape.threads >> x >> shape.rows) || x != 'x' || shape.threads == 0 || shape.rows == 0) {
-        throw CommandFailed("--matvec-shape wants THREADSxROWS, e.g. 128x4, not '" + o->matvec_shape + "'");
-      }
-      ops::set_matvec_shape(shape);
-    }
-    ops::StagedShape staged;
-    if (!o->staged_shape.empty()) {
-      char x1 = 0, x2 = 0, x3 = 0;
-      std::istringstream in(o->staged_shape);
-      if (!(in >> staged.sg_m >> x1 >> staged.sg_n >> x2 >> staged.tm >> x3 >> staged.tn) || x1 != 'x' || x2 != 'x' ||
-          x3 != 'x') {
-        throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN[xKB], e.g. 4x1x1x4x2, not '" + o->staged_shape + "'");
-      }
-      char x4 = 0;
-      if (in >> x4 && (x4 != 'x' || !(in >> staged.kb))) {
-        throw CommandFailed("--staged-shape wants SGMxSGNxTMxTN[xKB], e.g. 4x1x1x4x2, not '" + o->staged_shape + "'");
-      }
-      if (auto problem = ops::staged_shape_problem(staged); !problem.empty()) {
-        throw CommandFailed("--staged-shape " + o->staged_shape + ": " + problem);
-      }
-    }
-    ops::set_staged_shape(staged, o->staged_splits);
-    std::vector<ops::DirectShape> direct_shapes;
-    for (const std::string& text : o->direct_shapes) {
-      ops::DirectShape shape;
-      char x1 = 0, x2 = 0;
-      std::istringstream in(text);
-      if (!(in >> shape.tm >> x1 >> shape.sg_k >> x2 >> shape.depth) || x1 != 'x' || x2 != 'x') {
-        throw CommandFailed("--direct-shapes wants TMxSGKxDEPTH, e.g. 2x4x4, not '" + text + "'");
-      }
-      if (auto problem = ops::direct_shape_problem(shape); !problem.empty()) {
-        throw CommandFailed("--direct-shapes " + text + ": " + problem);
-      }
-      direct_shapes.push_back(shape);
-    }
-    o->device.pipeline_statistics = !o->pipeline_stats.empty();
-    if (o->staged_only) o->matmul_only = true;
-    Bench b(o->device, o->target_ms);
-    std::string header = fmt::format("- device: {}\n- fragment layout the direct matmul builds (it runs): {}\n",
-                                     b.device_.features().summary(), b.kernels_.direct_fragments().value_or(false) ? "yes" : "no");
-    std::cerr << header;
-    std::string copy_shape;
-    double copy_gbs = copy_bandwidth(b, copy_shape);
-    header += fmt::format("- copy bandwidth (compute-shader copy of {}, bytes read + written): {:.0f} GB/s\n", copy_shape,
-                          copy_gbs);
-    const auto& cm = b.device_.features().cooperative_matrix;
-    if (cm && cm->n == 16) {
-      // Variants (shaders/CMakeLists.txt): TMxTN fragments a subgroup, rows of S 16-byte words
-      // (the staged matmul's wide shape: 2x4, S = 9).
-      const std::pair<const char*, std::uint32_t> variants[] = {{"2x4_s9", 8}, {"2x4_s8", 8}, {"2x4_s10", 8}, {"2x4_s12", 8},
-                                                                {"4x4_s9", 16}, {"4x2_s9", 8}, {"1x4_s9", 4}};
-      std::string shared;
-      for (const auto& [name, acc] : variants) {
-        shared += fmt::format(" {} {:.0f},", name, tensor_core_tflops(b, fmt::format("coopmat_peak_shared_{}", name), acc));
-      }
-      shared.pop_back();
-      header += fmt::format("- tensor cores (NV cooperative matrix 16x16x16, F16 x F16 + F32; shaders/coopmat_peak.comp): "
-                            "{:.0f} TFLOP/s with the operands in registers; with fragments loaded from shared memory "
-                            "(TMxTN fragments a subgroup, rows of S 16-byte words; the staged matmul loads 2x4 (wide) or 1xTN at S = 4 KB + 1):{}\n",
-                            tensor_core_tflops(b, "coopmat_peak", 8), shared);
-    }
-    std::cerr << header;
-    Table table(copy_gbs);
-    for (auto t : o->tokens) {
-      if (!o->attention_only) bench_matmuls(b, table, model, t, types, o->staged_only, direct_shapes);
-      if (!o->attention_only && !o->staged_only && t == 1) {
-        bench_ffn_block(b, table, model, types);
-        bench_attention_block(b, table, model, types, o->context != 0 ? o->context : 602);
-      }
-      if (o->matmul_only) continue;
-      if (!o->attention_only) bench_elementwise(b, table, model, t);
-      bench_attention(b, table, model, t);
-      b.pool_.trim();
-    }
-    std::string columns =
-        "| kernel | shape | tokens | path | time us | GB/s | TFLOP/s | % of copy BW | check |\n"
-        "|---|---|---|---|---|---|---|---|---|\n";
-    std::cout << header << "\n" << columns << table.str();
-    if (!o->pipeline_stats.empty()) {
-      std::filesystem::create_directories(o->pipeline_stats);
-      std::ofstream stats(o->pipeline_stats + "/statistics.txt");
-      stats << b.kernels_.pipeline_statistics();
-      if (!stats) throw CommandFailed("cannot write " + o->pipeline_stats + "/statistics.txt");
-      std::cerr << fmt::format("pipeline statistics: {}/statistics.txt\n", o->pipeline_stats);
-    }
-    if (!o->out.empty()) {
-      std::ofstream file(o->out);
-      file << "# Kernel benchmark\n\n- date: " << utc_now() << "\n" << header
-           << fmt::format("- command: mqlm bench kernels --preset {} --tokens {} --types {}{}{}{}{}", o->preset,
-                          fmt::join(o->tokens, ","), fmt::join(o->types, ","), o->matmul_only ? " --matmul-only" : "",
-                          o->attention_only ? " --attention-only" : "",
-                          o->context != 0 ? fmt::format(" --context {}", o->context) : "",
-                          o->matvec_shape.empty() ? "" : " --matvec-shape " + o->matvec_shape)
-           << (o->staged_only ? " --staged-only" : "") << (o->staged_shape.empty() ? "" : " --staged-shape " + o->staged_shape)
-           << (o->staged_splits == 0 ? "" : fmt::format(" --staged-splits {}", o->staged_splits)) << "\n"
-           << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
-              " matmul paths: vector (few tokens), tiled, coopmat (tensor cores, 64x64 tiles), staged (the narrow path: tensor cores,"
-              " tiles staged through shared memory; \"K in S\": K split in S slices, as the model does for the residual products;"
-              " \"via F16\": the weights dequantized to F16 first, both timed, as the model does for wide products);"
-              " check: output vs tiled;"
-              " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
-           << columns << table.str();
-      if (!file) throw CommandFailed("cannot write " + o->out);
-    }
-  });
+  cmd->callback([o] { run_kernel_bench(*o); });
 }
 
 }  // namespace mqlm::tools

@@ -207,38 +207,41 @@ std::vector<std::string> Device::list_devices() {
   return out;
 }
 
-Device::Device(const DeviceOptions& options) {
-  bool validation = options.validation || env_flag("MQLM_VULKAN_VALIDATION");
-  auto created = create_instance(validation);
-  instance_.reset(created.instance);
-  if (created.validation) {
-    auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
-        vkGetInstanceProcAddr(created.instance, "vkCreateDebugUtilsMessengerEXT"));
-    auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
-        vkGetInstanceProcAddr(created.instance, "vkDestroyDebugUtilsMessengerEXT"));
-    VkDebugUtilsMessengerCreateInfoEXT info{};
-    info.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
-    info.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
-    info.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
-    info.pfnUserCallback = log_validation;
-    VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
-    check(create(created.instance, &info, nullptr, &messenger), "vkCreateDebugUtilsMessengerEXT");
-    VkInstance instance = created.instance;
-    messenger_ = {messenger, [instance, destroy](VkDebugUtilsMessengerEXT m) { destroy(instance, m, nullptr); }};
-  }
+namespace {
 
-  std::string selector = options.selector;
-  if (selector.empty()) {
-    if (const char* env = std::getenv("MQLM_VULKAN_DEVICE")) selector = env;
-  }
-  physical_ = pick(instance_.get(), selector);
-  auto extensions = device_extensions(physical_);
+// A messenger that logs what the validation layers report (warnings and errors).
+std::unique_ptr<VkDebugUtilsMessengerEXT_T, std::function<void(VkDebugUtilsMessengerEXT)>> validation_messenger(
+    VkInstance instance) {
+  auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
+      vkGetInstanceProcAddr(instance, "vkCreateDebugUtilsMessengerEXT"));
+  auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
+      vkGetInstanceProcAddr(instance, "vkDestroyDebugUtilsMessengerEXT"));
+  VkDebugUtilsMessengerCreateInfoEXT info{};
+  info.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
+  info.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+  info.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+  info.pfnUserCallback = log_validation;
+  VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+  check(create(instance, &info, nullptr, &messenger), "vkCreateDebugUtilsMessengerEXT");
+  return {messenger, [instance, destroy](VkDebugUtilsMessengerEXT m) { destroy(instance, m, nullptr); }};
+}
 
+// Integer dot products: core in Vulkan 1.3, an extension before; queried below and used only
+// when the device enables them.
+struct DotProductSupport {
+  bool core = false, extension = false;
+};
+
+// What the device reports of itself (its properties and the extensions it lists) into features;
+// returns its properties. Throws GpuError on a device older than Vulkan 1.2 or without push
+// descriptors.
+VkPhysicalDeviceProperties read_properties(VkInstance instance, VkPhysicalDevice physical,
+                                           const std::vector<std::string>& extensions, DeviceFeatures& features,
+                                           VkPhysicalDeviceMemoryProperties& memory) {
   VkPhysicalDeviceDriverProperties driver{};
-
   driver.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
   // How many SMs run the workgroups (NVIDIA's VK_NV_shader_sm_builtins; 0 where the driver does not
-  // say): the grid of the kernels that keep one workgroup on each.
+  // say), for the device's summary.
   VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm_builtins{};
   sm_builtins.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV;
   if (has(extensions, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) driver.pNext = &sm_builtins;
@@ -248,66 +251,69 @@ Device::Device(const DeviceOptions& options) {
   VkPhysicalDeviceProperties2 props{};
   props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
   props.pNext = &subgroup;
-  vkGetPhysicalDeviceProperties2(physical_, &props);
+  vkGetPhysicalDeviceProperties2(physical, &props);
   const auto& p = props.properties;
   if (p.apiVersion < VK_API_VERSION_1_2) {
     throw GpuError(fmt::format("{} supports Vulkan {}.{} only; mqlm needs 1.2 or newer", p.deviceName,
                                VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion)));
   }
-  vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
+  vkGetPhysicalDeviceMemoryProperties(physical, &memory);
 
-  features_.name = p.deviceName;
-  features_.driver = fmt::format("{} {}", driver.driverName, driver.driverInfo);
-  features_.api_version = fmt::format("{}.{}.{}", VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion),
-                                      VK_API_VERSION_PATCH(p.apiVersion));
-  features_.vendor_id = p.vendorID;
-  features_.device_id = p.deviceID;
-  std::copy(std::begin(p.pipelineCacheUUID), std::end(p.pipelineCacheUUID), features_.pipeline_cache_uuid.begin());
-  features_.discrete = p.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
-  features_.subgroup_size = subgroup.subgroupSize;
-  features_.sm_count = sm_builtins.shaderSMCount;
-  features_.max_storage_buffer_range = p.limits.maxStorageBufferRange;
-  features_.max_shared_memory = p.limits.maxComputeSharedMemorySize;
-  features_.max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;
-  features_.max_workgroup_count_x = p.limits.maxComputeWorkGroupCount[0];
-  features_.storage_offset_alignment = p.limits.minStorageBufferOffsetAlignment;
-  for (std::uint32_t h = 0; h < memory_.memoryHeapCount; ++h) {
-    if (memory_.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
-      features_.device_local_bytes = std::max<std::uint64_t>(features_.device_local_bytes, memory_.memoryHeaps[h].size);
+  features.name = p.deviceName;
+  features.driver = fmt::format("{} {}", driver.driverName, driver.driverInfo);
+  features.api_version = fmt::format("{}.{}.{}", VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion),
+                                     VK_API_VERSION_PATCH(p.apiVersion));
+  features.vendor_id = p.vendorID;
+  features.device_id = p.deviceID;
+  std::copy(std::begin(p.pipelineCacheUUID), std::end(p.pipelineCacheUUID), features.pipeline_cache_uuid.begin());
+  features.discrete = p.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+  features.subgroup_size = subgroup.subgroupSize;
+  features.sm_count = sm_builtins.shaderSMCount;
+  features.max_storage_buffer_range = p.limits.maxStorageBufferRange;
+  features.max_shared_memory = p.limits.maxComputeSharedMemorySize;
+  features.max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;
+  features.max_workgroup_count_x = p.limits.maxComputeWorkGroupCount[0];
+  features.storage_offset_alignment = p.limits.minStorageBufferOffsetAlignment;
+  for (std::uint32_t h = 0; h < memory.memoryHeapCount; ++h) {
+    if (memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
+      features.device_local_bytes = std::max<std::uint64_t>(features.device_local_bytes, memory.memoryHeaps[h].size);
   }
-  // Core in Vulkan 1.3; the feature is queried below and used only when the device enables it.
-  const bool dot_core = p.apiVersion >= VK_API_VERSION_1_3;
-  const bool dot_extension = !dot_core && has(extensions, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
-  features_.bfloat16 = has(extensions, "VK_KHR_shader_bfloat16");
-  features_.cooperative_matrix_khr = has(extensions, "VK_KHR_cooperative_matrix");
+  features.bfloat16 = has(extensions, "VK_KHR_shader_bfloat16");
+  features.cooperative_matrix_khr = has(extensions, "VK_KHR_cooperative_matrix");
   bool nv_coopmat = has(extensions, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) && subgroup.subgroupSize == 32;
   if (nv_coopmat) {
-    const NvShapes shapes = nv_cooperative_matrix(instance_.get(), physical_);
+    const NvShapes shapes = nv_cooperative_matrix(instance, physical);
     // The shaders are built for these two; 16 columns where both are listed.
-    if (shapes.n16) features_.cooperative_matrix = CooperativeMatrixShape{16, 16, 16};
-    else if (shapes.n8) features_.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
-    features_.cooperative_matrix_16x8 = shapes.n8;
+    if (shapes.n16) features.cooperative_matrix = CooperativeMatrixShape{16, 16, 16};
+    else if (shapes.n8) features.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
+    features.cooperative_matrix_16x8 = shapes.n8;
   }
   if (!has(extensions, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME)) {
     throw GpuError(fmt::format("{} lacks VK_KHR_push_descriptor, which mqlm's kernels are bound with", p.deviceName));
   }
+  return p;
+}
 
-  // Required features: 8- and 16-bit storage and arithmetic (GGUF blocks), timeline semaphores.
+// Checks the required features: 8- and 16-bit storage and arithmetic (GGUF blocks), timeline
+// semaphores (throws GpuError naming those missing); keeps in features the optional ones the
+// device has (cooperative matrices, integer dot products). Returns whether it has shaderInt64.
+VkBool32 check_features(VkPhysicalDevice physical, DotProductSupport dot_support, DeviceFeatures& features) {
   VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{};
   coopmat.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
   VkPhysicalDeviceShaderIntegerDotProductFeatures dot{};
   dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
-  dot.pNext = features_.cooperative_matrix ? static_cast<void*>(&coopmat) : nullptr;
+  dot.pNext = features.cooperative_matrix ? static_cast<void*>(&coopmat) : nullptr;
+  const bool dot_known = dot_support.core || dot_support.extension;
   VkPhysicalDeviceVulkan12Features f12{};
   f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-  f12.pNext = dot_core || dot_extension ? static_cast<void*>(&dot) : dot.pNext;
+  f12.pNext = dot_known ? static_cast<void*>(&dot) : dot.pNext;
   VkPhysicalDeviceVulkan11Features f11{};
   f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
   f11.pNext = &f12;
   VkPhysicalDeviceFeatures2 f2{};
   f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
   f2.pNext = &f11;
-  vkGetPhysicalDeviceFeatures2(physical_, &f2);
+  vkGetPhysicalDeviceFeatures2(physical, &f2);
   std::vector<std::string> missing;
   if (!f11.storageBuffer16BitAccess) missing.push_back("storageBuffer16BitAccess");
   if (!f12.storageBuffer8BitAccess) missing.push_back("storageBuffer8BitAccess");
@@ -316,64 +322,97 @@ Device::Device(const DeviceOptions& options) {
   if (!f12.timelineSemaphore) missing.push_back("timelineSemaphore");
   if (!f2.features.shaderInt16) missing.push_back("shaderInt16");
   if (!missing.empty()) {
-    throw GpuError(fmt::format("{} lacks Vulkan features mqlm needs: {}", p.deviceName, fmt::join(missing, ", ")));
+    throw GpuError(fmt::format("{} lacks Vulkan features mqlm needs: {}", features.name, fmt::join(missing, ", ")));
   }
-  if (features_.cooperative_matrix && !coopmat.cooperativeMatrix) features_.cooperative_matrix.reset();
-  features_.integer_dot_product = (dot_core || dot_extension) && dot.shaderIntegerDotProduct;
+  if (features.cooperative_matrix && !coopmat.cooperativeMatrix) features.cooperative_matrix.reset();
+  features.integer_dot_product = dot_known && dot.shaderIntegerDotProduct;
+  return f2.features.shaderInt64;
+}
 
-  VkPhysicalDeviceCooperativeMatrixFeaturesNV enable_coopmat{};
+// The features the device is created with, chained: those required, and the optional ones
+// features says it has. Not copied or moved: the chain points into itself.
+struct EnabledFeatures {
+  EnabledFeatures(const DeviceFeatures& features, VkBool32 int64) {
+    coopmat.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+    coopmat.cooperativeMatrix = VK_TRUE;
+    dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
+    dot.pNext = features.cooperative_matrix ? static_cast<void*>(&coopmat) : nullptr;
+    dot.shaderIntegerDotProduct = VK_TRUE;
+    v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+    v12.pNext = features.integer_dot_product ? static_cast<void*>(&dot) : dot.pNext;
+    v12.storageBuffer8BitAccess = v12.shaderFloat16 = v12.shaderInt8 = v12.timelineSemaphore = VK_TRUE;
+    v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+    v11.pNext = &v12;
+    v11.storageBuffer16BitAccess = VK_TRUE;
+    all.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    all.pNext = &v11;
+    all.features.shaderInt16 = VK_TRUE;
+    all.features.shaderInt64 = int64;
+    executables.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR;
+    executables.pipelineExecutableInfo = VK_TRUE;
+    if (features.pipeline_statistics) {
+      executables.pNext = all.pNext;
+      all.pNext = &executables;
+    }
+  }
+  EnabledFeatures(const EnabledFeatures&) = delete;
+  EnabledFeatures& operator=(const EnabledFeatures&) = delete;
 
-  enable_coopmat.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
-  enable_coopmat.cooperativeMatrix = VK_TRUE;
-  VkPhysicalDeviceShaderIntegerDotProductFeatures enable_dot{};
-  enable_dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
-  enable_dot.pNext = features_.cooperative_matrix ? static_cast<void*>(&enable_coopmat) : nullptr;
-  enable_dot.shaderIntegerDotProduct = VK_TRUE;
-  VkPhysicalDeviceVulkan12Features e12{};
-  e12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-  e12.pNext = features_.integer_dot_product ? static_cast<void*>(&enable_dot) : enable_dot.pNext;
-  e12.storageBuffer8BitAccess = e12.shaderFloat16 = e12.shaderInt8 = e12.timelineSemaphore = VK_TRUE;
-  VkPhysicalDeviceVulkan11Features e11{};
-  e11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
-  e11.pNext = &e12;
-  e11.storageBuffer16BitAccess = VK_TRUE;
-  VkPhysicalDeviceFeatures2 e2{};
-  e2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-  e2.pNext = &e11;
-  e2.features.shaderInt16 = VK_TRUE;
-  e2.features.shaderInt64 = f2.features.shaderInt64;
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{};
+  VkPhysicalDeviceShaderIntegerDotProductFeatures dot{};
+  VkPhysicalDeviceVulkan12Features v12{};
+  VkPhysicalDeviceVulkan11Features v11{};
+  VkPhysicalDeviceFeatures2 all{};
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{};
+};
 
-  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR enable_executables{};
-  enable_executables.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR;
-  enable_executables.pipelineExecutableInfo = VK_TRUE;
+// The first queue family that runs compute work; throws GpuError where none does.
+VkQueueFamilyProperties compute_family(VkPhysicalDevice physical, const std::string& name, std::uint32_t& index) {
+  std::uint32_t family_count = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(physical, &family_count, nullptr);
+  std::vector<VkQueueFamilyProperties> families(family_count);
+  vkGetPhysicalDeviceQueueFamilyProperties(physical, &family_count, families.data());
+  for (std::uint32_t i = 0; i < family_count; ++i) {
+    if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+      index = i;
+      return families[i];
+    }
+  }
+  throw GpuError(fmt::format("{} has no compute queue", name));
+}
+
+}  // namespace
+
+Device::Device(const DeviceOptions& options) {
+  bool validation = options.validation || env_flag("MQLM_VULKAN_VALIDATION");
+  auto created = create_instance(validation);
+  instance_.reset(created.instance);
+  if (created.validation) messenger_ = validation_messenger(created.instance);
+
+  std::string selector = options.selector;
+  if (selector.empty()) {
+    if (const char* env = std::getenv("MQLM_VULKAN_DEVICE")) selector = env;
+  }
+  physical_ = pick(instance_.get(), selector);
+  auto extensions = device_extensions(physical_);
+  const VkPhysicalDeviceProperties p = read_properties(instance_.get(), physical_, extensions, features_, memory_);
+  DotProductSupport dot;
+  dot.core = p.apiVersion >= VK_API_VERSION_1_3;
+  dot.extension = !dot.core && has(extensions, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+  const VkBool32 int64 = check_features(physical_, dot, features_);
   features_.pipeline_statistics =
       options.pipeline_statistics && has(extensions, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
   if (options.pipeline_statistics && !features_.pipeline_statistics) {
     spdlog::warn("{} lacks {}: no pipeline statistics", p.deviceName, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
   }
-  if (features_.pipeline_statistics) {
-    enable_executables.pNext = e2.pNext;
-    e2.pNext = &enable_executables;
-  }
+  const EnabledFeatures enabled(features_, int64);
 
-  std::uint32_t family_count = 0;
-  vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, nullptr);
-  std::vector<VkQueueFamilyProperties> families(family_count);
-  vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, families.data());
-  std::optional<std::uint32_t> family;
-  for (std::uint32_t i = 0; i < family_count; ++i) {
-    if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
-      family = i;
-      break;
-    }
+  if (compute_family(physical_, features_.name, queue_family_).timestampValidBits > 0) {
+    features_.timestamp_period_ns = p.limits.timestampPeriod;
   }
-  if (!family) throw GpuError(fmt::format("{} has no compute queue", p.deviceName));
-  queue_family_ = *family;
-  if (families[queue_family_].timestampValidBits > 0) features_.timestamp_period_ns = p.limits.timestampPeriod;
-
   std::vector<const char*> enable = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
   if (features_.cooperative_matrix) enable.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
-  if (features_.integer_dot_product && dot_extension) enable.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+  if (features_.integer_dot_product && dot.extension) enable.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
   if (features_.pipeline_statistics) enable.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
   memory_budget_ = has(extensions, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   if (memory_budget_) enable.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
@@ -385,7 +424,7 @@ Device::Device(const DeviceOptions& options) {
   queue_info.pQueuePriorities = &priority;
   VkDeviceCreateInfo info{};
   info.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
-  info.pNext = &e2;
+  info.pNext = &enabled.all;
   info.queueCreateInfoCount = 1;
   info.pQueueCreateInfos = &queue_info;
   info.enabledExtensionCount = static_cast<std::uint32_t>(enable.size());

@@ -1,7 +1,6 @@
 #include "gpu/ops.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <span>
@@ -39,8 +38,6 @@ const Kernel& kernel(KernelLibrary& lib, std::string shader, std::uint32_t buffe
   return lib.get({std::move(shader), buffers, push_bytes, std::move(constants), subgroup});
 }
 
-MatvecShape matvec_override;
-
 // The whole-block vector kernel reads 16-byte words of float rows, so it needs K % 8 == 0
 // (quantized rows are whole blocks by construction); the generic kernel takes any K.
 bool matvec_blocks(WeightType type, std::uint32_t k) {
@@ -57,8 +54,8 @@ bool matvec_blocks(WeightType type, std::uint32_t k) {
 // Q4_0 and Q8_0 matrices of at most 4096 rows (attention output, down projection) take 256
 // threads: one wave of the H100 then still has all its threads (128 threads: 7-16% slower there,
 // 5-9% faster for the taller matrices; bench/results/int8-matvec-2026-11-25-h100.md).
-MatvecShape matvec_shape(WeightType type, std::uint32_t m) {
-  if (matvec_override.threads != 0) return matvec_override;
+MatvecShape matvec_shape(WeightType type, std::uint32_t m, const KernelChoice& choice) {
+  if (choice.matvec_shape.threads != 0) return choice.matvec_shape;
   switch (type) {
     case WeightType::q4_0:
     case WeightType::q8_0: return {m <= 4096 ? 256u : 128u, 4};
@@ -67,12 +64,12 @@ MatvecShape matvec_shape(WeightType type, std::uint32_t m) {
   }
 }
 
-std::optional<bool> matvec_int8_override;
-
 // The whole-block vector kernel's module for weights of `type` and activations `acts` (b32, b16,
 // silu, rmsnorm): the int8 one where matvec_int8 says so.
-std::string matvec_blocks_kernel(const DeviceFeatures& features, WeightType type, std::string_view acts) {
-  return fmt::format("mul_mat_vec_blocks_{}_{}{}", weight_type_name(type), acts, matvec_int8(features, type) ? "_i8" : "");
+std::string matvec_blocks_kernel(const DeviceFeatures& features, WeightType type, std::string_view acts,
+                                 const KernelChoice& choice) {
+  return fmt::format("mul_mat_vec_blocks_{}_{}{}", weight_type_name(type), acts,
+                     matvec_int8(features, type, choice) ? "_i8" : "");
 }
 
 struct MatvecPush {
@@ -83,8 +80,9 @@ struct MatvecPush {
 // its workgroup shape for push.m rows, push.n columns, and whether it adds to the output.
 template <class Push>
 void dispatch_matvec_blocks(Recording& rec, KernelLibrary& lib, const std::string& module, WeightType type,
-                            std::initializer_list<BufferRange> buffers, const Push& push, bool accumulate) {
-  const MatvecShape shape = matvec_shape(type, push.m);
+                            std::initializer_list<BufferRange> buffers, const Push& push, bool accumulate,
+                            const KernelChoice& choice) {
+  const MatvecShape shape = matvec_shape(type, push.m, choice);
   auto [gx, gy] = spread(ceil_div(push.m, shape.rows));
   rec.dispatch(kernel(lib, module, static_cast<std::uint32_t>(buffers.size()), sizeof push,
                       {shape.threads, shape.rows, push.n, accumulate ? 1u : 0u}),
@@ -282,12 +280,9 @@ bool built_among(const StagedShape& s, std::size_t count) {
   });
 }
 
-StagedShape staged_override;
-std::uint32_t splits_override = 0;
-
 // The shape for an m x k product of n columns (every choice for n has the same column tile).
-StagedShape staged_shape(std::uint32_t m, std::uint32_t n, std::uint32_t k) {
-  if (staged_override.sg_m != 0) return staged_override;
+StagedShape staged_shape(std::uint32_t m, std::uint32_t n, std::uint32_t k, const KernelChoice& choice) {
+  if (choice.staged_shape.sg_m != 0) return choice.staged_shape;
   using Choices = std::span<const std::size_t>;
   const Choices choices = n <= 16 ? Choices(for_16)
                           : n <= 32 ? Choices(for_32)
@@ -303,9 +298,10 @@ std::uint32_t staged_columns(const StagedShape& s) { return s.sg_n * s.tn * 16; 
 
 }  // namespace
 
-std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                            const KernelChoice& choice) {
   if (!features.cooperative_matrix) return 1;
-  const StagedShape s = staged_shape(m, n, k);
+  const StagedShape s = staged_shape(m, n, k, choice);
   const std::uint32_t groups = ceil_div(m, 16 * s.sg_m * s.tm) * ceil_div(n, staged_columns(s));
   const std::uint32_t blocks = k / 32;
   // Decode batches whose grid would leave a large GPU (132 SMs on the H100) partly idle get enough
@@ -320,16 +316,17 @@ std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std
   // output, the down projection) split in 4, one workgroup to an SM: in 8 or 16 (the rule above) the
   // workgroups share SMs (H100, Q4_0, 32 columns: down 69.4 -> 65.3 us, out 25.7 -> 24.3; 64: down
   // 96.3 -> 86.1; in 6, an uneven 192, 85.0 and 33.4; bench/results/staged-rows-2026-11-26-h100.md).
-  if (splits_override == 0 && (n > 64 ? groups >= 128 : groups >= 192)) return 1;
-  const std::uint32_t splits = splits_override != 0 ? splits_override
+  if (choice.staged_splits == 0 && (n > 64 ? groups >= 128 : groups >= 192)) return 1;
+  const std::uint32_t splits = choice.staged_splits != 0 ? choice.staged_splits
                                : n <= 64 && groups <= 32 ? 4
                                                          : ceil_div(512, groups);
   return std::clamp(splits, 1u, std::max(blocks / 16, 1u));
 }
 
-std::uint64_t narrow_split_bytes(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
-  const std::uint32_t splits = narrow_splits(features, m, k, n);
-  return splits > 1 ? std::uint64_t{splits} * narrow_padded_columns(features, n) * m * 4 : 0;
+std::uint64_t narrow_split_bytes(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                                 const KernelChoice& choice) {
+  const std::uint32_t splits = narrow_splits(features, m, k, n, choice);
+  return splits > 1 ? std::uint64_t{splits} * narrow_padded_columns(features, n, choice) * m * 4 : 0;
 }
 
 void sum_splits(Recording& rec, KernelLibrary& lib, BufferRange parts, BufferRange out, std::uint32_t count,
@@ -370,14 +367,6 @@ std::vector<std::string> staged_modules() {
   return names;
 }
 
-void set_staged_shape(StagedShape shape, std::uint32_t splits) {
-  if (shape.sg_m != 0) {
-    if (auto problem = staged_shape_problem(shape); !problem.empty()) throw GpuError("staged matmul shape: " + problem);
-  }
-  staged_override = shape;
-  splits_override = splits;
-}
-
 bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k) {
   const auto& cm = features.cooperative_matrix;
   if (!cm || cm->m != 16 || cm->k != 16 || (cm->n != 16 && cm->n != 8) || features.subgroup_size != 32) return false;
@@ -391,18 +380,18 @@ bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std:
 }
 
 bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
-                             std::uint32_t n) {
+                             std::uint32_t n, const KernelChoice& choice) {
   if (n < narrow_min_columns || !narrow_matmul_applies(features, type, m, k)) return false;
   // Up to 8 columns the int8 mat-vec (its fixed-shape modules) beats the tensor cores on every
   // product (H100, Q4_0, 8 columns: gate/up 111 against 192 us, down 54 against 97 split, q/k/v 28
   // against 49, the attention output 26 against 34, the output matrix 461 against 748).
-  const bool int8_wins = n <= matvec_max_cols && matvec_int8(features, type);
+  const bool int8_wins = n <= matvec_max_cols && matvec_int8(features, type, choice);
   return !int8_wins;
 }
 
-std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n) {
+std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n, const KernelChoice& choice) {
   if (!features.cooperative_matrix) return n;
-  const std::uint32_t width = staged_columns(staged_shape(0, n, 64));  // nor on m and k
+  const std::uint32_t width = staged_columns(staged_shape(0, n, 64, choice));  // nor on m and k
   return ceil_div(std::max(n, 1u), width) * width;
 }
 
@@ -412,8 +401,6 @@ namespace {
 // first is the default.
 constexpr DirectShape direct_shapes[] = {{2, 4, 4}, {1, 4, 4}, {2, 4, 2}, {1, 8, 4}, {2, 2, 4},
                                          {1, 4, 8}, {2, 4, 8}, {1, 8, 2}, {2, 8, 4}, {1, 8, 8}};
-DirectUse direct_use = DirectUse::automatic;
-DirectShape direct_override;
 
 bool direct_built(const DirectShape& s, std::uint32_t columns) {
   return s.sg_k * s.tm * (columns / 8) * 512 <= 49152 &&
@@ -425,32 +412,19 @@ bool direct_built(const DirectShape& s, std::uint32_t columns) {
 // loads of one hide behind the others' products), each with at least 8 blocks, and never more
 // than the staged kernel's rule, which sized the caller's scratch.
 std::uint32_t direct_splits(const DeviceFeatures& features, const DirectShape& s, std::uint32_t m, std::uint32_t k,
-                            std::uint32_t n) {
+                            std::uint32_t n, const KernelChoice& choice) {
   const std::uint32_t subgroups = ceil_div(m, 16 * s.tm) * s.sg_k;
   const std::uint32_t want = ceil_div(2048, subgroups), most = std::max(k / 32 / (8 * s.sg_k), 1u);
-  return std::clamp(std::min(want, most), 1u, narrow_splits(features, m, k, n));
+  return std::clamp(std::min(want, most), 1u, narrow_splits(features, m, k, n, choice));
 }
 
 }  // namespace
 
 bool direct_matmul_applies(const KernelLibrary& lib, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
-  // MQLM_DIRECT_MATMUL=0 keeps the staged kernel (to compare the two in a whole model).
-  static const bool switched_off = [] {
-    const char* v = std::getenv("MQLM_DIRECT_MATMUL");
-    return v != nullptr && std::string_view(v) == "0";
-  }();
-  if (switched_off || n <= 8 || n > 64 || !lib.direct_fragments().value_or(false)) return false;
+  if (n <= 8 || n > 64 || !lib.direct_fragments().value_or(false)) return false;
   const auto& features = lib.device().features();
   if (!narrow_matmul_applies(features, type, m, k)) return false;
   return type == WeightType::q4_0 || type == WeightType::q8_0 || type == WeightType::f16;
-}
-
-void set_direct_matmul(DirectUse use, DirectShape shape) {
-  if (shape.tm != 0) {
-    if (auto problem = direct_shape_problem(shape); !problem.empty()) throw GpuError("direct matmul shape: " + problem);
-  }
-  direct_use = use;
-  direct_override = shape;
 }
 
 std::string direct_shape_problem(DirectShape shape, std::uint32_t columns) {
@@ -461,8 +435,8 @@ std::string direct_shape_problem(DirectShape shape, std::uint32_t columns) {
                      columns, built);
 }
 
-DirectShape direct_shape() {
-  return direct_override.tm != 0 ? direct_override : direct_shapes[0];
+DirectShape direct_shape(const KernelChoice& choice) {
+  return choice.direct_shape.tm != 0 ? choice.direct_shape : direct_shapes[0];
 }
 
 std::string direct_module(WeightType type, DirectShape s, std::uint32_t n) {
@@ -483,14 +457,15 @@ std::vector<std::string> direct_modules() {
 
 std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
                             BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
-                            BufferRange split_scratch, bool sum_later) {
+                            BufferRange split_scratch, bool sum_later, const KernelChoice& choice) {
   const auto& features = lib.device().features();
   if (!narrow_matmul_applies(features, type, m, k)) {
     throw GpuError(fmt::format("the narrow matmul does not take {} weights of {}x{} on {}", weight_type_name(type), m, k,
                                features.name));
   }
-  if (acts16.size < std::uint64_t{narrow_padded_columns(features, n)} * k * 2) {
-    throw GpuError(fmt::format("the narrow matmul needs {} padded F16 activation rows", narrow_padded_columns(features, n)));
+  const std::uint32_t padded = narrow_padded_columns(features, n, choice);
+  if (acts16.size < std::uint64_t{padded} * k * 2) {
+    throw GpuError(fmt::format("the narrow matmul needs {} padded F16 activation rows", padded));
   }
   const auto& cm = *features.cooperative_matrix;
   struct {
@@ -500,24 +475,27 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
   // At 32 and 64 columns it was slower (10.5 -> 11.9, 13.8 -> 15.6; with a shape for each product
   // at 32, 10.5 -> 11.0), and so were Q8_0 and F16 at 16 (11.65 -> 12.3-12.7, 9.5-9.7 -> 10.0-10.5):
   // bench/results/direct-matmul-2026-11-26-h100.md.
-  const bool direct = direct_use == DirectUse::always ||
-                      (direct_use == DirectUse::automatic && n <= direct_max_columns && type == WeightType::q4_0);
+  const bool direct = choice.direct_use == DirectUse::always ||
+                      (choice.direct_use == DirectUse::automatic && n <= direct_max_columns && type == WeightType::q4_0);
   // The module and grid of either kernel; K split over grid z where the scratch takes the partial
   // products, which are then summed into out.
   std::string module;
   std::uint32_t groups_x = 0, groups_y = 1, splits = 1;
   if (direct && direct_matmul_applies(lib, type, m, k, n)) {
-    const std::uint32_t columns = narrow_padded_columns(features, n);
-    const DirectShape s = direct_shape();
+    const std::uint32_t columns = padded;
+    const DirectShape s = direct_shape(choice);
     if (!direct_built(s, columns)) {
       throw GpuError(
           fmt::format("the direct matmul shape {}x{}x{} is not built for {} columns", s.tm, s.sg_k, s.depth, columns));
     }
     module = direct_module(type, s, columns);
     groups_x = ceil_div(m, 16 * s.tm);
-    splits = direct_splits(features, s, m, k, n);
+    splits = direct_splits(features, s, m, k, n, choice);
   } else {
-    const StagedShape s = staged_shape(m, n, k);
+    const StagedShape s = staged_shape(m, n, k, choice);
+    if (choice.staged_shape.sg_m != 0) {
+      if (auto problem = staged_shape_problem(s); !problem.empty()) throw GpuError("staged matmul shape: " + problem);
+    }
     if (cm.n != 16 && !built_among(s, staged_both_tiles)) {
       throw GpuError(fmt::format("the staged matmul shape {}x{}x{}x{}x{} is built for 16x16x16 tiles only", s.sg_m,
                                  s.sg_n, s.tm, s.tn, s.kb));
@@ -529,10 +507,9 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
     module = staged_module(type, cm, s);
     groups_x = ceil_div(m, 16 * s.sg_m * s.tm);
     groups_y = ceil_div(n, staged_columns(s));
-    splits = narrow_splits(features, m, k, n);
+    splits = narrow_splits(features, m, k, n, choice);
   }
-  const bool split =
-      splits > 1 && split_scratch.size >= std::uint64_t{splits} * narrow_padded_columns(features, n) * m * 4;
+  const bool split = splits > 1 && split_scratch.size >= std::uint64_t{splits} * padded * m * 4;
   // Constant 0 (the workgroup size) and 1-4 (the shape) are fixed in the module; 5: accumulate.
   rec.dispatch(kernel(lib, module, 3, sizeof push, {0, 0, 0, 0, 0, accumulate && !split ? 1u : 0u}, 32),
                {weights, acts16, split ? split_scratch : out}, push, groups_x, groups_y, split ? splits : 1);
@@ -541,30 +518,31 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
 }
 
 bool narrow_glu_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
-                        std::uint32_t n) {
+                        std::uint32_t n, const KernelChoice& choice) {
   // From 17 columns (H100, Q4_0, ms a decode step, against gate and up side by side and
   // silu_mul_f16: 20 sequences 10.46 / 10.51 -> 10.35 / 10.38, 24: 10.69 / 10.66 -> 10.36 / 10.38,
   // 32: 10.37 / 10.33 -> 10.29 / 10.27, bench/results/batched-fusions-2026-11-27-h100.md; 64:
   // 14.88 / 14.90 -> 13.91 / 13.94, staged-rows-2026-11-26-h100.md). Up to 16 columns the direct
   // kernel takes gate and up.
   if (n <= 16 || m == 0 || !narrow_matmul_applies(features, type, 2 * m, k)) return false;
-  const StagedShape s = staged_shape(2 * m, n, k);
+  const StagedShape s = staged_shape(2 * m, n, k, choice);
   // The GLU modules: the shapes built for both tensor-core tiles with two 16-row fragments a subgroup.
   return s.tm == 2 && built_among(s, staged_both_tiles) && k % (32 * s.kb) == 0;
 }
 
 void matmul_narrow_glu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange gate, BufferRange up,
-                       BufferRange acts16, BufferRange out16, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
+                       BufferRange acts16, BufferRange out16, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                       const KernelChoice& choice) {
   const auto& features = lib.device().features();
-  if (!narrow_glu_applies(features, type, m, k, n)) {
+  if (!narrow_glu_applies(features, type, m, k, n, choice)) {
     throw GpuError(fmt::format("the narrow SwiGLU does not take {} weights of {}x{} at {} columns on {}",
                                weight_type_name(type), m, k, n, features.name));
   }
-  const std::uint32_t padded = narrow_padded_columns(features, n);
+  const std::uint32_t padded = narrow_padded_columns(features, n, choice);
   if (acts16.size < std::uint64_t{padded} * k * 2 || out16.size < std::uint64_t{padded} * m * 2) {
     throw GpuError(fmt::format("the narrow SwiGLU needs {} padded F16 rows of input and of output", padded));
   }
-  const StagedShape s = staged_shape(2 * m, n, k);
+  const StagedShape s = staged_shape(2 * m, n, k, choice);
   struct {
     std::uint32_t m, k, n;
   } push{m, k, padded};  // every padded column: its zero input makes the zero the down product reads
@@ -605,7 +583,8 @@ void to_f16(Recording& rec, KernelLibrary& lib, BufferRange in, BufferRange out,
 }
 
 MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts, bool acts_f16,
-                  BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, MatmulPath path) {
+                  BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, MatmulPath path,
+                  const KernelChoice& choice) {
   const auto& features = lib.device().features();
   if (path == MatmulPath::automatic) path = choose_matmul_path(features, n);
   if (k % block_elements(type) != 0) (void)row_bytes(type, k);
@@ -617,8 +596,8 @@ MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRan
     case MatmulPath::vector: {
       if (n > matvec_max_cols) throw GpuError(fmt::format("the vector matmul takes at most {} columns, not {}", matvec_max_cols, n));
       if (matvec_blocks(type, k)) {
-        dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(features, type, acts_f16 ? "b16" : "b32"), type,
-                               {weights, acts, out}, push, false);
+        dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(features, type, acts_f16 ? "b16" : "b32", choice), type,
+                               {weights, acts, out}, push, false, choice);
         break;
       }
       auto [gx, gy] = spread(ceil_div(m, matvec_rows));
@@ -651,28 +630,30 @@ bool matvec_can_accumulate(WeightType type, std::uint32_t k, std::uint32_t n) {
 namespace {
 void record_matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType type, const std::string& acts_name,
                               std::initializer_list<BufferRange> buffers, std::uint32_t m, std::uint32_t k,
-                              std::uint32_t n) {
+                              std::uint32_t n, const KernelChoice& choice) {
   if (!matvec_can_accumulate(type, k, n)) {
     throw GpuError(fmt::format("no accumulating mat-vec for {} with k {} and {} columns", weight_type_name(type), k, n));
   }
-  dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(lib.device().features(), type, acts_name), type, buffers,
-                         MatvecPush{m, k, n}, true);
+  dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(lib.device().features(), type, acts_name, choice), type,
+                         buffers, MatvecPush{m, k, n}, true, choice);
 }
 }  // namespace
 
 void matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
-                       bool acts_f16, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
-  record_matvec_accumulate(rec, lib, type, acts_f16 ? "b16" : "b32", {weights, acts, out}, m, k, n);
+                       bool acts_f16, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                       const KernelChoice& choice) {
+  record_matvec_accumulate(rec, lib, type, acts_f16 ? "b16" : "b32", {weights, acts, out}, m, k, n, choice);
 }
 
 void matvec_accumulate_silu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange gate,
-                            BufferRange up, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
-  record_matvec_accumulate(rec, lib, type, "silu", {weights, gate, out, up}, m, k, n);
+                            BufferRange up, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                            const KernelChoice& choice) {
+  record_matvec_accumulate(rec, lib, type, "silu", {weights, gate, out, up}, m, k, n, choice);
 }
 
 void matvec_rms_norm(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange x,
                      BufferRange norm_weight, float eps, BufferRange out, std::uint32_t m, std::uint32_t k,
-                     std::uint32_t n) {
+                     std::uint32_t n, const KernelChoice& choice) {
   if (!matvec_can_accumulate(type, k, n) || k % 4 != 0) {
     throw GpuError(fmt::format("no normalising mat-vec for {} with k {} and {} columns", weight_type_name(type), k, n));
   }
@@ -680,21 +661,12 @@ void matvec_rms_norm(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
     std::uint32_t m, k, n;
     float eps;
   } push{m, k, n, eps};
-  dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(lib.device().features(), type, "rmsnorm"), type,
-                         {weights, x, out, norm_weight}, push, false);
+  dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(lib.device().features(), type, "rmsnorm", choice), type,
+                         {weights, x, out, norm_weight}, push, false, choice);
 }
 
-void set_matvec_shape(MatvecShape shape) { matvec_override = shape; }
-
-void set_matvec_int8(std::optional<bool> enabled) { matvec_int8_override = enabled; }
-
-bool matvec_int8(const DeviceFeatures& features, WeightType type) {
-  static const std::optional<bool> from_env = []() -> std::optional<bool> {
-    const char* v = std::getenv("MQLM_MATVEC_INT8");
-    if (v == nullptr) return std::nullopt;
-    return std::string_view(v) != "0";
-  }();
-  const std::optional<bool> chosen = matvec_int8_override ? matvec_int8_override : from_env;
+bool matvec_int8(const DeviceFeatures& features, WeightType type, const KernelChoice& choice) {
+  const std::optional<bool> chosen = choice.matvec_int8;
   if (!features.integer_dot_product) return false;
   // By default for both: on the H100 int8 took Q4_0 decode from 213 to 244 tok/s (its float kernel
   // is bound by unpacking nibbles), and Q8_0 from 182 to 189 once the q/k/v products wrote the KV
@@ -743,40 +715,41 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
 namespace {
 // Whether the int8 product has a module with its shape fixed at compile time for m x n (one per
 // column count of the vector path, 4 rows: what matvec_shape gives quantized weights).
-bool fixed_q8_module(WeightType type, std::uint32_t m, std::uint32_t n) {
-  return n <= matvec_max_cols && matvec_shape(type, m).rows == 4;
+bool fixed_q8_module(WeightType type, std::uint32_t m, std::uint32_t n, const KernelChoice& choice) {
+  return n <= matvec_max_cols && matvec_shape(type, m, choice).rows == 4;
 }
 }  // namespace
 
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
-               BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate) {
-  if (!matvec_int8(lib.device().features(), type) || !matvec_can_accumulate(type, k, n)) {
+               BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
+               const KernelChoice& choice) {
+  if (!matvec_int8(lib.device().features(), type, choice) || !matvec_can_accumulate(type, k, n)) {
     throw GpuError(fmt::format("no int8 mat-vec for {} with k {} and {} columns on this device", weight_type_name(type), k, n));
   }
   // The module whose shape is fixed at compile time (every loop over rows and columns unrolled;
   // H100, Q4_0, 8 columns: gate/up 166 -> 111 us, 1 column: 31.3 -> 28.6); the one with the shape in
-  // specialization constants for other shapes (set_matvec_shape).
-  if (fixed_q8_module(type, m, n)) {
+  // specialization constants for other shapes (choice.matvec_shape).
+  if (fixed_q8_module(type, m, n, choice)) {
     dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8_c{}", weight_type_name(type), n), type,
-                           {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate);
+                           {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate, choice);
     return;
   }
   dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8", weight_type_name(type)), type,
-                         {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate);
+                         {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate, choice);
 }
 
 bool matvec_q8_heads_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
-                             std::uint32_t n, const RopeShape& rope) {
+                             std::uint32_t n, const RopeShape& rope, const KernelChoice& choice) {
   const std::uint32_t dims = rotary_dims(rope);
   // The module's 4 rows hold whole pairs (2i, 2i + 1) of one head when head_dim is even.
-  return matvec_int8(features, type) && matvec_can_accumulate(type, k, n) && fixed_q8_module(type, m, n) &&
+  return matvec_int8(features, type, choice) && matvec_can_accumulate(type, k, n) && fixed_q8_module(type, m, n, choice) &&
          !rope.neox && rope.head_dim % 2 == 0 && dims % 2 == 0 && dims <= rope.head_dim && m % rope.head_dim == 0;
 }
 
 void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                      BufferRange out, BufferRange positions, BufferRange slots, const RopeShape& rope, HeadsOutput what,
-                     std::uint32_t m, std::uint32_t k, std::uint32_t n) {
-  if (!matvec_q8_heads_applies(lib.device().features(), type, m, k, n, rope)) {
+                     std::uint32_t m, std::uint32_t k, std::uint32_t n, const KernelChoice& choice) {
+  if (!matvec_q8_heads_applies(lib.device().features(), type, m, k, n, rope, choice)) {
     throw GpuError(fmt::format("no int8 mat-vec writing heads for {} of {}x{}, {} columns, head_dim {}{}",
                                weight_type_name(type), m, k, n, rope.head_dim, rope.neox ? " (NeoX rope)" : ""));
   }
@@ -786,195 +759,7 @@ void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
     std::uint32_t mode;
   } push{m, k, n, rope.head_dim, rotary_dims(rope), rope.freq_base, rope.freq_scale, static_cast<std::uint32_t>(what)};
   dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8_rope_c{}", weight_type_name(type), n), type,
-                         {weights, acts_q8, out, positions, slots}, push, false);
-}
-
-namespace {
-std::optional<bool> ffn_decode_override;
-
-// The persistent decode grid's threads (ffn_decode.comp, attn_decode.comp): a workgroup fills
-// half of an SM's threads (1024 on the H100); workgroup_sum (reduce.glsl) takes at most 64 subgroups.
-std::uint32_t decode_grid_threads(const DeviceFeatures& features) {
-  return std::min({1024u, features.max_workgroup_invocations, 64 * std::max(features.subgroup_size, 1u)});
-}
-
-// Chunks of K a row splits into (items of one subgroup each): the count, of 1, 2, 4 and 8, that
-// keeps the grid's subgroups most evenly busy over the steps the kernel takes them in, each chunk at
-// least the 4 units a lane the kernel loads at once. Chunks divide the row's units and the subgroups.
-std::uint32_t decode_grid_chunks(std::uint32_t rows, std::uint32_t units, std::uint32_t workgroups,
-                                std::uint32_t subgroups, std::uint32_t lanes) {
-  std::uint32_t best = 1;
-  double best_busy = 0.0;
-  const std::uint64_t slots = std::uint64_t{workgroups} * subgroups;
-  for (std::uint32_t c : {1u, 2u, 4u, 8u}) {
-    if (units % c != 0 || subgroups % c != 0 || (c > 1 && units / c < 4 * lanes)) break;
-    const std::uint64_t items = std::uint64_t{rows} * c;
-    const double busy = double(items) / double((items + slots - 1) / slots * slots);
-    if (busy > best_busy + 0.01) {
-      best = c;
-      best_busy = busy;
-    }
-  }
-  return best;
-}
-}  // namespace
-
-void set_ffn_decode(std::optional<bool> enabled) { ffn_decode_override = enabled; }
-
-namespace {
-std::optional<bool> ffn_decode_chosen() {
-  static const std::optional<bool> from_env = []() -> std::optional<bool> {
-    const char* v = std::getenv("MQLM_FFN_DECODE");
-    if (v == nullptr) return std::nullopt;
-    return std::string_view(v) != "0";
-  }();
-  return ffn_decode_override ? ffn_decode_override : from_env;
-}
-}  // namespace
-
-std::uint32_t ffn_decode_workgroups(const DeviceFeatures& features) {
-  const std::optional<bool> chosen = ffn_decode_chosen();
-  if (chosen && !*chosen) return 0;
-  return chosen ? std::max(features.sm_count, 1u) : features.sm_count;
-}
-
-bool ffn_decode_applies(const DeviceFeatures& features, WeightType gate, WeightType up, WeightType down,
-                        std::uint32_t n_embd, std::uint32_t n_ff, std::uint32_t n) {
-  // Off unless asked for: on the H100 a step is no faster with it (decode runs 270-304 tok/s from
-  // run to run with or without it, both at 302-304 at best), and a grid that cannot be resident
-  // fails a step (bench/results/ffn-decode-2026-11-27-h100.md).
-  const std::optional<bool> chosen = ffn_decode_chosen();
-  if (!chosen || !*chosen) return false;
-  const std::uint32_t workgroups = ffn_decode_workgroups(features);
-  const std::uint32_t max_k = std::max(n_embd, n_ff);
-  const std::uint64_t shared_bytes = std::uint64_t{max_k} + max_k / 8 + 2 * 256 * 4 + 64 * 4;
-  return n == 1 && workgroups != 0 && gate == up && up == down && matvec_int8(features, gate) && n_embd % 32 == 0 &&
-         n_ff % 32 == 0 && shared_bytes <= features.max_shared_memory && features.subgroup_size >= 4;
-}
-
-void ffn_decode(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange gate, BufferRange up, BufferRange down,
-                BufferRange norm_weight, float eps, BufferRange x, BufferRange h, BufferRange sync, std::uint32_t slot,
-                std::uint32_t n_embd, std::uint32_t n_ff, std::uint32_t workgroups) {
-  const DeviceFeatures& features = lib.device().features();
-  if (!ffn_decode_applies(features, type, type, type, n_embd, n_ff, 1) || workgroups == 0) {
-    throw GpuError(fmt::format("no one-dispatch feed-forward block for {} weights of {} x {} on this device",
-                               weight_type_name(type), n_embd, n_ff));
-  }
-  if (slot == 0 || sync.size < (std::uint64_t{slot} + 1) * 4 || h.size < std::uint64_t{n_ff} * 4 ||
-      x.size < std::uint64_t{n_embd} * 4) {
-    throw GpuError(fmt::format("ffn_decode: sync word {} of {} bytes, or h or x too small", slot, sync.size));
-  }
-  const std::uint32_t threads = decode_grid_threads(features), lanes = features.subgroup_size,
-                      subgroups = threads / lanes;
-  const struct {
-    std::uint32_t n_embd, n_ff;
-    float eps;
-    std::uint32_t chunks_up, chunks_down, slot;
-  } push{n_embd,
-         n_ff,
-         eps,
-         decode_grid_chunks(n_ff, n_embd / 8, workgroups, subgroups, lanes),
-         decode_grid_chunks(n_embd, n_ff / 8, workgroups, subgroups, lanes),
-         slot};
-  const std::uint32_t max_k = ceil_div(std::max(n_embd, n_ff), 32) * 32;
-  rec.dispatch(kernel(lib, fmt::format("ffn_decode_{}", weight_type_name(type)), 7, sizeof push, {threads, max_k}),
-               {gate, up, down, x, norm_weight, h, sync}, push, workgroups);
-}
-
-namespace {
-std::optional<bool> attn_decode_override;
-
-// Key ranges of attn_decode's phase 2: a (KV head, range) for each workgroup, at most a range a
-// tile of keys (attention_tile.glsl's 32).
-std::uint32_t attn_decode_splits(std::uint32_t workgroups, std::uint32_t kv_heads, std::uint32_t context) {
-  return std::clamp(workgroups / kv_heads, 1u, std::max(ceil_div(context, 32), 1u));
-}
-}  // namespace
-
-void set_attn_decode(std::optional<bool> enabled) { attn_decode_override = enabled; }
-
-bool attn_decode_applies(const DeviceFeatures& features, WeightType q, WeightType k, WeightType v, WeightType o,
-                         std::uint32_t n_embd, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
-                         std::uint32_t n, const RopeShape& rope) {
-  static const std::optional<bool> from_env = []() -> std::optional<bool> {
-    const char* v = std::getenv("MQLM_ATTN_DECODE");
-    if (v == nullptr) return std::nullopt;
-    return std::string_view(v) != "0";
-  }();
-  // Off unless asked for: on the H100 it is as fast as the five dispatches alone (48.1 against
-  // 48.8 us a layer of llama3-8b Q4_0) and slower inside a step (56.6 us; decode 302 -> 261 tok/s):
-  // bench/results/ffn-decode-2026-11-27-h100.md.
-  const std::optional<bool> chosen = attn_decode_override ? attn_decode_override : from_env;
-  if (!chosen || !*chosen) return false;
-  const std::uint32_t workgroups = ffn_decode_workgroups(features), dims = rotary_dims(rope);
-  if (n != 1 || workgroups == 0 || kv_heads == 0 || heads % kv_heads != 0 || heads / kv_heads > 8) return false;
-  const std::uint32_t q_rows = heads * head_dim, max_k = std::max(n_embd, q_rows);
-  const std::uint64_t shared_bytes = std::uint64_t{max_k} + max_k / 8 + 2 * 256 * 4 + 64 * 4 +
-                                     std::uint64_t{heads / kv_heads} * (head_dim * 4 + 32 * 4 + 128 * 16 + 12) + 32 * 4;
-  return q == k && k == v && v == o && matvec_int8(features, q) &&
-         (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128) && n_embd % 32 == 0 &&
-         q_rows % 32 == 0 && !rope.neox && dims % 2 == 0 && dims <= head_dim &&
-         decode_grid_threads(features) >= 128 && shared_bytes <= features.max_shared_memory;
-}
-
-std::uint32_t attn_decode_sync_words(std::uint32_t kv_heads) { return 2 + kv_heads; }
-
-std::uint64_t attn_decode_scratch_bytes(const DeviceFeatures& features, std::uint32_t heads, std::uint32_t kv_heads,
-                                        std::uint32_t head_dim) {
-  const std::uint64_t splits = std::max(1u, ffn_decode_workgroups(features) / std::max(kv_heads, 1u));
-  return 4 * (2 * std::uint64_t{heads} * head_dim + std::uint64_t{heads} * splits * (head_dim + 2));
-}
-
-void attn_decode(Recording& rec, KernelLibrary& lib, const AttnDecode& a, std::uint32_t workgroups) {
-  const DeviceFeatures& features = lib.device().features();
-  if (!attn_decode_applies(features, a.type, a.type, a.type, a.type, a.n_embd, a.heads, a.kv_heads, a.head_dim, 1,
-                           a.rope) ||
-      workgroups == 0 || workgroups > ffn_decode_workgroups(features)) {
-    throw GpuError(fmt::format("no one-dispatch attention block for {} weights, {} heads ({} KV) of {}, {} workgroups",
-                               weight_type_name(a.type), a.heads, a.kv_heads, a.head_dim, workgroups));
-  }
-  const std::uint32_t q_rows = a.heads * a.head_dim, kv_rows = a.kv_heads * a.head_dim;
-  const std::uint32_t splits = attn_decode_splits(workgroups, a.kv_heads, a.position + 1);
-  const std::uint64_t q_bytes = std::uint64_t{q_rows} * 4,
-                      partial_bytes = std::uint64_t{a.heads} * splits * (a.head_dim + 2) * 4;
-  if (a.sync_word == 0 || a.sync.size < (std::uint64_t{a.sync_word} + attn_decode_sync_words(a.kv_heads)) * 4 ||
-      a.scratch.size < 2 * q_bytes + partial_bytes || a.x.size < std::uint64_t{a.n_embd} * 4 ||
-      a.k_cache.size < (std::uint64_t{a.slot} + 1) * kv_rows * 2 || a.v_cache.size < (std::uint64_t{a.slot} + 1) * kv_rows * 2) {
-    throw GpuError(fmt::format("attn_decode: sync word {} of {} bytes, scratch {} bytes, or x or the cache too small",
-                               a.sync_word, a.sync.size, a.scratch.size));
-  }
-  const std::uint32_t threads = decode_grid_threads(features), lanes = features.subgroup_size,
-                      subgroups = threads / lanes;
-  const struct {
-    std::uint32_t n_embd, kv_heads;
-    float eps;
-    std::uint32_t pos, slot, table_row, page_size, n_dims;
-    float freq_base, freq_scale, scale;
-    std::uint32_t splits, chunks_qkv, chunks_out, sync_slot;
-  } push{a.n_embd,
-         a.kv_heads,
-         a.eps,
-         a.position,
-         a.slot,
-         a.table_row,
-         a.page_size,
-         rotary_dims(a.rope),
-         a.rope.freq_base,
-         a.rope.freq_scale,
-         a.scale,
-         splits,
-         decode_grid_chunks((q_rows + 2 * kv_rows) / 2, a.n_embd / 8, workgroups, subgroups, lanes),
-         decode_grid_chunks(a.n_embd, q_rows / 8, workgroups, subgroups, lanes),
-         a.sync_word};
-  const BufferRange q_out{a.scratch.buffer, a.scratch.offset, q_bytes},
-      attn_out{a.scratch.buffer, a.scratch.offset + q_bytes, q_bytes},
-      partials{a.scratch.buffer, a.scratch.offset + 2 * q_bytes, partial_bytes};
-  const std::uint32_t max_k = ceil_div(std::max(a.n_embd, q_rows), 32) * 32;
-  rec.dispatch(kernel(lib, fmt::format("attn_decode_{}", weight_type_name(a.type)), 13, sizeof push,
-                      {threads, max_k, a.head_dim, a.heads / a.kv_heads}),
-               {a.wq, a.wk, a.wv, a.wo, a.x, a.norm_weight, a.k_cache, a.v_cache, a.block_tables, q_out, partials,
-                attn_out, a.sync},
-               push, workgroups);
+                         {weights, acts_q8, out, positions, slots}, push, false, choice);
 }
 
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,

@@ -52,6 +52,43 @@ void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRang
                    BufferRange positions, BufferRange k_cache, BufferRange v_cache, BufferRange slots,
                    const RopeShape& shape, std::uint32_t kv_heads, const QkvSlices& slices = {});
 
+// The vector path's workgroup shape for whole-block weights: threads per workgroup and rows per
+// workgroup. {0, 0}: the shape tuned per type.
+struct MatvecShape {
+  std::uint32_t threads = 0, rows = 0;
+};
+// The staged kernel's workgroup (shaders/mul_mm_staged.comp): subgroups along M and N, 16-row and
+// 16-column fragments per subgroup, blocks of 32 along K per stage. One module is built per shape;
+// staged_shape_problem says whether one is. All 0: the shape tuned per column count.
+struct StagedShape {
+  std::uint32_t sg_m = 0, sg_n = 0, tm = 0, tn = 0, kb = 1;
+};
+// The direct kernel's shape (shaders/mul_mm_direct.comp): 16-row fragments a subgroup (tm),
+// subgroups a workgroup sharing K (sg_k), blocks of weights each subgroup keeps in flight (depth);
+// the columns make the rest. All 0: the tuned shape.
+struct DirectShape {
+  std::uint32_t tm = 0, sg_k = 0, depth = 0;
+};
+// Where the narrow path takes the direct kernel: for Q4_0 products of up to direct_max_columns
+// columns (automatic: where it measured faster in the model), for everything it can take
+// (always), or never.
+enum class DirectUse { automatic, always, never };
+
+// Which kernels and shapes the products take where several could: a plain value every op that
+// depends on it takes as an argument. Its defaults are the tuned choices a model step takes;
+// tests and benchmarks pass others to compare.
+struct KernelChoice {
+  // The int8 mat-vec (activations quantized per 32-element block, integer dot products) for Q8_0
+  // and Q4_0 weights where the device has integer dot products. nullopt: for both (measured faster
+  // for both on the H100); false: for neither; true: for both.
+  std::optional<bool> matvec_int8;
+  MatvecShape matvec_shape;
+  StagedShape staged_shape;
+  std::uint32_t staged_splits = 0;  // K slices of the narrow path's split products; 0: tuned
+  DirectUse direct_use = DirectUse::automatic;
+  DirectShape direct_shape;
+};
+
 enum class MatmulPath : std::uint8_t { automatic, vector, tiled, cooperative };
 std::string_view matmul_path_name(MatmulPath path);
 // The path `automatic` takes for n columns on this device.
@@ -61,19 +98,11 @@ MatmulPath choose_matmul_path(const DeviceFeatures& features, std::uint32_t n);
 // features().cooperative_matrix. Returns the path used.
 MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts, bool acts_f16,
                   BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n,
-                  MatmulPath path = MatmulPath::automatic);
-// The vector path's workgroup shape for whole-block weights: threads per workgroup and rows per
-// workgroup. {0, 0} (the default) uses the shape tuned per type; benchmarks set others to tune.
-struct MatvecShape {
-  std::uint32_t threads = 0, rows = 0;
-};
-void set_matvec_shape(MatvecShape shape);
-// The int8 mat-vec: activations quantized to int8 per 32-element block (the scale is the block's
-// largest magnitude / 127) and integer dot products, where the device enabled them
-// (features().integer_dot_product), for Q8_0 and Q4_0 (measured faster for both on the H100);
-// set_matvec_int8(false) or MQLM_MATVEC_INT8=0 takes it for neither (benchmarks and tests compare).
-void set_matvec_int8(std::optional<bool> enabled);  // nullopt: the default (or the environment's)
-bool matvec_int8(const DeviceFeatures& features, WeightType type);
+                  MatmulPath path = MatmulPath::automatic, const KernelChoice& choice = {});
+// Whether the vector path takes the int8 mat-vec for weights of `type` (choice.matvec_int8): its
+// activations quantized to int8 per 32-element block (the scale is the block's largest magnitude
+// / 127) and integer dot products, where the device enabled them (features().integer_dot_product).
+bool matvec_int8(const DeviceFeatures& features, WeightType type, const KernelChoice& choice = {});
 
 // Decode's int8 mat-vecs read activations quantized once per step instead of in every workgroup:
 // quantize_q8* write n columns of k (k % 32 == 0) as int8 blocks with their scales (the rounding
@@ -87,7 +116,8 @@ void quantize_q8_rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, Buf
 void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,
                       std::uint32_t k, std::uint32_t n);
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
-               BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate);
+               BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
+               const KernelChoice& choice = {});
 
 // matvec_q8 for the q, k or v projection of a decode step, its output written where attention
 // reads it: what rope_kv_write does after the three products, without that dispatch. q: turned by
@@ -97,60 +127,10 @@ void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange 
 // the normal rotary layout (pairs 2i, 2i + 1), whole heads of even head_dim.
 enum class HeadsOutput : std::uint32_t { q = 0, k_cache = 1, v_cache = 2 };
 bool matvec_q8_heads_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
-                             std::uint32_t n, const RopeShape& rope);
+                             std::uint32_t n, const RopeShape& rope, const KernelChoice& choice = {});
 void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                      BufferRange out, BufferRange positions, BufferRange slots, const RopeShape& rope, HeadsOutput what,
-                     std::uint32_t m, std::uint32_t k, std::uint32_t n);
-
-// A decode step's feed-forward block for one token in one dispatch (shaders/ffn_decode.comp):
-//   x += down . (silu(gate . a) * (up . a)),  a = rmsnorm(x) * norm_weight
-// with both products' activations int8 blocks as quantize_q8 makes them (what quantize_q8_rms_norm,
-// two matvec_q8, quantize_q8_silu and matvec_q8 compute in five dispatches). A persistent grid of
-// `workgroups`, all resident at once (ffn_decode_workgroups: one on each SM), with a grid barrier
-// between the two products, which counts in word `slot` (> 0) of `sync`: zeroed before, a word for
-// each dispatch. A barrier that gives up (its workgroups were not all resident) adds 1 to word 0,
-// which the caller checks after the step: the results are then wrong. h: n_ff floats of scratch.
-// ffn_decode_applies is false unless asked for (set_ffn_decode(true) or MQLM_FFN_DECODE=1): on the
-// H100 it makes a step no faster. ffn_decode_workgroups: the grid for this device (its SMs; where
-// it does not say how many, 0, or 1 when asked for; 0 when set_ffn_decode(false) or
-// MQLM_FFN_DECODE=0), which attn_decode takes too.
-void set_ffn_decode(std::optional<bool> enabled);  // nullopt: the default (or the environment's)
-std::uint32_t ffn_decode_workgroups(const DeviceFeatures& features);
-bool ffn_decode_applies(const DeviceFeatures& features, WeightType gate, WeightType up, WeightType down,
-                        std::uint32_t n_embd, std::uint32_t n_ff, std::uint32_t n);
-void ffn_decode(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange gate, BufferRange up, BufferRange down,
-                BufferRange norm_weight, float eps, BufferRange x, BufferRange h, BufferRange sync, std::uint32_t slot,
-                std::uint32_t n_embd, std::uint32_t n_ff, std::uint32_t workgroups);
-
-// A decode step's attention block for one token in one dispatch (shaders/attn_decode.comp), on the
-// same persistent grid as ffn_decode: a = rmsnorm(x) * norm_weight; q, k, v = wq . a, wk . a,
-// wv . a, q and k turned by the rotary embedding (normal layout) at `position`, k and v written to
-// the cache at `slot`; x += wo . attention(q, keys 0 .. position of the sequence whose block table
-// starts at word table_row of block_tables). The products' activations are int8 blocks as in the
-// separate path (quantize_q8_rms_norm, matvec_q8_heads, attention's split and merge into int8,
-// matvec_q8: five dispatches). Its grid barriers and per-KV-head counters take
-// attn_decode_sync_words(kv_heads) words of `sync` from sync_word (> 0), zeroed before; a barrier
-// that gives up adds 1 to word 0. scratch: attn_decode_scratch_bytes. attn_decode_applies: one
-// token, the four matrices Q8_0 or Q4_0 alike on the int8 path, head dims 16-128, the grid on
-// (ffn_decode_workgroups), and asked for: set_attn_decode(true) or MQLM_ATTN_DECODE=1 (off by
-// default: slower than the five dispatches inside a step on the H100).
-struct AttnDecode {
-  WeightType type = WeightType::q4_0;
-  BufferRange wq, wk, wv, wo, norm_weight, x, k_cache, v_cache, block_tables, scratch, sync;
-  std::uint32_t sync_word = 0;
-  std::uint32_t n_embd = 0, heads = 0, kv_heads = 0, head_dim = 0, page_size = 0;
-  std::uint32_t table_row = 0, position = 0, slot = 0;
-  float eps = 0, scale = 0;
-  RopeShape rope;  // rotary_dims, freq_base, freq_scale (normal layout)
-};
-void set_attn_decode(std::optional<bool> enabled);
-bool attn_decode_applies(const DeviceFeatures& features, WeightType q, WeightType k, WeightType v, WeightType o,
-                         std::uint32_t n_embd, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
-                         std::uint32_t n, const RopeShape& rope);
-std::uint32_t attn_decode_sync_words(std::uint32_t kv_heads);
-std::uint64_t attn_decode_scratch_bytes(const DeviceFeatures& features, std::uint32_t heads, std::uint32_t kv_heads,
-                                        std::uint32_t head_dim);
-void attn_decode(Recording& rec, KernelLibrary& lib, const AttnDecode& a, std::uint32_t workgroups);
+                     std::uint32_t m, std::uint32_t k, std::uint32_t n, const KernelChoice& choice = {});
 
 // The narrow path: the tensor cores for every product wider than the vector path (decode batches
 // and prefill chunks), shaders/mul_mm_staged.comp. A workgroup owns a tile of up to 128 rows and
@@ -162,9 +142,9 @@ bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std:
 // Whether callers should take the narrow path for n columns: where it applies, from 6 columns (up
 // to 8 it takes the place of the vector path, which it beats there on the H100).
 bool narrow_matmul_preferred(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
-                             std::uint32_t n);
+                             std::uint32_t n, const KernelChoice& choice = {});
 // The activation rows (columns of the product) the narrow path reads for n: n rounded up to its tiles.
-std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n);
+std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_t n, const KernelChoice& choice = {});
 // out(n, m) = acts16(n, k) x weights(m, k)^T, or out += it with accumulate (the residual add);
 // acts16: F16 with narrow_padded_columns(n) rows (what to_f16 writes).
 // With split_scratch of narrow_split_bytes(m, k, n) or more, a product whose grid is too small to
@@ -174,32 +154,28 @@ std::uint32_t narrow_padded_columns(const DeviceFeatures& features, std::uint32_
 // the caller records sum_splits(split_scratch, out, m * n, splits, accumulate) for each after them.
 std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts16,
                             BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
-                            BufferRange split_scratch = {}, bool sum_later = false);
+                            BufferRange split_scratch = {}, bool sum_later = false, const KernelChoice& choice = {});
 // A feed-forward block's SwiGLU in one dispatch of the narrow path: out16(padded n, m) =
 // silu(acts16 x gate^T) * (acts16 x up^T) as F16, the down product's input (its padded columns
 // zero). gate and up: m x k matrices of one type. narrow_glu_applies: for more than 16 columns,
 // where the narrow path takes both and its shape for 2m rows and n columns gives each subgroup two
 // 16-row fragments (one of gate, one of up, for the same features).
 bool narrow_glu_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
-                        std::uint32_t n);
+                        std::uint32_t n, const KernelChoice& choice = {});
 void matmul_narrow_glu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange gate, BufferRange up,
-                       BufferRange acts16, BufferRange out16, std::uint32_t m, std::uint32_t k, std::uint32_t n);
+                       BufferRange acts16, BufferRange out16, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                       const KernelChoice& choice = {});
 // How many slices of K the narrow path cuts an m x k product of n columns into (1: none), and the
 // scratch bytes that takes (0 for none).
-std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n);
-std::uint64_t narrow_split_bytes(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n);
+std::uint32_t narrow_splits(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                            const KernelChoice& choice = {});
+std::uint64_t narrow_split_bytes(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                                 const KernelChoice& choice = {});
 // out[i] (+)= sum over z < splits of parts[z * count + i], i < count.
 void sum_splits(Recording& rec, KernelLibrary& lib, BufferRange parts, BufferRange out, std::uint32_t count,
                 std::uint32_t splits, bool accumulate);
-// The staged kernel's workgroup (shaders/mul_mm_staged.comp): subgroups along M and N, 16-row and
-// 16-column fragments per subgroup, blocks of 32 along K per stage. One module is built per shape;
-// staged_shape_problem says whether one is. set_staged_shape overrides the shape chosen per column
-// count (all 0: the tuned choice) and the K splits (0: the tuned choice); benchmarks set them.
-struct StagedShape {
-  std::uint32_t sg_m = 0, sg_n = 0, tm = 0, tn = 0, kb = 1;
-};
+// Why no staged module is built for `shape` ("" where one is).
 std::string staged_shape_problem(StagedShape shape);
-void set_staged_shape(StagedShape shape, std::uint32_t splits = 0);
 // The staged kernel's module for weights of `type`, tensor-core tiles `cm` and workgroup shape s;
 // staged_modules: every module the host may ask for (each listed shape for 16x16x16 tiles, those
 // also built for 16x8x16 tiles for them too, and the GLU modules of those with two 16-row
@@ -209,22 +185,12 @@ std::vector<std::string> staged_modules();
 // The direct kernel (shaders/mul_mm_direct.comp) can take the narrow path's products of 9 to 64
 // columns where the library's device lays fragments out as it builds them (probe_fragment_layout,
 // in gpu/fragment_layout.hpp, found it so): F16, Q8_0 and Q4_0 weights, the same inputs, outputs
-// and K splits. matmul_narrow takes it for Q4_0 products of up to direct_max_columns columns
-// (DirectUse::automatic: where it measured faster in the model), for everything it can take
-// (always) or never.
-// Its shape: 16-row fragments a subgroup (tm), subgroups a workgroup sharing K (sg_k), blocks of
-// weights each subgroup keeps in flight (depth); the columns make the rest. Benchmarks and tests
-// set the use and the shape (all 0: the tuned choice).
-struct DirectShape {
-  std::uint32_t tm = 0, sg_k = 0, depth = 0;
-};
-enum class DirectUse { automatic, always, never };
+// and K splits. matmul_narrow takes it as choice.direct_use says.
 inline constexpr std::uint32_t direct_max_columns = 16;
 bool direct_matmul_applies(const KernelLibrary& lib, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n);
-void set_direct_matmul(DirectUse use, DirectShape shape = {});
 std::string direct_shape_problem(DirectShape shape, std::uint32_t columns = 16);
-// The shape the direct kernel takes (the override, if set), and its module for n padded columns.
-DirectShape direct_shape();
+// The shape the direct kernel takes (choice.direct_shape, where set), and its module for n padded columns.
+DirectShape direct_shape(const KernelChoice& choice = {});
 std::string direct_module(WeightType type, DirectShape s, std::uint32_t n);
 std::vector<std::string> direct_modules();
 // Whether a product of n columns is faster as dequantize_f16 into a scratch matrix and the narrow
@@ -254,18 +220,20 @@ void silu_mul_f16(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRa
 // matvec_can_accumulate says so (at most 8 columns, weights the block kernel reads).
 bool matvec_can_accumulate(WeightType type, std::uint32_t k, std::uint32_t n);
 void matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
-                       bool acts_f16, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n);
+                       bool acts_f16, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                       const KernelChoice& choice = {});
 // The same with F32 activations silu(gate) * up, computed as the kernel loads them (the
 // feed-forward's down projection with silu_mul and the residual add fused in).
 void matvec_accumulate_silu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange gate,
-                            BufferRange up, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n);
+                            BufferRange up, BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                            const KernelChoice& choice = {});
 
 // out(n, m) = rmsnorm(x, norm_weight, eps)(n, k) x weights(m, k)^T: the vector path normalising
 // its input as it loads it (each workgroup computes the row scales itself). Where
 // matvec_can_accumulate says the vector path applies.
 void matvec_rms_norm(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange x,
                      BufferRange norm_weight, float eps, BufferRange out, std::uint32_t m, std::uint32_t k,
-                     std::uint32_t n);
+                     std::uint32_t n, const KernelChoice& choice = {});
 
 // k_new, v_new: (tokens, row) F32 with row = kv_heads * head_dim; the caches: (slots, row) F16;
 // slots: (tokens) uint32, page * page_size + offset.

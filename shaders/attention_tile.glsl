@@ -1,4 +1,4 @@
-// Flash-decoding's loop over a range of keys, shared by attention_split.comp and attn_decode.comp:
+// Flash-decoding's loop over a range of keys, attention_split.comp's:
 // HG query heads that share KV head kvh (their queries scaled, in q_sh) attend over keys
 // [begin, end) of one sequence (its block table from word table_row of block_table). Keys go in
 // tiles of TK: scores with eight threads per pair of keys (four per key for head dim 16), each over

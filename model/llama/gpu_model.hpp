@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "gpu/buffer_pool.hpp"
@@ -18,6 +19,7 @@
 #include "gpu/device_handle.hpp"
 #include "gpu/transfer.hpp"
 #include "gpu/kernel_library.hpp"
+#include "gpu/ops.hpp"
 #include "model/llama/reference_model.hpp"
 
 namespace mqlm::model {
@@ -84,6 +86,11 @@ class GpuKvCache {
   bool always_stage_ = false;
 };
 
+// One layer's weights on the GPU (a missing bias or norm is an empty tensor).
+struct GpuLayer {
+  GpuTensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
+};
+
 // One token of a step: which sequence (an index into block_tables), its position there, and
 // whether its logits are wanted.
 struct StepToken {
@@ -121,6 +128,9 @@ class GpuModel {
   // A step is submitted in parts (1, 2, 4, ... layers, then this many each), so the host records a
   // part while the GPU runs the one before; any value gives the same results.
   void set_layers_per_submission(std::uint32_t layers) { layers_per_submission_ = std::max(1u, layers); }
+  // The kernels and shapes every step takes where several could (the tuned ones by default); tests
+  // compare others.
+  void set_kernel_choice(const gpu::ops::KernelChoice& choice) { kernel_choice_ = choice; }
 
   // Runs the step; returns (outputs, n_vocab) logits, one row per token marked output, in order.
   std::vector<float> forward(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr);
@@ -150,26 +160,26 @@ class GpuModel {
   std::vector<std::int32_t> collect(PendingArgmax& pending);
 
  private:
-  struct Layer {
-    GpuTensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
-  };
+  // What a step hands back: each output row's logits, or its argmax, or the argmax still on the GPU.
+  enum class StepOutput : std::uint8_t { logits, argmax, in_flight };
+  using StepResult = std::variant<std::vector<float>, std::vector<std::int32_t>, PendingArgmax>;
+  class Step;  // one step's recording (gpu_step.cpp)
+
   GpuTensor upload(gpu::Uploader& uploader, const TensorSource& source, const TensorSpec& spec);
-  void run(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile, std::vector<float>* logits,
-           std::vector<std::int32_t>* argmax, PendingArgmax* pending = nullptr, const PendingArgmax* tokens_from = nullptr);
+  StepResult run(const StepBatch& batch, GpuKvCache& cache, StepOutput want, StepProfile* profile,
+                 const PendingArgmax* tokens_from);
 
   gpu::UniqueQueryPool timestamps_;  // made on the first profiled step
   GpuContext gpu_;
   LlamaConfig config_;
   std::string owner_;
   GpuTensor token_embd_, output_norm_, output_;
-  std::vector<Layer> layers_;
+  std::vector<GpuLayer> layers_;
+  gpu::ops::KernelChoice kernel_choice_;
   // Each part boundary idles the GPU ~15-60 us; the host records a layer ~3x faster than the GPU
   // runs it, so parts may double (H100, llama3-8b Q4_0 decode: parts up to 32 / 8 / 4 layers
   // 295 / 293 / 286 tok/s).
   std::uint32_t layers_per_submission_ = 32;
-  // Set when a one-dispatch block's grid barrier gave up (ops::ffn_decode, ops::attn_decode: its
-  // workgroups were not all resident); later steps take the separate dispatches.
-  bool grid_failed_ = false;
 };
 
 }  // namespace mqlm::model

@@ -163,66 +163,58 @@ TEST(GpuModelDeep, StepsSplitIntoSeveralSubmissionsGiveTheSameLogits) {
   EXPECT_LT(normalised_error(whole, expected), f16_activations ? 0.2 : 0.15);
 }
 
-// One sequence decoding: its feed-forward blocks take one dispatch each (ops::ffn_decode, forced on
-// here; on lavapipe a grid of one workgroup), and so do llama's attention blocks (ops::attn_decode,
-// off by default, asked for here; qwen3's q/k norms keep the separate dispatches), and the logits
-// stay as near the reference as the separate dispatches' are.
-TEST(GpuModelOneSequence, BlocksInOneDispatchMatchTheReference) {
+// One sequence decoding on the int8 path (its q/k/v products writing the cache, the residual
+// products adding into x): the logits stay as near the reference as int8 activations allow, for
+// llama and for qwen3 (whose q/k norms keep q, k and v apart from the cache writes). The same
+// model told to keep F32 activations (a KernelChoice) stays as near the F32 reference as the float
+// kernels do.
+TEST(GpuModelOneSequence, DecodeMatchesTheReferenceWithAndWithoutInt8) {
   auto& g = gpu::testing::shared_gpu();
   if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
-  struct Restore {
-    ~Restore() {
-      gpu::ops::set_ffn_decode(std::nullopt);
-      gpu::ops::set_attn_decode(std::nullopt);
-    }
-  } restore;
-  gpu::ops::set_attn_decode(true);
+  const std::vector<std::int32_t> prompt{7, 1, 250, 3, 9}, decoded{11, 51, 91, 131, 171, 211};
   for (Architecture arch : {Architecture::llama, Architecture::qwen3}) {
     for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
       LlamaConfig config = tiny(arch, 64);
       config.n_ff = 512;
       config.n_vocab = 300;
       auto weights = random_model(config, type, 12, /*tied=*/false);
-      ReferenceModel reference = ReferenceModel::load(config, weights.source());
-      reference.int8_activations = true;
       GpuContext ctx{g.queue, g.pool, g.kernels};
       GpuModel model(ctx, config, weights.source(), "weights:one-sequence");
-      auto run = [&](bool one_dispatch) {
-        gpu::ops::set_ffn_decode(one_dispatch);
+      auto decode = [&] {
         GpuKvCache cache(ctx, config, 4, 4);
         StepBatch batch;
         batch.block_tables = {{2, 0, 3, 1}};
-        const std::vector<std::int32_t> prompt{7, 1, 250, 3, 9};
         for (std::uint32_t i = 0; i < prompt.size(); ++i) batch.tokens.push_back({0, i, prompt[i], i + 1 == prompt.size()});
         std::vector<float> logits = model.forward(batch, cache);
-        for (std::uint32_t i = 0; i < 6; ++i) {  // single-token steps: the one-dispatch block's
-          batch.tokens = {{0, static_cast<std::uint32_t>(prompt.size()) + i, static_cast<std::int32_t>(40 * i + 11), true}};
+        for (std::uint32_t i = 0; i < decoded.size(); ++i) {
+          batch.tokens = {{0, static_cast<std::uint32_t>(prompt.size()) + i, decoded[i], true}};
           auto next = model.forward(batch, cache);
           logits.insert(logits.end(), next.begin(), next.end());
         }
-        return std::pair{logits, prompt};
+        return logits;
       };
-      gpu::ops::set_ffn_decode(true);
-      const gpu::ops::RopeShape rope{1, config.n_head, config.head_dim, 0, config.rope_base, 1.0f / config.rope_scale,
-                                     config.rope_neox()};
-      EXPECT_EQ(gpu::ops::attn_decode_applies(g.device.features(), type, type, type, type, config.n_embd, config.n_head,
-                                              config.n_head_kv, config.head_dim, 1, rope),
-                arch == Architecture::llama);
-      auto [fused, prompt] = run(true);
-      auto [separate, unused] = run(false);
-      ReferenceSequence seq(reference);
-      std::vector<float> expected = seq.forward(prompt);
-      expected.erase(expected.begin(), expected.end() - config.n_vocab);
-      for (std::int32_t i = 0; i < 6; ++i) {
-        const std::int32_t token = 40 * i + 11;
-        auto next = seq.forward(std::span(&token, 1));
-        expected.insert(expected.end(), next.begin(), next.end());
-      }
+      auto expected = [&](bool int8) {
+        ReferenceModel reference = ReferenceModel::load(config, weights.source());
+        reference.int8_activations = int8;
+        ReferenceSequence seq(reference);
+        std::vector<float> logits = seq.forward(prompt);
+        logits.erase(logits.begin(), logits.end() - config.n_vocab);
+        for (std::int32_t token : decoded) {
+          auto next = seq.forward(std::span(&token, 1));
+          logits.insert(logits.end(), next.begin(), next.end());
+        }
+        return logits;
+      };
       const std::string what = std::string(architecture_name(arch)) + " " + std::string(gpu::weight_type_name(type));
-      ASSERT_EQ(fused.size(), expected.size()) << what;
-      EXPECT_LT(normalised_error(fused, expected), kInt8Bound) << what;
-      EXPECT_LT(normalised_error(separate, expected), kInt8Bound) << what;
-      EXPECT_NE(fused, separate) << what << ": the two paths sum in different orders; equal bits mean one path ran twice";
+      const std::vector<float> int8 = decode(), want_int8 = expected(true);
+      ASSERT_EQ(int8.size(), want_int8.size()) << what;
+      EXPECT_LT(normalised_error(int8, want_int8), kInt8Bound) << what;
+      gpu::ops::KernelChoice floats;
+      floats.matvec_int8 = false;
+      model.set_kernel_choice(floats);
+      const std::vector<float> f32 = decode(), want_f32 = expected(false);
+      EXPECT_LT(normalised_error(f32, want_f32), kBound) << what << " without int8";
+      EXPECT_NE(int8, f32) << what << ": the choice changed nothing";
     }
   }
 }

@@ -1,0 +1,751 @@
+// One step of the GPU forward pass, as the model reads: the step's inputs and scratch buffers,
+// the token embedding, then per layer the attention block and the feed-forward block, then the
+// output. Which kernels it records is decided once, in the StepPlan (step_plan.hpp).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "gpu/ops.hpp"
+#include "model/llama/gpu_model.hpp"
+#include "model/llama/step_plan.hpp"
+
+namespace mqlm::model {
+
+namespace ops = gpu::ops;
+using gpu::BufferRange;
+using gpu::PoolBuffer;
+
+namespace {
+
+std::uint32_t rows_of(const GpuTensor& w) { return static_cast<std::uint32_t>(w.rows); }
+std::uint32_t cols_of(const GpuTensor& w) { return static_cast<std::uint32_t>(w.cols); }
+
+// A step's small inputs, from its batch, checked against the vocabulary and the cache.
+struct StepInputs {
+  std::vector<std::uint32_t> ids;          // (tokens) token ids
+  std::vector<std::int32_t> positions;     // (tokens)
+  std::vector<std::uint32_t> slots;        // (tokens) cache rows: page * page_size + offset
+  std::vector<std::uint32_t> seq_pos;      // (tokens, 2) sequence, position
+  std::vector<std::uint32_t> tables;       // (sequences, max_pages) block tables, zero-padded
+  std::vector<std::uint32_t> output_rows;  // (max(outputs, 1)) the tokens whose logits are wanted
+  std::uint32_t max_pages = 1, outputs = 0, max_context = 0;
+};
+
+StepInputs step_inputs(const StepBatch& batch, const GpuKvCache& cache, std::uint32_t n_vocab) {
+  const auto n = static_cast<std::uint32_t>(batch.tokens.size());
+  const std::uint32_t page_size = cache.page_size();
+  StepInputs in;
+  for (const auto& table : batch.block_tables) in.max_pages = std::max<std::uint32_t>(in.max_pages, table.size());
+  in.ids.resize(n);
+  in.slots.resize(n);
+  in.seq_pos.resize(2 * n);
+  in.positions.resize(n);
+  for (std::uint32_t t = 0; t < n; ++t) {
+    const StepToken& s = batch.tokens[t];
+    if (s.token < 0 || static_cast<std::uint32_t>(s.token) >= n_vocab) {
+      throw std::out_of_range("token id " + std::to_string(s.token) + " is outside the vocabulary");
+    }
+    if (s.sequence >= batch.block_tables.size() || s.position / page_size >= batch.block_tables[s.sequence].size()) {
+      throw std::out_of_range("token " + std::to_string(t) + " has no cache page for its position");
+    }
+    std::uint32_t page = batch.block_tables[s.sequence][s.position / page_size];
+    if (page >= cache.pages()) throw std::out_of_range("block table names page " + std::to_string(page));
+    in.ids[t] = static_cast<std::uint32_t>(s.token);
+    in.positions[t] = static_cast<std::int32_t>(s.position);
+    in.slots[t] = page * page_size + s.position % page_size;
+    in.seq_pos[2 * t] = s.sequence;
+    in.seq_pos[2 * t + 1] = s.position;
+    in.max_context = std::max(in.max_context, s.position + 1);
+    if (s.output) in.output_rows.push_back(t);
+  }
+  in.tables.assign(batch.block_tables.size() * in.max_pages, 0);
+  for (std::size_t s = 0; s < batch.block_tables.size(); ++s) {
+    std::copy(batch.block_tables[s].begin(), batch.block_tables[s].end(), in.tables.begin() + s * in.max_pages);
+  }
+  in.outputs = static_cast<std::uint32_t>(in.output_rows.size());
+  if (in.outputs == 0) in.output_rows.push_back(0);  // keep buffers non-empty; nothing is read back
+  return in;
+}
+
+// A step's buffers on the GPU: pool scratch, reused once the step's submissions are done. Those
+// marked "when used" are made by the first dispatch that needs them.
+struct StepScratch {
+  PoolBuffer ids, positions, slots;  // (tokens) each: the inputs
+  PoolBuffer seq_pos;                // (tokens, 2)
+  PoolBuffer tables;                 // (sequences, max_pages)
+  PoolBuffer output_rows;            // (outputs)
+  PoolBuffer x;                      // (tokens, n_embd) the residual stream
+  PoolBuffer h;                      // (tokens, n_embd) a norm's output
+  PoolBuffer q;                      // (tokens, n_head * head_dim)
+  PoolBuffer k, v;                   // (tokens, n_head_kv * head_dim)
+  PoolBuffer attn;                   // (tokens, n_head * head_dim) attention's output
+  PoolBuffer proj;                   // (tokens, n_embd) a residual product before its add
+  PoolBuffer picked;                 // (outputs + 1, n_embd) the normed rows whose logits are wanted
+  PoolBuffer logits;                 // (max(outputs, 1), n_vocab)
+  PoolBuffer split_parts;            // (StepPlan::split_bytes) the K slices of a group of products
+  PoolBuffer weights16;              // (StepPlan::weights16_bytes) a group's weights as F16
+  PoolBuffer attn_parts;             // (ops::attention_scratch_bytes) split attention's partials
+  PoolBuffer gate, up;               // (tokens, n_ff) each; when used
+  PoolBuffer acts16;                 // (padded tokens, max(n_embd, q_dim, n_ff)) F16; when used
+  PoolBuffer glu16;                  // (padded tokens, n_ff) F16 silu(gate) * up; when used
+  PoolBuffer acts_q8;                // int8 blocks of (tokens, max(n_embd, q_dim, n_ff)); when used
+  PoolBuffer normed_q8;              // int8 blocks of (tokens, n_embd): rmsnorm(x); when used
+};
+
+// A product of a group that split K: its slices, summed after the products of its group.
+struct PendingSum {
+  BufferRange parts;
+  const PoolBuffer* out;
+  std::uint32_t count, splits;
+};
+
+}  // namespace
+
+class GpuModel::Step {
+ public:
+  Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache, StepProfile* profile,
+       const PendingArgmax* tokens_from);
+  void record_embedding();
+  // x += wo x attention(rope(wq x a), rope(wk x a), wv x a), a = rmsnorm(x); k and v to the cache.
+  void record_attention(std::uint32_t l);
+  // x += down x (silu(gate x a) * (up x a)), a = rmsnorm(x).
+  void record_feed_forward(std::uint32_t l);
+  // Sends the layers recorded so far where a part of the step ends.
+  void end_layer(std::uint32_t l);
+  StepResult record_output(StepOutput want);
+
+ private:
+  gpu::Recording& rec() { return *rec_; }
+  void mark(const char* label);
+  void start_profiling();
+  PoolBuffer upload(std::span<const std::byte> bytes);
+  template <class T>
+  PoolBuffer upload(const std::vector<T>& v) { return upload(std::as_bytes(std::span(v))); }
+  PoolBuffer scratch(std::uint64_t floats);
+  BufferRange acts16();
+  BufferRange acts_q8();
+  BufferRange normed_q8();
+  BufferRange glu16();
+
+  void record_qkv_heads(const GpuLayer& L, std::uint32_t l);
+  void record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint32_t l);
+  void record_glu(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm);
+  void record_down(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm);
+  // A product of a group: its weights, its plan, its output.
+  using GroupProduct = std::tuple<const GpuTensor*, const ProductPlan*, const PoolBuffer*>;
+  std::vector<PendingSum> normed_products(const GpuTensor& norm, NormInput input,
+                                          std::initializer_list<GroupProduct> products);
+  void sum_products(const std::vector<PendingSum>& sums);
+  void residual_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
+                        const GpuTensor* next_norm);
+  void narrow_residual(const GpuTensor& w, const ProductPlan& p, BufferRange input, const GpuTensor* next_norm);
+  std::uint32_t product_narrow(const GpuTensor& w, const PoolBuffer& out, std::uint32_t columns, bool accumulate,
+                               BufferRange dequantized = {}, BufferRange split_scratch = {}, bool sum_later = false,
+                               BufferRange input = {});
+  std::vector<BufferRange> dequantize(const std::vector<std::pair<const GpuTensor*, const ProductPlan*>>& ws);
+  void norm_f16(const GpuTensor& norm);
+  void to_f16(const PoolBuffer& in, std::uint32_t rows, std::uint32_t width);
+  void add_bias(const GpuTensor& bias, const PoolBuffer& io, std::uint32_t width);
+  void record_output_product(const GpuTensor& w);
+  void finish();
+
+  GpuModel& model_;
+  const LlamaConfig& c_;
+  GpuKvCache& cache_;
+  StepProfile* profile_;
+  const PendingArgmax* tokens_from_;
+  gpu::ComputeQueue& queue_;
+  gpu::BufferPool& pool_;
+  gpu::KernelLibrary& lib_;
+  const gpu::DeviceFeatures& features_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  const std::uint32_t n_;
+  StepInputs in_;
+  StepPlan plan_;
+  StepScratch s_;
+  ops::RopeShape rope_;
+  ops::AttentionShape attention_;
+  std::optional<gpu::Recording> rec_;
+  bool profiling_ = false;
+  std::vector<const char*> labels_;  // what each timestamp ends
+  // The norm whose F16 input the residual product before it made along with its sum
+  // (narrow_residual): its own dispatch is then skipped.
+  const GpuTensor* normed_by_residual_ = nullptr;
+  std::uint32_t part_size_ = 1, part_layers_ = 0;
+};
+
+GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache, StepProfile* profile,
+                     const PendingArgmax* tokens_from)
+    : model_(model),
+      c_(model.config_),
+      cache_(cache),
+      profile_(profile),
+      tokens_from_(tokens_from),
+      queue_(model.gpu_.queue),
+      pool_(model.gpu_.pool),
+      lib_(model.gpu_.kernels),
+      features_(queue_.device().features()),
+      n_(static_cast<std::uint32_t>(batch.tokens.size())),
+      in_(step_inputs(batch, cache, c_.n_vocab)),
+      plan_(plan_step(features_, c_, model.layers_, model.output_.buffer ? model.output_ : model.token_embd_, n_,
+                      in_.outputs, model.kernel_choice_)),
+      rope_{n_, c_.n_head, c_.head_dim, 0, c_.rope_base, 1.0f / c_.rope_scale, c_.rope_neox()},
+      attention_{n_, c_.n_head, c_.n_head_kv, c_.head_dim, cache.page_size(), in_.max_pages,
+                 1.0f / std::sqrt(static_cast<float>(c_.head_dim))},
+      rec_(queue_.begin()) {
+  attention_.max_context = in_.max_context;
+  // The first part too: a copy of KV pages to the host may be in flight (read_pages_later), and
+  // this step may write those pages.
+  rec().after_previous_submissions();
+  // Token ids from the step before (tokens_from) are on the GPU already.
+  if (tokens_from_ == nullptr) s_.ids = upload(in_.ids);
+  s_.positions = upload(in_.positions);
+  s_.slots = upload(in_.slots);
+  s_.seq_pos = upload(in_.seq_pos);
+  s_.tables = upload(in_.tables);
+  s_.output_rows = upload(in_.output_rows);
+  const std::uint64_t n = n_;
+  s_.x = scratch(n * c_.n_embd);
+  s_.h = scratch(n * c_.n_embd);
+  s_.q = scratch(n * c_.q_dim());
+  s_.k = scratch(n * c_.kv_dim());
+  s_.v = scratch(n * c_.kv_dim());
+  s_.attn = scratch(n * c_.q_dim());
+  s_.proj = scratch(n * c_.n_embd);
+  s_.picked = scratch(std::uint64_t{in_.outputs + 1} * c_.n_embd);
+  s_.logits = scratch(std::uint64_t{std::max(in_.outputs, 1u)} * c_.n_vocab);
+  start_profiling();
+  if (plan_.split_bytes > 0) s_.split_parts = pool_.allocate(plan_.split_bytes, "scratch");
+  if (plan_.weights16_bytes > 0) s_.weights16 = pool_.allocate(plan_.weights16_bytes, "scratch");
+}
+
+// Step inputs (token ids, positions, cache slots, block tables) travel in the command buffer
+// itself into device memory (Recording::update: up to 64 KiB each), so that the kernels that read
+// them every layer (rope, the cache writes, attention) read L2, not host memory across PCIe
+// (H100, Q4_0 decode: attention 0.494 -> 0.449 ms a token). Larger ones stay in host-visible
+// memory the kernels read directly.
+PoolBuffer GpuModel::Step::upload(std::span<const std::byte> bytes) {
+  if (bytes.size() <= 65536 && bytes.size() % 4 == 0 && !bytes.empty()) {
+    PoolBuffer buffer = pool_.allocate(bytes.size(), "scratch");
+    rec().update(buffer.range(), bytes);
+    return buffer;
+  }
+  PoolBuffer buffer = pool_.allocate(std::max<std::size_t>(bytes.size(), 4), "scratch", gpu::MemoryKind::host);
+  std::memcpy(buffer.mapped(), bytes.data(), bytes.size());
+  return buffer;
+}
+
+PoolBuffer GpuModel::Step::scratch(std::uint64_t floats) {
+  return pool_.allocate(std::max<std::uint64_t>(floats, 1) * 4, "scratch");
+}
+
+BufferRange GpuModel::Step::acts16() {
+  if (!s_.acts16) {
+    const std::uint64_t widest = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
+    s_.acts16 = pool_.allocate(std::uint64_t{plan_.padded_tokens} * widest * 2, "scratch");
+  }
+  return s_.acts16.range();
+}
+
+BufferRange GpuModel::Step::acts_q8() {
+  if (!s_.acts_q8) s_.acts_q8 = pool_.allocate(ops::q8_acts_bytes(std::max({c_.n_embd, c_.q_dim(), c_.n_ff}), n_), "scratch");
+  return s_.acts_q8.range();
+}
+
+BufferRange GpuModel::Step::normed_q8() {
+  if (!s_.normed_q8) s_.normed_q8 = pool_.allocate(ops::q8_acts_bytes(c_.n_embd, n_), "scratch");
+  return s_.normed_q8.range();
+}
+
+BufferRange GpuModel::Step::glu16() {
+  if (!s_.glu16) s_.glu16 = pool_.allocate(std::uint64_t{plan_.padded_tokens} * c_.n_ff * 2, "scratch");
+  return s_.glu16.range();
+}
+
+// Profiling: a timestamp after each op, labelled with the kind of op it ends.
+constexpr std::uint32_t kMaxStamps = 4096;
+
+void GpuModel::Step::start_profiling() {
+  profiling_ = profile_ != nullptr && features_.timestamp_period_ns > 0;
+  if (profiling_ && !model_.timestamps_) {
+    VkQueryPoolCreateInfo info{};
+    info.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+    info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    info.queryCount = kMaxStamps;
+    VkQueryPool pool_handle = VK_NULL_HANDLE;
+    if (vkCreateQueryPool(queue_.device().get(), &info, nullptr, &pool_handle) != VK_SUCCESS) {
+      throw std::runtime_error("cannot create a timestamp query pool for profiling");
+    }
+    model_.timestamps_ = {queue_.device().get(), pool_handle};
+  }
+  if (profiling_) vkCmdResetQueryPool(rec().command_buffer(), model_.timestamps_.get(), 0, kMaxStamps);
+  mark("start");
+}
+
+void GpuModel::Step::mark(const char* label) {
+  if (!profiling_ || labels_.size() >= kMaxStamps) return;
+  rec().write_timestamp(model_.timestamps_.get(), static_cast<std::uint32_t>(labels_.size()));
+  labels_.push_back(label);
+}
+
+void GpuModel::Step::record_embedding() {
+  const GpuTensor& embd = model_.token_embd_;
+  ops::get_rows(rec(), lib_, embd.type, embd.buffer.range(),
+                tokens_from_ != nullptr ? tokens_from_->ids.range() : s_.ids.range(), s_.x.range(), c_.n_embd, n_);
+  mark("embedding");
+  s_.attn_parts = pool_.allocate(ops::attention_scratch_bytes(attention_), "scratch");
+  // A step sent while the GPU still runs the one it takes its tokens from goes as one submission:
+  // the GPU has nothing to start meanwhile, and each part boundary is a gap on it (H100,
+  // llama3-8b decode: Q4_0 316.5-318.2 -> 323.3-325.6 tok/s, Q8_0 216.0-222.6 -> 225.0-226.9).
+  const bool gpu_busy = tokens_from_ != nullptr && queue_.completed() < tokens_from_->done_at;
+  part_size_ = gpu_busy ? c_.n_layers : 1;
+}
+
+void GpuModel::Step::record_attention(std::uint32_t l) {
+  const GpuLayer& L = model_.layers_[l];
+  const LayerPlan& p = plan_.layers[l];
+  if (p.qkv_write_heads) {
+    record_qkv_heads(L, l);
+  } else {
+    record_qkv(L, p, l);
+  }
+  // The output product reads the attention's output as its last dispatch makes it where it can:
+  // quantized for the int8 mat-vec, F16 for the tensor cores.
+  ops::AttentionMerged merged;
+  if (p.out.path == ProductPath::int8) {
+    merged.q8 = acts_q8();
+  } else if (p.out.path == ProductPath::narrow) {
+    merged.f16 = acts16();
+    merged.padded_rows = plan_.padded_tokens;
+  }
+  const bool ready = ops::attention(rec(), lib_, s_.q.range(), cache_.keys(l), cache_.values(l), s_.tables.range(),
+                                    s_.seq_pos.range(), s_.attn_parts.range(), s_.attn.range(), attention_, merged);
+  mark("attention");
+  residual_product(L.wo, p.out, s_.attn, ready, p.ffn_norm_f16 ? &L.ffn_norm : nullptr);
+  mark("matmul out");
+}
+
+// The int8 q/k/v products write q turned, k and v into the cache.
+void GpuModel::Step::record_qkv_heads(const GpuLayer& L, std::uint32_t l) {
+  ops::quantize_q8_rms_norm(rec(), lib_, s_.x.range(), L.attn_norm.buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd, n_);
+  mark("norm");
+  const std::tuple<const GpuTensor*, BufferRange, ops::HeadsOutput> heads[] = {
+      {&L.wq, s_.q.range(), ops::HeadsOutput::q},
+      {&L.wk, cache_.keys(l), ops::HeadsOutput::k_cache},
+      {&L.wv, cache_.values(l), ops::HeadsOutput::v_cache}};
+  for (const auto& [w, out, what] : heads) {
+    if (what != ops::HeadsOutput::q) rec().next_runs_alongside();  // they write apart
+    ops::matvec_q8_heads(rec(), lib_, w->type, w->buffer.range(), normed_q8(), out, s_.positions.range(),
+                         s_.slots.range(), rope_, what, rows_of(*w), cols_of(*w), n_, plan_.kernels);
+  }
+  mark("matmul qkv, rope, kv write");
+}
+
+// q, k and v read the same input and write apart: no barriers between them. With nothing between
+// them and rope, rope_kv_write adds the slices of those that split K.
+void GpuModel::Step::record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint32_t l) {
+  std::vector<PendingSum> sums =
+      normed_products(L.attn_norm, p.qkv_input, {{&L.wq, &p.q, &s_.q}, {&L.wk, &p.k, &s_.k}, {&L.wv, &p.v, &s_.v}});
+  if (!p.rope_sums_qkv) {
+    sum_products(sums);
+    sums.clear();
+  }
+  mark("matmul qkv");
+  add_bias(L.bq, s_.q, c_.q_dim());
+  add_bias(L.bk, s_.k, c_.kv_dim());
+  add_bias(L.bv, s_.v, c_.kv_dim());
+  mark("bias");
+  if (c_.qk_norm()) {
+    ops::rms_norm(rec(), lib_, s_.q.range(), L.q_norm.buffer.range(), s_.q.range(), n_ * c_.n_head, c_.head_dim, c_.rms_eps);
+    rec().next_runs_alongside();  // q and k are normalised apart
+    ops::rms_norm(rec(), lib_, s_.k.range(), L.k_norm.buffer.range(), s_.k.range(), n_ * c_.n_head_kv, c_.head_dim,
+                  c_.rms_eps);
+    mark("qk norm");
+  }
+  ops::QkvSlices slices;
+  for (const PendingSum& s : sums) {
+    if (s.out == &s_.q) {
+      slices.q = s.parts;
+      slices.q_splits = s.splits;
+    } else if (s.out == &s_.k) {
+      slices.k = s.parts;
+      slices.k_splits = s.splits;
+    } else {
+      slices.v = s.parts;
+      slices.v_splits = s.splits;
+    }
+  }
+  ops::rope_kv_write(rec(), lib_, s_.q.range(), s_.k.range(), s_.v.range(), s_.positions.range(), cache_.keys(l),
+                     cache_.values(l), s_.slots.range(), rope_, c_.n_head_kv, slices);
+  mark("rope, kv write");
+}
+
+void GpuModel::Step::record_feed_forward(std::uint32_t l) {
+  const GpuLayer& L = model_.layers_[l];
+  const LayerPlan& p = plan_.layers[l];
+  // The norm the down product may make along with its split sum.
+  const GpuTensor* next_norm = p.next_norm_f16 ? &model_.layers_[l + 1].attn_norm : nullptr;
+  if (p.glu) {
+    record_glu(L, p, next_norm);
+  } else {
+    if (!s_.gate) {
+      s_.gate = scratch(std::uint64_t{n_} * c_.n_ff);
+      s_.up = scratch(std::uint64_t{n_} * c_.n_ff);
+    }
+    sum_products(normed_products(L.ffn_norm, p.ffn_input, {{&L.w_gate, &p.gate, &s_.gate}, {&L.w_up, &p.up, &s_.up}}));
+    mark("matmul gate, up");
+    record_down(L, p, next_norm);
+  }
+  mark("matmul down");
+}
+
+// x += down x (silu(gate) * up), the SwiGLU one product.
+void GpuModel::Step::record_glu(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm) {
+  norm_f16(L.ffn_norm);
+  const auto w16 = dequantize({{&L.w_gate, &p.gate}, {&L.w_up, &p.up}});
+  const bool f16 = w16[0].buffer != VK_NULL_HANDLE;
+  ops::matmul_narrow_glu(rec(), lib_, f16 ? gpu::WeightType::f16 : L.w_gate.type, f16 ? w16[0] : L.w_gate.buffer.range(),
+                         f16 ? w16[1] : L.w_up.buffer.range(), s_.acts16.range(), glu16(), rows_of(L.w_gate),
+                         cols_of(L.w_gate), n_, plan_.kernels);
+  mark("matmul gate, up");
+  narrow_residual(L.w_down, p.down, s_.glu16.range(), next_norm);
+}
+
+// x += down x (silu(gate) * up), gate and up made before.
+void GpuModel::Step::record_down(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm) {
+  const GpuTensor& w = L.w_down;
+  switch (p.down.path) {
+    case ProductPath::int8:  // silu(gate) * up made and quantized before the product
+      ops::quantize_q8_silu(rec(), lib_, s_.gate.range(), s_.up.range(), acts_q8(), c_.n_ff, n_);
+      mark("silu");
+      ops::matvec_q8(rec(), lib_, w.type, w.buffer.range(), acts_q8(), s_.x.range(), rows_of(w), cols_of(w), n_, true,
+                     plan_.kernels);
+      return;
+    case ProductPath::matvec:  // one kernel
+      ops::matvec_accumulate_silu(rec(), lib_, w.type, w.buffer.range(), s_.gate.range(), s_.up.range(), s_.x.range(),
+                                  rows_of(w), cols_of(w), n_, plan_.kernels);
+      return;
+    case ProductPath::narrow:  // silu(gate) * up made as the tensor cores' F16 input, one dispatch
+      ops::silu_mul_f16(rec(), lib_, s_.gate.range(), s_.up.range(), acts16(), n_, plan_.padded_tokens, c_.n_ff);
+      mark("silu");
+      narrow_residual(w, p.down, {}, next_norm);
+      return;
+    case ProductPath::general:
+      ops::silu_mul(rec(), lib_, s_.gate.range(), s_.up.range(), s_.gate.range(), n_ * c_.n_ff);
+      mark("silu");
+      residual_product(w, p.down, s_.gate, false, nullptr);
+      return;
+  }
+}
+
+// out_i = w_i x rmsnorm(x) for a group of products that read the same norm and write apart (no
+// barriers between them). Returns the products that split K, whose sums the caller records.
+std::vector<PendingSum> GpuModel::Step::normed_products(const GpuTensor& norm, NormInput input,
+                                                        std::initializer_list<GroupProduct> products) {
+  const bool any_narrow =
+      std::ranges::any_of(products, [](const GroupProduct& p) { return std::get<1>(p)->path == ProductPath::narrow; });
+  switch (input) {
+    case NormInput::int8:
+      ops::quantize_q8_rms_norm(rec(), lib_, s_.x.range(), norm.buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd, n_);
+      mark("norm");
+      break;
+    case NormInput::fused: break;
+    case NormInput::f16: norm_f16(norm); break;
+    case NormInput::f32:
+      ops::rms_norm(rec(), lib_, s_.x.range(), norm.buffer.range(), s_.h.range(), n_, c_.n_embd, c_.rms_eps);
+      mark("norm");
+      if (any_narrow) to_f16(s_.h, n_, c_.n_embd);
+      break;
+  }
+  std::vector<BufferRange> dequantized(products.size());
+  if (any_narrow) {
+    std::vector<std::pair<const GpuTensor*, const ProductPlan*>> ws;
+    for (const auto& [w, p, out] : products) ws.emplace_back(w, p);
+    dequantized = dequantize(ws);
+  }
+  // Products whose grids are too small for the GPU split K, each into its own part of split_parts.
+  std::vector<PendingSum> sums;
+  std::uint64_t parts_offset = 0;
+  std::size_t i = 0;
+  for (const auto& [w, p, out] : products) {
+    if (i > 0) rec().next_runs_alongside();
+    const BufferRange w16 = dequantized[i++];
+    switch (p->path) {
+      case ProductPath::int8:
+        ops::matvec_q8(rec(), lib_, w->type, w->buffer.range(), normed_q8(), out->range(), rows_of(*w), cols_of(*w), n_,
+                       false, plan_.kernels);
+        break;
+      case ProductPath::matvec:
+        ops::matvec_rms_norm(rec(), lib_, w->type, w->buffer.range(), s_.x.range(), norm.buffer.range(), c_.rms_eps,
+                             out->range(), rows_of(*w), cols_of(*w), n_, plan_.kernels);
+        break;
+      case ProductPath::narrow: {
+        const bool own = p->split_bytes > 0 && !w16.buffer && parts_offset + p->split_bytes <= s_.split_parts.size();
+        const BufferRange parts = own ? s_.split_parts.range(parts_offset, p->split_bytes) : BufferRange{};
+        if (own) parts_offset += p->split_bytes;
+        const std::uint32_t splits = product_narrow(*w, *out, n_, false, w16, parts, true);
+        if (splits > 1) sums.push_back({parts, out, rows_of(*w) * n_, splits});
+        break;
+      }
+      case ProductPath::general:
+        ops::matmul(rec(), lib_, w->type, w->buffer.range(), s_.h.range(), false, out->range(), rows_of(*w), cols_of(*w),
+                    n_, ops::MatmulPath::automatic, plan_.kernels);
+        break;
+    }
+  }
+  return sums;
+}
+
+// The sums of a group's split products, recorded alongside each other.
+void GpuModel::Step::sum_products(const std::vector<PendingSum>& sums) {
+  for (std::size_t i = 0; i < sums.size(); ++i) {
+    if (i > 0) rec().next_runs_alongside();
+    ops::sum_splits(rec(), lib_, sums[i].parts, sums[i].out->range(), sums[i].count, sums[i].splits, false);
+  }
+}
+
+// x += w x in. in_ready: `in` is already in the form the product reads, made by the dispatch
+// before (the int8 path's in acts_q8, the tensor cores' F16 in acts16). next_norm: as
+// narrow_residual's.
+void GpuModel::Step::residual_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
+                                      const GpuTensor* next_norm) {
+  const std::uint32_t m = rows_of(w), k = cols_of(w);
+  switch (p.path) {
+    case ProductPath::int8:
+      if (!in_ready) ops::quantize_q8(rec(), lib_, in.range(), acts_q8(), k, n_);
+      ops::matvec_q8(rec(), lib_, w.type, w.buffer.range(), acts_q8(), s_.x.range(), m, k, n_, true, plan_.kernels);
+      return;
+    case ProductPath::matvec:
+      ops::matvec_accumulate(rec(), lib_, w.type, w.buffer.range(), in.range(), false, s_.x.range(), m, k, n_,
+                             plan_.kernels);
+      return;
+    case ProductPath::narrow:
+      if (!in_ready) to_f16(in, n_, k);
+      narrow_residual(w, p, {}, next_norm);
+      return;
+    case ProductPath::general:
+      ops::matmul(rec(), lib_, w.type, w.buffer.range(), in.range(), false, s_.proj.range(), m, k, n_,
+                  ops::MatmulPath::automatic, plan_.kernels);
+      ops::add(rec(), lib_, s_.x.range(), s_.proj.range(), s_.x.range(), n_ * c_.n_embd);
+      return;
+  }
+}
+
+// x += w x input (acts16 unless given), the add fused into the tensor cores' product. next_norm:
+// the norm whose F16 form (norm_f16) reads x next; where the product splits K, the dispatch that
+// adds its slices into x also makes that norm (one dispatch fewer: at 32 sequences each is ~5 us
+// of a layer's 0.35 ms).
+void GpuModel::Step::narrow_residual(const GpuTensor& w, const ProductPlan& p, BufferRange input,
+                                     const GpuTensor* next_norm) {
+  const BufferRange w16 = dequantize({{&w, &p}}).front();
+  const bool sum_here = next_norm != nullptr && s_.split_parts;
+  const std::uint32_t splits = product_narrow(w, s_.x, n_, true, w16,
+                                              s_.split_parts ? s_.split_parts.range() : BufferRange{}, sum_here, input);
+  if (!sum_here || splits == 1) return;  // unsplit, x is written: the norm runs as its own dispatch
+  ops::sum_splits_rms_norm_f16(rec(), lib_, s_.split_parts.range(), splits, s_.x.range(), next_norm->buffer.range(),
+                               acts16(), n_, plan_.padded_tokens, c_.n_embd, c_.rms_eps);
+  normed_by_residual_ = next_norm;
+}
+
+// The narrow path's product of w (or its F16 form, dequantized) and the F16 activations (acts16
+// unless given). split_scratch: where it may split K; sum_later: the caller records its sum.
+std::uint32_t GpuModel::Step::product_narrow(const GpuTensor& w, const PoolBuffer& out, std::uint32_t columns,
+                                             bool accumulate, BufferRange dequantized, BufferRange split_scratch,
+                                             bool sum_later, BufferRange input) {
+  const bool f16 = dequantized.buffer != VK_NULL_HANDLE;
+  return ops::matmul_narrow(rec(), lib_, f16 ? gpu::WeightType::f16 : w.type, f16 ? dequantized : w.buffer.range(),
+                            input.buffer != VK_NULL_HANDLE ? input : s_.acts16.range(), out.range(), rows_of(w),
+                            cols_of(w), columns, accumulate, split_scratch, sum_later, plan_.kernels);
+}
+
+// Dequantizes each product its plan says into its own part of weights16 (the dispatches run
+// alongside each other); returns each one's F16 range, empty for the others.
+std::vector<BufferRange> GpuModel::Step::dequantize(
+    const std::vector<std::pair<const GpuTensor*, const ProductPlan*>>& ws) {
+  std::vector<BufferRange> ranges;
+  std::uint64_t offset = 0;
+  bool first = true;
+  for (const auto& [w, p] : ws) {
+    if (!p->dequantize) {
+      ranges.emplace_back();
+      continue;
+    }
+    const std::uint64_t bytes = std::uint64_t{w->rows} * w->cols * 2;
+    ranges.push_back(s_.weights16.range(offset, bytes));
+    offset += bytes;
+    if (!std::exchange(first, false)) rec().next_runs_alongside();
+    ops::dequantize_f16(rec(), lib_, w->type, w->buffer.range(), ranges.back(), rows_of(*w), cols_of(*w));
+  }
+  return ranges;
+}
+
+// rmsnorm(x) as the tensor cores' F16 input, in one dispatch (unless the residual product before
+// made it).
+void GpuModel::Step::norm_f16(const GpuTensor& norm) {
+  if (std::exchange(normed_by_residual_, nullptr) == &norm) return;
+  ops::rms_norm_f16(rec(), lib_, s_.x.range(), norm.buffer.range(), acts16(), n_, plan_.padded_tokens, c_.n_embd,
+                    c_.rms_eps);
+  mark("norm");
+}
+
+void GpuModel::Step::to_f16(const PoolBuffer& in, std::uint32_t rows, std::uint32_t width) {
+  ops::to_f16(rec(), lib_, in.range(), acts16(), rows, width, ops::narrow_padded_columns(features_, rows, plan_.kernels));
+}
+
+void GpuModel::Step::add_bias(const GpuTensor& bias, const PoolBuffer& io, std::uint32_t width) {
+  if (!bias.buffer) return;
+  const std::uint64_t row_bytes = std::uint64_t{width} * 4;
+  for (std::uint32_t t = 0; t < n_; ++t) {  // one row at a time: ops::add does not broadcast
+    const BufferRange row = io.range(t * row_bytes, row_bytes);
+    ops::add(rec(), lib_, row, bias.buffer.range(), row, width);
+  }
+}
+
+// Parts of 1, 2, 4, ... layers up to layers_per_submission_: the GPU starts after one layer is
+// recorded, and each part takes the host less time to record than the GPU takes to run the one
+// before, so the GPU never waits for the host inside a step.
+void GpuModel::Step::end_layer(std::uint32_t l) {
+  if (++part_layers_ != part_size_ || l + 1 >= c_.n_layers) return;
+  if (profile_ != nullptr && l == 0) {
+    const auto first_part = std::chrono::steady_clock::now() - start_;
+    profile_->first_part_ms += std::chrono::duration<double, std::milli>(first_part).count();
+  }
+  queue_.submit(rec());
+  rec_.emplace(queue_.begin());
+  rec().after_previous_submissions();
+  mark("waiting for the host");
+  part_layers_ = 0;
+  part_size_ = std::min(2 * part_size_, model_.layers_per_submission_);
+}
+
+// The output matrix over the normed rows whose logits are wanted.
+void GpuModel::Step::record_output_product(const GpuTensor& w) {
+  const std::uint32_t m = rows_of(w), k = cols_of(w), rows = in_.outputs;
+  switch (plan_.output) {
+    case OutputPath::narrow:
+      to_f16(s_.picked, rows, k);
+      product_narrow(w, s_.logits, rows, false);
+      return;
+    case OutputPath::int8:
+      ops::quantize_q8(rec(), lib_, s_.picked.range(), acts_q8(), k, rows);
+      ops::matvec_q8(rec(), lib_, w.type, w.buffer.range(), acts_q8(), s_.logits.range(), m, k, rows, false, plan_.kernels);
+      return;
+    case OutputPath::general:
+      ops::matmul(rec(), lib_, w.type, w.buffer.range(), s_.picked.range(), false, s_.logits.range(), m, k, rows,
+                  ops::MatmulPath::automatic, plan_.kernels);
+      return;
+  }
+}
+
+// What is asked for comes back through host-visible memory, copied at the end of the submission:
+// all the logits, or only each row's argmax (4 bytes instead of a vocabulary's worth).
+GpuModel::StepResult GpuModel::Step::record_output(StepOutput want) {
+  const std::uint32_t n_out = in_.outputs;
+  if (n_out == 0) {
+    finish();
+    if (want == StepOutput::logits) return std::vector<float>{};
+    if (want == StepOutput::argmax) return std::vector<std::int32_t>{};
+    PendingArgmax pending;  // no tokens: collect() finds none
+    pending.done_at = queue_.last_submitted();
+    pending.count = 0;
+    pending.collected = false;
+    return pending;
+  }
+  ops::rms_norm(rec(), lib_, s_.x.range(), model_.output_norm_.buffer.range(), s_.h.range(), n_, c_.n_embd, c_.rms_eps);
+  // Only the rows whose logits are wanted go through the output matrix.
+  ops::get_rows(rec(), lib_, gpu::WeightType::f32, s_.h.range(), s_.output_rows.range(), s_.picked.range(), c_.n_embd,
+                n_out);
+  record_output_product(model_.output_.buffer ? model_.output_ : model_.token_embd_);
+  mark("output");
+  if (want == StepOutput::logits) {
+    const std::size_t count = std::size_t{n_out} * c_.n_vocab;
+    PoolBuffer readback = pool_.allocate(count * 4, "scratch", gpu::MemoryKind::host);
+    rec().copy(s_.logits.range(0, count * 4), readback.range());
+    finish();
+    std::vector<float> logits(count);
+    std::memcpy(logits.data(), readback.mapped(), count * 4);
+    return logits;
+  }
+  PoolBuffer readback = pool_.allocate(std::size_t{n_out} * 4, "scratch", gpu::MemoryKind::host);
+  PoolBuffer ids = pool_.allocate(std::size_t{n_out} * 4, "scratch"),
+             argmax_parts = pool_.allocate(ops::argmax_scratch_bytes(n_out, c_.n_vocab), "scratch");
+  ops::argmax(rec(), lib_, s_.logits.range(), argmax_parts.range(), ids.range(), n_out, c_.n_vocab);
+  mark("argmax");
+  rec().copy(ids.range(), readback.range());
+  if (want == StepOutput::argmax) {
+    finish();
+    std::vector<std::int32_t> tokens(n_out);
+    std::memcpy(tokens.data(), readback.mapped(), std::size_t{n_out} * 4);
+    return tokens;
+  }
+  PendingArgmax pending;
+  if (profile_ == nullptr) {
+    pending.done_at = queue_.submit(rec());  // the caller waits (collect)
+  } else {
+    finish();  // a profile is read here
+    pending.done_at = queue_.last_submitted();
+  }
+  pending.ids = std::move(ids);
+  pending.readback = std::move(readback);
+  pending.count = n_out;
+  pending.collected = false;
+  return pending;
+}
+
+// Submits what is left of the step and waits for it; a profile takes its times.
+void GpuModel::Step::finish() {
+  const auto submit_at = std::chrono::steady_clock::now();
+  queue_.submit_and_wait(rec());
+  if (profile_ == nullptr) return;
+  auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  profile_->record_ms += ms(submit_at - start_);
+  profile_->wait_ms += ms(std::chrono::steady_clock::now() - submit_at);
+  ++profile_->steps;
+  if (!profiling_ || labels_.size() < 2) return;
+  std::vector<std::uint64_t> stamps(labels_.size());
+  if (vkGetQueryPoolResults(queue_.device().get(), model_.timestamps_.get(), 0, static_cast<std::uint32_t>(labels_.size()),
+                            stamps.size() * 8, stamps.data(), 8, VK_QUERY_RESULT_64_BIT) != VK_SUCCESS) {
+    return;
+  }
+  const double period_ms = features_.timestamp_period_ns / 1e6;
+  for (std::size_t i = 1; i < labels_.size(); ++i) profile_->gpu_ms[labels_[i]] += (stamps[i] - stamps[i - 1]) * period_ms;
+  // From the previous step's last op to this one's first: the GPU waited for the host's reading
+  // of the result and its making of this step (the steps run one after the other).
+  if (profile_->last_stamp != 0 && stamps.front() > profile_->last_stamp) {
+    profile_->between_steps_ms += (stamps.front() - profile_->last_stamp) * period_ms;
+  }
+  profile_->last_stamp = stamps.back();
+}
+
+GpuModel::StepResult GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepOutput want, StepProfile* profile,
+                                   const PendingArgmax* tokens_from) {
+  const auto n = static_cast<std::uint32_t>(batch.tokens.size());
+  if (n == 0) {
+    if (want == StepOutput::logits) return std::vector<float>{};
+    if (want == StepOutput::argmax) return std::vector<std::int32_t>{};
+    return PendingArgmax{};
+  }
+  if (tokens_from != nullptr && tokens_from->count != n) {
+    throw std::invalid_argument("a step's tokens from the step before: " + std::to_string(tokens_from->count) +
+                                " there, " + std::to_string(n) + " here");
+  }
+  Step step(*this, batch, cache, profile, tokens_from);
+  step.record_embedding();
+  for (std::uint32_t l = 0; l < config_.n_layers; ++l) {
+    step.record_attention(l);
+    step.record_feed_forward(l);
+    step.end_layer(l);
+  }
+  return step.record_output(want);
+}
+
+}  // namespace mqlm::model

@@ -1,0 +1,165 @@
+#include "model/llama/step_plan.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace mqlm::model {
+
+namespace ops = gpu::ops;
+
+namespace {
+
+std::uint32_t rows_of(const GpuTensor& w) { return static_cast<std::uint32_t>(w.rows); }
+std::uint32_t cols_of(const GpuTensor& w) { return static_cast<std::uint32_t>(w.cols); }
+
+// The choices for one step's width, each product's from its type and shape.
+class Planner {
+ public:
+  Planner(const gpu::DeviceFeatures& features, const LlamaConfig& config, const ops::KernelChoice& kernels,
+          std::uint32_t tokens)
+      : features_(features), config_(config), kernels_(kernels), n_(tokens) {}
+
+  // Batches too wide for the vector path take the tensor cores where the device and weights allow.
+  bool narrow(const GpuTensor& w, std::uint32_t columns) const {
+    return ops::narrow_matmul_preferred(features_, w.type, rows_of(w), cols_of(w), columns, kernels_);
+  }
+  bool narrow(const GpuTensor& w) const { return narrow(w, n_); }
+  // Decode steps take the vector path, which can fold a norm, silu(gate) * up or the residual add in.
+  bool matvec(const GpuTensor& w) const {
+    return !narrow(w) && ops::choose_matmul_path(features_, n_) == ops::MatmulPath::vector &&
+           ops::matvec_can_accumulate(w.type, cols_of(w), n_);
+  }
+  bool int8(const GpuTensor& w) const { return matvec(w) && ops::matvec_int8(features_, w.type, kernels_); }
+  bool dequantizes(const GpuTensor& w) const {
+    return ops::narrow_dequantizes(features_, w.type, rows_of(w), cols_of(w), n_);
+  }
+  std::uint64_t split_bytes(const GpuTensor& w) const {
+    return narrow(w) ? ops::narrow_split_bytes(features_, rows_of(w), cols_of(w), n_, kernels_) : 0;
+  }
+
+  ProductPlan product(const GpuTensor& w, ProductPath path) const {
+    return {path, path == ProductPath::narrow && dequantizes(w), path == ProductPath::narrow ? split_bytes(w) : 0};
+  }
+  // A residual product (x += w x in) on its own.
+  ProductPlan residual(const GpuTensor& w) const {
+    if (int8(w)) return product(w, ProductPath::int8);
+    if (matvec(w)) return product(w, ProductPath::matvec);
+    return product(w, narrow(w) ? ProductPath::narrow : ProductPath::general);
+  }
+  template <std::size_t N>
+  NormInput norm_input(const std::array<const GpuTensor*, N>& ws) const {
+    auto all = [&](auto&& pred) { return std::ranges::all_of(ws, [&](const GpuTensor* w) { return pred(*w); }); };
+    if (all([&](const GpuTensor& w) { return int8(w); })) return NormInput::int8;
+    if (all([&](const GpuTensor& w) { return matvec(w); })) return NormInput::fused;
+    if (all([&](const GpuTensor& w) { return narrow(w); })) return NormInput::f16;
+    return NormInput::f32;
+  }
+  // A product of a group reading one norm.
+  ProductPlan grouped(const GpuTensor& w, NormInput input) const {
+    switch (input) {
+      case NormInput::int8: return product(w, ProductPath::int8);
+      case NormInput::fused: return product(w, ProductPath::matvec);
+      default: return product(w, narrow(w) ? ProductPath::narrow : ProductPath::general);
+    }
+  }
+  // Decode on the int8 path with nothing between the q/k/v products and rope (no biases, no q/k
+  // norms) and the normal rotary layout: the products write q turned, and k and v into the cache.
+  bool writes_heads(const GpuLayer& L) const {
+    if (L.bq.buffer || L.bk.buffer || L.bv.buffer || config_.qk_norm()) return false;
+    const ops::RopeShape rope{n_, config_.n_head, config_.head_dim, 0, config_.rope_base, 1.0f / config_.rope_scale,
+                              config_.rope_neox()};
+    return std::ranges::all_of(std::array{&L.wq, &L.wk, &L.wv}, [&](const GpuTensor* w) {
+      return int8(*w) && ops::matvec_q8_heads_applies(features_, w->type, rows_of(*w), cols_of(*w), n_, rope, kernels_);
+    });
+  }
+  // The SwiGLU in one dispatch where the narrow path takes gate, up and down alike.
+  bool glu(const GpuLayer& L) const {
+    if (!narrow(L.w_gate) || !narrow(L.w_up) || !narrow(L.w_down) || matvec(L.w_gate)) return false;
+    if (L.w_gate.type != L.w_up.type || L.w_gate.rows != L.w_up.rows || L.w_gate.cols != L.w_up.cols) return false;
+    const gpu::WeightType type = dequantizes(L.w_gate) ? gpu::WeightType::f16 : L.w_gate.type;
+    return ops::narrow_glu_applies(features_, type, rows_of(L.w_gate), cols_of(L.w_gate), n_, kernels_);
+  }
+
+  LayerPlan layer(const GpuLayer& L) const {
+    LayerPlan p;
+    p.qkv_input = norm_input(std::array{&L.wq, &L.wk, &L.wv});
+    p.q = grouped(L.wq, p.qkv_input);
+    p.k = grouped(L.wk, p.qkv_input);
+    p.v = grouped(L.wv, p.qkv_input);
+    p.qkv_write_heads = writes_heads(L);
+    p.rope_sums_qkv = !L.bq.buffer && !L.bk.buffer && !L.bv.buffer && !config_.qk_norm();
+    p.out = residual(L.wo);
+    p.glu = glu(L);
+    p.ffn_input = norm_input(std::array{&L.w_gate, &L.w_up});
+    p.ffn_norm_f16 = p.glu || p.ffn_input == NormInput::f16;
+    p.gate = grouped(L.w_gate, p.ffn_input);
+    p.up = grouped(L.w_up, p.ffn_input);
+    p.down = residual(L.w_down);
+    return p;
+  }
+
+  OutputPath output(const GpuTensor& w, std::uint32_t outputs) const {
+    if (narrow(w, outputs)) return OutputPath::narrow;
+    // From 2 columns the int8 input is quantized once rather than in each workgroup (H100, the
+    // output matrix at 4 columns: 269 against 398 us); for one, the extra dispatch costs more.
+    if (outputs >= 2 && ops::choose_matmul_path(features_, outputs) == ops::MatmulPath::vector &&
+        ops::matvec_int8(features_, w.type, kernels_) && ops::matvec_can_accumulate(w.type, cols_of(w), outputs)) {
+      return OutputPath::int8;
+    }
+    return OutputPath::general;
+  }
+
+  // The bytes the widest group of products recorded alongside each other needs, each bytes_of(w).
+  template <class BytesOf>
+  static std::uint64_t widest_group(const GpuLayer& l, BytesOf bytes_of) {
+    std::uint64_t widest = 0;
+    for (auto group : {std::vector<const GpuTensor*>{&l.wq, &l.wk, &l.wv}, {&l.w_gate, &l.w_up}, {&l.wo}, {&l.w_down}}) {
+      std::uint64_t sum = 0;
+      for (const GpuTensor* w : group) sum += bytes_of(*w);
+      widest = std::max(widest, sum);
+    }
+    return widest;
+  }
+
+ private:
+  const gpu::DeviceFeatures& features_;
+  const LlamaConfig& config_;
+  const ops::KernelChoice& kernels_;
+  std::uint32_t n_;
+};
+
+}  // namespace
+
+StepPlan plan_step(const gpu::DeviceFeatures& features, const LlamaConfig& config, std::span<const GpuLayer> layers,
+                   const GpuTensor& output, std::uint32_t tokens, std::uint32_t outputs,
+                   const ops::KernelChoice& kernels) {
+  const Planner planner(features, config, kernels, tokens);
+  StepPlan plan;
+  plan.kernels = kernels;
+  plan.tokens = tokens;
+  plan.outputs = outputs;
+  plan.padded_tokens = ops::narrow_padded_columns(features, tokens, kernels);
+  for (const GpuLayer& layer : layers) plan.layers.push_back(planner.layer(layer));
+  // The norm a residual product may make along with its split sum: the next layer's attention
+  // norm, where that layer reads it as F16 alone.
+  for (std::size_t l = 0; l + 1 < plan.layers.size(); ++l) {
+    const LayerPlan& next = plan.layers[l + 1];
+    plan.layers[l].next_norm_f16 = !next.qkv_write_heads && next.qkv_input == NormInput::f16;
+  }
+  plan.output = planner.output(output, outputs);
+  if (!layers.empty()) {
+    plan.split_bytes = Planner::widest_group(layers.front(), [&](const GpuTensor& w) { return planner.split_bytes(w); });
+    plan.weights16_bytes = Planner::widest_group(layers.front(), [&](const GpuTensor& w) {
+      return planner.dequantizes(w) ? std::uint64_t{w.rows} * w.cols * 2 : 0;
+    });
+  }
+  // Without a scratch for them (the first layer's products need none), no weights are dequantized.
+  if (plan.weights16_bytes == 0) {
+    for (LayerPlan& p : plan.layers) {
+      for (ProductPlan* product : {&p.q, &p.k, &p.v, &p.out, &p.gate, &p.up, &p.down}) product->dequantize = false;
+    }
+  }
+  return plan;
+}
+
+}  // namespace mqlm::model

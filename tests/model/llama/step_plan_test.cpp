@@ -1,0 +1,129 @@
+// The kernels a step plans (plan_step) for Llama-3-8B's shapes, one case a row: on an H100's
+// features (tensor cores, int8 dot products) and on a device with neither, by weight type, step
+// width and kernel choice. No GPU: the plan reads shapes, types and features only.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/llama/step_plan.hpp"
+
+namespace mqlm::model {
+namespace {
+
+using gpu::WeightType;
+
+gpu::DeviceFeatures h100() {
+  gpu::DeviceFeatures f;
+  f.subgroup_size = 32;
+  f.cooperative_matrix = gpu::CooperativeMatrixShape{16, 16, 16};
+  f.integer_dot_product = true;
+  return f;
+}
+
+gpu::DeviceFeatures plain_device() {
+  gpu::DeviceFeatures f;
+  f.subgroup_size = 8;
+  return f;
+}
+
+LlamaConfig llama3_8b(Architecture arch) {
+  LlamaConfig c;
+  c.arch = arch;
+  c.n_layers = 2;
+  c.n_embd = 4096;
+  c.n_ff = 14336;
+  c.n_head = 32;
+  c.n_head_kv = 8;
+  c.head_dim = 128;
+  c.n_vocab = 128256;
+  return c;
+}
+
+GpuTensor matrix(WeightType type, std::uint64_t rows, std::uint64_t cols) { return {type, rows, cols, {}}; }
+
+std::vector<GpuLayer> layers_of(const LlamaConfig& c, WeightType type) {
+  std::vector<GpuLayer> layers(c.n_layers);
+  for (GpuLayer& l : layers) {
+    l.wq = matrix(type, c.q_dim(), c.n_embd);
+    l.wk = matrix(type, c.kv_dim(), c.n_embd);
+    l.wv = matrix(type, c.kv_dim(), c.n_embd);
+    l.wo = matrix(type, c.n_embd, c.q_dim());
+    l.w_gate = matrix(type, c.n_ff, c.n_embd);
+    l.w_up = matrix(type, c.n_ff, c.n_embd);
+    l.w_down = matrix(type, c.n_embd, c.n_ff);
+  }
+  return layers;
+}
+
+struct Case {
+  std::string name;
+  bool tensor_cores;  // h100() or plain_device()
+  Architecture arch;
+  WeightType type;
+  std::uint32_t tokens, outputs;
+  std::optional<bool> int8;  // KernelChoice::matvec_int8
+  // What the plan must say of the first layer and the output.
+  NormInput qkv_input;
+  bool write_heads;
+  ProductPath out;
+  bool glu;
+  NormInput ffn_input;
+  ProductPath down;
+  bool dequantize, split, next_norm_f16;  // split: the k product's K (1,024 rows: a small grid)
+  OutputPath output;
+};
+
+using P = ProductPath;
+using N = NormInput;
+using O = OutputPath;
+constexpr auto llama = Architecture::llama, qwen3 = Architecture::qwen3;
+
+const Case cases[] = {
+    // name                        cores  arch   type              n    out  int8          qkv       heads  out         glu    ffn       down        deq    split  next   output
+    {"decode 1, Q4_0",             true,  llama, WeightType::q4_0, 1,   1,   std::nullopt, N::int8,  true,  P::int8,   false, N::int8,  P::int8,   false, false, false, O::general},
+    {"decode 4, Q4_0",             true,  llama, WeightType::q4_0, 4,   4,   std::nullopt, N::int8,  true,  P::int8,   false, N::int8,  P::int8,   false, false, false, O::int8},
+    {"decode 8, Q8_0",             true,  llama, WeightType::q8_0, 8,   8,   std::nullopt, N::int8,  true,  P::int8,   false, N::int8,  P::int8,   false, false, false, O::int8},
+    {"decode 8, Q4_0 without int8", true, llama, WeightType::q4_0, 8,   8,   false,        N::f16,   false, P::narrow, false, N::f16,   P::narrow, false, true,  true,  O::narrow},
+    {"decode 4, Q4_0 without int8", true, llama, WeightType::q4_0, 4,   4,   false,        N::fused, false, P::matvec, false, N::fused, P::matvec, false, false, false, O::general},
+    {"decode 32, Q4_0",            true,  llama, WeightType::q4_0, 32,  32,  std::nullopt, N::f16,   false, P::narrow, true,  N::f16,   P::narrow, false, true,  true,  O::narrow},
+    {"prefill 600, Q4_0",          true,  llama, WeightType::q4_0, 600, 1,   std::nullopt, N::f16,   false, P::narrow, true,  N::f16,   P::narrow, true,  true,  true,  O::general},
+    {"decode 1, F16",              true,  llama, WeightType::f16,  1,   1,   std::nullopt, N::fused, false, P::matvec, false, N::fused, P::matvec, false, false, false, O::general},
+    {"decode 1, Q4_0, q/k norms",  true,  qwen3, WeightType::q4_0, 1,   1,   std::nullopt, N::int8,  false, P::int8,   false, N::int8,  P::int8,   false, false, false, O::general},
+    {"decode 32, F32, no cores",   false, llama, WeightType::f32,  32,  32,  std::nullopt, N::f32,   false, P::general, false, N::f32,  P::general, false, false, false, O::general},
+    {"decode 2, Q8_0, no cores",   false, llama, WeightType::q8_0, 2,   2,   std::nullopt, N::fused, false, P::matvec, false, N::fused, P::matvec, false, false, false, O::general},
+};
+
+TEST(StepPlan, ChoosesTheKernelsOfEachCase) {
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const LlamaConfig config = llama3_8b(c.arch);
+    const auto layers = layers_of(config, c.type);
+    const GpuTensor output = matrix(c.type, config.n_vocab, config.n_embd);
+    gpu::ops::KernelChoice choice;
+    choice.matvec_int8 = c.int8;
+    const StepPlan plan = plan_step(c.tensor_cores ? h100() : plain_device(), config, layers, output, c.tokens,
+                                    c.outputs, choice);
+    ASSERT_EQ(plan.layers.size(), config.n_layers);
+    const LayerPlan& first = plan.layers.front();
+    EXPECT_EQ(first.qkv_input, c.qkv_input);
+    EXPECT_EQ(first.qkv_write_heads, c.write_heads);
+    EXPECT_EQ(first.rope_sums_qkv, !config.qk_norm());
+    EXPECT_EQ(first.out.path, c.out);
+    EXPECT_EQ(first.glu, c.glu);
+    EXPECT_EQ(first.ffn_input, c.ffn_input);
+    EXPECT_EQ(first.down.path, c.down);
+    EXPECT_EQ(first.q.dequantize, c.dequantize);
+    EXPECT_EQ(plan.weights16_bytes > 0, c.dequantize);
+    EXPECT_EQ(first.k.split_bytes > 0, c.split);
+    EXPECT_EQ(plan.split_bytes > 0, c.split);
+    EXPECT_EQ(first.next_norm_f16, c.next_norm_f16);
+    EXPECT_FALSE(plan.layers.back().next_norm_f16);  // no layer after the last
+    EXPECT_EQ(first.ffn_norm_f16, c.glu || c.ffn_input == N::f16);
+    EXPECT_EQ(plan.output, c.output);
+  }
+}
+
+}  // namespace
+}  // namespace mqlm::model
