@@ -5,7 +5,8 @@
 # Here: pack the builds as bench/ab-on-h100.sh's header says (.devrun/bin/mqlm, .devrun/bin/mqlm-base).
 # There (carry .devrun): bench/ab-serve-on-h100.sh
 # Knobs: BUILDS ("mqlm mqlm-base"), ROUNDS (2), CONCURRENCY ("1 32"), TEMPERATURES ("0"; e.g. "0 0.7"
-# runs each build greedy and sampled), TYPE (q4_0), PRESET (llama3-8b), and run-serve-on-h100.sh's own (KV_PAGES, ...).
+# runs each build greedy and sampled), REQUESTS_PER_SLOT (4: each concurrency c runs 4c requests), TYPE (q4_0),
+# PRESET (llama3-8b), and run-serve-on-h100.sh's own (KV_PAGES, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
@@ -22,7 +23,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
       ln -s "$PWD/.devrun/bin/$b" "$bin/mqlm"
       run=$OUT/r$round-t$temperature-$b
       mkdir -p "$run"
-      BIN_FIRST=$bin OUT=$run TEMPERATURE=$temperature CONCURRENCY=${CONCURRENCY:-1 32} \
+      BIN_FIRST=$bin OUT=$run ROUNDS=${REQUESTS_PER_SLOT:-4} TEMPERATURE=$temperature CONCURRENCY=${CONCURRENCY:-1 32} \
         bench/run-serve-on-h100.sh >/dev/null 2>&1 || echo "round $round $b: run-serve failed" >>"$log"
       figures=$(awk '/^command:/ { for (i = 1; i < NF; i++) if ($i == "--concurrency") c = $(i + 1) }
                      /^Output token throughput/ { printf "c%s %s tok/s", c, $NF }
