@@ -215,8 +215,9 @@ void SchedulerPolicy::on_submit(Turn& ctx, const Message& message, const Submit&
   r.stops.emplace(model::StopMatcher::for_request(r.sampling, m.stop_tokens));
   waiting_.push_back(r.sequence);
   // A model that is not loaded is asked for; the request waits for it (or for the answer that
-  // it cannot be loaded).
-  if (m.state == ModelState::unloaded) request_load(ctx, m);
+  // it cannot be loaded). Before the executor's first report no model is known to be loaded:
+  // the request waits for that report, which asks for the loads still wanted then.
+  if (executor_ready_ && m.state == ModelState::unloaded) request_load(ctx, m);
   schedule(ctx);
 }
 

@@ -437,7 +437,19 @@ std::vector<Case> ending_cases() {
 std::vector<Case> planning_cases() {
   auto budget = [](std::uint32_t tokens) { return [=](SchedulerConfig& c) { c.token_budget = tokens; }; };
   auto no_overlap = [](SchedulerConfig& c) { c.overlap = false; };
+  auto with_enforcer = [](SchedulerConfig& c) { c.enforcer = "enforcer"; };
   return {
+      // The executor loads its models at its start, but its report may come after the first
+      // request: that request waits for it, and no load is asked of anyone.
+      {"a_request_before_the_executors_first_report_waits_for_it",
+       {submit(1, 6), queues(0, 1), ready(), run_to_end(), pages_free()},
+       {"executor query", "plan 1 1@0+6o start:1", "gateway final #1 length 6+2"},
+       {"gateway final #1 error unavailable"}},
+      {"a_request_before_the_first_report_asks_no_load_of_the_enforcer",
+       {submit(1, 6), ready(), run_to_end(), pages_free()},
+       {"executor query", "plan 1 1@0+6o start:1", "gateway final #1 length 6+2"},
+       {"enforcer load tiny"},
+       with_enforcer},
       {"chunked_prefill_under_the_token_budget",
        {ready(), submit(1, 10), run_to_end()},
        {"plan 1 1@0+4 start:1", "plan 2 1@4+4", "plan 3 1@8+2o", "plan 4 1@10+1of", "gateway final #1 length 10+2"},
