@@ -1,6 +1,7 @@
 #include "actors/front_end/front_end.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <stdexcept>
 
 #include <spdlog/spdlog.h>
@@ -559,6 +560,27 @@ void FrontEnd::send_abort(Context& ctx, std::uint64_t request_id, AbortReason re
 void FrontEndActor::on_message(Context& ctx, Message& message) {
   core_.on_message(ctx, message);
   core_.settle(ctx);
+}
+
+bool FrontEndActor::send_routed(zmq::socket_t& router, const std::string& connection, messages::Frames frames) {
+  try {
+    if (!router.send(zmq::message_t(connection.data(), connection.size()),
+                     zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      spdlog::debug("{}: a caller left its queue full (it stopped reading); treating it as gone", core_.config().name);
+      core_.connection_gone(connection);
+      return false;
+    }
+    // Once the first frame is taken, the rest of the message is too.
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      const bool last = i + 1 == frames.size();
+      router.send(frames[i], last ? zmq::send_flags::dontwait : zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    }
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EHOSTUNREACH) throw;
+    core_.connection_gone(connection);
+    return false;
+  }
+  return true;
 }
 
 zmq::context_t& FrontEndActor::live_context(Context& ctx) const {

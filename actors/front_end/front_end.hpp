@@ -263,6 +263,11 @@ class FrontEndActor : public Actor, protected FrontEndPort {
   explicit FrontEndActor(FrontEndConfig config) : core_(std::move(config), *this) {}
   // The ZeroMQ context the adapter's sockets are made from; throws when there is none (replay).
   zmq::context_t& live_context(Context& ctx) const;
+  // Sends `frames` to the caller `connection` on the adapter's ROUTER (ZMQ_ROUTER_MANDATORY),
+  // without waiting. A connection that is gone (EHOSTUNREACH) or has stopped reading (its queue
+  // is full) is reported to the core, which settles it as gone once the current handler is done
+  // (not here, so that no caller sees the core's tables change under it); false then.
+  bool send_routed(zmq::socket_t& router, const std::string& connection, messages::Frames frames);
 
   FrontEnd core_;
 };

@@ -1,7 +1,6 @@
 #include "actors/gateway/gateway.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -238,28 +237,13 @@ class Gateway final : public front_end::FrontEndActor {
     send_to_client(ctx, caller, cp::encode_json_event("error", caller.id, std::move(fields)));
   }
 
-  // With ZMQ_ROUTER_MANDATORY a send to a connection that is gone fails with EHOSTUNREACH, and
-  // one to a client whose queue is full with EAGAIN (it has stopped reading): either way the
-  // client is settled as gone once the current handler is done (not here, so that no caller
-  // sees the core's tables change under it).
+  // A REQ client's messages come after an empty delimiter, as its requests did.
   void send_to_client(Context& ctx, const Caller& caller, std::string_view body) {
     if (!socket_) return;
-    try {
-      zmq::message_t id_frame(caller.connection.data(), caller.connection.size());
-      if (!socket_.send(id_frame, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-        spdlog::debug("gateway: a client left {} events unread; treating it as gone", kClientSendQueue);
-        core_.connection_gone(caller.connection);
-        return;
-      }
-      // Once the first frame is taken, the rest of the message is too.
-      if (caller.delimited) socket_.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-      socket_.send(zmq::message_t(body.data(), body.size()), zmq::send_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EHOSTUNREACH) throw;
-      core_.connection_gone(caller.connection);
-      return;
-    }
-    core_.sent_to(caller.connection, ctx.now_ns());
+    Frames frames;
+    if (caller.delimited) frames.emplace_back();
+    frames.emplace_back(body.data(), body.size());
+    if (send_routed(socket_, caller.connection, std::move(frames))) core_.sent_to(caller.connection, ctx.now_ns());
   }
 
   std::string listen_;

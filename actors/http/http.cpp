@@ -1,7 +1,6 @@
 #include "actors/http/http.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <optional>
 #include <stdexcept>
@@ -171,27 +170,10 @@ class Http final : public front_end::FrontEndActor {
     send_to_handler(caller.connection, front_end::error_final(code, message));
   }
 
-  // With ZMQ_ROUTER_MANDATORY a send to a handler socket that closed fails with EHOSTUNREACH,
-  // and one to a handler that stopped reading fails with EAGAIN: its request is settled as gone
-  // after the current handler (so that no caller sees the core's tables change under it).
+  // A handler socket that closed, or stopped reading, has its request settled as gone.
   void send_to_handler(const std::string& handler, const Payload& payload, Frames blobs = {}) {
     if (!bridge_) return;
-    Frames frames = http_bridge::encode(payload, std::move(blobs));
-    try {
-      if (!bridge_.send(zmq::message_t(handler.data(), handler.size()),
-                        zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-        core_.connection_gone(handler);
-        return;
-      }
-      // Once the first frame is taken, the rest of the message is too.
-      for (std::size_t i = 0; i < frames.size(); ++i) {
-        const bool last = i + 1 == frames.size();
-        bridge_.send(frames[i], last ? zmq::send_flags::dontwait : zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-      }
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EHOSTUNREACH) throw;
-      core_.connection_gone(handler);
-    }
+    send_routed(bridge_, handler, http_bridge::encode(payload, std::move(blobs)));
   }
 
   HttpServerConfig server_config_;
