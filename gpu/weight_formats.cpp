@@ -17,6 +17,15 @@ std::string_view weight_type_name(WeightType type) {
     case WeightType::q8_0: return "q8_0";
     case WeightType::q4_0: return "q4_0";
     case WeightType::q4_k: return "q4_k";
+    case WeightType::q4_1: return "q4_1";
+    case WeightType::q5_0: return "q5_0";
+    case WeightType::q5_1: return "q5_1";
+    case WeightType::q2_k: return "q2_k";
+    case WeightType::q3_k: return "q3_k";
+    case WeightType::q5_k: return "q5_k";
+    case WeightType::q6_k: return "q6_k";
+    case WeightType::iq4_nl: return "iq4_nl";
+    case WeightType::iq4_xs: return "iq4_xs";
   }
   return "unknown";
 }
@@ -30,11 +39,23 @@ std::optional<WeightType> parse_weight_type(std::string_view name) {
 
 std::size_t block_elements(WeightType type) {
   switch (type) {
+    case WeightType::f32:
+    case WeightType::f16:
+    case WeightType::bf16: return 1;
     case WeightType::q8_0:
-    case WeightType::q4_0: return 32;
-    case WeightType::q4_k: return 256;
-    default: return 1;
+    case WeightType::q4_0:
+    case WeightType::q4_1:
+    case WeightType::q5_0:
+    case WeightType::q5_1:
+    case WeightType::iq4_nl: return 32;
+    case WeightType::q4_k:
+    case WeightType::q2_k:
+    case WeightType::q3_k:
+    case WeightType::q5_k:
+    case WeightType::q6_k:
+    case WeightType::iq4_xs: return 256;
   }
+  return 1;
 }
 
 std::size_t block_bytes(WeightType type) {
@@ -45,6 +66,15 @@ std::size_t block_bytes(WeightType type) {
     case WeightType::q8_0: return 34;
     case WeightType::q4_0: return 18;
     case WeightType::q4_k: return 144;
+    case WeightType::q4_1: return 20;
+    case WeightType::q5_0: return 22;
+    case WeightType::q5_1: return 24;
+    case WeightType::q2_k: return 84;
+    case WeightType::q3_k: return 110;
+    case WeightType::q5_k: return 176;
+    case WeightType::q6_k: return 210;
+    case WeightType::iq4_nl: return 18;
+    case WeightType::iq4_xs: return 136;
   }
   return 0;
 }
@@ -207,6 +237,7 @@ void dequantize_block(WeightType type, const std::byte* in, float* x) {
       }
       break;
     }
+    default: throw std::invalid_argument("dequantize: " + std::string(weight_type_name(type)) + " is not written yet");
   }
 }
 
@@ -226,6 +257,7 @@ std::vector<std::byte> quantize(WeightType type, std::span<const float> values, 
       case WeightType::q8_0: quantize_q8_0(x, o); break;
       case WeightType::q4_0: quantize_q4_0(x, o); break;
       case WeightType::q4_k: quantize_q4_k(x, o); break;
+      default: throw std::invalid_argument("quantize: " + std::string(weight_type_name(type)) + " is not written yet");
     }
   }
   return out;
@@ -272,6 +304,7 @@ std::vector<std::byte> random_weights(WeightType type, std::size_t rows, std::si
         put16(p, small_half());
         put16(p + 2, small_half());
         break;
+      default: throw std::invalid_argument("random_weights: " + std::string(weight_type_name(type)) + " is not written yet");
     }
   }
   return out;

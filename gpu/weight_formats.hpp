@@ -6,7 +6,10 @@
 //   Q4_K 256 values in 144 bytes: f16 d, f16 dmin, uint8 scales[12] (eight 6-bit scales and
 //        mins), uint8 qs[128]; sub-block s of 32 uses nibble (s & 1) of qs[32 * (s / 2) + l]:
 //        x = d * scale[s] * nibble - dmin * min[s]
-// Plain C++ conversions here are the reference the GPU kernels are tested against.
+//   Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS: ggml's layouts (ggml-common.h);
+//        block_elements / block_bytes below give their sizes.
+// Plain C++ conversions here are the reference the GPU kernels are tested against; llama.cpp's
+// own (libggml-base) are theirs, in tests/gpu/weight_formats_oracle_test.cpp.
 #pragma once
 
 #include <cstddef>
@@ -18,9 +21,13 @@
 
 namespace mqlm::gpu {
 
-enum class WeightType : std::uint8_t { f32, f16, bf16, q8_0, q4_0, q4_k };
-inline constexpr WeightType all_weight_types[] = {WeightType::f32,  WeightType::f16,  WeightType::bf16,
-                                                  WeightType::q8_0, WeightType::q4_0, WeightType::q4_k};
+enum class WeightType : std::uint8_t {
+  f32, f16, bf16, q8_0, q4_0, q4_k, q4_1, q5_0, q5_1, q2_k, q3_k, q5_k, q6_k, iq4_nl, iq4_xs
+};
+inline constexpr WeightType all_weight_types[] = {
+    WeightType::f32,  WeightType::f16,  WeightType::bf16, WeightType::q8_0, WeightType::q4_0,
+    WeightType::q4_k, WeightType::q4_1, WeightType::q5_0, WeightType::q5_1, WeightType::q2_k,
+    WeightType::q3_k, WeightType::q5_k, WeightType::q6_k, WeightType::iq4_nl, WeightType::iq4_xs};
 
 std::string_view weight_type_name(WeightType type);  // "f32", "q4_k", ...
 std::optional<WeightType> parse_weight_type(std::string_view name);

@@ -61,6 +61,15 @@ std::optional<gpu::WeightType> to_weight_type(TensorType type) {
     case TensorType::q8_0: return gpu::WeightType::q8_0;
     case TensorType::q4_0: return gpu::WeightType::q4_0;
     case TensorType::q4_k: return gpu::WeightType::q4_k;
+    case TensorType::q4_1: return gpu::WeightType::q4_1;
+    case TensorType::q5_0: return gpu::WeightType::q5_0;
+    case TensorType::q5_1: return gpu::WeightType::q5_1;
+    case TensorType::q2_k: return gpu::WeightType::q2_k;
+    case TensorType::q3_k: return gpu::WeightType::q3_k;
+    case TensorType::q5_k: return gpu::WeightType::q5_k;
+    case TensorType::q6_k: return gpu::WeightType::q6_k;
+    case TensorType::iq4_nl: return gpu::WeightType::iq4_nl;
+    case TensorType::iq4_xs: return gpu::WeightType::iq4_xs;
     default: return std::nullopt;
   }
 }
@@ -73,6 +82,15 @@ TensorType to_tensor_type(gpu::WeightType type) {
     case gpu::WeightType::q8_0: return TensorType::q8_0;
     case gpu::WeightType::q4_0: return TensorType::q4_0;
     case gpu::WeightType::q4_k: return TensorType::q4_k;
+    case gpu::WeightType::q4_1: return TensorType::q4_1;
+    case gpu::WeightType::q5_0: return TensorType::q5_0;
+    case gpu::WeightType::q5_1: return TensorType::q5_1;
+    case gpu::WeightType::q2_k: return TensorType::q2_k;
+    case gpu::WeightType::q3_k: return TensorType::q3_k;
+    case gpu::WeightType::q5_k: return TensorType::q5_k;
+    case gpu::WeightType::q6_k: return TensorType::q6_k;
+    case gpu::WeightType::iq4_nl: return TensorType::iq4_nl;
+    case gpu::WeightType::iq4_xs: return TensorType::iq4_xs;
   }
   return TensorType::f32;
 }

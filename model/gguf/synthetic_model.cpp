@@ -73,6 +73,15 @@ std::uint32_t file_type(gpu::WeightType type) {
     case gpu::WeightType::q8_0: return 7;
     case gpu::WeightType::q4_k: return 14;  // Q4_K_S: every matrix Q4_K
     case gpu::WeightType::bf16: return 32;
+    case gpu::WeightType::q4_1: return 3;
+    case gpu::WeightType::q5_0: return 8;
+    case gpu::WeightType::q5_1: return 9;
+    case gpu::WeightType::q2_k: return 10;
+    case gpu::WeightType::q3_k: return 11;  // Q3_K_S
+    case gpu::WeightType::q5_k: return 16;  // Q5_K_S
+    case gpu::WeightType::q6_k: return 18;
+    case gpu::WeightType::iq4_nl: return 25;
+    case gpu::WeightType::iq4_xs: return 30;
   }
   return 0;
 }
