@@ -73,8 +73,9 @@ MatvecShape matvec_shape(WeightType type, std::uint32_t m, const KernelChoice& c
     case WeightType::f32:
     case WeightType::f16:
     case WeightType::bf16: return {128, 2};
-    case WeightType::q4_k: return {128, 4};
-    default: return {m <= 4096 ? 256u : 128u, 4};  // the int8 modules' fixed shapes need 4 rows
+    case WeightType::q4_0:
+    case WeightType::q8_0: return {m <= 4096 ? 256u : 128u, 4};
+    default: return {128, 4};  // a block of 32 a thread (quant_units.glsl); the fixed shapes need 4 rows
   }
 }
 
@@ -584,8 +585,8 @@ void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferR
   struct {
     std::uint32_t m, k;
   } push{m, k};
-  // One invocation per half block of Q4_0 and Q8_0, per unit of eight weights of the others.
-  const std::uint64_t invocations = std::uint64_t{m} * (staged_reads(type) ? k / 16 : k / 8);
+  // One invocation per half block of Q4_0 and Q8_0, per block of 32 weights of the others.
+  const std::uint64_t invocations = std::uint64_t{m} * (staged_reads(type) ? k / 16 : k / 32);
   auto [gx, gy] = spread(ceil_div(invocations, 256));
   rec.dispatch(kernel(lib, fmt::format("dequant_f16_{}", weight_type_name(type)), 2, sizeof push), {weights, out16}, push,
                gx, gy);

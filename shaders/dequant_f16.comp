@@ -2,7 +2,7 @@
 // out(M, K) F16 = the weights (M, K) in their GGUF layout, rows of whole blocks: what a wide product
 // multiplies by as F16 weights, when dequantizing the matrix once is cheaper than in every column
 // tile (gpu/ops.hpp, matmul_narrow), and the only way the tensor cores take the types of
-// quant_units.glsl. One invocation per half block (16 weights) of Q4_0 and Q8_0, per unit of 8
+// quant_units.glsl. One invocation per half block (16 weights) of Q4_0 and Q8_0, per block of 32
 // weights of the others.
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -16,13 +16,15 @@ layout(binding = 1) writeonly buffer Out { uvec4 out4[]; };  // F16, 8 to a word
 
 #if defined(QUNIT)
 void main() {
-  const uint u = flat_group() * 256 + gl_LocalInvocationIndex;
-  if (u >= p.M * (p.K / 8)) return;
-  uvec2 q;
-  float a, b;
-  unit8(u / (p.K / 8), u % (p.K / 8), p.K, q, a, b);
-  const vec4 lo = unit_weights4(q, a, b, 0), hi = unit_weights4(q, a, b, 1);
-  out4[u] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
+  const uint u = flat_group() * 256 + gl_LocalInvocationIndex;  // block u % (K / 32) of row u / (K / 32)
+  if (u >= p.M * (p.K / 32)) return;
+  uvec2 q[4];
+  vec2 a, b;
+  block32(u / (p.K / 32), u % (p.K / 32), p.K, q, a, b);
+  [[unroll]] for (uint i = 0; i < 4; ++i) {
+    const vec4 lo = block_weights4(q, a, b, 2 * i), hi = block_weights4(q, a, b, 2 * i + 1);
+    out4[4 * u + i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
+  }
 }
 #else
 layout(binding = 0) readonly buffer W { uint16_t w16[]; };

@@ -8,8 +8,8 @@
 //   Q4_K: 32 weights (the 16-byte header + one 16-byte word of quants)
 // The activations of a unit are loaded once and reused by every row; the scale of a block is
 // applied once per unit. Partial sums are reduced in each subgroup, then across subgroups.
-// The types of quant_units.glsl (QUNIT: Q4_1 .. IQ4_XS, and Q4_K's int8 form) take a unit of 8
-// weights with X_INT8 and B_Q8 only.
+// The types of quant_units.glsl (QUNIT: Q4_1 .. IQ4_XS, and Q4_K's int8 form) take a unit of 32
+// weights (one block of the activations) with X_INT8 and B_Q8 only.
 // With X_INT8 (Q8_0 and Q4_0 only) the activations of each 32-element block are quantized to int8
 // as they are loaded (scale: the block's largest magnitude / 127, found across the four threads
 // that share the block) and each four weights take one integer dot product: a few instructions
@@ -82,6 +82,7 @@ vec4 load_x4(uint c, uint q) {
 // then one float scale per block of 32 from word ncols * K / 4.
 layout(binding = 1) readonly buffer ActsQ8 { uint xw[]; };
 layout(binding = 1) readonly buffer ActsQ8Pairs { uvec2 xw2[]; };
+layout(binding = 1) readonly buffer ActsQ8Quads { uvec4 xw4[]; };
 layout(binding = 1) readonly buffer ActsQ8Scales { float x_scale[]; };
 #elif defined(B_F16)
 layout(binding = 1) readonly buffer ActsF16 { uvec2 b_h4[]; };
@@ -95,8 +96,8 @@ vec4 load_x4(uint c, uint q) { return b_f4[c * (p.K / 4) + q]; }
 #endif
 
 #if defined(QUNIT)
-#define UNIT 8
-#define XQUADS 2
+#define UNIT 32
+#define XQUADS 8
 #elif defined(A_Q4_K)
 #define UNIT 32
 #define XQUADS 8
@@ -109,13 +110,15 @@ vec4 load_x4(uint c, uint q) { return b_f4[c * (p.K / 4) + q]; }
 #endif
 
 float acc[ROWS][NCOLS];
-#if defined(X_INT8)
+#if defined(QUNIT)
+uint xq[NCOLS][8];   // the unit's 32 activations of column c, int8, in element order
+float xd[NCOLS];     // their block's scale: activation = xd * int8
+int xsum[NCOLS][2];  // the sum of each half's 16 int8 values (what the weights' offsets multiply)
+#elif defined(X_INT8)
 uint xq[NCOLS][2];  // the unit's eight activations of column c, int8, in the order x_quad gives
 float xd[NCOLS];    // their block's scale: activation = xd * int8
 #if defined(A_Q4_0)
 int xsum8[NCOLS];   // 8 * the sum of the eight int8 values (Q4_0 stores weight + 8)
-#elif defined(QUNIT)
-int xsum[NCOLS];    // the sum of the eight int8 values (what a unit's offset b multiplies)
 #endif
 #else
 vec4 xs[NCOLS][XQUADS];
@@ -152,14 +155,20 @@ vec2 bytes2(uint w) {  // the two signed bytes of w (stored offset by 128 after 
 }
 
 #if defined(QUNIT)
-// Units of eight (quant_units.glsl): weight = a * q + b, so the unit adds
+// Blocks of 32 (quant_units.glsl): weight = a * q + b in each half, so a half adds
 // xd * (a * dot(q, xq) + b * sum(xq)).
 void accumulate(uint r, uint row, uint u) {
-  uvec2 q;
-  float a, b;
-  unit8(row, u, p.K, q, a, b);
-  [[unroll]] for (uint c = 0; c < NCOLS; ++c)
-    acc[r][c] += xd[c] * (a * float(dot4x8(q.x, xq[c][0]) + dot4x8(q.y, xq[c][1])) + b * float(xsum[c]));
+  uvec2 q[4];
+  vec2 a, b;
+  block32(row, u, p.K, q, a, b);
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c) {
+    int dots[2];
+    [[unroll]] for (uint h = 0; h < 2; ++h) {
+      dots[h] = dot4x8(q[2 * h].x, xq[c][4 * h]) + dot4x8(q[2 * h].y, xq[c][4 * h + 1]) +
+                dot4x8(q[2 * h + 1].x, xq[c][4 * h + 2]) + dot4x8(q[2 * h + 1].y, xq[c][4 * h + 3]);
+    }
+    acc[r][c] += xd[c] * (a.x * float(dots[0]) + a.y * float(dots[1]) + b.x * float(xsum[c][0]) + b.y * float(xsum[c][1]));
+  }
 }
 #elif defined(A_F32)
 layout(binding = 0) readonly buffer W { vec4 w4[]; };
@@ -282,20 +291,27 @@ void set_xsum8(uint c) { xsum8[c] = 8 * (dot4x8(xq[c][0], 0x01010101u) + dot4x8(
 // Q4_0's the words of elements 4j.. and 16 + 4j.. of its block (j = u % 4).
 void load_unit(uint u) {
   [[unroll]] for (uint c = 0; c < NCOLS; ++c) {
-#if defined(A_Q8_0) || defined(QUNIT)
+#if defined(QUNIT)
+    [[unroll]] for (uint h = 0; h < 2; ++h) {
+      const uvec4 w = xw4[c * (p.K / 16) + 2 * u + h];
+      xq[c][4 * h] = w.x;
+      xq[c][4 * h + 1] = w.y;
+      xq[c][4 * h + 2] = w.z;
+      xq[c][4 * h + 3] = w.w;
+      xsum[c][h] = dot4x8(w.x, 0x01010101u) + dot4x8(w.y, 0x01010101u) + dot4x8(w.z, 0x01010101u) +
+                   dot4x8(w.w, 0x01010101u);
+    }
+#elif defined(A_Q8_0)
     uvec2 w = xw2[c * (p.K / 8) + u];
     xq[c][0] = w.x;
     xq[c][1] = w.y;
-#if defined(QUNIT)
-    xsum[c] = dot4x8(w.x, 0x01010101u) + dot4x8(w.y, 0x01010101u);
-#endif
 #else
     uint base = c * (p.K / 4) + 8 * (u / 4) + u % 4;
     xq[c][0] = xw[base];
     xq[c][1] = xw[base + 4];
     set_xsum8(c);
 #endif
-    xd[c] = x_scale[p.ncols * (p.K / 4) + c * (p.K / 32) + u / 4];
+    xd[c] = x_scale[p.ncols * (p.K / 4) + c * (p.K / 32) + u / (32 / UNIT)];
   }
 }
 #elif defined(X_INT8)

@@ -1,8 +1,7 @@
-// The block-quantized types read eight weights at a time: unit g of a row is its elements
-// 8g .. 8g + 7, which in every one of these types lie in one sub-block (one scale, one min). A
-// unit comes back as eight small integers q (signed bytes, four to a word, in element order) and
-// two floats, weight = a * q + b: what an int8 dot product with activations quantized in blocks of
-// 32 needs (sum = xd * (a * dot(q, xq) + b * sum(xq))), and what dequantizing takes.
+// The block-quantized types read 32 weights at a time (a block of the int8 activations): small
+// integers q (signed bytes, four to a word, in element order) and, for each half of 16, two floats
+// with weight = a * q + b. That is what an int8 dot product with activations quantized in blocks of
+// 32 needs (sum = xd * (a * dot(q, xq) + b * sum(xq)) for each half), and what dequantizing takes.
 // Layouts (ggml's, gpu/weight_formats.hpp; byte offsets in a block):
 //   Q4_1   32 in 20:  d, m, qs[16]@4                       x = d * nibble + m
 //   Q5_0   32 in 22:  d, qh[4]@2, qs[16]@6                  x = d * (nibble | bit << 4) - 16 d
@@ -32,9 +31,11 @@
 #if defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL) || defined(A_Q2_K) || \
     defined(A_Q3_K) || defined(A_Q4_K) || defined(A_Q5_K) || defined(A_Q6_K) || defined(A_IQ4_XS)
 #define QUNIT 1
+#extension GL_EXT_control_flow_attributes : require
 
 layout(binding = QW_BINDING) readonly buffer QwWords { uint qw_u32[]; };
 layout(binding = QW_BINDING) readonly buffer QwHalves { uint16_t qw_u16[]; };
+layout(binding = QW_BINDING) readonly buffer QwQuads { uvec4 qw_u128[]; };
 
 // The little-endian word at byte offset o (even): one load where o is a multiple of 4.
 uint qw_word(uint o) {
@@ -75,89 +76,118 @@ void k_scale_min(uint o, uint s, out uint sc, out uint mn) {
 }
 #endif
 
-// Unit g of row `row` (rows of K elements): q, a and b with weight = a * q + b.
-void unit8(uint row, uint g, uint K, out uvec2 q, out float a, out float b) {
+// Block `blk` of 32 weights of row `row` (rows of K): elements 32 blk .. 32 blk + 31, in one
+// sub-block of 32 or two of 16. q[i]: elements 8i .. 8i + 7 as bytes; weight = a[h] * q + b[h] for
+// the elements of half h (0: the first 16).
+void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b) {
 #if defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL)
-  const uint blk = row * (K / 32) + g / 4, i = g % 4;  // quarter i: elements 8i ..
+  const uint blk_id = row * (K / 32) + blk;
 #if defined(A_Q4_1)
-  const uint o = 20 * blk, qs = o + 4;
+  const uint o = 20 * blk_id, qs = o + 4;
 #elif defined(A_Q5_0)
-  const uint o = 22 * blk, qs = o + 6, qh = o + 2;
+  const uint o = 22 * blk_id, qs = o + 6, qh = o + 2;
 #elif defined(A_Q5_1)
-  const uint o = 24 * blk, qs = o + 8, qh = o + 4;
+  const uint o = 24 * blk_id, qs = o + 8, qh = o + 4;
 #else
-  const uint o = 18 * blk, qs = o + 2;
+  const uint o = 18 * blk_id, qs = o + 2;
 #endif
-  q = nibbles8(qw_pair(qs + 8 * (i & 1u)), i >> 1);
+  const uvec4 w = uvec4(qw_word(qs), qw_word(qs + 4), qw_word(qs + 8), qw_word(qs + 12));
+  q[0] = nibbles8(w.xy, 0);  // elements 0..15: the low nibbles, 16..31 the high ones
+  q[1] = nibbles8(w.zw, 0);
+  q[2] = nibbles8(w.xy, 1);
+  q[3] = nibbles8(w.zw, 1);
   const vec2 dm = unpackHalf2x16(qw_word(o));
-  a = dm.x;
 #if defined(A_Q5_0) || defined(A_Q5_1)
-  const uint h = (qw_word(qh) >> (8 * i)) & 0xFFu;
-  q |= uvec2(spread4(h & 15u), spread4(h >> 4)) << 4;
+  const uint h = qw_word(qh);
+  [[unroll]] for (uint i = 0; i < 4; ++i) {
+    const uint h8 = (h >> (8 * i)) & 0xFFu;
+    q[i] |= uvec2(spread4(h8 & 15u), spread4(h8 >> 4)) << 4;
+  }
 #endif
+  a = vec2(dm.x);
 #if defined(A_Q4_1) || defined(A_Q5_1)
-  b = dm.y;
+  b = vec2(dm.y);
 #elif defined(A_Q5_0)
-  b = -16.0 * dm.x;
+  b = vec2(-16.0 * dm.x);
 #else
-  q = uvec2(iq4_levels4(q.x), iq4_levels4(q.y));
-  b = 0.0;
+  [[unroll]] for (uint i = 0; i < 4; ++i) q[i] = uvec2(iq4_levels4(q[i].x), iq4_levels4(q[i].y));
+  b = vec2(0.0);
 #endif
-#else  // super-blocks of 256
-  const uint sb = row * (K / 256) + g / 32, e = 8 * (g % 32);  // e: the unit's first element in it
+#else  // super-blocks of 256: sub-block (or group of 32) s of super-block sb
+  const uint sb = row * (K / 256) + blk / 8, s = blk % 8;
 #if defined(A_Q2_K) || defined(A_Q3_K) || defined(A_Q6_K)
-  const uint n = e / 128, j = (e % 128) / 32, l = e % 32;
+  const uint n = s / 4, j = s % 4;  // half n of 128, group j of 32 in it
 #endif
 #if defined(A_Q2_K)
   const uint o = 84 * sb;
-  q = (qw_pair(o + 16 + 32 * n + l) >> (2 * j)) & 0x03030303u;
-  const uint sc = qw_byte(o + 8 * n + 2 * j + l / 16);
+  [[unroll]] for (uint i = 0; i < 4; ++i) q[i] = (qw_pair(o + 16 + 32 * n + 8 * i) >> (2 * j)) & 0x03030303u;
+  const uint sc = qw_word(o + 8 * n + 2 * j) & 0xFFFFu;  // the two halves' scale bytes
   const vec2 dm = unpackHalf2x16(qw_word(o + 80));
-  a = dm.x * float(sc & 15u);
-  b = -dm.y * float(sc >> 4);
+  a = dm.x * vec2(sc & 15u, (sc >> 8) & 15u);
+  b = -dm.y * vec2((sc >> 4) & 15u, sc >> 12);
 #elif defined(A_Q3_K)
-  const uint o = 110 * sb, is = 8 * n + 2 * j + l / 16;
-  const uvec2 hb = (qw_pair(o + l) >> (4 * n + j)) & 0x01010101u;
-  q = ((qw_pair(o + 32 + 32 * n + l) >> (2 * j)) & 0x03030303u) | (hb << 2);
-  const uint sc6 = ((qw_byte(o + 96 + is % 8) >> (4 * (is / 8))) & 15u) |
-                   (((qw_byte(o + 104 + is % 4) >> (2 * (is / 4))) & 3u) << 4);
-  a = qw_half(o + 108) * (float(sc6) - 32.0);
+  const uint o = 110 * sb;
+  [[unroll]] for (uint i = 0; i < 4; ++i) {
+    const uvec2 hb = (qw_pair(o + 8 * i) >> (4 * n + j)) & 0x01010101u;
+    q[i] = ((qw_pair(o + 32 + 32 * n + 8 * i) >> (2 * j)) & 0x03030303u) | (hb << 2);
+  }
+  const uint is = 8 * n + 2 * j;  // and is + 1: even, so both take the same bytes' fields
+  const uint lo = qw_word(o + 96 + (is % 8)) >> (4 * (is / 8)), hi = qw_word(o + 104 + (is % 4)) >> (2 * (is / 4));
+  const uvec2 sc6 = uvec2((lo & 15u) | ((hi & 3u) << 4), ((lo >> 8) & 15u) | (((hi >> 8) & 3u) << 4));
+  a = qw_half(o + 108) * (vec2(sc6) - 32.0);
   b = -4.0 * a;
 #elif defined(A_Q4_K) || defined(A_Q5_K)
-  const uint s = e / 32, l = e % 32;
 #if defined(A_Q4_K)
   const uint o = 144 * sb;
-  q = nibbles8(qw_pair(o + 16 + 32 * (s / 2) + l), s & 1u);
+  const uvec4 w0 = qw_u128[(o + 16 + 32 * (s / 2)) / 16], w1 = qw_u128[(o + 32 + 32 * (s / 2)) / 16];
+  q[0] = nibbles8(w0.xy, s & 1u);
+  q[1] = nibbles8(w0.zw, s & 1u);
+  q[2] = nibbles8(w1.xy, s & 1u);
+  q[3] = nibbles8(w1.zw, s & 1u);
 #else
   const uint o = 176 * sb;
-  q = nibbles8(qw_pair(o + 48 + 32 * (s / 2) + l), s & 1u) | (((qw_pair(o + 16 + l) >> s) & 0x01010101u) << 4);
+  const uvec4 w0 = qw_u128[(o + 48 + 32 * (s / 2)) / 16], w1 = qw_u128[(o + 64 + 32 * (s / 2)) / 16];
+  const uvec4 h0 = (qw_u128[(o + 16) / 16] >> s) & 0x01010101u, h1 = (qw_u128[(o + 32) / 16] >> s) & 0x01010101u;
+  q[0] = nibbles8(w0.xy, s & 1u) | (h0.xy << 4);
+  q[1] = nibbles8(w0.zw, s & 1u) | (h0.zw << 4);
+  q[2] = nibbles8(w1.xy, s & 1u) | (h1.xy << 4);
+  q[3] = nibbles8(w1.zw, s & 1u) | (h1.zw << 4);
 #endif
   uint sc, mn;
   k_scale_min(o, s, sc, mn);
   const vec2 dm = unpackHalf2x16(qw_u32[o / 4]);
-  a = dm.x * float(sc);
-  b = -dm.y * float(mn);
+  a = vec2(dm.x * float(sc));
+  b = vec2(-dm.y * float(mn));
 #elif defined(A_Q6_K)
   const uint o = 210 * sb;
-  q = nibbles8(qw_pair(o + 64 * n + 32 * (j & 1u) + l), j >> 1) | (((qw_pair(o + 128 + 32 * n + l) >> (2 * j)) & 0x03030303u) << 4);
-  const int sc = int(qw_byte(o + 192 + 8 * n + 2 * j + l / 16) << 24) >> 24;
-  a = qw_half(o + 208) * float(sc);
+  [[unroll]] for (uint i = 0; i < 4; ++i) {
+    q[i] = nibbles8(qw_pair(o + 64 * n + 32 * (j & 1u) + 8 * i), j >> 1) |
+           (((qw_pair(o + 128 + 32 * n + 8 * i) >> (2 * j)) & 0x03030303u) << 4);
+  }
+  const uint sc = qw_word(o + 192 + 8 * n + 2 * j);  // two int8 scales in the low half
+  a = qw_half(o + 208) * vec2(int(sc << 24) >> 24, int(sc << 16) >> 24);
   b = -32.0 * a;
 #elif defined(A_IQ4_XS)
-  const uint o = 136 * sb, s = e / 32, i = (e % 32) / 8;
+  const uint o = 136 * sb;
   const uint head = qw_u32[o / 4];  // d, scales_h
   const uint ls = ((qw_byte(o + 4 + s / 2) >> (4 * (s & 1u))) & 15u) | (((head >> (16 + 2 * s)) & 3u) << 4);
-  const uvec2 n4 = nibbles8(qw_pair(o + 8 + 16 * s + 8 * (i & 1u)), i >> 1);
-  q = uvec2(iq4_levels4(n4.x), iq4_levels4(n4.y));
-  a = unpackHalf2x16(head).x * (float(ls) - 32.0);
-  b = 0.0;
+  const uint qs = o + 8 + 16 * s;
+  const uvec4 w = uvec4(qw_u32[qs / 4], qw_u32[qs / 4 + 1], qw_u32[qs / 4 + 2], qw_u32[qs / 4 + 3]);
+  q[0] = nibbles8(w.xy, 0);
+  q[1] = nibbles8(w.zw, 0);
+  q[2] = nibbles8(w.xy, 1);
+  q[3] = nibbles8(w.zw, 1);
+  [[unroll]] for (uint i = 0; i < 4; ++i) q[i] = uvec2(iq4_levels4(q[i].x), iq4_levels4(q[i].y));
+  a = vec2(unpackHalf2x16(head).x * (float(ls) - 32.0));
+  b = vec2(0.0);
 #endif
 #endif
 }
 
-// Weights 4h .. 4h + 3 of unit (q, a, b): h 0 or 1.
-vec4 unit_weights4(uvec2 q, float a, float b, uint h) {
-  const uint w = h == 0u ? q.x : q.y;
-  return a * vec4(ivec4(uvec4(w) << uvec4(24, 16, 8, 0)) >> 24) + b;
+// Weights 4v .. 4v + 3 of a block (q, a, b), v < 8.
+vec4 block_weights4(uvec2 q[4], vec2 a, vec2 b, uint v) {
+  const uvec2 pair = q[v / 2];
+  const uint w = v % 2 == 0u ? pair.x : pair.y;
+  return a[v / 4] * vec4(ivec4(uvec4(w) << uvec4(24, 16, 8, 0)) >> 24) + b[v / 4];
 }
 #endif

@@ -54,11 +54,11 @@ vec4 load_a4(uint row, uint q, uint K) {
     defined(A_Q3_K) || defined(A_Q5_K) || defined(A_Q6_K) || defined(A_IQ4_XS)
 #define QW_BINDING A_BINDING
 #include "quant_units.glsl"
-vec4 load_a4(uint row, uint q, uint K) {
-  uvec2 w;
-  float a, b;
-  unit8(row, q / 2, K, w, a, b);
-  return unit_weights4(w, a, b, q % 2);
+vec4 load_a4(uint row, uint q, uint K) {  // decodes the whole block of 32: slow, but general
+  uvec2 w[4];
+  vec2 a, b;
+  block32(row, q / 8, K, w, a, b);
+  return block_weights4(w, a, b, q % 8);
 }
 #elif defined(A_Q4_K)
 // super-block of 256: f16 d, f16 dmin, uint8 scales[12] (eight 6-bit scales and mins), uint8 qs[128]
