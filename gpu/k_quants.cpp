@@ -151,7 +151,7 @@ void quantize_affine(const float* x, std::byte* out) {
     max_scale = std::max(max_scale, fits[s].scale);
     max_min = std::max(max_min, -fits[s].offset);
   }
-  std::fill(out, out + L.bytes, std::byte{0});  // the stores or bits in
+  std::fill(out, out + L.bytes, std::byte{0});  // the stores OR their bits in
   float d = put_half(out + L.d_at, max_scale / L.scale_max), dmin = put_half(out + L.d_at + 2, max_min / L.scale_max);
   int sc[subs], mn[subs];
   for (int s = 0; s < subs; ++s) {
@@ -199,7 +199,7 @@ void quantize_signed(const float* x, std::byte* out) {
     scales[s] = L.fit_scale({x + s * L.sub_size, static_cast<std::size_t>(L.sub_size)});
     if (std::fabs(scales[s]) > std::fabs(extreme)) extreme = scales[s];
   }
-  std::fill(out, out + L.bytes, std::byte{0});  // the stores or bits in
+  std::fill(out, out + L.bytes, std::byte{0});  // the stores OR their bits in
   float d = put_half(out + L.d_at, extreme / static_cast<float>(L.scale_min));
   int sc[subs];
   for (int s = 0; s < subs; ++s) sc[s] = round_to_level(scales[s], d, L.scale_min, L.scale_max);
@@ -245,7 +245,7 @@ void randomize_q2_k(std::byte* b, RandomBits& bits) {
 }
 void randomize_q3_k(std::byte* b, RandomBits& bits) { put16(b + 108, bits.half(2)); }
 void randomize_q4_k(std::byte* b, RandomBits& bits) {
-  put16(b, bits.half(6));  // as before Q4_K's neighbours came: its kernels' tolerances assume it
+  put16(b, bits.half(6));  // the scales Q4_K always had (|x| up to 3.4): kernel tests are tuned to them
   put16(b + 2, bits.half(6));
 }
 void randomize_q5_k(std::byte* b, RandomBits& bits) {

@@ -59,7 +59,7 @@ inline float put_half(std::byte* p, float value) {
 // few candidate ranges (the extreme element at qmin, clipped a little, or at qmax). 0 when x is.
 float fit_symmetric_scale(std::span<const float> x, int qmin, int qmax);
 // x ~ scale * q + offset for q in [0, qmax], scale >= 0; offset <= 0 where the format stores it
-// as a subtracted unsigned min (the K-quants).
+// as a subtracted unsigned min (the K-quants). At most 32 values.
 struct AffineFit {
   float scale;
   float offset;

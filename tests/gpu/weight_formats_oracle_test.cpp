@@ -1,7 +1,8 @@
 // mqlm's weight formats against llama.cpp's own (libggml-base, the oracle): every quantized type
-// decodes bit for bit as ggml's to_float does, on random blocks with extreme scales; what mqlm's
-// quantizers write means the same to ggml; and they lose not much more than ggml's reference
-// quantizers (ggml_quantize_chunk without an importance matrix) on weight-like data.
+// decodes bit for bit as ggml's to_float does, on random blocks with extreme scales and on the blocks
+// ggml's own quantizers write; what mqlm's quantizers write means the same to ggml; and they lose
+// not much more than ggml's reference quantizers (ggml_quantize_chunk without an importance matrix)
+// on weight-like data.
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -73,6 +74,14 @@ std::vector<float> normal_weights(std::size_t count, std::uint64_t seed) {
   return x;
 }
 
+// ggml's reference quantizer, as llama-quantize runs it without an importance matrix.
+std::vector<std::byte> ggml_quantize(const OracleType& t, std::span<const float> x, std::size_t rows, std::size_t k) {
+  std::vector<std::byte> bytes(rows * row_bytes(t.type, k));
+  ggml_quantize_init(t.ggml);  // IQ4_NL and IQ4_XS need their tables
+  ggml_quantize_chunk(t.ggml, x.data(), bytes.data(), 0, static_cast<std::int64_t>(rows), static_cast<std::int64_t>(k), nullptr);
+  return bytes;
+}
+
 double rms_error(std::span<const float> a, std::span<const float> b) {
   double sum = 0;
   for (std::size_t i = 0; i < a.size(); ++i) sum += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
@@ -113,15 +122,20 @@ TEST_P(WeightFormatsOracle, QuantizedBlocksMeanToGgmlWhatTheyMeanToMqlm) {
   expect_bitwise_equal(dequantize(t.type, bytes, 4, k), ggml_dequantize(t, bytes, 4 * k), block_elements(t.type));
 }
 
+TEST_P(WeightFormatsOracle, GgmlsQuantizedBlocksDecodeInMqlmAsInGgml) {
+  const OracleType& t = GetParam();
+  const std::size_t rows = 8, k = 1024;
+  std::vector<float> x = normal_weights(rows * k, 13);
+  auto bytes = ggml_quantize(t, x, rows, k);
+  expect_bitwise_equal(dequantize(t.type, bytes, rows, k), ggml_dequantize(t, bytes, rows * k), block_elements(t.type));
+}
+
 TEST_P(WeightFormatsOracle, QuantizerLosesAtMostHalfAgainGgmlsReference) {
   const OracleType& t = GetParam();
   const std::size_t rows = 32, k = 1024;
   std::vector<float> x = normal_weights(rows * k, 11);
   auto ours = dequantize(t.type, quantize(t.type, x, k), rows, k);
-  std::vector<std::byte> theirs_bytes(rows * row_bytes(t.type, k));
-  ggml_quantize_init(t.ggml);
-  ggml_quantize_chunk(t.ggml, x.data(), theirs_bytes.data(), 0, rows, k, nullptr);
-  auto theirs = ggml_dequantize(t, theirs_bytes, rows * k);
+  auto theirs = ggml_dequantize(t, ggml_quantize(t, x, rows, k), rows * k);
   double ours_rms = rms_error(ours, x), theirs_rms = rms_error(theirs, x);
   std::printf("%-7s RMS error on normal(0, 0.02): mqlm %.4g, ggml %.4g (%.3fx)\n",
               std::string(weight_type_name(t.type)).c_str(), ours_rms, theirs_rms, ours_rms / theirs_rms);
