@@ -119,7 +119,16 @@ TEST_P(WeightFormatsOracle, QuantizedBlocksMeanToGgmlWhatTheyMeanToMqlm) {
   std::fill(x.begin() + k, x.begin() + 2 * k, 3e-3f);  // a constant row
   x[2 * k + 5] = 40.0f;                                // one outlier
   auto bytes = quantize(t.type, x, k);
+  EXPECT_TRUE(ggml_validate_row_data(t.ggml, bytes.data(), bytes.size()));  // llama.cpp checks this at load
   expect_bitwise_equal(dequantize(t.type, bytes, 4, k), ggml_dequantize(t, bytes, 4 * k), block_elements(t.type));
+}
+
+TEST_P(WeightFormatsOracle, RandomWeightsAreBlocksGgmlAccepts) {
+  const OracleType& t = GetParam();
+  auto bytes = random_weights(t.type, 16, 1024, 3);
+  EXPECT_TRUE(ggml_validate_row_data(t.ggml, bytes.data(), bytes.size()));
+  auto x = ggml_dequantize(t, bytes, 16 * 1024);
+  expect_bitwise_equal(dequantize(t.type, bytes, 16, 1024), x, block_elements(t.type));
 }
 
 TEST_P(WeightFormatsOracle, GgmlsQuantizedBlocksDecodeInMqlmAsInGgml) {
