@@ -1,5 +1,7 @@
 #include "gpu/weight_formats.hpp"
 
+#include "gpu/weight_format_blocks.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -129,115 +131,33 @@ float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cas
 
 namespace {
 
-void put16(std::byte* p, std::uint16_t v) { std::memcpy(p, &v, 2); }
-std::uint16_t get16(const std::byte* p) {
-  std::uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
+using blocks::BlockCodec;
+using blocks::RandomBits;
+
+void quantize_f32(const float* x, std::byte* out) { std::memcpy(out, x, 4); }
+void dequantize_f32(const std::byte* in, float* x) { std::memcpy(x, in, 4); }
+void randomize_f32(std::byte* p, RandomBits& bits) {
+  float v = static_cast<float>(static_cast<std::int32_t>(bits.next() >> 32)) * 4.6e-10f;  // |x| < 1
+  std::memcpy(p, &v, 4);
+}
+void quantize_f16(const float* x, std::byte* out) { blocks::put16(out, float_to_half(*x)); }
+void dequantize_f16(const std::byte* in, float* x) { *x = blocks::get_half(in); }
+void randomize_f16(std::byte* p, RandomBits& bits) { blocks::put16(p, bits.half(6)); }
+void quantize_bf16(const float* x, std::byte* out) { blocks::put16(out, float_to_bf16(*x)); }
+void dequantize_bf16(const std::byte* in, float* x) { *x = bf16_to_float(blocks::get16(in)); }
+void randomize_bf16(std::byte* p, RandomBits& bits) {
+  blocks::put16(p, static_cast<std::uint16_t>(0x3A00u | (bits.next() & 0x80FFu)));  // |x| ~ 5e-4..1e-3
 }
 
-void quantize_q8_0(const float* x, std::byte* out) {
-  float amax = 0;
-  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
-  float d = amax / 127.0f;
-  put16(out, float_to_half(d));
-  for (int j = 0; j < 32; ++j) {
-    int q = d == 0 ? 0 : static_cast<int>(std::lround(x[j] / d));
-    out[2 + j] = static_cast<std::byte>(static_cast<std::int8_t>(std::clamp(q, -127, 127)));
-  }
-}
-
-void quantize_q4_0(const float* x, std::byte* out) {
-  float max = 0;  // the value of largest magnitude, with its sign, maps to -8
-  for (int j = 0; j < 32; ++j) {
-    if (std::fabs(x[j]) > std::fabs(max)) max = x[j];
-  }
-  float d = max / -8.0f;
-  put16(out, float_to_half(d));
-  auto q = [&](int j) { return d == 0 ? 8 : std::clamp(static_cast<int>(std::lround(x[j] / d)) + 8, 0, 15); };
-  for (int j = 0; j < 16; ++j) out[2 + j] = static_cast<std::byte>(q(j) | (q(j + 16) << 4));
-}
-
-void quantize_q4_k(const float* x, std::byte* out) {
-  float scales[8], mins[8];
-  for (int s = 0; s < 8; ++s) {
-    float lo = 0, hi = 0;  // min is clamped to <= 0 so that x = scale * q - min covers zero
-    for (int l = 0; l < 32; ++l) {
-      lo = std::min(lo, x[32 * s + l]);
-      hi = std::max(hi, x[32 * s + l]);
-    }
-    scales[s] = (hi - lo) / 15.0f;
-    mins[s] = -lo;
-  }
-  float max_scale = *std::max_element(scales, scales + 8), max_min = *std::max_element(mins, mins + 8);
-  float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-  std::uint16_t d16 = float_to_half(d), dmin16 = float_to_half(dmin);
-  put16(out, d16);
-  put16(out + 2, dmin16);
-  d = half_to_float(d16);
-  dmin = half_to_float(dmin16);
-  std::uint8_t sc[8], mn[8];
-  for (int s = 0; s < 8; ++s) {
-    sc[s] = d == 0 ? 0 : static_cast<std::uint8_t>(std::clamp<long>(std::lround(scales[s] / d), 0, 63));
-    mn[s] = dmin == 0 ? 0 : static_cast<std::uint8_t>(std::clamp<long>(std::lround(mins[s] / dmin), 0, 63));
-  }
-  std::uint8_t packed[12];
-  for (int j = 0; j < 4; ++j) {
-    packed[j] = static_cast<std::uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
-    packed[j + 4] = static_cast<std::uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
-    packed[j + 8] = static_cast<std::uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
-  }
-  std::memcpy(out + 4, packed, 12);
-  std::uint8_t qs[128] = {};
-  for (int s = 0; s < 8; ++s) {
-    float step = d * sc[s], offset = dmin * mn[s];
-    for (int l = 0; l < 32; ++l) {
-      int q = step == 0 ? 0 : std::clamp(static_cast<int>(std::lround((x[32 * s + l] + offset) / step)), 0, 15);
-      qs[32 * (s / 2) + l] |= static_cast<std::uint8_t>(q << (4 * (s & 1)));
-    }
-  }
-  std::memcpy(out + 16, qs, 128);
-}
-
-void dequantize_block(WeightType type, const std::byte* in, float* x) {
-  auto u8 = [&](std::size_t i) { return std::to_integer<std::uint8_t>(in[i]); };
+const BlockCodec& codec(WeightType type) {
+  static constexpr BlockCodec f32{quantize_f32, dequantize_f32, randomize_f32};
+  static constexpr BlockCodec f16{quantize_f16, dequantize_f16, randomize_f16};
+  static constexpr BlockCodec bf16{quantize_bf16, dequantize_bf16, randomize_bf16};
   switch (type) {
-    case WeightType::f32: std::memcpy(x, in, 4); break;
-    case WeightType::f16: x[0] = half_to_float(get16(in)); break;
-    case WeightType::bf16: x[0] = bf16_to_float(get16(in)); break;
-    case WeightType::q8_0: {
-      float d = half_to_float(get16(in));
-      for (int j = 0; j < 32; ++j) x[j] = d * static_cast<float>(static_cast<std::int8_t>(u8(2 + j)));
-      break;
-    }
-    case WeightType::q4_0: {
-      float d = half_to_float(get16(in));
-      for (int j = 0; j < 16; ++j) {
-        x[j] = d * static_cast<float>((u8(2 + j) & 15) - 8);
-        x[j + 16] = d * static_cast<float>((u8(2 + j) >> 4) - 8);
-      }
-      break;
-    }
-    case WeightType::q4_k: {
-      float d = half_to_float(get16(in)), dmin = half_to_float(get16(in + 2));
-      const std::size_t scales = 4, qs = 16;
-      for (int s = 0; s < 8; ++s) {
-        int sc, mn;
-        if (s < 4) {
-          sc = u8(scales + s) & 63;
-          mn = u8(scales + s + 4) & 63;
-        } else {
-          sc = (u8(scales + s + 4) & 15) | ((u8(scales + s - 4) >> 6) << 4);
-          mn = (u8(scales + s + 4) >> 4) | ((u8(scales + s) >> 6) << 4);
-        }
-        for (int l = 0; l < 32; ++l) {
-          int q = (u8(qs + 32 * (s / 2) + l) >> (4 * (s & 1))) & 15;
-          x[32 * s + l] = d * sc * q - dmin * mn;
-        }
-      }
-      break;
-    }
-    default: throw std::invalid_argument("dequantize: " + std::string(weight_type_name(type)) + " is not written yet");
+    case WeightType::f32: return f32;
+    case WeightType::f16: return f16;
+    case WeightType::bf16: return bf16;
+    default: return block_elements(type) == 32 ? blocks::small_block_codec(type) : blocks::k_quant_codec(type);
   }
 }
 
@@ -245,21 +165,10 @@ void dequantize_block(WeightType type, const std::byte* in, float* x) {
 
 std::vector<std::byte> quantize(WeightType type, std::span<const float> values, std::size_t k) {
   std::size_t rows = k == 0 ? 0 : values.size() / k;
-  std::size_t per_row = row_bytes(type, k), be = block_elements(type), bb = block_bytes(type);
-  std::vector<std::byte> out(rows * per_row);
-  for (std::size_t b = 0; b < values.size() / be; ++b) {
-    const float* x = values.data() + b * be;
-    std::byte* o = out.data() + b * bb;
-    switch (type) {
-      case WeightType::f32: std::memcpy(o, x, 4); break;
-      case WeightType::f16: put16(o, float_to_half(*x)); break;
-      case WeightType::bf16: put16(o, float_to_bf16(*x)); break;
-      case WeightType::q8_0: quantize_q8_0(x, o); break;
-      case WeightType::q4_0: quantize_q4_0(x, o); break;
-      case WeightType::q4_k: quantize_q4_k(x, o); break;
-      default: throw std::invalid_argument("quantize: " + std::string(weight_type_name(type)) + " is not written yet");
-    }
-  }
+  std::size_t be = block_elements(type), bb = block_bytes(type);
+  std::vector<std::byte> out(rows * row_bytes(type, k));
+  const BlockCodec& c = codec(type);
+  for (std::size_t b = 0; b < out.size() / bb; ++b) c.quantize(values.data() + b * be, out.data() + b * bb);
   return out;
 }
 
@@ -267,46 +176,21 @@ std::vector<float> dequantize(WeightType type, std::span<const std::byte> data, 
   std::size_t blocks = rows * row_bytes(type, k) / block_bytes(type);
   if (data.size() < blocks * block_bytes(type)) throw std::invalid_argument("dequantize: data shorter than rows x k");
   std::vector<float> out(rows * k);
-  for (std::size_t b = 0; b < blocks; ++b) {
-    dequantize_block(type, data.data() + b * block_bytes(type), out.data() + b * block_elements(type));
-  }
+  const BlockCodec& c = codec(type);
+  for (std::size_t b = 0; b < blocks; ++b) c.dequantize(data.data() + b * block_bytes(type), out.data() + b * block_elements(type));
   return out;
 }
 
 std::vector<std::byte> random_weights(WeightType type, std::size_t rows, std::size_t k, std::uint64_t seed) {
   std::vector<std::byte> out(rows * row_bytes(type, k));
-  std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  auto next = [&state] {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-  };
+  RandomBits bits(seed);
   for (std::size_t i = 0; i + 8 <= out.size(); i += 8) {
-    std::uint64_t r = next();
+    std::uint64_t r = bits.next();
     std::memcpy(out.data() + i, &r, 8);
   }
-  auto small_half = [&] { return static_cast<std::uint16_t>(0x1800u | (next() & 0x83FFu)); };  // |x| ~ 1e-3
-  std::size_t bb = block_bytes(type), blocks = out.size() / bb;
-  for (std::size_t b = 0; b < blocks; ++b) {
-    std::byte* p = out.data() + b * bb;
-    switch (type) {
-      case WeightType::f32: {
-        float v = static_cast<float>(static_cast<std::int32_t>(next() >> 32)) * 4.6e-10f;
-        std::memcpy(p, &v, 4);
-        break;
-      }
-      case WeightType::f16: put16(p, small_half()); break;
-      case WeightType::bf16: put16(p, static_cast<std::uint16_t>(0x3A00u | (next() & 0x80FFu))); break;
-      case WeightType::q8_0:
-      case WeightType::q4_0: put16(p, small_half()); break;
-      case WeightType::q4_k:
-        put16(p, small_half());
-        put16(p + 2, small_half());
-        break;
-      default: throw std::invalid_argument("random_weights: " + std::string(weight_type_name(type)) + " is not written yet");
-    }
-  }
+  std::size_t bb = block_bytes(type);
+  const BlockCodec& c = codec(type);
+  for (std::size_t b = 0; b < out.size() / bb; ++b) c.randomize(out.data() + b * bb, bits);
   return out;
 }
 

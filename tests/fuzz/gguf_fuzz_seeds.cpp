@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     tensors.add_tensor(std::string(mqlm::gpu::weight_type_name(type)), to_tensor_type(type), {256, 1},
                        mqlm::gpu::random_weights(type, 1, 256, seed++));
   }
-  tensors.add_tensor("q6_k", TensorType::q6_k, {256}, std::vector<std::byte>(210));
+  tensors.add_tensor("iq2_xxs", TensorType::iq2_xxs, {256}, std::vector<std::byte>(66));  // not computed with
   tensors.add_tensor("empty", TensorType::f16, {0, 3}, std::vector<std::byte>());
   seeds.emplace_back("tensors", std::move(tensors));
 

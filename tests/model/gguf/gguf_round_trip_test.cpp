@@ -114,9 +114,9 @@ TEST(GgufRoundTrip, TensorsOfEveryTypeAligned) {
         writer.add_tensor(name, to_tensor_type(type), {256, 3}, bytes);
         expected.emplace_back(name, bytes);
       }
-      std::vector<std::byte> q6_k(2 * 210, std::byte{7});
-      writer.add_tensor("w.q6_k", TensorType::q6_k, {256, 2}, q6_k);
-      expected.emplace_back("w.q6_k", q6_k);
+      std::vector<std::byte> iq2_xxs(2 * 66, std::byte{7});  // a type mqlm reads but does not compute with
+      writer.add_tensor("w.iq2_xxs", TensorType::iq2_xxs, {256, 2}, iq2_xxs);
+      expected.emplace_back("w.iq2_xxs", iq2_xxs);
       std::vector<std::byte> cube(2 * 3 * 4 * 5 * 4, std::byte{1});
       writer.add_tensor("cube", TensorType::f32, {2, 3, 4, 5}, cube);
       expected.emplace_back("cube", cube);
@@ -140,9 +140,9 @@ TEST(GgufRoundTrip, TensorsOfEveryTypeAligned) {
       EXPECT_EQ(q4_k.dims, (std::vector<std::uint64_t>{256, 3}));
       EXPECT_EQ(q4_k.rows(), 3u);
       EXPECT_EQ(std::get<gpu::WeightType>(weight_type(q4_k)), gpu::WeightType::q4_k);
-      auto unsupported = weight_type(*file.tensor("w.q6_k"));
+      auto unsupported = weight_type(*file.tensor("w.iq2_xxs"));
       ASSERT_TRUE(std::holds_alternative<GgufError>(unsupported));
-      EXPECT_NE(std::get<GgufError>(unsupported).detail.find("type Q6_K, which mqlm does not compute with"),
+      EXPECT_NE(std::get<GgufError>(unsupported).detail.find("type IQ2_XXS, which mqlm does not compute with"),
                 std::string::npos);
       EXPECT_EQ(file.tensor("cube")->elements(), 120u);
     }
