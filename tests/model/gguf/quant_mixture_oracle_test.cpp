@@ -84,9 +84,11 @@ constexpr FileType kCommon[] = {FileType::q4_0, FileType::q8_0, FileType::q4_k_m
 
 TEST_F(QuantMixtureOracle, TinyPreset) { expect_same_types(*model_preset("tiny"), kCommon); }
 
-// 16 layers: the first and last eighth, every third layer between, the first 1/16.
+// 16 layers: the first and last eighth, every third layer between, the first 1/16; and 32, as
+// Llama 3 8B has.
 TEST_F(QuantMixtureOracle, LayerPositionsWithFourHeadsPerKvHead) {
   expect_same_types(narrow_llama(16), all_file_types);
+  expect_same_types(narrow_llama(32), std::array{FileType::q3_k_m, FileType::q4_k_m});
 }
 
 TEST_F(QuantMixtureOracle, Qwen2WithBiasesAndTiedEmbeddings) {
