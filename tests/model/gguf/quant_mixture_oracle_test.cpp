@@ -1,12 +1,14 @@
 // llama-quantize's mixtures, asked of llama.cpp itself: an F16 model written by mqlm's synthetic
 // writer is quantized by llama_model_quantize to every file type mqlm names, and each tensor of
-// what it writes has the type QuantMixture gives it (matrices) or stays F32 (norms, biases).
+// what it writes has the type QuantMixture gives it in make-model's plan for that file type
+// (matrices) or stays F32 (norms, biases).
 // The shapes bring out each part of the rule: the layer positions (16 layers), 4 heads per KV
 // head, tied embeddings, qwen2's biases, rows that are not whole K-quant blocks or not even
 // whole blocks of 32, and the 70B rule (80 layers, kept tiny).
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <unistd.h>
 
@@ -50,18 +52,25 @@ class QuantMixtureOracle : public ::testing::Test {
       params.ftype = static_cast<llama_ftype>(file_type);
       params.nthread = 2;
       ASSERT_EQ(llama_model_quantize(f16.c_str(), out.c_str(), &params), 0u);
-      expect_types(test::expect_file(GgufFile::open(out)), QuantMixture(file_type, mixture_model(shape)));
+      // What make-model would write for this file type: its plan (pools are quantized only when
+      // written, so the plan needs no quantizer).
+      SyntheticModel ours = make_synthetic_model(shape, QuantMixture(file_type, mixture_model(shape)), 1, "oracle");
+      expect_types(test::expect_file(GgufFile::open(out)), file_type, ours.matrix_types);
       fs::remove(out);
     }
   }
 
-  static void expect_types(const GgufFile& file, const QuantMixture& mixture) {
-    EXPECT_EQ(file.get_uint("general.file_type"), static_cast<std::uint32_t>(mixture.file_type()));
+  static void expect_types(const GgufFile& file, FileType file_type,
+                           const std::map<std::string, gpu::WeightType>& matrix_types) {
+    EXPECT_EQ(file.get_uint("general.file_type"), static_cast<std::uint32_t>(file_type));
+    std::size_t matrices = 0;
     for (const TensorInfo& t : file.tensors()) {
-      bool matrix = t.dims.size() == 2;
-      TensorType expected = matrix ? to_tensor_type(mixture.matrix_type(t.name, t.row_length()).type) : TensorType::f32;
+      auto ours = matrix_types.find(t.name);
+      matrices += ours != matrix_types.end();
+      TensorType expected = ours != matrix_types.end() ? to_tensor_type(ours->second) : TensorType::f32;
       EXPECT_EQ(tensor_type_name(t.type), tensor_type_name(expected)) << t.name << ", rows of " << t.row_length();
     }
+    EXPECT_EQ(matrices, matrix_types.size());
   }
 
   fs::path directory_;
