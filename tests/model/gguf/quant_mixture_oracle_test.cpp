@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <unistd.h>
 
@@ -141,6 +142,28 @@ TEST_F(QuantMixtureOracle, SeventyBillionRule) {
   shape.arch = "qwen2";
   shape.kv_heads = shape.heads;  // qwen2 is 70B at 80 layers, grouped or not
   expect_same_types(shape, std::array{FileType::q3_k_s});
+}
+
+// make-model's own mixture files (a tied qwen2, so token_embd takes the output's type) load in
+// llama.cpp, whose loader checks every tensor's size against its type and shape.
+TEST_F(QuantMixtureOracle, MakeModelMixturesLoadInLlamaCpp) {
+  ModelShape shape = small_llama(2);
+  shape.arch = "qwen2";
+  shape.tied_embeddings = true;
+  shape.vocab = 512;  // llama.cpp wants BPE merges, which 261 tokens (bytes and specials) have none of
+  for (FileType file_type : {FileType::q4_k_m, FileType::q3_k_l, FileType::q2_k, FileType::q5_k_s, FileType::iq4_xs,
+                             FileType::q4_1, FileType::q5_0}) {
+    SCOPED_TRACE(std::string(file_type_name(file_type)));
+    const fs::path path = directory_ / fmt::format("{}.gguf", file_type_name(file_type));
+    auto error = make_synthetic_model(shape, QuantMixture(file_type, mixture_model(shape)), 3, "mqlm").writer.write(path);
+    ASSERT_FALSE(error) << error->detail;
+    llama_model_params params = llama_model_default_params();
+    params.n_gpu_layers = 0;
+    std::unique_ptr<llama_model, decltype(&llama_model_free)> model(llama_model_load_from_file(path.c_str(), params),
+                                                                   llama_model_free);
+    ASSERT_NE(model, nullptr);
+    EXPECT_EQ(llama_model_n_layer(model.get()), 2);
+  }
 }
 
 }  // namespace
