@@ -1,7 +1,8 @@
 // Models with seeded random weights, laid out as llama.cpp lays out llama / qwen2 / qwen3 GGUF
 // files, for tests (preset tiny: a few MB) and benchmarks (llama3-8b: written in seconds).
 //
-// Matrices are normal(0, 0.02) in the weight type asked; norm weights are 1 + normal(0, 0.02) and
+// Matrices are normal(0, 0.02) in the weight types llama-quantize would give them for the file
+// type asked (quant_mixture.hpp), or all in one type; norm weights are 1 + normal(0, 0.02) and
 // biases normal(0, 0.02), in F32. Large models repeat a pool of 4M random elements per weight
 // type (each tensor starts where the previous one stopped), which is as good as fresh numbers
 // for a benchmark and takes no time to make; a model smaller than the pool repeats nothing.

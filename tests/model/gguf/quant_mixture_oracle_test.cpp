@@ -7,9 +7,11 @@
 // whole blocks of 32, and the 70B rule (80 layers, kept tiny).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <unistd.h>
 
