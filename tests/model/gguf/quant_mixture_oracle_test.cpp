@@ -2,9 +2,10 @@
 // writer is quantized by llama_model_quantize to every file type mqlm names, and each tensor of
 // what it writes has the type QuantMixture gives it in make-model's plan for that file type
 // (matrices) or stays F32 (norms, biases).
-// The shapes bring out each part of the rule: the layer positions (16 layers), 4 heads per KV
-// head, tied embeddings, qwen2's biases, rows that are not whole K-quant blocks or not even
-// whole blocks of 32, and the 70B rule (80 layers, kept tiny).
+// The shapes bring out each part of the rule: the layer positions (16 and 32 layers), 4 heads
+// per KV head, tied embeddings, qwen2's biases, rows that are not whole K-quant blocks or not
+// even whole blocks of 32, and the 70B rule (80 layers, kept tiny). And make-model's own mixture
+// files load in llama.cpp.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -141,8 +142,9 @@ TEST_F(QuantMixtureOracle, SeventyBillionRule) {
   ModelShape shape = narrow_llama(80);
   shape.ffn = 64;
   expect_same_types(shape, std::array{FileType::q2_k, FileType::q3_k_s, FileType::q3_k_m, FileType::q4_k_s});
-  shape.arch = "qwen2";
-  shape.kv_heads = shape.heads;  // qwen2 is 70B at 80 layers, grouped or not
+  shape.kv_heads = shape.heads;  // a llama of 80 layers without grouped KV heads is a 65B: no bump
+  expect_same_types(shape, std::array{FileType::q3_k_s});
+  shape.arch = "qwen2";  // qwen2 is 70B at 80 layers, grouped or not
   expect_same_types(shape, std::array{FileType::q3_k_s});
 }
 
