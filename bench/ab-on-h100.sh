@@ -12,7 +12,8 @@
 #                       'generate $MODEL -p "$P130" -n 128 --temperature 0 --batch 32 --warmup -q'
 # Each command is a line of `mqlm` arguments (the binary left out) in single quotes; in it $MODEL is
 # the model and $P130, $P600, $P2000 prompts of about that many tokens. Knobs: BUILDS (default
-# "mqlm mqlm-base"), ROUNDS (3), TYPE (q4_0), PRESET (llama3-8b), KEEP (a regular expression: the
+# "mqlm mqlm-base"), ROUNDS (3), TYPE (q4_0), PURE (1: every matrix TYPE; 0: llama-quantize's
+# mixture for TYPE, e.g. q4_k_m), PRESET (llama3-8b), KEEP (a regular expression: the
 # output lines kept; default the figures generate and bench print), ENVS (a space-separated list of
 # VAR=VALUE settings: each build runs once per setting, to compare a switch within one build).
 set -euo pipefail
@@ -30,7 +31,8 @@ for b in $builds; do
 done
 first=${builds%% *}
 export MODEL=/tmp/ab-model.gguf
-".devrun/bin/$first" make-model --preset "${PRESET:-llama3-8b}" --type "${TYPE:-q4_0}" -o "$MODEL" >>"$log"
+".devrun/bin/$first" make-model --preset "${PRESET:-llama3-8b}" --type "${TYPE:-q4_0}" \
+  $([ "${PURE:-1}" = 1 ] && echo --pure) -o "$MODEL" >>"$log"
 sentence='The quick brown fox jumps over the lazy dog. '
 P130=$(printf "$sentence%.0s" {1..13}) P600=$(printf "$sentence%.0s" {1..60}) P2000=$(printf "$sentence%.0s" {1..200})
 export P130 P600 P2000

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 source .devrun/env.sh || true  # its last test fails where there is no NVIDIA driver
 log=$OUT/batched-generate.txt
 { date -u +"date: %Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } >"$log"
-mqlm make-model --preset llama3-8b --type "${TYPE:-q4_0}" -o /tmp/m.gguf >>"$log"
+mqlm make-model --preset llama3-8b --type "${TYPE:-q4_0}" --pure -o /tmp/m.gguf >>"$log"
 prompt="In a quiet village by the sea there lived an old fisherman who every morning walked down to the harbour"
 for b in ${BATCHES:-1 8 32 64}; do
   cmd="mqlm generate /tmp/m.gguf -p \"\$prompt\" -n ${TOKENS:-128} --temperature 0 --batch $b --warmup --profile -q"

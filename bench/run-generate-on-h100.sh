@@ -13,7 +13,7 @@ log=$OUT/generate-h100.txt
 mqlm bench kernels --tokens 1 --types f16 --matmul-only --out /tmp/k.md >/dev/null 2>&1 && grep -m1 "copy bandwidth" /tmp/k.md >>"$log" || echo "copy bandwidth: not measured" >>"$log"
 prompt=$(printf 'The quick brown fox jumps over the lazy dog, and then it runs back home. %.0s' {1..30})
 for type in ${TYPES:-q4_0 q8_0 f16}; do
-  mqlm make-model --preset llama3-8b --type "$type" -o /tmp/m.gguf >>"$log"
+  mqlm make-model --preset llama3-8b --type "$type" --pure -o /tmp/m.gguf >>"$log"
   echo "command: mqlm generate llama3-8b-$type.gguf -p <602 tokens> -n 128 --temperature 0 --warmup -q" >>"$log"
   mqlm generate /tmp/m.gguf -p "$prompt" -n 128 --temperature 0 --warmup -q 2>>"$log"
   rm -f /tmp/m.gguf

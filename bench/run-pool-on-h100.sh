@@ -23,7 +23,7 @@ say() { echo "$*" >>"$log"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 field() { grep -o "\"$1\":[^,}]*" | head -1 | cut -d: -f2- | tr -d '"'; }
 
-mqlm make-model --preset "$preset" --type "$type" -o /tmp/pool-model.gguf >>"$log"
+mqlm make-model --preset "$preset" --type "$type" --pure -o /tmp/pool-model.gguf >>"$log"
 server=
 stop_server() { [ -n "$server" ] && { kill -TERM "$server" 2>/dev/null || true; wait "$server" || true; }; server=; }
 trap stop_server EXIT

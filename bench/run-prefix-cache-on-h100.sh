@@ -22,7 +22,7 @@ listen=tcp://127.0.0.1:${ZMQ_PORT:-5555} http=127.0.0.1:${HTTP_PORT:-8080}
 ssd=${SSD_DIR:-/tmp/mqlm-ssd-cache}
 { date -u +"date: %Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true; } >"$log"
 say() { echo "$*" | tee -a "$log"; }
-mqlm make-model --preset "$preset" --type "$type" -o /tmp/prefix-model.gguf >/dev/null
+mqlm make-model --preset "$preset" --type "$type" --pure -o /tmp/prefix-model.gguf >/dev/null
 # Three different prompts of n token ids (below the tiny preset's vocabulary too).
 prompt() { seq "$1" "$2" $(($1 + ($n - 1) * $2)) | awk '{ printf "%s%d", (NR > 1 ? "," : ""), 1 + $1 % 1000 }'; }
 P=$(prompt 3 7) Q=$(prompt 5 11) R=$(prompt 2 13)

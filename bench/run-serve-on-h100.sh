@@ -14,7 +14,7 @@ source .devrun/env.sh || true  # its last test fails where there is no NVIDIA dr
 log=$OUT/serve-h100.txt
 { date -u +"date: %Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } >"$log"
 type=${TYPE:-q4_0}
-mqlm make-model --preset "${PRESET:-llama3-8b}" --type "$type" -o /tmp/m.gguf >>"$log"
+mqlm make-model --preset "${PRESET:-llama3-8b}" --type "$type" --pure -o /tmp/m.gguf >>"$log"
 listen=tcp://127.0.0.1:5555
 echo "server: mqlm serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-8192} --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-}" >>"$log"
 mqlm --log-level info serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-8192} \

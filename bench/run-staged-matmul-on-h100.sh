@@ -22,7 +22,7 @@ for splits in ${SPLITS:-}; do
   mqlm bench kernels --tokens "${SPLIT_TOKENS:-16,64}" --types q4_0 --matmul-only --target-ms 10 --staged-splits "$splits" \
     2>/dev/null | grep "K in" >>"$OUT/staged-sweep.txt"
 done
-mqlm make-model --preset llama3-8b --type "${TYPE:-q4_0}" -o /tmp/m.gguf >>"$OUT/staged-info.txt"
+mqlm make-model --preset llama3-8b --type "${TYPE:-q4_0}" --pure -o /tmp/m.gguf >>"$OUT/staged-info.txt"
 long=$(printf 'The quick brown fox jumps over the lazy dog, and then it runs back home. %.0s' {1..30})
 short="In a quiet village by the sea there lived an old fisherman who every morning walked down to the harbour"
 log=$OUT/staged-generate.txt

@@ -1,7 +1,9 @@
 // `mqlm make-model`: a GGUF file with seeded random weights and a byte-level BPE vocabulary, of
-// a preset shape (or one adjusted by flags) in any weight type, for tests and benchmarks.
+// a preset shape (or one adjusted by flags), for tests and benchmarks: its matrices in the types
+// llama-quantize would give them for a file type (q4_k_m, q6_k, ...), or all in one (--pure).
 #include <chrono>
 #include <iostream>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -18,6 +20,7 @@ struct MakeModelOptions {
   std::optional<std::uint32_t> layers, hidden, heads, kv_heads, head_dim, ffn, vocab, context;
   std::optional<float> rope_base;
   bool tied = false;
+  bool pure = false;
 };
 
 model::gguf::ModelShape shape_from(const MakeModelOptions& o) {
@@ -45,20 +48,39 @@ model::gguf::ModelShape shape_from(const MakeModelOptions& o) {
   return *shape;
 }
 
+model::gguf::FileType file_type_from(const std::string& name) {
+  auto file_type = model::gguf::parse_file_type(name);
+  if (!file_type) {
+    throw CommandFailed(fmt::format("unknown type '{}' (llama-quantize's file types: {})", name,
+                                    fmt::join(model::gguf::file_type_names(), ", ")), 2);
+  }
+  return *file_type;
+}
+
+// "q4_k_m: q4_k 14, q6_k 5": how many matrices have each type.
+std::string types_summary(const model::gguf::SyntheticModel& model, model::gguf::FileType file_type, bool pure) {
+  std::map<gpu::WeightType, int> counts;
+  for (const auto& [name, type] : model.matrix_types) ++counts[type];
+  std::vector<std::string> parts;
+  for (auto [type, count] : counts) parts.push_back(fmt::format("{} {}", gpu::weight_type_name(type), count));
+  return fmt::format("{}{}: {}", model::gguf::file_type_name(file_type), pure ? " pure" : "", fmt::join(parts, ", "));
+}
+
 void make_model(const MakeModelOptions& o) {
-  auto type = gpu::parse_weight_type(o.type);
-  if (!type) throw CommandFailed("unknown weight type '" + o.type + "' (f32, f16, bf16, q8_0, q4_0, q4_k)", 2);
+  model::gguf::FileType file_type = file_type_from(o.type);
   model::gguf::ModelShape shape = shape_from(o);
   auto start = std::chrono::steady_clock::now();
-  auto model = model::gguf::make_synthetic_model(shape, *type, o.seed, "mqlm " + o.preset);
+  model::gguf::QuantMixture mixture(file_type, model::gguf::mixture_model(shape), o.pure);
+  auto model = model::gguf::make_synthetic_model(shape, mixture, o.seed, "mqlm " + o.preset);
   for (const auto& note : model.notes) std::cerr << "note: " << note << "\n";
   if (auto error = model.writer.write(o.output)) throw CommandFailed(error->detail);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::uint64_t bytes = model.writer.file_size();
   std::cout << fmt::format(
-      "wrote {}: {} {} layers, hidden {}, {} heads ({} KV) of {}, FFN {}, vocab {}{}, {}; {:.1f} MB in {:.2f} s\n",
+      "wrote {}: {} {} layers, hidden {}, {} heads ({} KV) of {}, FFN {}, vocab {}{}; {}; {:.1f} MB in {:.2f} s\n",
       o.output, shape.arch, shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim, shape.ffn,
-      shape.vocab, shape.tied_embeddings ? " (tied)" : "", o.type, bytes / 1e6, seconds);
+      shape.vocab, shape.tied_embeddings ? " (tied)" : "", types_summary(model, file_type, o.pure), bytes / 1e6,
+      seconds);
 }
 
 }  // namespace
@@ -67,8 +89,13 @@ void add_make_model_command(CLI::App& app) {
   auto options = std::make_shared<MakeModelOptions>();
   auto* cmd = app.add_subcommand("make-model", "write a GGUF model with seeded random weights (tests, benchmarks)");
   cmd->add_option("--preset", options->preset, "tiny, llama3-1b or llama3-8b")->capture_default_str();
-  cmd->add_option("--type", options->type, "weight type of the matrices: f32, f16, bf16, q8_0, q4_0, q4_k")
+  cmd->add_option("--type", options->type,
+                  fmt::format("llama-quantize's file type, any case (q3_k, q4_k, q5_k: the _m ones, as there); the "
+                              "types it gives each matrix for it unless --pure: {}",
+                              fmt::join(model::gguf::file_type_names(), ", ")))
       ->capture_default_str();
+  cmd->add_flag("--pure", options->pure,
+                "every matrix in the file type's main type (q4_k for q4_k_m), as llama-quantize --pure");
   cmd->add_option("-o,--output", options->output, "the GGUF file to write")->required();
   cmd->add_option("--seed", options->seed, "same seed, same file")->capture_default_str();
   cmd->add_option("--arch", options->arch, "llama, qwen2 (q/k/v biases) or qwen3 (q/k norms)")

@@ -64,28 +64,6 @@ std::vector<std::byte> f32_bytes(const std::vector<float>& values) {
   return bytes;
 }
 
-// llama.cpp's general.file_type (llama_ftype) for a model mostly of this type.
-std::uint32_t file_type(gpu::WeightType type) {
-  switch (type) {
-    case gpu::WeightType::f32: return 0;
-    case gpu::WeightType::f16: return 1;
-    case gpu::WeightType::q4_0: return 2;
-    case gpu::WeightType::q8_0: return 7;
-    case gpu::WeightType::q4_k: return 14;  // Q4_K_S: every matrix Q4_K
-    case gpu::WeightType::bf16: return 32;
-    case gpu::WeightType::q4_1: return 3;
-    case gpu::WeightType::q5_0: return 8;
-    case gpu::WeightType::q5_1: return 9;
-    case gpu::WeightType::q2_k: return 10;
-    case gpu::WeightType::q3_k: return 11;  // Q3_K_S
-    case gpu::WeightType::q5_k: return 16;  // Q5_K_S
-    case gpu::WeightType::q6_k: return 18;
-    case gpu::WeightType::iq4_nl: return 25;
-    case gpu::WeightType::iq4_xs: return 30;
-  }
-  return 0;
-}
-
 enum class Role { matrix, norm, bias };
 
 struct PlannedTensor {
@@ -124,43 +102,54 @@ std::vector<PlannedTensor> plan_tensors(const ModelShape& s) {
   return plan;
 }
 
-// The type a matrix with rows of k elements is written in: the one asked if its blocks fit.
-gpu::WeightType fitting_type(gpu::WeightType asked, std::uint64_t k) {
-  if (k % gpu::block_elements(asked) == 0) return asked;
-  if (k % gpu::block_elements(gpu::WeightType::q8_0) == 0) return gpu::WeightType::q8_0;
-  return gpu::WeightType::f16;
-}
+// Random blocks of one weight type, quantized when first written; tensors take consecutive
+// blocks from it, wrapping around.
+class BlockPool {
+ public:
+  BlockPool(gpu::WeightType type, std::uint64_t elements, std::uint64_t seed)
+      : type_(type), elements_((std::min(elements, kPoolElements) + 255) / 256 * 256), seed_(seed) {}
 
-// Random blocks of one weight type; tensors take consecutive blocks from it, wrapping around.
-struct BlockPool {
-  std::vector<std::byte> bytes;
-  std::uint64_t block_bytes = 0;
-  std::uint64_t blocks = 0;
-  std::uint64_t cursor = 0;
+  std::uint64_t blocks() const { return elements_ / gpu::block_elements(type_); }
+  std::uint64_t block_bytes() const { return gpu::block_bytes(type_); }
+  // The first block of a tensor of `count` blocks, the next tensor starting after it.
+  std::uint64_t take(std::uint64_t count) {
+    std::uint64_t start = cursor_;
+    cursor_ = (cursor_ + count) % blocks();
+    return start;
+  }
+  std::span<const std::byte> bytes() {
+    if (bytes_.empty()) bytes_ = gpu::quantize(type_, normals(elements_, 0.0f, kWeightStd, seed_), 256);
+    return bytes_;
+  }
+
+ private:
+  gpu::WeightType type_;
+  std::uint64_t elements_;  // whole rows of 256
+  std::uint64_t seed_;
+  std::uint64_t cursor_ = 0;
+  std::vector<std::byte> bytes_;
 };
 
 GgufWriter::TensorData pool_data(const std::shared_ptr<BlockPool>& pool, std::uint64_t blocks) {
-  std::uint64_t start = pool->cursor;
-  pool->cursor = (pool->cursor + blocks) % pool->blocks;
-  return [pool, start, blocks](const GgufWriter::Emit& emit) {
+  return [pool, start = pool->take(blocks), blocks](const GgufWriter::Emit& emit) {
     std::uint64_t at = start, left = blocks;
     while (left > 0) {
-      std::uint64_t take = std::min(left, pool->blocks - at);
-      emit(std::span(pool->bytes).subspan(at * pool->block_bytes, take * pool->block_bytes));
+      std::uint64_t take = std::min(left, pool->blocks() - at);
+      emit(pool->bytes().subspan(at * pool->block_bytes(), take * pool->block_bytes()));
       left -= take;
       at = 0;
     }
   };
 }
 
-void set_model_metadata(GgufWriter& w, const ModelShape& s, gpu::WeightType type, std::uint64_t seed,
+void set_model_metadata(GgufWriter& w, const ModelShape& s, FileType file_type, std::uint64_t seed,
                         const std::string& name) {
   const std::string& a = s.arch;
   w.set("general.architecture", a);
   w.set("general.name", name);
   w.set("general.description", fmt::format("random weights (seed {}) from mqlm make-model", seed));
-  w.set("general.file_type", file_type(type));
-  if (gpu::block_elements(type) > 1) w.set("general.quantization_version", std::uint32_t{2});
+  w.set("general.file_type", static_cast<std::uint32_t>(file_type));
+  if (gpu::block_elements(default_weight_type(file_type)) > 1) w.set("general.quantization_version", std::uint32_t{2});
   w.set(a + ".vocab_size", s.vocab);
   w.set(a + ".context_length", s.context);
   w.set(a + ".embedding_length", s.hidden);
@@ -175,6 +164,35 @@ void set_model_metadata(GgufWriter& w, const ModelShape& s, gpu::WeightType type
   w.set(a + ".rope.dimension_count", s.head_dim);
   w.set(a + ".rope.freq_base", s.rope_base);
   w.set(a + ".attention.layer_norm_rms_epsilon", s.rms_epsilon);
+}
+
+void choose_matrix_types(std::vector<PlannedTensor>& plan, const QuantMixture& mixture, SyntheticModel& model) {
+  for (auto& t : plan) {
+    if (t.role != Role::matrix) continue;
+    MatrixType choice = mixture.matrix_type(t.name, t.dims[0]);
+    t.type = choice.type;
+    model.matrix_types[t.name] = t.type;
+    if (choice.type != choice.chosen) {
+      model.notes.push_back(fmt::format("{} is {}: rows of {} elements are not whole {} blocks of {}", t.name,
+                                        gpu::weight_type_name(t.type), t.dims[0], gpu::weight_type_name(choice.chosen),
+                                        gpu::block_elements(choice.chosen)));
+    }
+  }
+}
+
+// One pool for each weight type the matrices have, as large as they are together (at most
+// kPoolElements), each from its own seed.
+std::map<gpu::WeightType, std::shared_ptr<BlockPool>> make_pools(const std::vector<PlannedTensor>& plan,
+                                                                 std::uint64_t seed) {
+  std::map<gpu::WeightType, std::uint64_t> elements_of_type;
+  for (const auto& t : plan) {
+    if (t.role == Role::matrix) elements_of_type[t.type] += t.dims[0] * t.dims[1];
+  }
+  std::map<gpu::WeightType, std::shared_ptr<BlockPool>> pools;
+  for (auto [type, elements] : elements_of_type) {
+    pools[type] = std::make_shared<BlockPool>(type, elements, seed * 1000003 + static_cast<int>(type));
+  }
+  return pools;
 }
 
 }  // namespace
@@ -212,34 +230,20 @@ std::optional<std::string> shape_problem(const ModelShape& s) {
   return std::nullopt;
 }
 
-SyntheticModel make_synthetic_model(const ModelShape& shape, gpu::WeightType type, std::uint64_t seed,
+MixtureModel mixture_model(const ModelShape& shape) {
+  return {shape.arch, shape.layers, shape.heads, shape.kv_heads, shape.tied_embeddings};
+}
+
+SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture& mixture, std::uint64_t seed,
                                     const std::string& name) {
   if (auto problem = shape_problem(shape)) throw std::invalid_argument(*problem);
   SyntheticModel model;
-  set_model_metadata(model.writer, shape, type, seed, name);
+  set_model_metadata(model.writer, shape, mixture.file_type(), seed, name);
   write_vocabulary(model.writer, make_byte_bpe_vocabulary(shape.vocab));
 
   std::vector<PlannedTensor> plan = plan_tensors(shape);
-  std::map<gpu::WeightType, std::uint64_t> elements_of_type;
-  for (auto& t : plan) {
-    if (t.role != Role::matrix) continue;
-    t.type = fitting_type(type, t.dims[0]);
-    elements_of_type[t.type] += t.dims[0] * t.dims[1];
-    if (t.type != type) {
-      model.notes.push_back(fmt::format("{} is {}: rows of {} elements are not whole {} blocks of {}", t.name,
-                                        gpu::weight_type_name(t.type), t.dims[0], gpu::weight_type_name(type),
-                                        gpu::block_elements(type)));
-    }
-  }
-  std::map<gpu::WeightType, std::shared_ptr<BlockPool>> pools;
-  for (auto [pool_type, elements] : elements_of_type) {
-    std::uint64_t count = (std::min(elements, kPoolElements) + 255) / 256 * 256;
-    auto pool = std::make_shared<BlockPool>();
-    pool->bytes = gpu::quantize(pool_type, normals(count, 0.0f, kWeightStd, seed * 1000003 + static_cast<int>(pool_type)), 256);
-    pool->block_bytes = gpu::block_bytes(pool_type);
-    pool->blocks = pool->bytes.size() / pool->block_bytes;
-    pools[pool_type] = std::move(pool);
-  }
+  choose_matrix_types(plan, mixture, model);
+  auto pools = make_pools(plan, seed);
   for (std::size_t i = 0; i < plan.size(); ++i) {
     PlannedTensor& t = plan[i];
     if (t.role == Role::matrix) {
@@ -252,6 +256,12 @@ SyntheticModel make_synthetic_model(const ModelShape& shape, gpu::WeightType typ
     }
   }
   return model;
+}
+
+SyntheticModel make_synthetic_model(const ModelShape& shape, gpu::WeightType type, std::uint64_t seed,
+                                    const std::string& name) {
+  QuantMixture pure(file_type_of(type), mixture_model(shape), /*pure=*/true);
+  return make_synthetic_model(shape, pure, seed, name);
 }
 
 }  // namespace mqlm::model::gguf

@@ -1,7 +1,8 @@
 // Models with seeded random weights, laid out as llama.cpp lays out llama / qwen2 / qwen3 GGUF
 // files, for tests (preset tiny: a few MB) and benchmarks (llama3-8b: written in seconds).
 //
-// Matrices are normal(0, 0.02) in the weight type asked; norm weights are 1 + normal(0, 0.02) and
+// Matrices are normal(0, 0.02) in the weight types llama-quantize would give them for the file
+// type asked (quant_mixture.hpp), or all in one type; norm weights are 1 + normal(0, 0.02) and
 // biases normal(0, 0.02), in F32. Large models repeat a pool of 4M random elements per weight
 // type (each tensor starts where the previous one stopped), which is as good as fresh numbers
 // for a benchmark and takes no time to make; a model smaller than the pool repeats nothing.
@@ -13,8 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include <map>
+
 #include "gpu/weight_formats.hpp"
 #include "model/gguf/gguf_writer.hpp"
+#include "model/gguf/quant_mixture.hpp"
 
 namespace mqlm::model::gguf {
 
@@ -40,14 +44,22 @@ std::vector<std::string_view> model_preset_names();
 // vocabulary below the byte tokens and specials, an unknown arch), or nullopt.
 std::optional<std::string> shape_problem(const ModelShape& shape);
 
+// What llama-quantize's rule needs to know of the shape.
+MixtureModel mixture_model(const ModelShape& shape);
+
 struct SyntheticModel {
-  GgufWriter writer;               // ready to write(); tensor data is made as it is written
-  std::vector<std::string> notes;  // tensors written in another type than asked, and why
+  GgufWriter writer;  // ready to write(); tensor data is quantized and made as it is written
+  std::map<std::string, gpu::WeightType> matrix_types;  // of every matrix, by tensor name
+  std::vector<std::string> notes;  // matrices whose rows did not fit the type chosen, and their type
 };
 
-// The shape must have no shape_problem (std::invalid_argument otherwise). A matrix whose row
-// length is not a whole number of `type`'s blocks (Q4_K needs 256) falls back to Q8_0, or to F16
-// when not even that fits, and says so in notes. Same arguments, same bytes.
+// Matrices in the types `mixture` gives them (llama-quantize's for its file type, which
+// general.file_type names). The shape must have no shape_problem (std::invalid_argument
+// otherwise). Same arguments, same bytes.
+SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture& mixture, std::uint64_t seed,
+                                    const std::string& name);
+// Every matrix in `type` (llama-quantize --pure), but where its rows are not whole blocks of it
+// (Q4_K needs 256): llama-quantize's fallback there (Q5_0 for Q4_K), said in notes.
 SyntheticModel make_synthetic_model(const ModelShape& shape, gpu::WeightType type, std::uint64_t seed,
                                     const std::string& name);
 

@@ -1,5 +1,6 @@
 #!/bin/bash
-# `mqlm make-model`: writes a loadable tiny model, the same bytes for the same seed, and refuses
+# `mqlm make-model`: writes a loadable tiny model, the same bytes for the same seed, llama-quantize's
+# mixture for the file type named in any case (or every matrix one type with --pure), and refuses
 # bad options with exit code 2 and a message.
 set -u
 mqlm=$1
@@ -7,16 +8,23 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$mqlm" make-model --preset tiny --type q4_0 -o "$dir/a.gguf" --seed 3 > "$dir/out" || fail "tiny q4_0"
-grep -q "wrote $dir/a.gguf: llama 2 layers, hidden 256" "$dir/out" || fail "summary: $(cat "$dir/out")"
+"$mqlm" make-model --preset tiny --type q4_0 --pure -o "$dir/a.gguf" --seed 3 > "$dir/out" || fail "tiny q4_0"
+grep -q "wrote $dir/a.gguf: llama 2 layers, hidden 256.*; q4_0 pure: q4_0 16;" "$dir/out" || fail "summary: $(cat "$dir/out")"
 [ "$(head -c 4 "$dir/a.gguf")" = GGUF ] || fail "no GGUF magic"
-"$mqlm" make-model --preset tiny --type q4_0 -o "$dir/b.gguf" --seed 3 > /dev/null || fail "again"
+"$mqlm" make-model --preset tiny --type q4_0 --pure -o "$dir/b.gguf" --seed 3 > /dev/null || fail "again"
 cmp -s "$dir/a.gguf" "$dir/b.gguf" || fail "same seed, different bytes"
-"$mqlm" make-model --preset tiny --type q4_0 -o "$dir/c.gguf" --seed 4 > /dev/null || fail "seed 4"
+"$mqlm" make-model --preset tiny --type q4_0 --pure -o "$dir/c.gguf" --seed 4 > /dev/null || fail "seed 4"
 cmp -s "$dir/a.gguf" "$dir/c.gguf" && fail "different seeds, same bytes"
-"$mqlm" make-model --preset tiny --type q4_k --arch qwen3 --hidden 320 --heads 5 --kv-heads 1 \
+# llama-quantize's Q8_0 has every matrix Q8_0, so the mixture is the pure file.
+"$mqlm" make-model --preset tiny --type Q8_0 -o "$dir/q8.gguf" > /dev/null || fail "Q8_0"
+"$mqlm" make-model --preset tiny --type q8_0 --pure -o "$dir/q8-pure.gguf" > /dev/null || fail "q8_0 --pure"
+cmp -s "$dir/q8.gguf" "$dir/q8-pure.gguf" || fail "Q8_0 mixture and pure q8_0 differ"
+"$mqlm" make-model --preset tiny --type Q4_K_M -o "$dir/q4km.gguf" > "$dir/out" || fail "Q4_K_M"
+grep -q "; q4_k_m: q4_k 13, q6_k 3;" "$dir/out" || fail "Q4_K_M summary: $(cat "$dir/out")"
+"$mqlm" make-model --preset tiny --type q8_0 --arch qwen3 --hidden 336 --heads 6 --head-dim 56 \
   -o "$dir/d.gguf" > /dev/null 2> "$dir/err" || fail "qwen3 with fallbacks"
-grep -q "note: token_embd.weight is q8_0" "$dir/err" || fail "no fallback note: $(cat "$dir/err")"
+grep -q "note: token_embd.weight is f16: rows of 336 elements are not whole q8_0 blocks of 32" "$dir/err" ||
+  fail "no fallback note: $(cat "$dir/err")"
 
 expect_refusal() {  # expected words, then the arguments
   local words=$1; shift
@@ -25,7 +33,7 @@ expect_refusal() {  # expected words, then the arguments
   grep -q "$words" "$dir/err" || fail "make-model $*: no '$words' in: $(cat "$dir/err")"
 }
 expect_refusal "no preset named 'huge'" --preset huge -o "$dir/x.gguf"
-expect_refusal "unknown weight type 'q6_k'" --type q6_k -o "$dir/x.gguf"
+expect_refusal "unknown type 'q7_k' (llama-quantize's file types: f32, .*q4_k_m, q4_k," --type q7_k -o "$dir/x.gguf"
 expect_refusal "4 heads do not share 3 KV heads evenly" --kv-heads 3 -o "$dir/x.gguf"
 "$mqlm" make-model --preset tiny -o /nonexistent-dir/x.gguf > /dev/null 2> "$dir/err" && fail "wrote to nowhere"
 grep -q "cannot create /nonexistent-dir/x.gguf.partial" "$dir/err" || fail "bad path message: $(cat "$dir/err")"

@@ -1,6 +1,7 @@
 // Models with random weights: the tiny preset loads in every weight type with llama.cpp's keys
-// and tensor names, its numbers are small and finite, the same seed gives the same bytes, and
-// the 8B preset has the size it should without being written.
+// and tensor names, its numbers are small and finite, the same seed gives the same bytes,
+// llama-quantize's mixtures are written as planned, and the 8B preset has the size it should
+// without being written.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -118,17 +119,46 @@ TEST(SyntheticModel, TensorsOfASmallModelDoNotRepeat) {
   EXPECT_FALSE(std::equal(up.begin(), up.end(), gate.begin()));
 }
 
-TEST(SyntheticModel, FallsBackWhereQ4KBlocksDoNotFit) {
+TEST(SyntheticModel, PureFallsBackAsLlamaQuantizeDoes) {
   ModelShape shape = *model_preset("tiny");
   shape.hidden = 320;  // 5 heads of 64: rows of 320 are not whole Q4_K blocks of 256
   shape.heads = 5;
   shape.kv_heads = 1;
   SyntheticModel model = make_synthetic_model(shape, gpu::WeightType::q4_k, 1, "odd");
   ASSERT_FALSE(model.notes.empty());
-  EXPECT_NE(model.notes[0].find("token_embd.weight is q8_0"), std::string::npos) << model.notes[0];
-  GgufFile file = load(model);
-  EXPECT_EQ(file.tensor("blk.0.attn_q.weight")->type, TensorType::q8_0);
-  EXPECT_EQ(file.tensor("blk.0.ffn_down.weight")->type, TensorType::q4_k);  // rows of 768
+  EXPECT_EQ(model.notes[0], "token_embd.weight is q5_0: rows of 320 elements are not whole q4_k blocks of 256");
+  EXPECT_EQ(model.matrix_types.at("blk.0.attn_q.weight"), gpu::WeightType::q5_0);
+  EXPECT_EQ(model.matrix_types.at("blk.0.ffn_down.weight"), gpu::WeightType::q4_k);  // rows of 768
+  EXPECT_EQ(model.matrix_types.at("output.weight"), gpu::WeightType::q5_0);          // pure: no Q6_K output
+}
+
+// Q4_K_M of the tiny preset's 2 layers: Q6_K in the output and in the last layer's attn_v and
+// ffn_down (the last eighth), Q4_K elsewhere; F32 norms.
+TEST(SyntheticModel, TinyQ4KMMixture) {
+  QuantMixture q4_k_m(FileType::q4_k_m, mixture_model(*model_preset("tiny")));
+  SyntheticModel model = make_synthetic_model(*model_preset("tiny"), q4_k_m, 1, "tiny");
+  EXPECT_TRUE(model.notes.empty());
+  ASSERT_EQ(model.matrix_types.size(), 2 + 2 * 7u);
+  for (const auto& [name, type] : model.matrix_types) {
+    bool more_bits = name == "output.weight" || name == "blk.1.attn_v.weight" || name == "blk.1.ffn_down.weight";
+    EXPECT_EQ(type, more_bits ? gpu::WeightType::q6_k : gpu::WeightType::q4_k) << name;
+  }
+}
+
+// What make_synthetic_model plans is what it writes, with general.file_type llama.cpp's number.
+TEST(SyntheticModel, MixturesWriteTheirTypes) {
+  ModelShape shape = *model_preset("tiny");
+  shape.tied_embeddings = true;
+  for (FileType file_type : {FileType::q4_k_m, FileType::q3_k_l, FileType::iq4_xs, FileType::q4_0}) {
+    SCOPED_TRACE(std::string(file_type_name(file_type)));
+    SyntheticModel model = make_synthetic_model(shape, QuantMixture(file_type, mixture_model(shape)), 2, "tiny");
+    GgufFile file = load(model);
+    EXPECT_EQ(file.get_uint("general.file_type"), static_cast<std::uint32_t>(file_type));
+    for (const auto& [name, type] : model.matrix_types) EXPECT_EQ(file.tensor(name)->type, to_tensor_type(type)) << name;
+    EXPECT_EQ(model.matrix_types.at("token_embd.weight"), gpu::WeightType::q6_k);  // tied: the output's type
+    auto [mean, std] = moments(file, *file.tensor("blk.1.attn_v.weight"));
+    EXPECT_NEAR(std, 0.02, 0.004);
+  }
 }
 
 TEST(SyntheticModel, Llama3_8bPlan) {
