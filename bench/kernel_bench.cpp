@@ -200,9 +200,7 @@ class MatmulRows {
   // Decode's int8 mat-vec from activations quantized once (quantize_q8): as it runs after the
   // quantizing dispatch, with that dispatch and without.
   void int8_rows() {
-    if (tokens_ > 8 || !ops::matvec_int8(features(), type_, choice_) || !ops::matvec_can_accumulate(type_, k_, tokens_)) {
-      return;
-    }
+    if (!ops::matvec_q8_applies(features(), type_, k_, tokens_, choice_)) return;
     auto q8 = b_.pool_.allocate(ops::q8_acts_bytes(k_, tokens_), "bench");
     const double traffic = double(bytes_.size()) + double(ops::q8_acts_bytes(k_, tokens_)) + 4.0 * tokens_ * rows_;
     row("vector, q8 acts", traffic, [&](Recording& rec, const PoolBuffer& w) {
@@ -244,6 +242,7 @@ class MatmulRows {
         product(rec, WeightType::f16, w16, {}, choice_);
       });
     }
+    if (!ops::narrow_reads(type_)) return;
     const std::uint64_t split_bytes = ops::narrow_split_bytes(features(), rows_, k_, tokens_, choice_);
     PoolBuffer parts = b_.pool_.allocate(std::max<std::uint64_t>(split_bytes, 4), "bench");
     ops::KernelChoice staged = choice_;
@@ -558,7 +557,11 @@ void run_kernel_bench(KernelBenchOptions& o) {
   std::vector<WeightType> types;
   for (const auto& name : o.types) {
     auto type = parse_weight_type(name);
-    if (!type) throw CommandFailed("unknown weight type '" + name + "' (f32, f16, bf16, q8_0, q4_0, q4_k)");
+    if (!type) {
+      std::vector<std::string_view> names;
+      for (WeightType t : all_weight_types) names.push_back(weight_type_name(t));
+      throw CommandFailed(fmt::format("unknown weight type '{}' ({})", name, fmt::join(names, ", ")));
+    }
     types.push_back(*type);
   }
   Model model = o.preset == "tiny" ? tiny : llama3_8b;

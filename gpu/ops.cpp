@@ -54,11 +54,6 @@ bool matvec_blocks(WeightType type, std::uint32_t k) {
   }
 }
 
-// Whether the tensor cores read the type in place (mul_mm_staged.comp, mul_mm_direct.comp); the
-// others reach them through dequantize_f16.
-bool staged_reads(WeightType type) {
-  return type == WeightType::f16 || type == WeightType::q8_0 || type == WeightType::q4_0;
-}
 
 
 
@@ -382,6 +377,8 @@ std::vector<std::string> staged_modules() {
   return names;
 }
 
+bool narrow_reads(WeightType type) { return type == WeightType::f16 || type == WeightType::q8_0 || type == WeightType::q4_0; }
+
 bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k) {
   const auto& cm = features.cooperative_matrix;
   if (!cm || cm->m != 16 || cm->k != 16 || (cm->n != 16 && cm->n != 8) || features.subgroup_size != 32) return false;
@@ -475,7 +472,7 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
                             BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
                             BufferRange split_scratch, bool sum_later, const KernelChoice& choice) {
   const auto& features = lib.device().features();
-  if (!staged_reads(type) || !narrow_matmul_applies(features, type, m, k)) {
+  if (!narrow_reads(type) || !narrow_matmul_applies(features, type, m, k)) {
     throw GpuError(fmt::format("the narrow matmul does not take {} weights of {}x{} on {} (dequantize_f16 first)",
                                weight_type_name(type), m, k, features.name));
   }
@@ -572,7 +569,7 @@ bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::ui
   // The others have no narrow kernel of their own: always.
   constexpr std::uint32_t min_columns = 512;
   if (type == WeightType::f16 || m % 16 != 0 || !narrow_matmul_applies(features, type, m, k)) return false;
-  return !staged_reads(type) || n >= min_columns;
+  return !narrow_reads(type) || n >= min_columns;
 }
 
 void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange out16,
@@ -586,7 +583,7 @@ void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferR
     std::uint32_t m, k;
   } push{m, k};
   // One invocation per half block of Q4_0 and Q8_0, per block of 32 weights of the others.
-  const std::uint64_t invocations = std::uint64_t{m} * (staged_reads(type) ? k / 16 : k / 32);
+  const std::uint64_t invocations = std::uint64_t{m} * (narrow_reads(type) ? k / 16 : k / 32);
   auto [gx, gy] = spread(ceil_div(invocations, 256));
   rec.dispatch(kernel(lib, fmt::format("dequant_f16_{}", weight_type_name(type)), 2, sizeof push), {weights, out16}, push,
                gx, gy);

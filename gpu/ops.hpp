@@ -146,6 +146,9 @@ void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
 // to F16 in shared memory; the activations are F16 with their columns padded to whole tiles.
 // Needs VK_NV_cooperative_matrix with 16-row, 16-deep tiles and subgroups of 32; takes F16, Q8_0
 // and Q4_0 weights with K % 32 == 0 (and M % 16 == 0 for F16).
+// Whether the narrow kernels read weights of `type` in place (F16, Q8_0, Q4_0); the other types
+// reach the tensor cores through dequantize_f16 (narrow_dequantizes).
+bool narrow_reads(WeightType type);
 bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k);
 // Whether callers should take the narrow path for n columns: where it applies, from 6 columns (up
 // to 8 it takes the place of the vector path, which it beats there on the H100).
