@@ -38,16 +38,29 @@ const Kernel& kernel(KernelLibrary& lib, std::string shader, std::uint32_t buffe
   return lib.get({std::move(shader), buffers, push_bytes, std::move(constants), subgroup});
 }
 
-// The whole-block vector kernel reads 16-byte words of float rows, so it needs K % 8 == 0
-// (quantized rows are whole blocks by construction); the generic kernel takes any K.
+// The whole-block vector kernel on float activations (with a norm, silu(gate) * up or the residual
+// add fused in) reads 16-byte words of float rows, so it needs K % 8 == 0 (quantized rows are whole
+// blocks by construction); the generic kernel takes any K. The types read in units of eight
+// (quant_units.glsl) have only its int8 form.
 bool matvec_blocks(WeightType type, std::uint32_t k) {
   switch (type) {
     case WeightType::f32:
     case WeightType::f16:
     case WeightType::bf16: return k % 8 == 0;
-    default: return true;
+    case WeightType::q8_0:
+    case WeightType::q4_0:
+    case WeightType::q4_k: return true;
+    default: return false;
   }
 }
+
+// Whether the tensor cores read the type in place (mul_mm_staged.comp, mul_mm_direct.comp); the
+// others reach them through dequantize_f16.
+bool staged_reads(WeightType type) {
+  return type == WeightType::f16 || type == WeightType::q8_0 || type == WeightType::q4_0;
+}
+
+
 
 // Threads and rows per workgroup of the whole-block vector kernel: enough rows that the
 // activations loaded for a unit of K are reused, few enough that every SM gets many workgroups.
@@ -57,10 +70,11 @@ bool matvec_blocks(WeightType type, std::uint32_t k) {
 MatvecShape matvec_shape(WeightType type, std::uint32_t m, const KernelChoice& choice) {
   if (choice.matvec_shape.threads != 0) return choice.matvec_shape;
   switch (type) {
-    case WeightType::q4_0:
-    case WeightType::q8_0: return {m <= 4096 ? 256u : 128u, 4};
+    case WeightType::f32:
+    case WeightType::f16:
+    case WeightType::bf16: return {128, 2};
     case WeightType::q4_k: return {128, 4};
-    default: return {128, 2};
+    default: return {m <= 4096 ? 256u : 128u, 4};  // the int8 modules' fixed shapes need 4 rows
   }
 }
 
@@ -69,7 +83,7 @@ MatvecShape matvec_shape(WeightType type, std::uint32_t m, const KernelChoice& c
 std::string matvec_blocks_kernel(const DeviceFeatures& features, WeightType type, std::string_view acts,
                                  const KernelChoice& choice) {
   return fmt::format("mul_mat_vec_blocks_{}_{}{}", weight_type_name(type), acts,
-                     matvec_int8(features, type, choice) ? "_i8" : "");
+                     matvec_quantizes_in_place(type) && matvec_int8(features, type, choice) ? "_i8" : "");
 }
 
 struct MatvecPush {
@@ -372,10 +386,11 @@ bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std:
   if (!cm || cm->m != 16 || cm->k != 16 || (cm->n != 16 && cm->n != 8) || features.subgroup_size != 32) return false;
   if (k % 32 != 0 || m == 0) return false;
   switch (type) {
-    case WeightType::f16: return m % 16 == 0;
+    case WeightType::f32:
+    case WeightType::bf16: return false;
     case WeightType::q8_0:
     case WeightType::q4_0: return true;
-    default: return false;
+    default: return m % 16 == 0;  // F16 tiles, read whole (F16 weights, or others dequantized to F16)
   }
 }
 
@@ -459,9 +474,9 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
                             BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
                             BufferRange split_scratch, bool sum_later, const KernelChoice& choice) {
   const auto& features = lib.device().features();
-  if (!narrow_matmul_applies(features, type, m, k)) {
-    throw GpuError(fmt::format("the narrow matmul does not take {} weights of {}x{} on {}", weight_type_name(type), m, k,
-                               features.name));
+  if (!staged_reads(type) || !narrow_matmul_applies(features, type, m, k)) {
+    throw GpuError(fmt::format("the narrow matmul does not take {} weights of {}x{} on {} (dequantize_f16 first)",
+                               weight_type_name(type), m, k, features.name));
   }
   const std::uint32_t padded = narrow_padded_columns(features, n, choice);
   if (acts16.size < std::uint64_t{padded} * k * 2) {
@@ -553,22 +568,25 @@ void matmul_narrow_glu(Recording& rec, KernelLibrary& lib, WeightType type, Buff
 bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
   // At 512 columns the F16 kernel is 25-40% faster than the Q4_0 and Q8_0 ones on the H100, which
   // pays for writing the F16 matrix once (bench/results/staged-matmul-2026-11-25-h100.md).
+  // The others have no narrow kernel of their own: always.
   constexpr std::uint32_t min_columns = 512;
-  return (type == WeightType::q4_0 || type == WeightType::q8_0) && n >= min_columns && m % 16 == 0 &&
-         narrow_matmul_applies(features, type, m, k);
+  if (type == WeightType::f16 || m % 16 != 0 || !narrow_matmul_applies(features, type, m, k)) return false;
+  return !staged_reads(type) || n >= min_columns;
 }
 
 void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange out16,
                     std::uint32_t m, std::uint32_t k) {
-  if ((type != WeightType::q4_0 && type != WeightType::q8_0) || k % 32 != 0) {
-    throw GpuError(fmt::format("dequantize_f16 takes Q4_0 and Q8_0 rows of whole blocks, not {} with K {}",
+  if (type == WeightType::f32 || type == WeightType::f16 || type == WeightType::bf16 || k % block_elements(type) != 0) {
+    throw GpuError(fmt::format("dequantize_f16 takes quantized rows of whole blocks, not {} with K {}",
                                weight_type_name(type), k));
   }
   if (out16.size < std::uint64_t{m} * k * 2) throw GpuError("dequantize_f16: the output is smaller than M x K F16");
   struct {
     std::uint32_t m, k;
   } push{m, k};
-  auto [gx, gy] = spread(ceil_div(std::uint64_t{m} * (k / 32) * 2, 256));
+  // One invocation per half block of Q4_0 and Q8_0, per unit of eight weights of the others.
+  const std::uint64_t invocations = std::uint64_t{m} * (staged_reads(type) ? k / 16 : k / 8);
+  auto [gx, gy] = spread(ceil_div(invocations, 256));
   rec.dispatch(kernel(lib, fmt::format("dequant_f16_{}", weight_type_name(type)), 2, sizeof push), {weights, out16}, push,
                gx, gy);
 }
@@ -672,8 +690,16 @@ bool matvec_int8(const DeviceFeatures& features, WeightType type, const KernelCh
   // is bound by unpacking nibbles), and Q8_0 from 182 to 189 once the q/k/v products wrote the KV
   // cache themselves and the kernels had fixed shapes (170 before: the quantizing dispatches cost
   // it more than the dot products won).
-  if (!chosen) return type == WeightType::q4_0 || type == WeightType::q8_0;
-  return *chosen && (type == WeightType::q8_0 || type == WeightType::q4_0);
+  const bool has_int8 = type != WeightType::f32 && type != WeightType::f16 && type != WeightType::bf16;
+  return has_int8 && chosen.value_or(true);
+}
+
+bool matvec_quantizes_in_place(WeightType type) { return type == WeightType::q4_0 || type == WeightType::q8_0; }
+
+bool matvec_q8_applies(const DeviceFeatures& features, WeightType type, std::uint32_t k, std::uint32_t n,
+                       const KernelChoice& choice) {
+  return matvec_int8(features, type, choice) && n >= 1 && n <= matvec_max_cols && k % 32 == 0 &&
+         k % block_elements(type) == 0;
 }
 
 std::uint64_t q8_acts_bytes(std::uint32_t k, std::uint32_t n) { return std::uint64_t{n} * k + std::uint64_t{n} * (k / 32) * 4; }
@@ -723,7 +749,7 @@ bool fixed_q8_module(WeightType type, std::uint32_t m, std::uint32_t n, const Ke
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
                const KernelChoice& choice) {
-  if (!matvec_int8(lib.device().features(), type, choice) || !matvec_can_accumulate(type, k, n)) {
+  if (!matvec_q8_applies(lib.device().features(), type, k, n, choice)) {
     throw GpuError(fmt::format("no int8 mat-vec for {} with k {} and {} columns on this device", weight_type_name(type), k, n));
   }
   // The module whose shape is fixed at compile time (every loop over rows and columns unrolled;
@@ -742,7 +768,7 @@ bool matvec_q8_heads_applies(const DeviceFeatures& features, WeightType type, st
                              std::uint32_t n, const RopeShape& rope, const KernelChoice& choice) {
   const std::uint32_t dims = rotary_dims(rope);
   // The module's 4 rows hold whole pairs (2i, 2i + 1) of one head when head_dim is even.
-  return matvec_int8(features, type, choice) && matvec_can_accumulate(type, k, n) && fixed_q8_module(type, m, n, choice) &&
+  return matvec_q8_applies(features, type, k, n, choice) && fixed_q8_module(type, m, n, choice) &&
          !rope.neox && rope.head_dim % 2 == 0 && dims % 2 == 0 && dims <= rope.head_dim && m % rope.head_dim == 0;
 }
 

@@ -102,13 +102,21 @@ MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRan
 // Whether the vector path takes the int8 mat-vec for weights of `type` (choice.matvec_int8): its
 // activations quantized to int8 per 32-element block (the scale is the block's largest magnitude
 // / 127) and integer dot products, where the device enabled them (features().integer_dot_product).
+// Every quantized type has it (Q4_K and the types of quant_units.glsl only on activations quantized
+// beforehand: matvec_q8).
 bool matvec_int8(const DeviceFeatures& features, WeightType type, const KernelChoice& choice = {});
+// Whether the vector path's int8 kernels on F32 activations quantize them themselves (Q4_0, Q8_0);
+// the other types' take them quantized beforehand (quantize_q8*, matvec_q8).
+bool matvec_quantizes_in_place(WeightType type);
+// Whether matvec_q8 takes weights of `type` with rows of k for n columns on this device.
+bool matvec_q8_applies(const DeviceFeatures& features, WeightType type, std::uint32_t k, std::uint32_t n,
+                       const KernelChoice& choice = {});
 
 // Decode's int8 mat-vecs read activations quantized once per step instead of in every workgroup:
 // quantize_q8* write n columns of k (k % 32 == 0) as int8 blocks with their scales (the rounding
 // reference::int8_blocks makes) into q8_acts_bytes(k, n) bytes; the input is x, rmsnorm(x) *
 // norm_weight, or silu(gate) * up. matvec_q8 then computes out = weights x acts (or out += with
-// `accumulate`) for Q8_0 or Q4_0 weights where matvec_int8 and matvec_can_accumulate say so.
+// `accumulate`) where matvec_q8_applies says so.
 std::uint64_t q8_acts_bytes(std::uint32_t k, std::uint32_t n);
 void quantize_q8(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t k, std::uint32_t n);
 void quantize_q8_rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange norm_weight, float eps,
@@ -193,10 +201,11 @@ std::string direct_shape_problem(DirectShape shape, std::uint32_t columns = 16);
 DirectShape direct_shape(const KernelChoice& choice = {});
 std::string direct_module(WeightType type, DirectShape s, std::uint32_t n);
 std::vector<std::string> direct_modules();
-// Whether a product of n columns is faster as dequantize_f16 into a scratch matrix and the narrow
-// path on F16 weights (wide prefill chunks of Q4_0 and Q8_0 weights) than on the blocks in place.
+// Whether a product of n columns takes dequantize_f16 into a scratch matrix and the narrow path on
+// F16 weights: where that is faster than the blocks in place (wide prefill chunks of Q4_0 and Q8_0
+// weights), and always for the types the narrow kernels do not read (Q4_K, quant_units.glsl's).
 bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n);
-// out16(m, k) F16 = Q4_0 or Q8_0 weights (m, k), K % 32 == 0.
+// out16(m, k) F16 = quantized weights (m, k), rows of whole blocks.
 void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange out16,
                     std::uint32_t m, std::uint32_t k);
 // out(padded_rows, n) F16 = in(rows, n) F32, the rows past `rows` zero.

@@ -1,15 +1,31 @@
 #version 450
-// out(M, K) F16 = the Q4_0 or Q8_0 weights (M, K) in their GGUF layout, K % 32 == 0: what a wide
-// product multiplies by as F16 weights, when dequantizing the matrix once is cheaper than in every
-// column tile (gpu/ops.hpp, matmul_narrow). One invocation per half block (16 weights).
+// out(M, K) F16 = the weights (M, K) in their GGUF layout, rows of whole blocks: what a wide product
+// multiplies by as F16 weights, when dequantizing the matrix once is cheaper than in every column
+// tile (gpu/ops.hpp, matmul_narrow), and the only way the tensor cores take the types of
+// quant_units.glsl. One invocation per half block (16 weights) of Q4_0 and Q8_0, per unit of 8
+// weights of the others.
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "dequant_f16.glsl"
 
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Params { uint M; uint K; } p;
-layout(binding = 0) readonly buffer W { uint16_t w16[]; };
 layout(binding = 1) writeonly buffer Out { uvec4 out4[]; };  // F16, 8 to a word
+#define QW_BINDING 0
+#include "quant_units.glsl"
+
+#if defined(QUNIT)
+void main() {
+  const uint u = flat_group() * 256 + gl_LocalInvocationIndex;
+  if (u >= p.M * (p.K / 8)) return;
+  uvec2 q;
+  float a, b;
+  unit8(u / (p.K / 8), u % (p.K / 8), p.K, q, a, b);
+  const vec4 lo = unit_weights4(q, a, b, 0), hi = unit_weights4(q, a, b, 1);
+  out4[u] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
+}
+#else
+layout(binding = 0) readonly buffer W { uint16_t w16[]; };
 
 void main() {
   const uint u = flat_group() * 256 + gl_LocalInvocationIndex;
@@ -34,3 +50,4 @@ void main() {
   out4[word + 2 * half_ + 1] = uvec4(v[4], v[5], v[6], v[7]);
 #endif
 }
+#endif

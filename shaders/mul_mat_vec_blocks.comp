@@ -8,6 +8,8 @@
 //   Q4_K: 32 weights (the 16-byte header + one 16-byte word of quants)
 // The activations of a unit are loaded once and reused by every row; the scale of a block is
 // applied once per unit. Partial sums are reduced in each subgroup, then across subgroups.
+// The types of quant_units.glsl (QUNIT: Q4_1 .. IQ4_XS, and Q4_K's int8 form) take a unit of 8
+// weights with X_INT8 and B_Q8 only.
 // With X_INT8 (Q8_0 and Q4_0 only) the activations of each 32-element block are quantized to int8
 // as they are loaded (scale: the block's largest magnitude / 127, found across the four threads
 // that share the block) and each four weights take one integer dot product: a few instructions
@@ -25,6 +27,11 @@
 #if defined(X_INT8)
 #include "int8_blocks.glsl"
 #include "int8_dot.glsl"
+#define QW_BINDING 0
+#include "quant_units.glsl"
+#if defined(QUNIT) && !defined(B_Q8)
+#error "the types read in units of eight (quant_units.glsl) take activations quantized beforehand (B_Q8)"
+#endif
 #endif
 
 #extension GL_EXT_control_flow_attributes : require
@@ -87,7 +94,10 @@ layout(binding = 1) readonly buffer ActsF32 { vec4 b_f4[]; };
 vec4 load_x4(uint c, uint q) { return b_f4[c * (p.K / 4) + q]; }
 #endif
 
-#if defined(A_Q4_K)
+#if defined(QUNIT)
+#define UNIT 8
+#define XQUADS 2
+#elif defined(A_Q4_K)
 #define UNIT 32
 #define XQUADS 8
 #elif defined(A_F32)
@@ -104,6 +114,8 @@ uint xq[NCOLS][2];  // the unit's eight activations of column c, int8, in the or
 float xd[NCOLS];    // their block's scale: activation = xd * int8
 #if defined(A_Q4_0)
 int xsum8[NCOLS];   // 8 * the sum of the eight int8 values (Q4_0 stores weight + 8)
+#elif defined(QUNIT)
+int xsum[NCOLS];    // the sum of the eight int8 values (what a unit's offset b multiplies)
 #endif
 #else
 vec4 xs[NCOLS][XQUADS];
@@ -139,7 +151,17 @@ vec2 bytes2(uint w) {  // the two signed bytes of w (stored offset by 128 after 
   return fma(uintBitsToFloat((uvec2(w ^ 0x8080u) & uvec2(0xFFu, 0xFF00u)) | 0x4B000000u), scale, -(MAGIC * scale + 128.0));
 }
 
-#if defined(A_F32)
+#if defined(QUNIT)
+// Units of eight (quant_units.glsl): weight = a * q + b, so the unit adds
+// xd * (a * dot(q, xq) + b * sum(xq)).
+void accumulate(uint r, uint row, uint u) {
+  uvec2 q;
+  float a, b;
+  unit8(row, u, p.K, q, a, b);
+  [[unroll]] for (uint c = 0; c < NCOLS; ++c)
+    acc[r][c] += xd[c] * (a * float(dot4x8(q.x, xq[c][0]) + dot4x8(q.y, xq[c][1])) + b * float(xsum[c]));
+}
+#elif defined(A_F32)
 layout(binding = 0) readonly buffer W { vec4 w4[]; };
 void accumulate(uint r, uint row, uint u) {
   vec4 w = w4[row * (p.K / 4) + u];
@@ -260,10 +282,13 @@ void set_xsum8(uint c) { xsum8[c] = 8 * (dot4x8(xq[c][0], 0x01010101u) + dot4x8(
 // Q4_0's the words of elements 4j.. and 16 + 4j.. of its block (j = u % 4).
 void load_unit(uint u) {
   [[unroll]] for (uint c = 0; c < NCOLS; ++c) {
-#if defined(A_Q8_0)
+#if defined(A_Q8_0) || defined(QUNIT)
     uvec2 w = xw2[c * (p.K / 8) + u];
     xq[c][0] = w.x;
     xq[c][1] = w.y;
+#if defined(QUNIT)
+    xsum[c] = dot4x8(w.x, 0x01010101u) + dot4x8(w.y, 0x01010101u);
+#endif
 #else
     uint base = c * (p.K / 4) + 8 * (u / 4) + u % 4;
     xq[c][0] = xw[base];

@@ -1,7 +1,8 @@
 // Weight matrices in GGUF layouts, read in place: row `row` of a (rows, K) matrix, K contiguous.
 // load_a4(row, q, K) returns elements 4q .. 4q+3 of the row as floats (zeros past K for float
 // types; quantized types require K to be a multiple of their block, as GGUF does).
-// Define A_BINDING and exactly one of A_F32, A_F16, A_BF16, A_Q8_0, A_Q4_0, A_Q4_K.
+// Define A_BINDING and exactly one of A_F32, A_F16, A_BF16, A_Q8_0, A_Q4_0, A_Q4_K or a type of
+// quant_units.glsl (Q4_1 .. IQ4_XS), which reads those.
 
 #if defined(A_F32)
 layout(binding = A_BINDING) readonly buffer WeightsF32 { float a_f32[]; };
@@ -48,6 +49,16 @@ vec4 load_a4(uint row, uint q, uint K) {
   uint shift = j < 16 ? 0 : 4;
   uvec4 n = (uvec4(a_u8[base], a_u8[base + 1], a_u8[base + 2], a_u8[base + 3]) >> shift) & 15u;
   return d * (vec4(n) - 8.0);
+}
+#elif defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL) || defined(A_Q2_K) || \
+    defined(A_Q3_K) || defined(A_Q5_K) || defined(A_Q6_K) || defined(A_IQ4_XS)
+#define QW_BINDING A_BINDING
+#include "quant_units.glsl"
+vec4 load_a4(uint row, uint q, uint K) {
+  uvec2 w;
+  float a, b;
+  unit8(row, q / 2, K, w, a, b);
+  return unit_weights4(w, a, b, q % 2);
 }
 #elif defined(A_Q4_K)
 // super-block of 256: f16 d, f16 dmin, uint8 scales[12] (eight 6-bit scales and mins), uint8 qs[128]

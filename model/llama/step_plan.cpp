@@ -29,7 +29,11 @@ class Planner {
     return !narrow(w) && ops::choose_matmul_path(features_, n_) == ops::MatmulPath::vector &&
            ops::matvec_can_accumulate(w.type, cols_of(w), n_);
   }
-  bool int8(const GpuTensor& w) const { return matvec(w) && ops::matvec_int8(features_, w.type, kernels_); }
+  // Decode steps of quantized weights take the int8 vector path (the only one of some types).
+  bool int8(const GpuTensor& w) const {
+    return !narrow(w) && ops::choose_matmul_path(features_, n_) == ops::MatmulPath::vector &&
+           ops::matvec_q8_applies(features_, w.type, cols_of(w), n_, kernels_);
+  }
   bool dequantizes(const GpuTensor& w) const {
     return ops::narrow_dequantizes(features_, w.type, rows_of(w), cols_of(w), n_);
   }
@@ -101,9 +105,11 @@ class Planner {
   OutputPath output(const GpuTensor& w, std::uint32_t outputs) const {
     if (narrow(w, outputs)) return OutputPath::narrow;
     // From 2 columns the int8 input is quantized once rather than in each workgroup (H100, the
-    // output matrix at 4 columns: 269 against 398 us); for one, the extra dispatch costs more.
-    if (outputs >= 2 && ops::choose_matmul_path(features_, outputs) == ops::MatmulPath::vector &&
-        ops::matvec_int8(features_, w.type, kernels_) && ops::matvec_can_accumulate(w.type, cols_of(w), outputs)) {
+    // output matrix at 4 columns: 269 against 398 us); for one, the extra dispatch costs more where
+    // the type has a kernel that quantizes in place (Q4_0, Q8_0).
+    const bool in_place = ops::matvec_can_accumulate(w.type, cols_of(w), outputs) && ops::matvec_quantizes_in_place(w.type);
+    if ((outputs >= 2 || !in_place) && ops::choose_matmul_path(features_, outputs) == ops::MatmulPath::vector &&
+        ops::matvec_q8_applies(features_, w.type, cols_of(w), outputs, kernels_)) {
       return OutputPath::int8;
     }
     return OutputPath::general;
@@ -147,13 +153,15 @@ StepPlan plan_step(const gpu::DeviceFeatures& features, const LlamaConfig& confi
     plan.layers[l].next_norm_f16 = !next.qkv_write_heads && next.qkv_input == NormInput::f16;
   }
   plan.output = planner.output(output, outputs);
-  if (!layers.empty()) {
-    plan.split_bytes = Planner::widest_group(layers.front(), [&](const GpuTensor& w) { return planner.split_bytes(w); });
-    plan.weights16_bytes = Planner::widest_group(layers.front(), [&](const GpuTensor& w) {
+  // Every layer's: the types of a mixture differ from layer to layer.
+  for (const GpuLayer& layer : layers) {
+    plan.split_bytes = std::max(
+        plan.split_bytes, Planner::widest_group(layer, [&](const GpuTensor& w) { return planner.split_bytes(w); }));
+    plan.weights16_bytes = std::max(plan.weights16_bytes, Planner::widest_group(layer, [&](const GpuTensor& w) {
       return planner.dequantizes(w) ? std::uint64_t{w.rows} * w.cols * 2 : 0;
-    });
+    }));
   }
-  // Without a scratch for them (the first layer's products need none), no weights are dequantized.
+  // Without a scratch for them (no product dequantizes), no weights are dequantized.
   if (plan.weights16_bytes == 0) {
     for (LayerPlan& p : plan.layers) {
       for (ProductPlan* product : {&p.q, &p.k, &p.v, &p.out, &p.gate, &p.up, &p.down}) product->dequantize = false;

@@ -58,9 +58,11 @@ std::vector<double> doubles(const std::vector<T>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
 
-// The activations a mat-vec of `type` works on: int8 blocks where the device takes that path.
+// The activations a mat-vec of `type` on F32 or F16 activations works on: int8 blocks where the
+// device takes that path (the types whose kernels quantize them in place).
 Vec as_matvec_sees(Gpu& gpu, WeightType type, const Vec& acts) {
-  return ops::matvec_int8(gpu.device.features(), type) ? reference::int8_blocks(acts) : acts;
+  const bool int8 = ops::matvec_int8(gpu.device.features(), type) && ops::matvec_quantizes_in_place(type);
+  return int8 ? reference::int8_blocks(acts) : acts;
 }
 
 // Int8 activations: one rounding may land the other way on the GPU (its 1 / amax is a few ulp
@@ -78,10 +80,9 @@ void run_step(Gpu& gpu, Record&& record) {
 BufferRange r(const PoolBuffer& b) { return b.range(); }
 
 std::size_t k_for(WeightType type, bool large) {
-  switch (type) {
-    case WeightType::q4_k: return large ? 1024 : 512;
-    case WeightType::q8_0:
-    case WeightType::q4_0: return large ? 1024 : 160;
+  switch (block_elements(type)) {
+    case 256: return large ? 1024 : 512;
+    case 32: return large ? 1024 : 160;
     default: return large ? 1021 : 97;
   }
 }
@@ -423,11 +424,12 @@ TEST(NarrowMatmul, AppliesWhereItCanRunAndPadsColumnsToTiles) {
   EXPECT_TRUE(ops::narrow_matmul_applies(h100, WeightType::q8_0, 100, 4096));   // rows past M are clamped
   EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::f16, 100, 4096));   // F16 tiles are loaded whole
   EXPECT_TRUE(ops::narrow_matmul_applies(h100, WeightType::f16, 4096, 4096));
-  EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::q4_k, 4096, 4096));
+  EXPECT_TRUE(ops::narrow_matmul_applies(h100, WeightType::q4_k, 4096, 4096));  // as F16 (narrow_dequantizes)
+  EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::q6_k, 100, 4096));  // ... whose tiles are loaded whole
   EXPECT_FALSE(ops::narrow_matmul_applies(h100, WeightType::q4_0, 4096, 4080));  // not whole blocks
   EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 5));  // the vector path's
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 6));
-  EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::q4_k, 4096, 4096, 8));  // not a type it reads
+  EXPECT_FALSE(ops::narrow_matmul_preferred(h100, WeightType::bf16, 4096, 4096, 8));  // not a type it reads
   EXPECT_TRUE(ops::narrow_matmul_preferred(h100, WeightType::q4_0, 4096, 4096, 9));
   // With integer dot products, Q4_0 and Q8_0 products of every size stay on the int8 mat-vec up to
   // 8 columns.
@@ -491,7 +493,7 @@ TEST(DequantizeF16, IsTheCpuDequantizationRoundedToHalf) {
       ASSERT_EQ(got[i], float_to_half(want[i])) << weight_type_name(type) << " at row " << i / k << ", column " << i % k;
     }
     auto rec2 = g.queue.begin();
-    EXPECT_THROW(ops::dequantize_f16(rec2, g.kernels, WeightType::q4_k, w.range(), out.range(), m, k), GpuError);
+    EXPECT_THROW(ops::dequantize_f16(rec2, g.kernels, WeightType::f32, w.range(), out.range(), m, k), GpuError);
   }
   DeviceFeatures h100;
   h100.subgroup_size = 32;
@@ -500,6 +502,9 @@ TEST(DequantizeF16, IsTheCpuDequantizationRoundedToHalf) {
   EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::q4_0, 14336, 4096, 64));  // decode batches: in place
   EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::f16, 14336, 4096, 2048));
   EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::q8_0, 100, 4096, 2048));  // F16 tiles need M % 16 == 0
+  // The types the narrow kernels do not read reach them only as F16, at every width.
+  EXPECT_TRUE(ops::narrow_dequantizes(h100, WeightType::q6_k, 14336, 4096, 16));
+  EXPECT_TRUE(ops::narrow_dequantizes(h100, WeightType::q4_k, 4096, 4096, 9));
 }
 
 // The SwiGLU in one dispatch is silu(gate) * up of the two narrow products, each made alone, in
@@ -1091,6 +1096,7 @@ TEST(MatvecAccumulate, AddsTheProductToTheOutput) {
   Gpu& g = shared_gpu();
   const std::uint32_t m = 37, k = 512;
   for (WeightType type : all_weight_types) {
+    if (!ops::matvec_can_accumulate(type, k, 1)) continue;  // int8 only: matvec_q8 (quant_kernels_oracle_test)
     for (std::uint32_t n : {1u, 3u, 8u}) {
       ASSERT_TRUE(ops::matvec_can_accumulate(type, k, n));
       auto bytes = random_weights(type, m, k, 17 + n);
@@ -1113,6 +1119,7 @@ TEST(MatvecAccumulate, AddsTheProductToTheOutput) {
     }
   }
   EXPECT_FALSE(ops::matvec_can_accumulate(WeightType::f16, 512, 9));  // more columns than the vector path takes
+  EXPECT_FALSE(ops::matvec_can_accumulate(WeightType::q6_k, 512, 1));  // its vector kernel is int8 alone
 }
 
 // The q/k/v and gate/up inputs' fused form: out = W * rmsnorm(x) * norm weight.
