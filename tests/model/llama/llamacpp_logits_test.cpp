@@ -10,13 +10,13 @@
 // Both sides quantize activations for some products (llama.cpp to Q8_0 / Q8_K, mqlm to int8 on its
 // mat-vec path) and keep K and V in F16, in other orders of summation: that is what the bound
 // allows for. Seen on lavapipe: 0.0005 for F16, 0.006 to 0.018 for the others (the largest case
-// 0.016 to 0.0198 with seeds 32 to 35: the bound has little margin here). Against llama.cpp on the file's
-// weights dequantized to F32, llama.cpp is 0.006 to 0.012 off and mqlm 0.004 to 0.011: each side
-// is as near the exact product as the other, and their roundings add. A 4-bit file against its
-// own F16 model is 0.11 to 0.23 apart. Prompts are chosen by llama.cpp, on the F16 model
-// a file was quantized from (on mqlm's own files, on the file), for a clear next token; a top-1 is
-// compared only where llama.cpp's first two on the file itself lie more than 0.05 apart (twice
-// the bound plus a margin), and the rows say how many did not.
+// 0.016 to 0.0198 with seeds 32 to 35: the bound has little margin here). Against llama.cpp on the
+// file's weights dequantized to F32, llama.cpp is 0.006 to 0.012 off and mqlm 0.004 to 0.011: each
+// side is as near the exact product as the other, and their roundings add. A 4-bit file against its
+// own F16 model is 0.11 to 0.23 apart. Prompts are chosen by llama.cpp, on the F16 model a file was
+// quantized from (on mqlm's own files, on the file), for a clear next token; a top-1 is compared
+// only where llama.cpp's first two on the file itself lie more than 0.05 apart (twice the bound
+// plus a margin), and the rows say how many did not.
 //
 // Each case prints a row of the table "file type, model, tensor types, max |delta logprob|".
 #include <gtest/gtest.h>
@@ -182,7 +182,8 @@ class LlamaCppModel {
   // The last token's logits, the prompt run from an empty cache.
   std::vector<float> next_token_logits(std::vector<llama_token> prompt) {
     llama_memory_clear(llama_get_memory(context_.get()), true);
-    if (llama_decode(context_.get(), llama_batch_get_one(prompt.data(), static_cast<std::int32_t>(prompt.size()))) != 0) {
+    const auto length = static_cast<std::int32_t>(prompt.size());
+    if (llama_decode(context_.get(), llama_batch_get_one(prompt.data(), length)) != 0) {
       throw std::runtime_error("llama_decode failed");
     }
     const float* logits = llama_get_logits_ith(context_.get(), -1);
