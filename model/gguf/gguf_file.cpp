@@ -397,12 +397,29 @@ std::uint64_t TensorInfo::elements() const {
 
 std::uint64_t TensorInfo::rows() const { return row_length() == 0 ? 0 : elements() / row_length(); }
 
+namespace {
+
+// "F32, F16, Q4_0, ... and BF16": the types mqlm computes with, in the order of GGUF's type ids.
+std::string computed_type_names() {
+  std::vector<TensorType> types;
+  for (gpu::WeightType type : gpu::all_weight_types) types.push_back(to_tensor_type(type));
+  std::ranges::sort(types);
+  std::string names;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    names += i == 0 ? "" : i + 1 == types.size() ? " and " : ", ";
+    names += tensor_type_name(types[i]);
+  }
+  return names;
+}
+
+}  // namespace
+
 GgufResult<gpu::WeightType> weight_type(const TensorInfo& tensor) {
   if (auto type = to_weight_type(tensor.type)) return *type;
   return GgufError{tensor.info_offset,
-                   fmt::format("tensor {} has type {}, which mqlm does not compute with (it computes with F32, F16, "
-                               "BF16, Q8_0, Q4_0 and Q4_K)",
-                               printable(tensor.name), tensor_type_name(tensor.type))};
+                   fmt::format("tensor {} has type {}, which mqlm does not compute with (it computes with {}): "
+                               "quantize the model to one of those (llama-quantize's Q4_K_M, for one)",
+                               printable(tensor.name), tensor_type_name(tensor.type), computed_type_names())};
 }
 
 GgufResult<GgufFile> GgufFile::open(const std::filesystem::path& path) {

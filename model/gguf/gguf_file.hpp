@@ -48,8 +48,9 @@ struct TensorInfo {
   std::uint64_t rows() const;  // elements / row_length (1 for a vector)
 };
 
-// The weight type to compute the tensor with, or an error naming the tensor and its type when
-// it is one mqlm recognises but does not compute with (Q6_K, IQ2_XS, ...).
+// The weight type to compute the tensor with, or an error naming the tensor, its type and the
+// types mqlm computes with (gpu::all_weight_types) when it is one mqlm recognises but does not
+// compute with (IQ2_XS, TQ1_0, ...).
 GgufResult<gpu::WeightType> weight_type(const TensorInfo& tensor);
 
 class GgufFile {

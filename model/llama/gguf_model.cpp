@@ -1,8 +1,22 @@
 #include "model/llama/gguf_model.hpp"
 
+#include <optional>
 #include <stdexcept>
 
 namespace mqlm::model {
+
+namespace {
+
+// What is wrong with the first tensor whose type mqlm does not compute with, or nothing.
+std::optional<std::string> uncomputed_tensor(const gguf::GgufFile& file) {
+  for (const gguf::TensorInfo& tensor : file.tensors()) {
+    auto type = gguf::weight_type(tensor);
+    if (auto* error = std::get_if<gguf::GgufError>(&type)) return error->detail;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& file) {
   auto arch_name = file.get_string("general.architecture");
@@ -42,6 +56,7 @@ std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& f
   }
   c.tied_output = file.tensor("output.weight") == nullptr;
   if (std::string why = c.check(); !why.empty()) return why;
+  if (auto why = uncomputed_tensor(file)) return *why;
   return c;
 }
 

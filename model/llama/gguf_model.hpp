@@ -12,7 +12,9 @@
 
 namespace mqlm::model {
 
-// The configuration, or what is wrong with the metadata.
+// The configuration, or what is wrong with the metadata or with a tensor's type: every loader
+// reads this first, so a file holding a tensor mqlm does not compute with (IQ2_XXS, ...) is
+// refused, naming it, before any of it reaches the GPU.
 std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& file);
 
 // Tensors by name from the file; the file must outlive the source. A tensor whose type mqlm

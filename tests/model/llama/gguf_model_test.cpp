@@ -74,5 +74,43 @@ TEST(GgufModelConfig, UnsupportedArchitectureIsNamed) {
   EXPECT_NE(std::get<std::string>(config).find("'mamba' is not supported"), std::string::npos);
 }
 
+// Loads a file the way the executor does (configuration, then the GpuModel); says what stopped it.
+std::string load_as_the_executor_does(const gguf::GgufFile& file, GpuContext ctx) {
+  auto config = read_llama_config(file);
+  if (auto* why = std::get_if<std::string>(&config)) return *why;
+  try {
+    GpuModel model(ctx, std::get<LlamaConfig>(config), gguf_tensor_source(file), "weights:refused");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "loaded";
+}
+
+// A tensor of a type mqlm does not compute with is refused when the configuration is read, before
+// the pool gives out a byte; the message names the tensor, its type and every type mqlm computes
+// with. (Uploading tensors until the lookup of the bad one threw would have taken some.)
+TEST(GgufModelConfig, TensorOfATypeMqlmDoesNotComputeWithIsRefusedBeforeUpload) {
+  gguf::ModelShape shape = *gguf::model_preset("tiny");
+  shape.tied_embeddings = true;  // the file's output.weight is the one below
+  auto model = gguf::make_synthetic_model(shape, gpu::WeightType::f16, 5, "tiny");
+  const auto* iq2_xxs = gguf::tensor_type_traits(static_cast<std::uint32_t>(gguf::TensorType::iq2_xxs));
+  const std::uint64_t blocks = std::uint64_t{shape.hidden} * shape.vocab / iq2_xxs->block_elements;
+  model.writer.add_tensor("output.weight", gguf::TensorType::iq2_xxs, {shape.hidden, shape.vocab},
+                          std::vector<std::byte>(blocks * iq2_xxs->block_bytes));
+  auto parsed = gguf::GgufFile::parse(model.writer.to_bytes());
+  ASSERT_TRUE(std::holds_alternative<gguf::GgufFile>(parsed)) << std::get<gguf::GgufError>(parsed).message();
+  auto& g = gpu::testing::shared_gpu();
+  g.pool.reset_peak();
+  const std::uint64_t active_before = g.pool.stats().active_bytes;
+
+  const std::string why = load_as_the_executor_does(std::get<gguf::GgufFile>(parsed), {g.queue, g.pool, g.kernels});
+  EXPECT_NE(why.find("tensor 'output.weight' has type IQ2_XXS, which mqlm does not compute with"), std::string::npos)
+      << why;
+  for (gpu::WeightType type : gpu::all_weight_types) {
+    EXPECT_NE(why.find(gguf::tensor_type_name(gguf::to_tensor_type(type))), std::string::npos) << why;
+  }
+  EXPECT_EQ(g.pool.stats().peak_active_bytes, active_before);
+}
+
 }  // namespace
 }  // namespace mqlm::model
