@@ -337,5 +337,33 @@ INSTANTIATE_TEST_SUITE_P(WeightTypes, MqlmWrittenFile,
                                               std::get<0>(info.param).name);
                          });
 
+class MqlmMixtureFile : public ::testing::TestWithParam<std::tuple<ModelCase, gguf::FileType>> {};
+
+// `mqlm make-model --type q4_k_m` and the like: llama-quantize's mixture written by mqlm's
+// quantizers, in llama.cpp.
+TEST_P(MqlmMixtureFile, NextTokenAgreesWithLlamaCpp) {
+  auto [model, type] = GetParam();
+  start_llamacpp();
+  ScratchFolder folder;
+  const auto shape = model_shape(model);
+  const gguf::QuantMixture mixture(type, gguf::mixture_model(shape));
+  auto path = folder / fmt::format("{}_mqlm_{}.gguf", model.name, gguf::file_type_name(type));
+  if (auto error = gguf::make_synthetic_model(shape, mixture, 31, model.name).writer.write(path)) {
+    throw std::runtime_error(error->message());
+  }
+  expect_same_next_tokens(path, clear_prompts(path, shape.vocab),
+                          fmt::format("mqlm {} {}", gguf::file_type_name(type), model.name));
+}
+
+INSTANTIATE_TEST_SUITE_P(FileTypes, MqlmMixtureFile,
+                         ::testing::Combine(::testing::ValuesIn(kModels),
+                                            ::testing::Values(gguf::FileType::q3_k_m, gguf::FileType::q4_k_m,
+                                                              gguf::FileType::q5_k_m, gguf::FileType::q6_k,
+                                                              gguf::FileType::iq4_xs)),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}", gguf::file_type_name(std::get<1>(info.param)),
+                                              std::get<0>(info.param).name);
+                         });
+
 }  // namespace
 }  // namespace mqlm::model
