@@ -28,6 +28,7 @@
 #include "int8_blocks.glsl"
 #include "int8_dot.glsl"
 #define QW_BINDING 0
+#define IQ4_SHARED_LEVELS
 #include "quant_units.glsl"
 #if defined(QUNIT) && !defined(B_Q8)
 #error "the types read in units of eight (quant_units.glsl) take activations quantized beforehand (B_Q8)"
@@ -372,6 +373,9 @@ void find_row_scales(uint tid) {
 void main() {
   uint row0 = flat_group() * ROWS;
   uint tid = gl_LocalInvocationIndex;
+#if defined(IQ4_SHARED_LEVELS) && (defined(A_IQ4_NL) || defined(A_IQ4_XS))
+  init_iq4_levels();
+#endif
 #if defined(B_RMSNORM)
   find_row_scales(tid);
 #endif

@@ -48,14 +48,61 @@ float qw_half(uint o) { return unpackHalf2x16(uint(qw_u16[o >> 1])).x; }
 // Bits 0..3 of x at bit 0 of bytes 0..3.
 uint spread4(uint x) { return (x & 1u) | ((x & 2u) << 7) | ((x & 4u) << 14) | ((x & 8u) << 21); }
 
-// IQ4_NL's 16 levels as signed bytes: -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113.
-const uint IQ4_LEVELS[4] = uint[4](0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u);
-uint iq4_level(uint n) { return (IQ4_LEVELS[n >> 2] >> (8 * (n & 3u))) & 0xFFu; }
-// Four nibbles (bit 0 of each byte of n4 upward) to their four levels.
-uint iq4_levels4(uint n4) {
-  return iq4_level(n4 & 15u) | (iq4_level((n4 >> 8) & 15u) << 8) | (iq4_level((n4 >> 16) & 15u) << 16) |
-         (iq4_level(n4 >> 24) << 24);
+// N consecutive words from byte offset o (even) of blocks that are only 2-byte aligned: N + 1
+// aligned loads and a funnel shift, the same instructions whichever the alignment (a branch would
+// split the lanes of a subgroup, whose neighbouring blocks alternate).
+#define QW_RUN(N)                                                                         \
+  void qw_run##N(uint o, out uint w[N]) {                                                 \
+    uint a[N + 1];                                                                        \
+    [[unroll]] for (uint k = 0; k <= N; ++k) a[k] = qw_u32[(o >> 2) + k];                 \
+    [[unroll]] for (uint k = 0; k < N; ++k)                                               \
+      w[k] = (o & 2u) == 0u ? a[k] : ((a[k] >> 16) | (a[k + 1] << 16));                   \
+  }
+QW_RUN(4)
+QW_RUN(8)
+
+#if defined(A_IQ4_NL) || defined(A_IQ4_XS)
+// IQ4_NL's 16 levels as signed bytes: -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113,
+// four to a word, picked by selects (a constant array indexed per lane goes through local memory).
+uint iq4_level(uint n) {
+  const uint word = n < 8u ? (n < 4u ? 0xBFAD9881u : 0xF6EADDCFu) : (n < 12u ? 0x26190D01u : 0x71594535u);
+  return (word >> (8 * (n & 3u))) & 0xFFu;
 }
+#if defined(IQ4_SHARED_LEVELS)
+// For the hot kernels: the two levels of each byte's nibbles (low nibble's in bits 0..7, high's in
+// 8..15) in shared memory, one load a byte. init_iq4_levels() fills it; every invocation calls it.
+shared uint iq4_pair_levels[256];
+void init_iq4_levels() {
+  for (uint i = gl_LocalInvocationIndex; i < 256; i += gl_WorkGroupSize.x) {
+    iq4_pair_levels[i] = iq4_level(i & 15u) | (iq4_level(i >> 4) << 8);
+  }
+  barrier();
+}
+#endif
+// 16 bytes of nibble pairs (element j the low nibble of byte j, element 16 + j the high one) as
+// the 32 elements' levels.
+void iq4_levels32(uvec4 w, out uvec2 q[4]) {
+  uint lo[4], hi[4];
+  [[unroll]] for (uint i = 0; i < 4; ++i) {
+    lo[i] = 0u;
+    hi[i] = 0u;
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+      const uint byte_ = (w[i] >> (8 * k)) & 0xFFu;
+#if defined(IQ4_SHARED_LEVELS)
+      const uint pair = iq4_pair_levels[byte_];
+#else
+      const uint pair = iq4_level(byte_ & 15u) | (iq4_level(byte_ >> 4) << 8);
+#endif
+      lo[i] |= (pair & 0xFFu) << (8 * k);
+      hi[i] |= (pair >> 8) << (8 * k);
+    }
+  }
+  q[0] = uvec2(lo[0], lo[1]);
+  q[1] = uvec2(lo[2], lo[3]);
+  q[2] = uvec2(hi[0], hi[1]);
+  q[3] = uvec2(hi[2], hi[3]);
+}
+#endif
 
 // Eight consecutive bytes at byte offset o (o a multiple of 2).
 uvec2 qw_pair(uint o) { return uvec2(qw_word(o), qw_word(o + 4)); }
@@ -91,11 +138,17 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
 #else
   const uint o = 18 * blk_id, qs = o + 2;
 #endif
-  const uvec4 w = uvec4(qw_word(qs), qw_word(qs + 4), qw_word(qs + 8), qw_word(qs + 12));
+  uint r[4];
+  qw_run4(qs, r);
+  const uvec4 w = uvec4(r[0], r[1], r[2], r[3]);
+#if defined(A_IQ4_NL)
+  iq4_levels32(w, q);
+#else
   q[0] = nibbles8(w.xy, 0);  // elements 0..15: the low nibbles, 16..31 the high ones
   q[1] = nibbles8(w.zw, 0);
   q[2] = nibbles8(w.xy, 1);
   q[3] = nibbles8(w.zw, 1);
+#endif
   const vec2 dm = unpackHalf2x16(qw_word(o));
 #if defined(A_Q5_0) || defined(A_Q5_1)
   const uint h = qw_word(qh);
@@ -110,7 +163,6 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
 #elif defined(A_Q5_0)
   b = vec2(-16.0 * dm.x);
 #else
-  [[unroll]] for (uint i = 0; i < 4; ++i) q[i] = uvec2(iq4_levels4(q[i].x), iq4_levels4(q[i].y));
   b = vec2(0.0);
 #endif
 #else  // super-blocks of 256: sub-block (or group of 32) s of super-block sb
@@ -127,9 +179,12 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
   b = -dm.y * vec2((sc >> 4) & 15u, sc >> 12);
 #elif defined(A_Q3_K)
   const uint o = 110 * sb;
+  uint hm[8], qs[8];
+  qw_run8(o, hm);
+  qw_run8(o + 32 + 32 * n, qs);
   [[unroll]] for (uint i = 0; i < 4; ++i) {
-    const uvec2 hb = (qw_pair(o + 8 * i) >> (4 * n + j)) & 0x01010101u;
-    q[i] = ((qw_pair(o + 32 + 32 * n + 8 * i) >> (2 * j)) & 0x03030303u) | (hb << 2);
+    const uvec2 hb = (uvec2(hm[2 * i], hm[2 * i + 1]) >> (4 * n + j)) & 0x01010101u;
+    q[i] = ((uvec2(qs[2 * i], qs[2 * i + 1]) >> (2 * j)) & 0x03030303u) | (hb << 2);
   }
   const uint is = 8 * n + 2 * j;  // and is + 1: even, so both take the same bytes' fields
   const uint lo = qw_word(o + 96 + (is % 8)) >> (4 * (is / 8)), hi = qw_word(o + 104 + (is % 4)) >> (2 * (is / 4));
@@ -160,9 +215,12 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
   b = vec2(-dm.y * float(mn));
 #elif defined(A_Q6_K)
   const uint o = 210 * sb;
+  uint ql[8], qh[8];
+  qw_run8(o + 64 * n + 32 * (j & 1u), ql);
+  qw_run8(o + 128 + 32 * n, qh);
   [[unroll]] for (uint i = 0; i < 4; ++i) {
-    q[i] = nibbles8(qw_pair(o + 64 * n + 32 * (j & 1u) + 8 * i), j >> 1) |
-           (((qw_pair(o + 128 + 32 * n + 8 * i) >> (2 * j)) & 0x03030303u) << 4);
+    q[i] = nibbles8(uvec2(ql[2 * i], ql[2 * i + 1]), j >> 1) |
+           (((uvec2(qh[2 * i], qh[2 * i + 1]) >> (2 * j)) & 0x03030303u) << 4);
   }
   const uint sc = qw_word(o + 192 + 8 * n + 2 * j);  // two int8 scales in the low half
   a = qw_half(o + 208) * vec2(int(sc << 24) >> 24, int(sc << 16) >> 24);
@@ -172,12 +230,7 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
   const uint head = qw_u32[o / 4];  // d, scales_h
   const uint ls = ((qw_byte(o + 4 + s / 2) >> (4 * (s & 1u))) & 15u) | (((head >> (16 + 2 * s)) & 3u) << 4);
   const uint qs = o + 8 + 16 * s;
-  const uvec4 w = uvec4(qw_u32[qs / 4], qw_u32[qs / 4 + 1], qw_u32[qs / 4 + 2], qw_u32[qs / 4 + 3]);
-  q[0] = nibbles8(w.xy, 0);
-  q[1] = nibbles8(w.zw, 0);
-  q[2] = nibbles8(w.xy, 1);
-  q[3] = nibbles8(w.zw, 1);
-  [[unroll]] for (uint i = 0; i < 4; ++i) q[i] = uvec2(iq4_levels4(q[i].x), iq4_levels4(q[i].y));
+  iq4_levels32(uvec4(qw_u32[qs / 4], qw_u32[qs / 4 + 1], qw_u32[qs / 4 + 2], qw_u32[qs / 4 + 3]), q);
   a = vec2(unpackHalf2x16(head).x * (float(ls) - 32.0));
   b = vec2(0.0);
 #endif
