@@ -69,13 +69,13 @@ uint iq4_level(uint n) {
   return (word >> (8 * (n & 3u))) & 0xFFu;
 }
 #if defined(IQ4_SHARED_LEVELS)
-// For the hot kernels: the two levels of each byte's nibbles (low nibble's in bits 0..7, high's in
-// 8..15) in shared memory, one load a byte. init_iq4_levels() fills it; every invocation calls it.
-shared uint iq4_pair_levels[256];
+// For the hot kernels: the 16 levels in shared memory, one word each so that they lie in 16
+// different banks (lanes looking up different levels never wait on each other; a table of the 256
+// byte values' level pairs did, and ran at half the speed of selects). init_iq4_levels() fills it;
+// every invocation calls it.
+shared uint iq4_levels_shared[16];
 void init_iq4_levels() {
-  for (uint i = gl_LocalInvocationIndex; i < 256; i += gl_WorkGroupSize.x) {
-    iq4_pair_levels[i] = iq4_level(i & 15u) | (iq4_level(i >> 4) << 8);
-  }
+  if (gl_LocalInvocationIndex < 16) iq4_levels_shared[gl_LocalInvocationIndex] = iq4_level(gl_LocalInvocationIndex);
   barrier();
 }
 #endif
@@ -89,12 +89,12 @@ void iq4_levels32(uvec4 w, out uvec2 q[4]) {
     [[unroll]] for (uint k = 0; k < 4; ++k) {
       const uint byte_ = (w[i] >> (8 * k)) & 0xFFu;
 #if defined(IQ4_SHARED_LEVELS)
-      const uint pair = iq4_pair_levels[byte_];
+      lo[i] |= iq4_levels_shared[byte_ & 15u] << (8 * k);
+      hi[i] |= iq4_levels_shared[byte_ >> 4] << (8 * k);
 #else
-      const uint pair = iq4_level(byte_ & 15u) | (iq4_level(byte_ >> 4) << 8);
+      lo[i] |= iq4_level(byte_ & 15u) << (8 * k);
+      hi[i] |= iq4_level(byte_ >> 4) << (8 * k);
 #endif
-      lo[i] |= (pair & 0xFFu) << (8 * k);
-      hi[i] |= (pair >> 8) << (8 * k);
     }
   }
   q[0] = uvec2(lo[0], lo[1]);
@@ -110,16 +110,15 @@ uvec2 qw_pair(uint o) { return uvec2(qw_word(o), qw_word(o + 4)); }
 uvec2 nibbles8(uvec2 w, uint hi) { return (w >> (4 * hi)) & 0x0F0F0F0Fu; }
 
 #if defined(A_Q4_K) || defined(A_Q5_K)
-// The 6-bit scale and min of sub-block s of a Q4_K / Q5_K super-block at byte o.
+// The 6-bit scale and min of sub-block s of a Q4_K / Q5_K super-block at byte o (scales[12] at o + 4:
+// sub-blocks 0..3 in the low 6 bits of bytes s and s + 4; 4..7 in the nibbles of byte s + 4 and the
+// top 2 bits of bytes s - 4 and s). Selects rather than a branch: the lanes of a subgroup take
+// neighbouring sub-blocks, half of them each way (a dynamically indexed word of the header, the
+// other way to it, was slower still).
 void k_scale_min(uint o, uint s, out uint sc, out uint mn) {
-  if (s < 4) {
-    sc = qw_byte(o + 4 + s) & 63u;
-    mn = qw_byte(o + 8 + s) & 63u;
-  } else {
-    const uint hi = qw_byte(o + 8 + s);
-    sc = (hi & 15u) | ((qw_byte(o + s) >> 6) << 4);
-    mn = (hi >> 4) | ((qw_byte(o + 4 + s) >> 6) << 4);
-  }
+  const uint x = qw_byte(o + 4 + s), y = qw_byte(o + 8 + s), z = qw_byte(o + 4 + (s & 3u));
+  sc = s < 4u ? x & 63u : (y & 15u) | ((z >> 6) << 4);
+  mn = s < 4u ? y & 63u : (y >> 4) | ((x >> 6) << 4);
 }
 #endif
 
