@@ -236,13 +236,10 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
 #endif
 }
 
-// Weights 4v .. 4v + 3 of a block (q, a, b), v < 8. Each signed byte becomes a float without a
-// conversion instruction (a quarter of the FP32 rate): offset by 128, it is the low byte of the
-// float 2^23 + byte, and one subtraction gives it back exactly.
+// Weights 4v .. 4v + 3 of a block (q, a, b), v < 8.
 vec4 block_weights4(uvec2 q[4], vec2 a, vec2 b, uint v) {
   const uvec2 pair = q[v / 2];
-  const uint w = (v % 2 == 0u ? pair.x : pair.y) ^ 0x80808080u;
-  const vec4 values = uintBitsToFloat(((uvec4(w) >> uvec4(0, 8, 16, 24)) & 0xFFu) | 0x4B000000u) - 8388736.0;
-  return a[v / 4] * values + b[v / 4];
+  const uint w = v % 2 == 0u ? pair.x : pair.y;
+  return a[v / 4] * vec4(ivec4(uvec4(w) << uvec4(24, 16, 8, 0)) >> 24) + b[v / 4];
 }
 #endif
