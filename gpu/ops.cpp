@@ -16,7 +16,7 @@ namespace mqlm::gpu::ops {
 namespace {
 
 constexpr std::uint32_t max_groups = 65535;
-constexpr std::uint32_t matvec_threads = 128, matvec_rows = 2, matvec_max_cols = 8;
+constexpr std::uint32_t matvec_threads = 128, matvec_rows = 2, matvec_max_cols = matvec_max_columns;
 // From 6 columns the tensor cores beat the float vector kernels, whose arithmetic grows with the
 // columns: H100, llama3-8b Q4_0, a decode step of 4 / 6 / 8 sequences took 10.6 / 16.2 / 21.1 ms on
 // them and 15.7 / 15.8 / 15.9 ms on the narrow path (bench/results/staged-matmul-2026-11-25-h100.md).

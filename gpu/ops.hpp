@@ -90,6 +90,8 @@ struct KernelChoice {
 };
 
 enum class MatmulPath : std::uint8_t { automatic, vector, tiled, cooperative };
+// The most columns the vector path (and matvec_q8) takes in one dispatch.
+inline constexpr std::uint32_t matvec_max_columns = 8;
 std::string_view matmul_path_name(MatmulPath path);
 // The path `automatic` takes for n columns on this device.
 MatmulPath choose_matmul_path(const DeviceFeatures& features, std::uint32_t n);

@@ -636,8 +636,14 @@ void GpuModel::Step::record_output_product(const GpuTensor& w) {
       product_narrow(w, s_.logits, rows, false);
       return;
     case OutputPath::int8:
-      ops::quantize_q8(rec(), lib_, s_.picked.range(), acts_q8(), k, rows);
-      ops::matvec_q8(rec(), lib_, w.type, w.buffer.range(), acts_q8(), s_.logits.range(), m, k, rows, false, plan_.kernels);
+      for (std::uint32_t r = 0; r < rows; r += ops::matvec_max_columns) {
+        const std::uint32_t group = std::min(rows - r, ops::matvec_max_columns);
+        ops::quantize_q8(rec(), lib_, s_.picked.range(std::uint64_t{r} * k * 4, std::uint64_t{group} * k * 4), acts_q8(), k,
+                         group);
+        ops::matvec_q8(rec(), lib_, w.type, w.buffer.range(), acts_q8(),
+                       s_.logits.range(std::uint64_t{r} * m * 4, std::uint64_t{group} * m * 4), m, k, group, false,
+                       plan_.kernels);
+      }
       return;
     case OutputPath::general:
       ops::matmul(rec(), lib_, w.type, w.buffer.range(), s_.picked.range(), false, s_.logits.range(), m, k, rows,

@@ -34,8 +34,9 @@ class Planner {
     return !narrow(w) && ops::choose_matmul_path(features_, n_) == ops::MatmulPath::vector &&
            ops::matvec_q8_applies(features_, w.type, cols_of(w), n_, kernels_);
   }
+  // Narrow products whose weights go through their F16 form (not a step the narrow path skips).
   bool dequantizes(const GpuTensor& w) const {
-    return ops::narrow_dequantizes(features_, w.type, rows_of(w), cols_of(w), n_);
+    return narrow(w) && ops::narrow_dequantizes(features_, w.type, rows_of(w), cols_of(w), n_);
   }
   std::uint64_t split_bytes(const GpuTensor& w) const {
     return narrow(w) ? ops::narrow_split_bytes(features_, rows_of(w), cols_of(w), n_, kernels_) : 0;
@@ -103,7 +104,13 @@ class Planner {
   }
 
   OutputPath output(const GpuTensor& w, std::uint32_t outputs) const {
-    if (narrow(w, outputs)) return OutputPath::narrow;
+    if (narrow(w, outputs)) {
+      if (ops::narrow_reads(w.type)) return OutputPath::narrow;
+      // The other types would need a vocabulary-sized F16 scratch: the int8 mat-vec, its most
+      // columns at a time.
+      if (ops::matvec_q8_applies(features_, w.type, cols_of(w), 1, kernels_)) return OutputPath::int8;
+      return OutputPath::general;
+    }
     // From 2 columns the int8 input is quantized once rather than in each workgroup (H100, the
     // output matrix at 4 columns: 269 against 398 us); for one, the extra dispatch costs more where
     // the type has a kernel that quantizes in place (Q4_0, Q8_0).

@@ -55,7 +55,8 @@ struct LayerPlan {
   bool next_norm_f16 = false;
 };
 
-// How the output matrix multiplies the rows whose logits are wanted.
+// How the output matrix multiplies the rows whose logits are wanted (int8: matvec_q8, in groups of
+// ops::matvec_max_columns rows where there are more).
 enum class OutputPath : std::uint8_t { narrow, int8, general };
 
 struct StepPlan {
