@@ -48,13 +48,16 @@ float qw_half(uint o) { return unpackHalf2x16(uint(qw_u16[o >> 1])).x; }
 // Bits 0..3 of x at bit 0 of bytes 0..3.
 uint spread4(uint x) { return (x & 1u) | ((x & 2u) << 7) | ((x & 4u) << 14) | ((x & 8u) << 21); }
 
-// N consecutive words from byte offset o (even) of blocks that are only 2-byte aligned: N + 1
-// aligned loads and a funnel shift, the same instructions whichever the alignment (a branch would
-// split the lanes of a subgroup, whose neighbouring blocks alternate).
+// N consecutive words from byte offset o (even) of blocks that are only 2-byte aligned: N aligned
+// loads, the low half of the next word, and a funnel shift, the same instructions whichever the
+// alignment (a branch would split the lanes of a subgroup, whose neighbouring blocks alternate).
+// The next word is read as its low half alone: where the run ends a buffer of 2 bytes past a
+// multiple of 4, the whole word would reach past the buffer's range (zero under robust access).
 #define QW_RUN(N)                                                                         \
   void qw_run##N(uint o, out uint w[N]) {                                                 \
     uint a[N + 1];                                                                        \
-    [[unroll]] for (uint k = 0; k <= N; ++k) a[k] = qw_u32[(o >> 2) + k];                 \
+    [[unroll]] for (uint k = 0; k < N; ++k) a[k] = qw_u32[(o >> 2) + k];                  \
+    a[N] = (o & 2u) == 0u ? 0u : uint(qw_u16[2 * ((o >> 2) + N)]);                        \
     [[unroll]] for (uint k = 0; k < N; ++k)                                               \
       w[k] = (o & 2u) == 0u ? a[k] : ((a[k] >> 16) | (a[k + 1] << 16));                   \
   }
