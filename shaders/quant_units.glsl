@@ -26,7 +26,8 @@
 //     (sub-block s: qs[16 s ..] as IQ4_NL's block; ls6 low 4 bits nibble s & 1 of scales_l[s / 2],
 //      high 2 bits crumb s of scales_h)
 // Define QW_BINDING and one of A_Q4_1, A_Q5_0, A_Q5_1, A_IQ4_NL, A_Q2_K, A_Q3_K, A_Q4_K, A_Q5_K,
-// A_Q6_K, A_IQ4_XS. Buffers are whole 4-byte words (the pool rounds them to 256 bytes).
+// A_Q6_K, A_IQ4_XS. No read reaches past the block it decodes: a 4-byte word that would (2-byte
+// aligned data at the end of a buffer, whose range robust access checks whole) is read as halves.
 
 #if defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL) || defined(A_Q2_K) || \
     defined(A_Q3_K) || defined(A_Q4_K) || defined(A_Q5_K) || defined(A_Q6_K) || defined(A_IQ4_XS)
@@ -42,6 +43,7 @@ uint qw_word(uint o) {
   if ((o & 2u) == 0u) return qw_u32[o >> 2];
   return uint(qw_u16[o >> 1]) | (uint(qw_u16[(o >> 1) + 1]) << 16);
 }
+// Byte o, from its aligned word: only inside 4-byte aligned blocks' headers.
 uint qw_byte(uint o) { return (qw_u32[o >> 2] >> (8 * (o & 3u))) & 0xFFu; }
 float qw_half(uint o) { return unpackHalf2x16(uint(qw_u16[o >> 1])).x; }
 
