@@ -54,9 +54,6 @@ bool matvec_blocks(WeightType type, std::uint32_t k) {
   }
 }
 
-
-
-
 // Threads and rows per workgroup of the whole-block vector kernel: enough rows that the
 // activations loaded for a unit of K are reused, few enough that every SM gets many workgroups.
 // Q4_0 and Q8_0 matrices of at most 4096 rows (attention output, down projection) take 256
@@ -574,7 +571,7 @@ bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::ui
 
 void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange out16,
                     std::uint32_t m, std::uint32_t k) {
-  if (type == WeightType::f32 || type == WeightType::f16 || type == WeightType::bf16 || k % block_elements(type) != 0) {
+  if (!quantized(type) || k % block_elements(type) != 0) {
     throw GpuError(fmt::format("dequantize_f16 takes quantized rows of whole blocks, not {} with K {}",
                                weight_type_name(type), k));
   }
@@ -684,12 +681,12 @@ void matvec_rms_norm(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
 bool matvec_int8(const DeviceFeatures& features, WeightType type, const KernelChoice& choice) {
   const std::optional<bool> chosen = choice.matvec_int8;
   if (!features.integer_dot_product) return false;
-  // By default for both: on the H100 int8 took Q4_0 decode from 213 to 244 tok/s (its float kernel
-  // is bound by unpacking nibbles), and Q8_0 from 182 to 189 once the q/k/v products wrote the KV
-  // cache themselves and the kernels had fixed shapes (170 before: the quantizing dispatches cost
-  // it more than the dot products won).
-  const bool has_int8 = type != WeightType::f32 && type != WeightType::f16 && type != WeightType::bf16;
-  return has_int8 && chosen.value_or(true);
+  // By default for every quantized type: on the H100 int8 took Q4_0 decode from 213 to 244 tok/s
+  // (its float kernel is bound by unpacking nibbles), and Q8_0 from 182 to 189 once the q/k/v
+  // products wrote the KV cache themselves and the kernels had fixed shapes (170 before: the
+  // quantizing dispatches cost it more than the dot products won); Q4_K's float kernel decoded at
+  // 129 tok/s, the other types have no float one.
+  return quantized(type) && chosen.value_or(true);
 }
 
 bool matvec_quantizes_in_place(WeightType type) { return type == WeightType::q4_0 || type == WeightType::q8_0; }

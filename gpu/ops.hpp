@@ -78,9 +78,10 @@ enum class DirectUse { automatic, always, never };
 // depends on it takes as an argument. Its defaults are the tuned choices a model step takes;
 // tests and benchmarks pass others to compare.
 struct KernelChoice {
-  // The int8 mat-vec (activations quantized per 32-element block, integer dot products) for Q8_0
-  // and Q4_0 weights where the device has integer dot products. nullopt: for both (measured faster
-  // for both on the H100); false: for neither; true: for both.
+  // The int8 mat-vec (activations quantized per 32-element block, integer dot products) for
+  // quantized weights where the device has integer dot products. nullopt or true: for every
+  // quantized type (measured faster on the H100); false: for none (Q8_0, Q4_0 and Q4_K then take
+  // their float kernels, the other types the generic ones).
   std::optional<bool> matvec_int8;
   MatvecShape matvec_shape;
   StagedShape staged_shape;

@@ -46,6 +46,7 @@ inline constexpr WeightType all_weight_types[] = {
 std::string_view weight_type_name(WeightType type);  // "f32", "q4_k", ...
 std::optional<WeightType> parse_weight_type(std::string_view name);
 std::size_t block_elements(WeightType type);  // 1, 32 or 256
+inline bool quantized(WeightType type) { return block_elements(type) > 1; }  // not F32, F16, BF16
 std::size_t block_bytes(WeightType type);
 // Bytes of one row of k elements; throws std::invalid_argument unless k is a multiple of the block.
 std::size_t row_bytes(WeightType type, std::size_t k);

@@ -40,10 +40,6 @@ bool more_bits(std::uint32_t layer, std::uint32_t layers) {
 
 bool contains(std::string_view name, std::string_view part) { return name.find(part) != std::string_view::npos; }
 
-bool is_float(WeightType type) {
-  return type == WeightType::f32 || type == WeightType::f16 || type == WeightType::bf16;
-}
-
 }  // namespace
 
 std::string_view file_type_name(FileType type) {
@@ -148,7 +144,7 @@ QuantMixture::QuantMixture(FileType file_type, MixtureModel model, bool pure)
 
 MatrixType QuantMixture::matrix_type(std::string_view name, std::uint64_t row_length) const {
   // llama.cpp leaves F32, F16 and BF16 files as they are: no mixture and no fallback.
-  if (is_float(default_type_)) return {default_type_, default_type_};
+  if (!gpu::quantized(default_type_)) return {default_type_, default_type_};
   WeightType chosen = pure_ ? default_type_ : chosen_type(name, row_length);
   return {fitting_type(chosen, row_length), chosen};
 }

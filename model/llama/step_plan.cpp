@@ -24,15 +24,14 @@ class Planner {
     return ops::narrow_matmul_preferred(features_, w.type, rows_of(w), cols_of(w), columns, kernels_);
   }
   bool narrow(const GpuTensor& w) const { return narrow(w, n_); }
-  // Decode steps take the vector path, which can fold a norm, silu(gate) * up or the residual add in.
-  bool matvec(const GpuTensor& w) const {
-    return !narrow(w) && ops::choose_matmul_path(features_, n_) == ops::MatmulPath::vector &&
-           ops::matvec_can_accumulate(w.type, cols_of(w), n_);
+  bool vector_path(const GpuTensor& w) const {
+    return !narrow(w) && ops::choose_matmul_path(features_, n_) == ops::MatmulPath::vector;
   }
+  // Decode steps take the vector path, which can fold a norm, silu(gate) * up or the residual add in.
+  bool matvec(const GpuTensor& w) const { return vector_path(w) && ops::matvec_can_accumulate(w.type, cols_of(w), n_); }
   // Decode steps of quantized weights take the int8 vector path (the only one of some types).
   bool int8(const GpuTensor& w) const {
-    return !narrow(w) && ops::choose_matmul_path(features_, n_) == ops::MatmulPath::vector &&
-           ops::matvec_q8_applies(features_, w.type, cols_of(w), n_, kernels_);
+    return vector_path(w) && ops::matvec_q8_applies(features_, w.type, cols_of(w), n_, kernels_);
   }
   // Narrow products whose weights go through their F16 form (not a step the narrow path skips).
   bool dequantizes(const GpuTensor& w) const {
@@ -167,12 +166,6 @@ StepPlan plan_step(const gpu::DeviceFeatures& features, const LlamaConfig& confi
     plan.weights16_bytes = std::max(plan.weights16_bytes, Planner::widest_group(layer, [&](const GpuTensor& w) {
       return planner.dequantizes(w) ? std::uint64_t{w.rows} * w.cols * 2 : 0;
     }));
-  }
-  // Without a scratch for them (no product dequantizes), no weights are dequantized.
-  if (plan.weights16_bytes == 0) {
-    for (LayerPlan& p : plan.layers) {
-      for (ProductPlan* product : {&p.q, &p.k, &p.v, &p.out, &p.gate, &p.up, &p.down}) product->dequantize = false;
-    }
   }
   return plan;
 }

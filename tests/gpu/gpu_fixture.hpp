@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -38,6 +39,33 @@ struct Gpu {
 inline Gpu& shared_gpu() {
   static Gpu gpu;
   return gpu;
+}
+
+// Records what `record` records into one submission and waits for it.
+template <class Record>
+void run_step(Gpu& gpu, Record&& record) {
+  auto rec = gpu.queue.begin();
+  record(rec);
+  gpu.queue.submit_and_wait(rec);
+}
+
+// n values from normal(0, scale), the same for the same seed.
+inline std::vector<float> random_vec(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// sum (got - want)^2 / sum want^2: what the kernel tests bound.
+inline double normalised_error(std::span<const float> got, std::span<const float> want) {
+  double err = 0, norm = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    err += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return err / norm;
 }
 
 }  // namespace mqlm::gpu::testing

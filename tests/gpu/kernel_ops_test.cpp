@@ -22,6 +22,9 @@ namespace mqlm::gpu {
 namespace {
 
 using testing::Gpu;
+using testing::normalised_error;
+using testing::random_vec;
+using testing::run_step;
 using testing::shared_gpu;
 using Vec = std::vector<float>;
 
@@ -37,13 +40,6 @@ struct OpCase {
 
 std::ostream& operator<<(std::ostream& os, const OpCase& c) { return os << c.name; }
 
-Vec random_vec(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  Vec v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 // Integers in [0, levels): rows with many ties.
 Vec tied_vec(std::size_t n, std::uint64_t seed, int levels) {
@@ -68,14 +64,6 @@ Vec as_matvec_sees(Gpu& gpu, WeightType type, const Vec& acts) {
 // Int8 activations: one rounding may land the other way on the GPU (its 1 / amax is a few ulp
 // off), an error of amax / 127 on one product term, which this bound allows a few of.
 constexpr double int8_tolerance = 1e-6;
-bool int8_type(WeightType type) { return type == WeightType::q8_0 || type == WeightType::q4_0; }
-
-template <class Record>
-void run_step(Gpu& gpu, Record&& record) {
-  auto rec = gpu.queue.begin();
-  record(rec);
-  gpu.queue.submit_and_wait(rec);
-}
 
 BufferRange r(const PoolBuffer& b) { return b.range(); }
 
@@ -170,7 +158,7 @@ void add_weight_cases(std::vector<OpCase>& cases) {
         std::size_t k = shape.aligned ? 768 : k_for(type, shape.large_k);
         std::string name = fmt::format("matmul_{}_{}_{}x{}x{}_{}", tname, ops::matmul_path_name(shape.path), shape.m, k,
                                        shape.n, f16 ? "f16acts" : "f32acts");
-        const bool int8 = shape.path == ops::MatmulPath::vector && int8_type(type);
+        const bool int8 = shape.path == ops::MatmulPath::vector && ops::matvec_quantizes_in_place(type);
         cases.push_back({name, int8 ? int8_tolerance : 1e-10, [type, shape, f16, k](Gpu& gpu) {
                            auto bytes = quantize(type, random_vec(shape.m * k, 10), k);
                            auto weights = dequantize(type, bytes, shape.m, k);
@@ -699,7 +687,7 @@ TEST(SumSplits, AddsTheSlicesIntoOrOntoTheOutput) {
 
 // The fused mat-vecs' element-wise bound: float kernels sum in another order; int8 ones may also
 // round one activation the other way (see int8_tolerance), up to amax / 127 times a weight.
-double bound(WeightType type) { return int8_type(type) ? 2e-2 : 1e-3; }
+double bound(WeightType type) { return ops::matvec_quantizes_in_place(type) ? 2e-2 : 1e-3; }
 
 // The int8 mat-vec quantizes each block of 32 activations by its own scale: blocks 10^4 times
 // larger than their neighbours do not cost the small ones their precision (one scale per column
@@ -710,14 +698,6 @@ TEST(MatvecInt8, QuantizesEachBlockByItsOwnScale) {
   if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
   const std::uint32_t m = 70, k = 1024;
   auto large = [](std::size_t i) { return (i / 32) % 3 == 0; };
-  auto nmse = [](const Vec& got, const Vec& want) {
-    double err = 0, norm = 0;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      err += (got[i] - double(want[i])) * (got[i] - double(want[i]));
-      norm += double(want[i]) * want[i];
-    }
-    return err / norm;
-  };
   for (WeightType type : {WeightType::q8_0, WeightType::q4_0}) {
     for (std::uint32_t n : {1u, 3u}) {
       Vec w_in = random_vec(std::size_t{m} * k, 40 + n);
@@ -739,10 +719,10 @@ TEST(MatvecInt8, QuantizesEachBlockByItsOwnScale) {
       Vec exact = reference::matmul(weights, acts, m, k, n);
       Vec blocks = reference::matmul(weights, reference::int8_blocks(acts), m, k, n);
       Vec int8 = run(true), floats = run(false);
-      EXPECT_LT(nmse(int8, blocks), int8_tolerance) << weight_type_name(type) << " n " << n;
-      EXPECT_LT(nmse(int8, exact), 1e-3) << weight_type_name(type) << " n " << n;
-      EXPECT_GT(nmse(int8, exact), 1e-12) << "the int8 kernel did not quantize";
-      EXPECT_LT(nmse(floats, exact), 1e-10) << "the float kernel";
+      EXPECT_LT(normalised_error(int8, blocks), int8_tolerance) << weight_type_name(type) << " n " << n;
+      EXPECT_LT(normalised_error(int8, exact), 1e-3) << weight_type_name(type) << " n " << n;
+      EXPECT_GT(normalised_error(int8, exact), 1e-12) << "the int8 kernel did not quantize";
+      EXPECT_LT(normalised_error(floats, exact), 1e-10) << "the float kernel";
     }
   }
 }
@@ -1179,12 +1159,7 @@ TEST(MatvecAccumulate, SiluOfTheGateTimesUpIsTheInput) {
 TEST(KernelOpsHarness, ACorruptedResultFailsTheBound) {
   Vec want = random_vec(1000, 16), got = want;
   got[500] += 0.5f;
-  double err = 0, norm = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    err += (got[i] - want[i]) * double(got[i] - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  EXPECT_GT(err / norm, 1e-6);
+  EXPECT_GT(normalised_error(got, want), 1e-6);
 }
 
 }  // namespace

@@ -19,6 +19,9 @@ namespace mqlm::gpu {
 namespace {
 
 using testing::Gpu;
+using testing::normalised_error;
+using testing::random_vec;
+using testing::run_step;
 using testing::shared_gpu;
 using Vec = std::vector<float>;
 
@@ -63,31 +66,6 @@ Vec ggml_dequantize(const TypeCase& c, const std::vector<std::byte>& bytes, std:
   Vec out(rows * k);
   ggml_get_type_traits(c.ggml)->to_float(bytes.data(), out.data(), static_cast<std::int64_t>(out.size()));
   return out;
-}
-
-Vec random_acts(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  Vec v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-// sum (got - want)^2 / sum want^2
-double relative_error(const Vec& got, const Vec& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return den == 0 ? num : num / den;
-}
-
-template <class Record>
-void run_step(Gpu& gpu, Record&& record) {
-  auto rec = gpu.queue.begin();
-  record(rec);
-  gpu.queue.submit_and_wait(rec);
 }
 
 class QuantKernels : public ::testing::TestWithParam<TypeCase> {
@@ -144,7 +122,7 @@ TEST_P(QuantKernels, ProductsUseGgmlsValues) {
   const WeightType type = GetParam().type;
   for (std::uint32_t n : {1u, 3u, 8u, 21u}) {
     SCOPED_TRACE(fmt::format("{} columns", n));
-    const Vec acts = random_acts(n * kCols, n);
+    const Vec acts = random_vec(n * kCols, n);
     auto w = gpu.up(bytes_), a = gpu.up(acts), out = gpu.scratch(n * kRows * 4);
     const bool int8 = ops::matvec_q8_applies(gpu.device.features(), type, kCols, n);
     auto q8 = gpu.scratch(ops::q8_acts_bytes(kCols, n));
@@ -157,7 +135,7 @@ TEST_P(QuantKernels, ProductsUseGgmlsValues) {
       }
     });
     const Vec want = reference::matmul(want_, int8 ? reference::int8_blocks(acts) : acts, kRows, kCols, n);
-    EXPECT_LT(relative_error(gpu.down<float>(out, n * kRows), want), 1e-9) << (int8 ? "int8 mat-vec" : "general");
+    EXPECT_LT(normalised_error(gpu.down<float>(out, n * kRows), want), 1e-9) << (int8 ? "int8 mat-vec" : "general");
   }
 }
 
