@@ -23,6 +23,7 @@
 #include "model/gguf/quant_mixture.hpp"
 #include "model/gguf/synthetic_model.hpp"
 #include "tests/model/gguf/gguf_test_files.hpp"
+#include "tests/oracle/llamacpp.hpp"
 
 namespace mqlm::model::gguf {
 namespace {
@@ -31,11 +32,7 @@ namespace fs = std::filesystem;
 
 class QuantMixtureOracle : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);  // its per-tensor lines
-    ggml_backend_load_all_from_path(MQLM_LLAMACPP_LIB);
-    llama_backend_init();
-  }
+  static void SetUpTestSuite() { mqlm::testing::start_llamacpp(); }
 
   void SetUp() override {
     const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -52,10 +49,7 @@ class QuantMixtureOracle : public ::testing::Test {
     for (FileType file_type : file_types) {
       SCOPED_TRACE(std::string(file_type_name(file_type)));
       const fs::path out = directory_ / fmt::format("{}.gguf", file_type_name(file_type));
-      llama_model_quantize_params params = llama_model_quantize_default_params();
-      params.ftype = static_cast<llama_ftype>(file_type);
-      params.nthread = 2;
-      ASSERT_EQ(llama_model_quantize(f16.c_str(), out.c_str(), &params), 0u);
+      ASSERT_NO_THROW(mqlm::testing::quantize_with_llamacpp(f16, out, static_cast<llama_ftype>(file_type), false, 2));
       // What make-model would write for this file type: its plan (pools are quantized only when
       // written, so the plan needs no quantizer).
       SyntheticModel ours = make_synthetic_model(shape, QuantMixture(file_type, mixture_model(shape)), 1, "oracle");

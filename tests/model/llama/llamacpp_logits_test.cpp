@@ -41,9 +41,12 @@
 #include "model/llama/gguf_model.hpp"
 #include "model/llama/gpu_model.hpp"
 #include "tests/gpu/gpu_fixture.hpp"
+#include "tests/oracle/llamacpp.hpp"
 
 namespace mqlm::model {
 namespace {
+
+using mqlm::testing::start_llamacpp;
 
 constexpr double kLogprobBound = 0.02;
 constexpr double kTieGap = 0.05;
@@ -92,21 +95,6 @@ gguf::ModelShape model_shape(const ModelCase& model) {
   return shape;
 }
 
-// llama.cpp's CPU backends, loaded once per process; its log only when something fails.
-void start_llamacpp() {
-  static const bool started = [] {
-    llama_log_set(
-        [](ggml_log_level level, const char* text, void*) {
-          if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
-        },
-        nullptr);
-    ggml_backend_load_all_from_path(MQLM_LLAMACPP_LIB);
-    llama_backend_init();
-    return true;
-  }();
-  (void)started;
-}
-
 // A folder of this process's own, removed with everything in it.
 class ScratchFolder {
  public:
@@ -136,13 +124,7 @@ std::filesystem::path write_model(const ScratchFolder& folder, const ModelCase& 
 std::filesystem::path quantize_with_llamacpp(const ScratchFolder& folder, const std::filesystem::path& f16,
                                              const FileType& type) {
   auto path = folder / fmt::format("{}_{}.gguf", f16.stem().string(), type.name);
-  auto params = llama_model_quantize_default_params();
-  params.nthread = kThreads;
-  params.ftype = type.ftype;
-  params.pure = type.pure;
-  if (llama_model_quantize(f16.c_str(), path.c_str(), &params) != 0) {
-    throw std::runtime_error(fmt::format("llama_model_quantize to {} failed", type.name));
-  }
+  mqlm::testing::quantize_with_llamacpp(f16, path, type.ftype, type.pure, kThreads);
   return path;
 }
 
