@@ -974,6 +974,42 @@ void topk(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch
   }
 }
 
+namespace {
+// sampling.glsl's CHUNK, BINS, CAP and row_words().
+constexpr std::uint32_t sample_chunk = 4096, sample_bins = 2048, sample_cap = 2048, sample_sel_words = 8;
+std::uint32_t sample_groups(std::uint32_t stride) { return ceil_div(stride, sample_chunk); }
+}  // namespace
+
+std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride) {
+  const std::uint64_t words = 5ull * sample_groups(stride) + sample_bins + sample_sel_words + 2ull * sample_cap;
+  return std::uint64_t{rows} * words * 4;
+}
+
+void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& b, std::uint32_t rows, std::uint32_t stride) {
+  if (rows == 0 || stride == 0) throw GpuError("sample: no rows or an empty row");
+  if (rows > max_groups) throw GpuError(fmt::format("sample: {} rows, at most {} at once", rows, max_groups));
+  if (b.scratch.size < sample_scratch_bytes(rows, stride) || b.out.size < std::uint64_t{rows} * sample_out_words * 4 ||
+      b.ids.size < std::uint64_t{rows} * 4 || b.rows.size < std::uint64_t{rows} * sizeof(SampleRow) ||
+      b.logits.size < std::uint64_t{rows} * stride * 4) {
+    throw GpuError("sample: a buffer is smaller than the rows need");
+  }
+  const std::uint32_t groups = sample_groups(stride);
+  struct {
+    std::uint32_t rows, stride, groups, unused;
+  } push{rows, stride, groups, 0};
+  const std::initializer_list<BufferRange> buffers{b.logits, b.rows, b.entries, b.mask, b.prev_ids, b.scratch, b.out, b.ids};
+  auto [gx, gy] = spread(rows);
+  auto pass = [&](const char* name, bool per_chunk) {
+    rec.dispatch(kernel(lib, name, 8, sizeof push), buffers, push, per_chunk ? groups : gx, per_chunk ? rows : gy);
+  };
+  pass("sample_prepare", false);
+  pass("sample_stats", true);
+  pass("sample_bins", true);
+  pass("sample_select", false);
+  pass("sample_gather", true);
+  pass("sample_finish", false);
+}
+
 void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, std::uint64_t bytes) {
   if (bytes % 16 != 0) throw GpuError("the copy kernel moves whole 16-byte words");
   auto words = static_cast<std::uint32_t>(bytes / 16);

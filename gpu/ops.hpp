@@ -307,6 +307,30 @@ std::uint64_t topk_scratch_bytes(std::uint32_t rows, std::uint32_t n, std::uint3
 void topk(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch, BufferRange out_values,
           BufferRange out_indices, std::uint32_t rows, std::uint32_t n, std::uint32_t k);
 
+// Sampling on the GPU (shaders/sample.comp): one token for each row of logits (rows, stride),
+// with the CPU sampler's semantics (model/sampling/sampler.hpp), each row by its own SampleRow.
+// The logits are changed in place (bias, penalties, mask). out: (rows, sample_out_words) uint32:
+// the token (0xFFFFFFFF where no logit is finite), its logprob's float bits, then top_logprobs
+// pairs (id, logprob bits), NO_INDEX after the row's count; ids: (rows) the tokens alone, what a
+// next step reads (0 where none). entries: (token, bias bits, in window, count) uvec4s; mask: bit
+// words; prev_ids: the step before's ids, read by rows flagged pending. scratch: at least
+// sample_scratch_bytes(rows, stride).
+struct SampleRow {
+  float temperature = 0.0f, inv_temperature = 1.0f, top_p = 1.0f, min_p_offset = 0.0f;
+  float repetition = 1.0f, inv_repetition = 1.0f, presence = 0.0f, frequency = 0.0f;
+  std::uint32_t top_k = 0, seed_lo = 0, seed_hi = 0, counter = 0, n = 0;
+  std::uint32_t entries_offset = 0, entries_count = 0, mask_offset = 0xFFFFFFFFu, flags = 0;
+};
+static_assert(sizeof(SampleRow) == 68);
+inline constexpr std::uint32_t sample_flag_logprobs = 0x100, sample_flag_pending = 0x200, sample_flag_window = 0x400;
+inline constexpr std::uint32_t sample_max_top_logprobs = 20;
+inline constexpr std::uint32_t sample_out_words = 2 + 2 * sample_max_top_logprobs;
+struct SampleBuffers {
+  BufferRange logits, rows, entries, mask, prev_ids, scratch, out, ids;
+};
+std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride);
+void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& buffers, std::uint32_t rows, std::uint32_t stride);
+
 // dst = src, `bytes` a multiple of 16: the copy-bandwidth probe.
 void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, std::uint64_t bytes);
 

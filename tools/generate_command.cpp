@@ -174,51 +174,47 @@ void generate(const GenerateOptions& o) {
   }
   model::StopMatcher stops = model::StopMatcher::for_request(o.sampling, stop_tokens);
   model::StreamDecoder decoder(tokenizer, {false, false});
+  // Every token is chosen on the GPU: the argmax for plain greedy decoding (which needs no history
+  // and sees no padding rows), else the sampler's draw (pending: the token before it is the step in
+  // flight's, not yet accepted by the sampler).
+  const bool plain_greedy = sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
+                            sp.frequency_penalty == 0 && !sp.logprobs && sp.logit_bias.empty() &&
+                            tokenizer.size() == config.n_vocab;
+  auto sampled = [&](model::StepBatch b, bool pending) {
+    if (!plain_greedy) {
+      model::add_sampling_row(b.sampling.emplace(), sampler.gpu_row(pending), static_cast<std::uint32_t>(tokenizer.size()),
+                              pending ? std::optional<std::uint32_t>(0) : std::nullopt);
+    }
+    return b;
+  };
 
   if (o.warmup) {
     // The first steps build the GPU pipelines; one untimed pass over the prompt (and one decode
     // step) leaves the timed ones measuring the model alone. The cache is overwritten after.
-    gpu_model.forward(batch, cache);
+    gpu_model.forward_sampled(sampled(batch, false), cache);
     model::StepBatch one = batch;
     one.tokens = {{0, static_cast<std::uint32_t>(prompt.size()), prompt.back(), true}};
-    gpu_model.forward(one, cache);
+    gpu_model.forward_sampled(sampled(one, false), cache);
   }
   model::StepProfile prefill_profile, decode_profile;
-  double sample_ms = 0;
   std::vector<std::int32_t> tokens;
   nlohmann::json logprobs = nlohmann::json::array();
   std::string text;  // all of it, for --json
   auto prefill_start = Clock::now();
-  std::vector<float> logits = gpu_model.forward(batch, cache, o.profile ? &prefill_profile : nullptr);
+  model::SampledToken next =
+      gpu_model.forward_sampled(sampled(batch, false), cache, o.profile ? &prefill_profile : nullptr).at(0);
   const double prefill_s = seconds(Clock::now() - prefill_start);
   auto decode_start = Clock::now();
   std::uint32_t position = static_cast<std::uint32_t>(prompt.size());
   std::uint32_t generated = 0;
   std::string finish = "length";
-  // Some models (Qwen2) have more output rows than tokens: those rows can never be chosen.
-  auto mask_padding = [&] {
-    for (std::size_t id = tokenizer.size(); id < logits.size(); ++id) logits[id] = -INFINITY;
-  };
-  // Plain greedy decoding needs no logits on the host: the GPU hands back the chosen token.
-  const bool gpu_greedy = sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
-                          sp.frequency_penalty == 0 && !sp.logprobs && tokenizer.size() == config.n_vocab;
-  std::int32_t greedy_next = -1;
-  // Greedy steps go to the GPU one ahead: the step after the current one is sent before the current
-  // one's token is read, its token taken on the GPU from the current one's argmax, so the GPU goes
-  // from step to step without waiting for the host (not with --profile, which reads each step's
+  // Steps go to the GPU one ahead: the step after the current one is sent before the current one's
+  // token is read, its token taken on the GPU from the current one's choice, so the GPU goes from
+  // step to step without waiting for the host (not with --profile, which reads each step's
   // timestamps). A step sent ahead of a stop is computed and dropped.
-  const bool ahead_of_host = gpu_greedy && !o.profile;
-  std::optional<model::GpuModel::PendingArgmax> ahead;
+  std::optional<model::GpuModel::PendingTokens> ahead;
   while (true) {
-    const auto sample_start = Clock::now();
-    model::SampledToken next;
-    if (gpu_greedy && greedy_next >= 0) {
-      next.token = greedy_next;
-    } else {
-      mask_padding();
-      next = sampler.sample(logits);
-    }
-    sample_ms += seconds(Clock::now() - sample_start) * 1e3;
+    if (!plain_greedy) sampler.accept(next.token);
     ++generated;
     tokens.push_back(next.token);
     if (next.logprob) {
@@ -235,19 +231,17 @@ void generate(const GenerateOptions& o) {
       break;
     }
     batch.tokens = {{0, position++, next.token, true}};
-    if (ahead_of_host) {
-      model::GpuModel::PendingArgmax current = ahead ? std::move(*ahead) : gpu_model.submit_argmax(batch, cache);
-      ahead.reset();
-      if (generated + 2 <= static_cast<std::uint32_t>(o.sampling.max_tokens)) {
-        model::StepBatch after{{{0, position, 0, true}}, batch.block_tables};
-        ahead = gpu_model.submit_argmax(after, cache, &current);
-      }
-      greedy_next = gpu_model.collect(current).at(0);
-    } else if (gpu_greedy) {
-      greedy_next = gpu_model.forward_argmax(batch, cache, o.profile ? &decode_profile : nullptr).at(0);
-    } else {
-      logits = gpu_model.forward(batch, cache, o.profile ? &decode_profile : nullptr);
+    if (o.profile) {
+      next = gpu_model.forward_sampled(sampled(batch, false), cache, &decode_profile).at(0);
+      continue;
     }
+    model::GpuModel::PendingTokens current = ahead ? std::move(*ahead) : gpu_model.submit_tokens(sampled(batch, false), cache);
+    ahead.reset();
+    if (generated + 2 <= static_cast<std::uint32_t>(o.sampling.max_tokens)) {
+      model::StepBatch after{{{0, position, 0, true}}, batch.block_tables, {}};
+      ahead = gpu_model.submit_tokens(sampled(after, true), cache, &current);
+    }
+    next = gpu_model.collect_sampled(current).at(0);
   }
   const double decode_s = seconds(Clock::now() - decode_start);
   if (ahead) gpu_model.collect(*ahead);  // sent ahead of the stop: its token is not wanted
@@ -279,7 +273,6 @@ void generate(const GenerateOptions& o) {
   report("prefill", prefill_profile, 1);
   const double steps = std::max<double>(1, static_cast<double>(decode_profile.steps));
   report("decode", decode_profile, steps);
-  std::cerr << fmt::format("decode host sampling: {:.3f} ms per token\n", sample_ms / std::max(1u, generated));
 }
 
 }  // namespace

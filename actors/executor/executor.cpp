@@ -189,22 +189,22 @@ struct StepFailure {
 };
 
 // One plan from its arrival to its answer, in the executor's queue of steps (Executor::steps_):
-// opened, submitted to the GPU (run there in turn, or sent without waiting when its outputs are
-// all plain greedy), then finished in order: collected, sampled and answered. A greedy step may
-// stay in flight after its plan is handled: a next plan whose sequences all follow it, in its
-// order, goes to the GPU before this one's tokens are read, taking them on the GPU from its argmax
-// (GpuModel::submit_argmax), so that the GPU goes from step to step without waiting for the
-// executor's answer and the scheduler's next plan between them.
+// opened, submitted to the GPU (run there in turn, or sent without waiting when it only decodes
+// and prefills), then finished in order: collected and answered. Every token is chosen on the GPU
+// (its argmax, or each sequence's draw: gpu::ops::sample). A step may stay in flight after its plan
+// is handled: a next plan whose sequences all follow it, in its order, goes to the GPU before this
+// one's tokens are read, taking them on the GPU from its choices (GpuModel::submit_tokens), so that
+// the GPU goes from step to step without waiting for the executor's answer and the scheduler's
+// next plan between them.
 struct Step {
   messages::Envelope to;  // the plan's: whom the answer goes to
   StepPlan plan;          // as it runs (followers' tokens put in, or taken on the GPU)
   std::size_t slots_before = 0;
   Clock::time_point started;
   std::string model_id;  // the model it ran on; empty when nothing ran on one
-  std::optional<model::GpuModel::PendingArgmax> pending;  // sent without waiting, not yet collected
+  std::optional<model::GpuModel::PendingTokens> pending;  // sent without waiting, not yet collected
   bool sent_ahead = false;                                // the collect timer may be waiting for it
-  std::vector<float> logits;                              // (outputs, config.n_vocab) when run in turn
-  std::vector<std::int32_t> chosen;  // (outputs): the GPU's picks, when every output was plain greedy
+  std::vector<model::SampledToken> chosen;  // (outputs): the GPU's picks, with the logprobs asked for
   std::optional<StepFailure> failure;
   StepResult result;
 };
@@ -233,7 +233,7 @@ class Executor final : public Actor {
   LoadedModel* chain_model(const StepPlan& plan);
   LoadedModel* ahead_model(const StepPlan& plan);
   void submit(Step& step, const Frames& blobs);
-  void submit_greedy(Step& step, LoadedModel& loaded, const model::GpuModel::PendingArgmax* tokens_from);
+  void submit_ahead(Step& step, LoadedModel& loaded, const model::GpuModel::PendingTokens* tokens_from);
   void run_in_turn(Step& step, const Frames& blobs);
   void run_forward(Step& step, LoadedModel& loaded);
   void gpu_failed(Step& step, std::string message, const std::exception& e);
@@ -254,8 +254,8 @@ class Executor final : public Actor {
   void log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took,
                    std::uint64_t new_blocks) const;
   void warm_up(const LoadedModel& loaded);
-  void sample_outputs(const StepPlan& plan, const LoadedModel& loaded, std::span<const float> logits,
-                      std::span<const std::int32_t> chosen, StepResult& result);
+  model::StepBatch step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending) const;
+  void take_outputs(const StepPlan& plan, std::span<const model::SampledToken> chosen, StepResult& result);
   void fail_step(const StepPlan& plan, StepResult& result, RequestError error, std::string message);
   bool trim_after_release(Context& ctx, std::size_t slots_before);
   bool trim_pool(Context& ctx, bool keep_working_set = false);
@@ -578,10 +578,10 @@ void Executor::answer_query(Context& ctx, const Message& message, const Executor
 void Executor::answer_step(Context& ctx, const Message& message, const StepPlan& plan) {
   LoadedModel* chained = chain_model(plan);
   if (chained == nullptr) finish_steps(ctx);
-  const model::GpuModel::PendingArgmax* tokens_from = chained != nullptr ? &*steps_.back().pending : nullptr;
+  const model::GpuModel::PendingTokens* tokens_from = chained != nullptr ? &*steps_.back().pending : nullptr;
   Step& step = open_step(message.envelope, plan);
   if (chained != nullptr) {
-    submit_greedy(step, *chained, tokens_from);
+    submit_ahead(step, *chained, tokens_from);
     if (!step.failure) ++steps_chained_;
   } else {
     submit(step, message.blobs);
@@ -618,7 +618,7 @@ LoadedModel* Executor::chain_model(const StepPlan& plan) {
   return loaded;
 }
 
-// The model a plan may be sent ahead on, or null: a step of greedy decodes and prefills that all
+// The model a plan may be sent ahead on, or null: a step of decodes and prefills that all
 // ask for output, with nothing else to do (no starts, releases, trim or pages to move), no
 // sequence left out, and no step profile asked for (log_steps_over_ms profiles steps run in turn).
 LoadedModel* Executor::ahead_model(const StepPlan& plan) {
@@ -632,7 +632,7 @@ LoadedModel* Executor::ahead_model(const StepPlan& plan) {
   for (const PlanSequence& seq : plan.sequences) {
     if (!seq.output) return nullptr;
   }
-  return all_plain_greedy(plan, *loaded) ? loaded : nullptr;
+  return loaded;
 }
 
 // A step with none before it: its releases done and its plan made runnable, sent ahead where it
@@ -646,7 +646,7 @@ void Executor::submit(Step& step, const Frames& blobs) {
       step.plan = std::move(*resolved);
     }
     if (ahead != nullptr && step.plan.sequences.size() == planned) {
-      submit_greedy(step, *ahead, nullptr);
+      submit_ahead(step, *ahead, nullptr);
     } else {
       run_in_turn(step, blobs);
     }
@@ -657,13 +657,14 @@ void Executor::submit(Step& step, const Frames& blobs) {
   }
 }
 
-// Sends the step to the GPU without waiting for it (tokens_from: the step in flight, whose argmax
-// gives this one's tokens).
-void Executor::submit_greedy(Step& step, LoadedModel& loaded, const model::GpuModel::PendingArgmax* tokens_from) {
+// Sends the step to the GPU without waiting for it (tokens_from: the step in flight, whose choices
+// give this one's tokens).
+void Executor::submit_ahead(Step& step, LoadedModel& loaded, const model::GpuModel::PendingTokens* tokens_from) {
   step.model_id = loaded.id;
   try {
     fail_if_injected(++gpu_steps_);
-    step.pending = loaded.weights->submit_argmax(make_batch(step.plan, loaded.page_size), *loaded.kv_cache, tokens_from);
+    step.pending = loaded.weights->submit_tokens(step_batch(step.plan, loaded, tokens_from != nullptr),
+                                                 *loaded.kv_cache, tokens_from);
     step.sent_ahead = true;
   } catch (const std::exception& e) {
     gpu_failed(step, e.what(), e);
@@ -706,19 +707,14 @@ void Executor::run_in_turn(Step& step, const Frames& blobs) {
 // The step's forward pass, waited for: the GPU's argmax where every output is plain greedy, the
 // logits otherwise.
 void Executor::run_forward(Step& step, LoadedModel& loaded) {
-  const model::StepBatch batch = make_batch(step.plan, loaded.page_size);
-  const bool greedy = all_plain_greedy(step.plan, loaded);
+  const model::StepBatch batch = step_batch(step.plan, loaded, false);
   try {
     fail_if_injected(++gpu_steps_);
     const auto started = Clock::now();
     model::StepProfile profile;
     model::StepProfile* profiling = options_.log_steps_over_ms > 0 ? &profile : nullptr;
     const std::uint64_t blocks_before = profiling != nullptr ? gpu_->pool.stats().blocks : 0;
-    if (greedy) {
-      step.chosen = loaded.weights->forward_argmax(batch, *loaded.kv_cache, profiling);
-    } else {
-      step.logits = loaded.weights->forward(batch, *loaded.kv_cache, profiling);
-    }
+    step.chosen = loaded.weights->forward_sampled(batch, *loaded.kv_cache, profiling);
     if (profiling != nullptr) {
       const std::uint64_t blocks_after = gpu_->pool.stats().blocks;
       log_if_slow(step.plan, profile, Clock::now() - started,
@@ -802,7 +798,7 @@ void Executor::finish_oldest(Context& ctx) {
     fail_step(step.plan, step.result, step.failure->error, step.failure->message);
   } else if (!step.model_id.empty()) {
     try {
-      sample_outputs(step.plan, models_.at(step.model_id), step.logits, step.chosen, step.result);
+      take_outputs(step.plan, step.chosen, step.result);
     } catch (const std::exception& e) {
       // The sampler refuses logits with nothing finite in them: the model's bug, not the request's.
       fail_step(step.plan, step.result, RequestError::internal, std::string("sampling failed: ") + e.what());
@@ -816,7 +812,7 @@ void Executor::finish_oldest(Context& ctx) {
 // (their tokens came from it), their GPU state let go before a device rebuild.
 void Executor::collect(Step& step) {
   try {
-    step.chosen = models_.at(step.model_id).weights->collect(*step.pending);
+    step.chosen = models_.at(step.model_id).weights->collect_sampled(*step.pending);
     step.pending.reset();
   } catch (const std::exception& e) {
     for (Step& behind : steps_) {
@@ -1006,7 +1002,7 @@ void Executor::log_if_slow(const StepPlan& plan, const model::StepProfile& profi
                profile.wait_ms, new_blocks);
 }
 
-// Whether the GPU's argmax can stand in for every output's sampler, sparing the logits' copy.
+// Whether the GPU's argmax can stand in for every output's draw (no sampler needs telling).
 bool Executor::all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded) const {
   if (loaded.n_vocab != loaded.config.n_vocab) return false;  // the argmax would consider the padding rows
   return std::all_of(plan.sequences.begin(), plan.sequences.end(), [&](const PlanSequence& seq) {
@@ -1014,33 +1010,45 @@ bool Executor::all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded)
   });
 }
 
-// logits: (outputs, config.n_vocab), or chosen: (outputs), the GPU's picks when all were greedy.
-void Executor::sample_outputs(const StepPlan& plan, const LoadedModel& loaded, std::span<const float> logits,
-                              std::span<const std::int32_t> chosen, StepResult& result) {
+// The plan's batch, each output's token chosen on the GPU: by the argmax where every output is
+// plain greedy, else by each sequence's draw (follows_pending: the plan's tokens come from the step
+// in flight, whose choices the samplers have not accepted yet).
+model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending) const {
+  model::StepBatch batch = make_batch(plan, loaded.page_size);
+  if (all_plain_greedy(plan, loaded)) return batch;
+  model::StepSampling& sampling = batch.sampling.emplace();
+  std::uint32_t row = 0;
+  for (const PlanSequence& seq : plan.sequences) {
+    if (!seq.output) continue;
+    const model::Sampler& sampler = sequences_.at(seq.sequence).sampler;
+    model::add_sampling_row(sampling, sampler.gpu_row(follows_pending), loaded.n_vocab,
+                            follows_pending ? std::optional<std::uint32_t>(row) : std::nullopt);
+    ++row;
+  }
+  return batch;
+}
+
+// chosen: (outputs), the GPU's picks; each sampler that keeps a history is told its token.
+void Executor::take_outputs(const StepPlan& plan, std::span<const model::SampledToken> chosen, StepResult& result) {
   std::size_t row = 0;
   for (const PlanSequence& seq : plan.sequences) {
     if (!seq.output) continue;
+    const model::SampledToken& sampled = chosen[row++];
+    SequenceState& state = sequences_.at(seq.sequence);
+    if (!plain_greedy(state.sampler.params())) state.sampler.accept(sampled.token);
     OutputToken out;
     out.sequence = seq.sequence;
-    if (!chosen.empty()) {
-      out.token = chosen[row];
-    } else {
-      // Only the rows that are tokens: padding rows past the vocabulary can never be chosen.
-      auto row_logits = logits.subspan(row * loaded.config.n_vocab, loaded.n_vocab);
-      model::SampledToken sampled = sequences_.at(seq.sequence).sampler.sample(row_logits);
-      out.token = sampled.token;
-      if (sampled.logprob) {
-        out.has_logprobs = true;
-        out.logprobs.token = sampled.token;
-        out.logprobs.logprob = *sampled.logprob;
-        for (const model::TokenLogprob& top : sampled.top_logprobs) {
-          out.logprobs.top_tokens.push_back(top.token);
-          out.logprobs.top_logprobs.push_back(top.logprob);
-        }
+    out.token = sampled.token;
+    if (sampled.logprob) {
+      out.has_logprobs = true;
+      out.logprobs.token = sampled.token;
+      out.logprobs.logprob = *sampled.logprob;
+      for (const model::TokenLogprob& top : sampled.top_logprobs) {
+        out.logprobs.top_tokens.push_back(top.token);
+        out.logprobs.top_logprobs.push_back(top.logprob);
       }
     }
-    ++row;
-    sequences_.at(seq.sequence).last_token = out.token;
+    state.last_token = out.token;
     result.tokens.push_back(std::move(out));
   }
 }

@@ -1,6 +1,7 @@
 #include "model/llama/gpu_model.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -157,22 +158,87 @@ std::vector<float> GpuModel::forward(const StepBatch& batch, GpuKvCache& cache, 
   return std::get<std::vector<float>>(run(batch, cache, StepOutput::logits, profile, nullptr));
 }
 
+void add_sampling_row(StepSampling& sampling, const SamplingRow& row, std::uint32_t n,
+                      std::optional<std::uint32_t> pending_row, std::span<const std::uint32_t> allowed) {
+  gpu::ops::SampleRow r;
+  r.temperature = row.temperature;
+  r.inv_temperature = row.temperature > 0.0f ? 1.0f / row.temperature : 1.0f;
+  r.top_p = row.top_p;
+  r.min_p_offset = row.min_p_offset;
+  r.repetition = row.repetition_penalty;
+  r.inv_repetition = 1.0f / row.repetition_penalty;
+  r.presence = row.presence_penalty;
+  r.frequency = row.frequency_penalty;
+  r.top_k = static_cast<std::uint32_t>(std::max(row.top_k, 0));
+  r.seed_lo = static_cast<std::uint32_t>(row.seed);
+  r.seed_hi = static_cast<std::uint32_t>(row.seed >> 32);
+  r.counter = row.counter;
+  r.n = n;
+  r.entries_offset = static_cast<std::uint32_t>(sampling.entries.size() / 4);
+  r.entries_count = static_cast<std::uint32_t>(row.entries.size());
+  for (const SamplingEntry& e : row.entries) {
+    sampling.entries.insert(sampling.entries.end(), {static_cast<std::uint32_t>(e.token), std::bit_cast<std::uint32_t>(e.bias),
+                                                     e.in_window, e.count});
+  }
+  if (!allowed.empty()) {
+    if (allowed.size() < (n + 31) / 32) throw std::invalid_argument("sampling: an allowed-token mask shorter than the row");
+    r.mask_offset = static_cast<std::uint32_t>(sampling.mask.size());
+    sampling.mask.insert(sampling.mask.end(), allowed.begin(), allowed.begin() + (n + 31) / 32);
+  }
+  if (row.logprobs) {
+    r.flags = gpu::ops::sample_flag_logprobs |
+              std::min<std::uint32_t>(std::max(row.top_logprobs, 0), gpu::ops::sample_max_top_logprobs);
+  }
+  if (pending_row) {
+    r.flags |= gpu::ops::sample_flag_pending | (*pending_row << 16);
+    if (row.repetition_penalty != 1.0f) r.flags |= gpu::ops::sample_flag_window;
+  }
+  sampling.rows.push_back(r);
+}
+
 std::vector<std::int32_t> GpuModel::forward_argmax(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile) {
-  return std::get<std::vector<std::int32_t>>(run(batch, cache, StepOutput::argmax, profile, nullptr));
+  if (batch.sampling) throw std::invalid_argument("forward_argmax: the batch asks for sampling (forward_sampled)");
+  auto pending = std::get<PendingTokens>(run(batch, cache, StepOutput::tokens, profile, nullptr));
+  return collect(pending);
 }
 
-GpuModel::PendingArgmax GpuModel::submit_argmax(const StepBatch& batch, GpuKvCache& cache,
-                                                const PendingArgmax* tokens_from) {
-  return std::get<PendingArgmax>(run(batch, cache, StepOutput::in_flight, nullptr, tokens_from));
+std::vector<SampledToken> GpuModel::forward_sampled(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile) {
+  auto pending = std::get<PendingTokens>(run(batch, cache, StepOutput::tokens, profile, nullptr));
+  return collect_sampled(pending);
 }
 
-std::vector<std::int32_t> GpuModel::collect(PendingArgmax& pending) {
+GpuModel::PendingTokens GpuModel::submit_tokens(const StepBatch& batch, GpuKvCache& cache,
+                                                const PendingTokens* tokens_from) {
+  return std::get<PendingTokens>(run(batch, cache, StepOutput::in_flight, nullptr, tokens_from));
+}
+
+std::vector<std::int32_t> GpuModel::collect(PendingTokens& pending) {
+  std::vector<std::int32_t> ids;
+  for (const SampledToken& t : collect_sampled(pending)) ids.push_back(t.token);
+  return ids;
+}
+
+// Each row's token, and where the row asked for them its logprobs (sample_out_words a row).
+std::vector<SampledToken> GpuModel::collect_sampled(PendingTokens& pending) {
   if (pending.collected) throw std::logic_error("collect: no step pending, or collected already");
   gpu_.queue.wait(pending.done_at);
-  std::vector<std::int32_t> ids(pending.count);
-  if (pending.count != 0) std::memcpy(ids.data(), pending.readback.mapped(), std::size_t{pending.count} * 4);
   pending.collected = true;
-  return ids;
+  std::vector<SampledToken> tokens(pending.count);
+  if (pending.count == 0) return tokens;
+  const std::uint32_t stride = pending.sampled ? gpu::ops::sample_out_words : 1;
+  std::vector<std::uint32_t> words(std::size_t{pending.count} * stride);
+  std::memcpy(words.data(), pending.readback.mapped(), words.size() * 4);
+  for (std::uint32_t r = 0; r < pending.count; ++r) {
+    const std::uint32_t* w = &words[std::size_t{r} * stride];
+    if (w[0] == 0xFFFFFFFFu) throw std::runtime_error("sampling: no logit of the row is finite (all NaN or -inf)");
+    tokens[r].token = static_cast<std::int32_t>(w[0]);
+    if (!pending.sampled || pending.top_logprobs[r] < 0) continue;
+    tokens[r].logprob = std::bit_cast<float>(w[1]);
+    for (std::int8_t a = 0; a < pending.top_logprobs[r] && w[2 + 2 * a] != 0xFFFFFFFFu; ++a) {
+      tokens[r].top_logprobs.push_back({static_cast<std::int32_t>(w[2 + 2 * a]), std::bit_cast<float>(w[3 + 2 * a])});
+    }
+  }
+  return tokens;
 }
 
 }  // namespace mqlm::model

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include "gpu/kernel_library.hpp"
 #include "gpu/ops.hpp"
 #include "model/llama/reference_model.hpp"
+#include "model/sampling/sampler.hpp"
 
 namespace mqlm::model {
 
@@ -100,10 +102,25 @@ struct StepToken {
   bool output = false;
 };
 
+// How each output row's token is chosen on the GPU, with the CPU sampler's semantics
+// (gpu::ops::sample). A step without it takes each row's argmax.
+struct StepSampling {
+  std::vector<gpu::ops::SampleRow> rows;  // one per output row, in order
+  std::vector<std::uint32_t> entries;     // 4 words per listed token: token, bias bits, in window, count
+  std::vector<std::uint32_t> mask;        // the allowed-token bits of the rows that have a mask
+};
+
+// Adds an output row's draw (Sampler::gpu_row) to a step's sampling: n columns may be sampled;
+// pending_row: the output row of the step before whose token the draw follows, not yet accepted
+// by the host's sampler (gpu_row(true)); allowed: the row's allowed-token bits, empty for all.
+void add_sampling_row(StepSampling& sampling, const SamplingRow& row, std::uint32_t n,
+                      std::optional<std::uint32_t> pending_row, std::span<const std::uint32_t> allowed = {});
+
 struct StepBatch {
   std::vector<StepToken> tokens;
   // Per sequence, the cache pages that hold positions 0, page_size, 2 * page_size, ...
   std::vector<std::vector<std::uint32_t>> block_tables;
+  std::optional<StepSampling> sampling;
 };
 
 // Where a step's time goes: GPU time per kind of op (from timestamps written between ops) and
@@ -138,15 +155,19 @@ class GpuModel {
   // chosen on the GPU: greedy decoding without copying the logits back.
   std::vector<std::int32_t> forward_argmax(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr);
 
-  // forward_argmax sent to the GPU without waiting for it; collect() waits and returns its tokens.
+  // The same step, each output row's token chosen on the GPU as batch.sampling says (the argmax
+  // without it), with the logprobs asked for: only those come back.
+  std::vector<SampledToken> forward_sampled(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr);
+
+  // forward_sampled sent to the GPU without waiting for it; collect() waits and returns its tokens.
   // The next step may be sent before that, its tokens taken on the GPU from this one's argmax
   // (`tokens_from`: its batch has one token for each output row of this one, in order, whose ids
   // are not read), so that the GPU goes from step to step without waiting for the host between them.
-  class PendingArgmax {
+  class PendingTokens {
    public:
-    PendingArgmax() = default;
-    PendingArgmax(PendingArgmax&&) = default;
-    PendingArgmax& operator=(PendingArgmax&&) = default;
+    PendingTokens() = default;
+    PendingTokens(PendingTokens&&) = default;
+    PendingTokens& operator=(PendingTokens&&) = default;
 
    private:
     friend class GpuModel;
@@ -154,20 +175,23 @@ class GpuModel {
     gpu::PoolBuffer readback;  // host-visible: what collect() reads
     std::uint64_t done_at = 0;  // the timeline value of the step's last submission
     std::uint32_t count = 0;
+    bool sampled = false;  // readback holds (count, gpu::ops::sample_out_words) words, else (count) ids
+    std::vector<std::int8_t> top_logprobs;  // (count) when sampled: -1 no logprobs, else how many alternatives
     bool collected = true;
   };
-  PendingArgmax submit_argmax(const StepBatch& batch, GpuKvCache& cache, const PendingArgmax* tokens_from = nullptr);
-  std::vector<std::int32_t> collect(PendingArgmax& pending);
+  PendingTokens submit_tokens(const StepBatch& batch, GpuKvCache& cache, const PendingTokens* tokens_from = nullptr);
+  std::vector<std::int32_t> collect(PendingTokens& pending);
+  std::vector<SampledToken> collect_sampled(PendingTokens& pending);
 
  private:
   // What a step hands back: each output row's logits, or its argmax, or the argmax still on the GPU.
-  enum class StepOutput : std::uint8_t { logits, argmax, in_flight };
-  using StepResult = std::variant<std::vector<float>, std::vector<std::int32_t>, PendingArgmax>;
+  enum class StepOutput : std::uint8_t { logits, tokens, in_flight };
+  using StepResult = std::variant<std::vector<float>, PendingTokens>;
   class Step;  // one step's recording (gpu_step.cpp)
 
   GpuTensor upload(gpu::Uploader& uploader, const TensorSource& source, const TensorSpec& spec);
   StepResult run(const StepBatch& batch, GpuKvCache& cache, StepOutput want, StepProfile* profile,
-                 const PendingArgmax* tokens_from);
+                 const PendingTokens* tokens_from);
 
   gpu::UniqueQueryPool timestamps_;  // made on the first profiled step
   GpuContext gpu_;

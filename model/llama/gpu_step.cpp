@@ -14,6 +14,8 @@
 #include <variant>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "gpu/ops.hpp"
 #include "model/llama/gpu_model.hpp"
 #include "model/llama/step_plan.hpp"
@@ -113,7 +115,7 @@ struct PendingSum {
 class GpuModel::Step {
  public:
   Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache, StepProfile* profile,
-       const PendingArgmax* tokens_from);
+       const PendingTokens* tokens_from);
   void record_embedding();
   // x += wo x attention(rope(wq x a), rope(wk x a), wv x a), a = rmsnorm(x); k and v to the cache.
   void record_attention(std::uint32_t l);
@@ -156,13 +158,15 @@ class GpuModel::Step {
   void to_f16(const PoolBuffer& in, std::uint32_t rows, std::uint32_t width);
   void add_bias(const GpuTensor& bias, const PoolBuffer& io, std::uint32_t width);
   void record_output_product(const GpuTensor& w);
+  void record_sampling(const PoolBuffer& ids, const PoolBuffer& readback, std::uint32_t rows);
   void finish();
 
   GpuModel& model_;
   const LlamaConfig& c_;
   GpuKvCache& cache_;
   StepProfile* profile_;
-  const PendingArgmax* tokens_from_;
+  const PendingTokens* tokens_from_;
+  const StepSampling* sampling_;
   gpu::ComputeQueue& queue_;
   gpu::BufferPool& pool_;
   gpu::KernelLibrary& lib_;
@@ -184,12 +188,13 @@ class GpuModel::Step {
 };
 
 GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache, StepProfile* profile,
-                     const PendingArgmax* tokens_from)
+                     const PendingTokens* tokens_from)
     : model_(model),
       c_(model.config_),
       cache_(cache),
       profile_(profile),
       tokens_from_(tokens_from),
+      sampling_(batch.sampling ? &*batch.sampling : nullptr),
       queue_(model.gpu_.queue),
       pool_(model.gpu_.pool),
       lib_(model.gpu_.kernels),
@@ -653,17 +658,17 @@ void GpuModel::Step::record_output_product(const GpuTensor& w) {
 }
 
 // What is asked for comes back through host-visible memory, copied at the end of the submission:
-// all the logits, or only each row's argmax (4 bytes instead of a vocabulary's worth).
+// all the logits, or only each row's token (the argmax, or the sampler's choice with its logprobs).
 GpuModel::StepResult GpuModel::Step::record_output(StepOutput want) {
   const std::uint32_t n_out = in_.outputs;
+  PendingTokens pending;
+  pending.sampled = sampling_ != nullptr;
+  pending.count = n_out;
+  pending.collected = false;
   if (n_out == 0) {
     finish();
     if (want == StepOutput::logits) return std::vector<float>{};
-    if (want == StepOutput::argmax) return std::vector<std::int32_t>{};
-    PendingArgmax pending;  // no tokens: collect() finds none
-    pending.done_at = queue_.last_submitted();
-    pending.count = 0;
-    pending.collected = false;
+    pending.done_at = queue_.last_submitted();  // no tokens: collect() finds none
     return pending;
   }
   ops::rms_norm(rec(), lib_, s_.x.range(), model_.output_norm_.buffer.range(), s_.h.range(), n_, c_.n_embd, c_.rms_eps);
@@ -681,30 +686,74 @@ GpuModel::StepResult GpuModel::Step::record_output(StepOutput want) {
     std::memcpy(logits.data(), readback.mapped(), count * 4);
     return logits;
   }
-  PoolBuffer readback = pool_.allocate(std::size_t{n_out} * 4, "scratch", gpu::MemoryKind::host);
-  PoolBuffer ids = pool_.allocate(std::size_t{n_out} * 4, "scratch"),
-             argmax_parts = pool_.allocate(ops::argmax_scratch_bytes(n_out, c_.n_vocab), "scratch");
-  ops::argmax(rec(), lib_, s_.logits.range(), argmax_parts.range(), ids.range(), n_out, c_.n_vocab);
-  mark("argmax");
-  rec().copy(ids.range(), readback.range());
-  if (want == StepOutput::argmax) {
-    finish();
-    std::vector<std::int32_t> tokens(n_out);
-    std::memcpy(tokens.data(), readback.mapped(), std::size_t{n_out} * 4);
-    return tokens;
-  }
-  PendingArgmax pending;
-  if (profile_ == nullptr) {
-    pending.done_at = queue_.submit(rec());  // the caller waits (collect)
+  const std::uint64_t words = pending.sampled ? std::uint64_t{n_out} * ops::sample_out_words : n_out;
+  PoolBuffer readback = pool_.allocate(words * 4, "scratch", gpu::MemoryKind::host);
+  PoolBuffer ids = pool_.allocate(std::size_t{n_out} * 4, "scratch");
+  if (pending.sampled) {
+    record_sampling(ids, readback, n_out);
+    for (const ops::SampleRow& row : sampling_->rows) {
+      const bool logprobs = (row.flags & ops::sample_flag_logprobs) != 0;
+      pending.top_logprobs.push_back(logprobs ? static_cast<std::int8_t>(std::min(row.flags & 0xFFu, ops::sample_max_top_logprobs)) : -1);
+    }
   } else {
-    finish();  // a profile is read here
+    PoolBuffer argmax_parts = pool_.allocate(ops::argmax_scratch_bytes(n_out, c_.n_vocab), "scratch");
+    ops::argmax(rec(), lib_, s_.logits.range(), argmax_parts.range(), ids.range(), n_out, c_.n_vocab);
+    mark("argmax");
+    rec().copy(ids.range(), readback.range());
+  }
+  if (want == StepOutput::tokens || profile_ != nullptr) {
+    finish();  // the caller reads the tokens now, or a profile is read here
     pending.done_at = queue_.last_submitted();
+  } else {
+    pending.done_at = queue_.submit(rec());  // the caller waits (collect)
   }
   pending.ids = std::move(ids);
   pending.readback = std::move(readback);
-  pending.count = n_out;
-  pending.collected = false;
   return pending;
+}
+
+namespace {
+
+// The host's description of a step's sampling, checked before the GPU reads it: a wrong offset
+// would read another row's penalties or past a buffer.
+void check_sampling(const StepSampling& s, std::uint32_t rows, std::uint32_t n_vocab, bool has_previous) {
+  if (s.rows.size() != rows) {
+    throw std::invalid_argument(fmt::format("sampling: {} rows for {} outputs", s.rows.size(), rows));
+  }
+  for (const ops::SampleRow& r : s.rows) {
+    if (r.n == 0 || r.n > n_vocab) throw std::invalid_argument(fmt::format("sampling: a row of {} of {} columns", r.n, n_vocab));
+    if (std::uint64_t{r.entries_offset} + r.entries_count > s.entries.size() / 4) {
+      throw std::invalid_argument("sampling: a row's entries reach past the list");
+    }
+    if (r.mask_offset != 0xFFFFFFFFu && std::uint64_t{r.mask_offset} + (r.n + 31) / 32 > s.mask.size()) {
+      throw std::invalid_argument("sampling: a row's mask reaches past the mask words");
+    }
+    if ((r.flags & ops::sample_flag_pending) != 0 && (!has_previous || (r.flags >> 16) >= rows)) {
+      throw std::invalid_argument("sampling: a row counts a token of a step before that it does not follow");
+    }
+  }
+}
+
+}  // namespace
+
+// Each output row's token chosen on the GPU from its logits (ops::sample): the tokens to `ids`,
+// for a next step, and with the logprobs to `readback`.
+void GpuModel::Step::record_sampling(const PoolBuffer& ids, const PoolBuffer& readback, std::uint32_t rows) {
+  const StepSampling& s = *sampling_;
+  check_sampling(s, rows, c_.n_vocab, tokens_from_ != nullptr);
+  const std::vector<std::uint32_t> none(4, 0);
+  PoolBuffer rows_buffer = upload(std::as_bytes(std::span(s.rows)));
+  PoolBuffer entries = upload(s.entries.empty() ? none : s.entries);
+  PoolBuffer mask = upload(s.mask.empty() ? none : s.mask);
+  PoolBuffer scratch = pool_.allocate(ops::sample_scratch_bytes(rows, c_.n_vocab), "scratch");
+  PoolBuffer out = pool_.allocate(std::uint64_t{rows} * ops::sample_out_words * 4, "scratch");
+  const BufferRange previous = tokens_from_ != nullptr ? tokens_from_->ids.range() : ids.range();
+  ops::sample(rec(), lib_,
+              {s_.logits.range(), rows_buffer.range(), entries.range(), mask.range(), previous, scratch.range(),
+               out.range(), ids.range()},
+              rows, c_.n_vocab);
+  mark("sample");
+  rec().copy(out.range(), readback.range());
 }
 
 // Submits what is left of the step and waits for it; a profile takes its times.
@@ -733,12 +782,11 @@ void GpuModel::Step::finish() {
 }
 
 GpuModel::StepResult GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepOutput want, StepProfile* profile,
-                                   const PendingArgmax* tokens_from) {
+                                   const PendingTokens* tokens_from) {
   const auto n = static_cast<std::uint32_t>(batch.tokens.size());
   if (n == 0) {
     if (want == StepOutput::logits) return std::vector<float>{};
-    if (want == StepOutput::argmax) return std::vector<std::int32_t>{};
-    return PendingArgmax{};
+    return PendingTokens{};
   }
   if (tokens_from != nullptr && tokens_from->count != n) {
     throw std::invalid_argument("a step's tokens from the step before: " + std::to_string(tokens_from->count) +

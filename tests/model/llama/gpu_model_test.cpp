@@ -240,7 +240,7 @@ TEST(GpuModelArgmax, MatchesTheArgmaxOfTheLogits) {
   }
 }
 
-// Greedy steps sent ahead (submit_argmax, each taking its tokens on the GPU from the step before,
+// Greedy steps sent ahead (submit_tokens, each taking its tokens on the GPU from the step before,
 // sent before that one is collected) give the tokens that steps run one at a time give, for two
 // sequences decoding side by side; a step's tokens from a step with another count are refused,
 // and a step is collected once.
@@ -275,16 +275,16 @@ TEST(GpuModelArgmax, StepsSentAheadGiveTheTokensOfStepsRunInTurn) {
   {
     GpuKvCache cache(ctx, config, 8, 4);
     std::vector<std::int32_t> first = prefill(cache);
-    GpuModel::PendingArgmax current = model.submit_argmax(step(first, kPrompt), cache);
+    GpuModel::PendingTokens current = model.submit_tokens(step(first, kPrompt), cache);
     for (std::uint32_t i = 1; i <= kSteps; ++i) {
-      std::optional<GpuModel::PendingArgmax> after;
-      if (i < kSteps) after = model.submit_argmax(step({0, 0}, kPrompt + i), cache, &current);
+      std::optional<GpuModel::PendingTokens> after;
+      if (i < kSteps) after = model.submit_tokens(step({0, 0}, kPrompt + i), cache, &current);
       ahead.push_back(model.collect(current));
       if (after) current = std::move(*after);
     }
     EXPECT_THROW(model.collect(current), std::logic_error);
-    GpuModel::PendingArgmax one = model.submit_argmax(StepBatch{{{0, kPrompt + kSteps, 1, true}}, tables}, cache);
-    EXPECT_THROW(model.submit_argmax(step({0, 0}, kPrompt + kSteps + 1), cache, &one), std::invalid_argument);
+    GpuModel::PendingTokens one = model.submit_tokens(StepBatch{{{0, kPrompt + kSteps, 1, true}}, tables}, cache);
+    EXPECT_THROW(model.submit_tokens(step({0, 0}, kPrompt + kSteps + 1), cache, &one), std::invalid_argument);
     model.collect(one);
   }
   EXPECT_EQ(ahead, in_turn);

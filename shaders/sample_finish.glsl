@@ -1,0 +1,311 @@
+// sample.comp's last pass, a workgroup a row: the candidates sorted, the thresholds of top-k, top-p
+// and min-p, the draw, and the logprobs. Included by sample.comp (SAMPLE_FINISH) only.
+
+shared uint sk[CAP];  // candidates: order keys of their logits (0: empty), then by id in the draw
+shared uint si[CAP];  // their ids (NO_INDEX: empty), then their order keys in the draw
+shared float run_f[WG];
+shared uint found;
+shared int walker_s;
+
+#define RUN (CAP / WG)
+
+bool precedes(uint ka, uint ia, uint kb, uint ib) { return ka > kb || (ka == kb && ia < ib); }
+
+// sk descending, ties by si ascending: a bitonic sort over CAP slots.
+void sort_candidates() {
+  barrier();
+  for (uint k = 2u; k <= CAP; k <<= 1u) {
+    for (uint j = k >> 1u; j > 0u; j >>= 1u) {
+      for (uint i = tid(); i < CAP; i += WG) {
+        const uint x = i ^ j;
+        if (x <= i) continue;
+        const bool up = (i & k) == 0u;
+        if (up ? precedes(sk[x], si[x], sk[i], si[i]) : precedes(sk[i], si[i], sk[x], si[x])) {
+          uint t = sk[i];
+          sk[i] = sk[x];
+          sk[x] = t;
+          t = si[i];
+          si[i] = si[x];
+          si[x] = t;
+        }
+      }
+      barrier();
+    }
+  }
+}
+
+// Thread 0's exclusive prefix of run_f, in order; the total is returned to every invocation.
+float prefix_runs() {
+  barrier();
+  if (tid() == 0u) {
+    float total = 0.0;
+    for (uint s = 0u; s < WG; ++s) {
+      const float v = run_f[s];
+      run_f[s] = total;
+      total += v;
+    }
+    found = floatBitsToUint(total);
+  }
+  barrier();
+  const float total = uintBitsToFloat(found);
+  barrier();
+  return total;
+}
+
+// ---- passes over the whole row, for what reaches past the candidates ---------------------------
+float row_sum(SampleRow r, uint row, uint key_floor, float m, bool count) {
+  float s = 0.0;
+  for (uint i = tid(); i < r.n; i += WG) {
+    const float l = logits[row * p.stride + i];
+    if (l > NEG_INF && order_key(l) >= key_floor) s += count ? 1.0 : weight(l, m, r.inv_t);
+  }
+  return workgroup_sum(s);
+}
+
+// The largest key whose tokens at or above it count at least `target` (tokens, or weight), searched
+// between lo (which must reach it) and hi.
+uint bisect_keys(SampleRow r, uint row, uint lo, uint hi, float target, float m, bool count) {
+  while (lo < hi) {
+    const uint mid = lo + (hi - lo + 1u) / 2u;
+    if (row_sum(r, row, mid, m, count) >= target) {
+      lo = mid;
+    } else {
+      hi = mid - 1u;
+    }
+  }
+  return lo;
+}
+
+// The tokens at or above key_floor, in id order (up to CAP), into sk / si, sorted as candidates.
+uint compact_row(SampleRow r, uint row, uint key_floor) {
+  const uint run = (r.n + WG - 1u) / WG, first = tid() * run;
+  uint own = 0u;
+  for (uint i = first; i < min(first + run, r.n); ++i) {
+    const float l = logits[row * p.stride + i];
+    if (l > NEG_INF && order_key(l) >= key_floor) ++own;
+  }
+  run_f[tid()] = float(own);
+  const uint total = uint(prefix_runs());
+  uint slot = uint(run_f[tid()]);
+  for (uint i = first; i < min(first + run, r.n) && slot < CAP; ++i) {
+    const float l = logits[row * p.stride + i];
+    if (l > NEG_INF && order_key(l) >= key_floor) {
+      sk[slot] = order_key(l);
+      si[slot] = i;
+      ++slot;
+    }
+  }
+  for (uint s = total + tid(); s < CAP; s += WG) {
+    sk[s] = 0u;
+    si[s] = NO_INDEX;
+  }
+  sort_candidates();
+  return min(total, CAP);
+}
+
+// The gathered candidates into sk / si, sorted.
+void load_candidates(uint base, uint count) {
+  for (uint s = tid(); s < CAP; s += WG) {
+    const bool live = s < count;
+    sk[s] = live ? order_key(uintBitsToFloat(scratch[cand_v_at(base, p.groups) + s])) : 0u;
+    si[s] = live ? scratch[cand_i_at(base, p.groups) + s] : NO_INDEX;
+  }
+  sort_candidates();
+}
+
+// ---- thresholds -----------------------------------------------------------------------------------
+// The weight of the sorted candidates at or above key_floor.
+float candidate_mass(SampleRow r, uint key_floor, float m) {
+  float s = 0.0;
+  for (uint j = 0u; j < RUN; ++j) {
+    const uint k = sk[tid() * RUN + j];
+    if (k != 0u && k >= key_floor) s += weight(key_float(k), m, r.inv_t);
+  }
+  return workgroup_sum(s);
+}
+
+// The key of the first sorted candidate at or above key_floor where the running weight reaches
+// target; 0 where the candidates do not reach it.
+uint nucleus_key(SampleRow r, uint key_floor, float target, float m) {
+  float own = 0.0;
+  for (uint j = 0u; j < RUN; ++j) {
+    const uint k = sk[tid() * RUN + j];
+    if (k != 0u && k >= key_floor) own += weight(key_float(k), m, r.inv_t);
+  }
+  run_f[tid()] = own;
+  if (tid() == 0u) walker_s = int(CAP);
+  prefix_runs();
+  float running = run_f[tid()];
+  for (uint j = 0u; j < RUN; ++j) {
+    const uint k = sk[tid() * RUN + j];
+    if (k == 0u || k < key_floor) continue;
+    running += weight(key_float(k), m, r.inv_t);
+    if (running >= target) {
+      atomicMin(walker_s, int(tid() * RUN + j));
+      break;
+    }
+  }
+  barrier();
+  const int at = walker_s;
+  barrier();
+  return at < int(CAP) ? sk[at] : 0u;
+}
+
+// ---- the draw -------------------------------------------------------------------------------------
+// An element of the draw, in id order: of the candidates re-sorted by id, or of the row.
+void element(bool from_candidates, uint row, uint index, out uint id, out float l) {
+  if (from_candidates) {
+    id = ~sk[index];
+    l = si[index] == 0u ? NEG_INF : key_float(si[index]);
+  } else {
+    id = index;
+    l = logits[row * p.stride + index];
+  }
+}
+
+// Walks the kept tokens (l >= t) in id order to where u times their weight lands: runs of `run`
+// elements an invocation, the last run that starts at or before the target walks.
+uint draw(SampleRow r, uint row, bool from_candidates, uint size, float t, float m) {
+  const uint run = (size + WG - 1u) / WG, first = tid() * run;
+  float own = 0.0;
+  for (uint j = first; j < min(first + run, size); ++j) {
+    uint id;
+    float l;
+    element(from_candidates, row, j, id, l);
+    if (l >= t) own += weight(l, m, r.inv_t);
+  }
+  run_f[tid()] = own;
+  if (tid() == 0u) walker_s = -1;
+  const float target = philox_uniform(r.seed_lo, r.seed_hi, r.counter) * prefix_runs();
+  const float before = run_f[tid()];
+  if (own > 0.0 && before <= target) atomicMax(walker_s, int(tid()));
+  barrier();
+  if (int(tid()) == walker_s) {
+    float running = before;
+    uint pick = NO_INDEX;
+    for (uint j = first; j < min(first + run, size); ++j) {
+      uint id;
+      float l;
+      element(from_candidates, row, j, id, l);
+      if (!(l >= t)) continue;
+      const float w = weight(l, m, r.inv_t);
+      if (w <= 0.0) continue;
+      pick = id;
+      running += w;
+      if (running > target) break;
+    }
+    found = pick;
+  }
+  barrier();
+  return found;
+}
+
+// The kept candidates (key >= t's) re-sorted by id for the draw: sk holds ~id, si the order key.
+void sort_kept_by_id(uint t_key) {
+  for (uint s = tid(); s < CAP; s += WG) {
+    const bool kept = sk[s] != 0u && sk[s] >= t_key;
+    const uint k = sk[s];
+    sk[s] = kept ? ~si[s] : 0u;
+    si[s] = kept ? k : 0u;
+  }
+  sort_candidates();
+}
+
+// ---- the row --------------------------------------------------------------------------------------
+struct Thresholds {
+  float top_k;
+  bool top_k_in_candidates;
+  float top_p;
+};
+
+Thresholds thresholds(SampleRow r, uint row, uint count, bool overflow, float m, float zt) {
+  Thresholds t = Thresholds(NEG_INF, true, NEG_INF);
+  if (wants_top_k(r)) {
+    t.top_k_in_candidates = !overflow && r.top_k <= count;
+    t.top_k = key_float(t.top_k_in_candidates ? sk[r.top_k - 1u]
+                                              : bisect_keys(r, row, order_key(NEG_INF), order_key(m), float(r.top_k), m, true));
+  }
+  if (!wants_top_p(r)) return t;
+  const uint floor_key = order_key(t.top_k);
+  const float zk = !wants_top_k(r) ? zt : t.top_k_in_candidates ? candidate_mass(r, floor_key, m)
+                                                                : row_sum(r, row, floor_key, m, false);
+  const float target = r.top_p * zk * (1.0 - 1e-6);
+  const uint key = overflow ? 0u : nucleus_key(r, floor_key, target, m);
+  t.top_p = key_float(key != 0u ? key : bisect_keys(r, row, floor_key, order_key(m), target, m, false));
+  return t;
+}
+
+void write_out(SampleRow r, uint row, uint token, float lse, uint count) {
+  if (tid() != 0u) return;
+  const uint at = row * OUT_WORDS;
+  ids[row] = token;
+  out_words[at] = token;
+  if ((r.flags & FLAG_LOGPROBS) == 0u) return;
+  out_words[at + 1u] = floatBitsToUint(logits[row * p.stride + token] - lse);
+  const uint n = min(top_n(r), count);
+  for (uint s = 0u; s < MAX_TOP_N; ++s) {
+    out_words[at + 2u + 2u * s] = s < n ? si[s] : NO_INDEX;
+    out_words[at + 3u + 2u * s] = floatBitsToUint(s < n ? key_float(sk[s]) - lse : NEG_INF);
+  }
+}
+
+void main() {
+  const uint row = flat_group();
+  if (row >= p.rows) return;
+  const SampleRow r = rows_[row];
+  const uint base = row_base(row), sel = sel_at(base, p.groups);
+  const uint argmax = scratch[sel + SEL_ARGMAX];
+  if (argmax == NO_INDEX) {  // nothing finite in the row: the host fails the request
+    if (tid() == 0u) {
+      ids[row] = 0u;
+      out_words[row * OUT_WORDS] = NO_INDEX;
+    }
+    return;
+  }
+  const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), lse = uintBitsToFloat(scratch[sel + SEL_LSE]);
+  const float zt = uintBitsToFloat(scratch[sel + SEL_ZT]);
+  const int last_bin = int(scratch[sel + SEL_BIN]);
+  uint count = 0u;
+  bool overflow = false;
+  if (needs_candidates(r)) {
+    count = scratch[sel + SEL_COUNT];
+    overflow = count > CAP;
+    if (!overflow) {
+      load_candidates(base, count);
+    } else {
+      // Too many gathered to sort: the top logprobs' own candidates, found over the whole row.
+      const uint n = max(top_n(r), 1u);
+      count = compact_row(r, row, bisect_keys(r, row, order_key(NEG_INF), order_key(m), float(n), m, true));
+    }
+  }
+  // Save the top logprobs' candidates before the draw re-sorts them (only the first MAX_TOP_N).
+  uint token = argmax;
+  if (r.temperature > 0.0 && draws_whole_row(r)) {
+    token = out_words[row * OUT_WORDS];
+  } else if (r.temperature > 0.0) {
+    const Thresholds t = thresholds(r, row, count, overflow, m, zt);
+    const float kept = max(t.top_k, max(t.top_p, min_p_threshold(r, m)));
+    if (!overflow && last_bin >= 0 && bin_of(kept, m, bin_scale(r)) <= uint(last_bin)) {
+      uint top_ids[MAX_TOP_N];
+      float top_v[MAX_TOP_N];
+      for (uint s = 0u; s < MAX_TOP_N; ++s) {
+        top_ids[s] = si[s];
+        top_v[s] = key_float(sk[s]);
+      }
+      barrier();
+      sort_kept_by_id(order_key(kept));
+      token = draw(r, row, true, CAP, kept, m);
+      barrier();
+      if (tid() == 0u) {  // the top logprobs back where write_out reads them
+        for (uint s = 0u; s < MAX_TOP_N; ++s) {
+          si[s] = top_ids[s];
+          sk[s] = order_key(top_v[s]);
+        }
+      }
+      barrier();
+    } else {
+      token = draw(r, row, false, r.n, kept, m);
+    }
+  }
+  write_out(r, row, token, lse, count);
+}
