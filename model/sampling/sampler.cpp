@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <string>
+
+#include "model/sampling/philox.hpp"
 
 namespace mqlm::model {
 namespace {
@@ -21,35 +25,28 @@ float sanitised(float logit) {
   return logit;
 }
 
-// exp((logit - max) / temperature) in float: the draw's weights, relative to the most likely.
-// float exp is several times faster than double over a whole vocabulary; sums stay in double.
+// expf((logit - max) * (1 / temperature)) in float, as the GPU computes it: the draw's weights,
+// relative to the most likely. Sums of them are double here.
 float relative_weight(float logit, float max, float inverse_temperature) {
   return std::exp((logit - max) * inverse_temperature);
 }
 
-// The canonical order: by logit, ties to the lowest id. A function object, so sorts inline it.
-constexpr struct {
-  template <typename Candidate>
-  bool operator()(const Candidate& a, const Candidate& b) const {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  }
-} more_likely;
+bool allowed(std::span<const std::uint32_t> allowed_bits, std::size_t token) {
+  return allowed_bits.empty() || ((allowed_bits[token / 32] >> (token % 32)) & 1u) != 0;
+}
 
-template <typename Candidate>
-double log_sum_exp(const std::vector<Candidate>& candidates) {
-  float max = kNegativeInfinity;
-  for (const auto& c : candidates) max = std::max(max, c.logit);
-  double sum = 0.0;
-  for (const auto& c : candidates) sum += std::exp(double{c.logit} - max);
-  return max + std::log(sum);
+// Computed once in float, as the host hands it to the GPU.
+float min_p_offset_of(const SamplingParams& params) {
+  return params.min_p > 0.0f ? params.temperature * std::log(params.min_p) : kNegativeInfinity;
 }
 
 }  // namespace
 
 Sampler::Sampler(SamplingParams params, std::span<const std::int32_t> prompt)
-    : params_(std::move(params)), rng_(params_.seed) {
+    : params_(std::move(params)), min_p_offset_(min_p_offset_of(params_)) {
   if (auto problem = validate(params_))
     throw std::invalid_argument("Sampler: invalid sampling parameters: " + problem->message);
+  for (const TokenBias& entry : params_.logit_bias) bias_[entry.token] = entry.bias;
   auto n = std::min<std::size_t>(prompt.size(), repetition_window());
   for (std::int32_t token : prompt.subspan(prompt.size() - n)) {
     recent_.push_back(token);
@@ -57,54 +54,32 @@ Sampler::Sampler(SamplingParams params, std::span<const std::int32_t> prompt)
   }
 }
 
-SampledToken Sampler::sample(std::span<const float> logits) {
-  load_full(logits);
-  return finish(std::nullopt);
+SampledToken Sampler::sample(std::span<const float> logits, std::span<const std::uint32_t> allowed_bits) {
+  adjust(logits, allowed_bits);
+  SampledToken result;
+  double log_normaliser = params_.logprobs ? report_top_logprobs(result) : 0.0;
+  result.token = params_.temperature == 0.0f ? argmax() : draw();
+  if (params_.logprobs) result.logprob = static_cast<float>(adjusted_[result.token] - log_normaliser);
+  record(result.token);
+  return result;
 }
 
-SampledToken Sampler::sample(const CandidateLogits& candidates) {
-  return finish(load_candidates(candidates));
-}
-
-void Sampler::load_full(std::span<const float> logits) {
-  work_.resize(logits.size());
-  bool any_finite = false;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    work_[i] = {static_cast<std::int32_t>(i), sanitised(logits[i])};
-    any_finite = any_finite || work_[i].logit != kNegativeInfinity;
-  }
-  if (!any_finite) throw std::invalid_argument("Sampler: no logit is finite (all NaN or -inf)");
-  auto in_range = [&](std::int32_t id) { return id >= 0 && static_cast<std::size_t>(id) < work_.size(); };
+void Sampler::adjust(std::span<const float> logits, std::span<const std::uint32_t> allowed_bits) {
+  if (!allowed_bits.empty() && allowed_bits.size() < (logits.size() + 31) / 32)
+    throw std::invalid_argument("Sampler: the allowed-token mask has " + std::to_string(allowed_bits.size()) +
+                                " words for " + std::to_string(logits.size()) + " logits");
+  adjusted_.resize(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    adjusted_[i] = allowed(allowed_bits, i) ? sanitised(logits[i]) : kNegativeInfinity;
+  auto in_range = [&](std::int32_t id) { return id >= 0 && static_cast<std::size_t>(id) < adjusted_.size(); };
+  for (const auto& [id, bias] : bias_)
+    if (in_range(id)) adjusted_[id] += bias;
   for (const auto& [id, count] : recent_counts_)
-    if (in_range(id)) work_[id].logit = penalised(id, work_[id].logit);
+    if (in_range(id)) adjusted_[id] = penalised(id, adjusted_[id]);
   for (const auto& [id, count] : output_counts_)
-    if (in_range(id) && !recent_counts_.contains(id)) work_[id].logit = penalised(id, work_[id].logit);
-}
-
-std::optional<double> Sampler::load_candidates(const CandidateLogits& candidates) {
-  if (candidates.ids.size() != candidates.logits.size() || candidates.ids.empty())
-    throw std::invalid_argument("Sampler: candidate ids and logits must be non-empty and of one size");
-  work_.resize(candidates.ids.size());
-  for (std::size_t i = 0; i < work_.size(); ++i)
-    work_[i] = {candidates.ids[i], sanitised(candidates.logits[i])};
-  std::sort(work_.begin(), work_.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-  bool any_finite = false;
-  // The full vocabulary's normaliser moves by what the penalties change in the candidates.
-  double change = 0.0;
-  double lse = candidates.log_sum_exp.value_or(0.0);
-  for (std::size_t i = 0; i < work_.size(); ++i) {
-    if (i > 0 && work_[i].id == work_[i - 1].id)
-      throw std::invalid_argument("Sampler: candidate id " + std::to_string(work_[i].id) + " appears twice");
-    float raw = work_[i].logit;
-    work_[i].logit = penalised(work_[i].id, raw);
-    if (candidates.log_sum_exp && work_[i].logit != raw)
-      change += std::exp(double{work_[i].logit} - lse) - std::exp(double{raw} - lse);
-    any_finite = any_finite || work_[i].logit != kNegativeInfinity;
-  }
-  if (!any_finite) throw std::invalid_argument("Sampler: no candidate logit is finite (all NaN or -inf)");
-  if (!candidates.log_sum_exp) return std::nullopt;
-  // Rounding can take 1 + change to 0 or below; finish() then falls back to the candidates' own.
-  return 1.0 + change > 0.0 ? lse + std::log1p(change) : kNegativeInfinity;
+    if (in_range(id) && !recent_counts_.contains(id)) adjusted_[id] = penalised(id, adjusted_[id]);
+  if (std::none_of(adjusted_.begin(), adjusted_.end(), [](float l) { return l != kNegativeInfinity; }))
+    throw std::invalid_argument("Sampler: no allowed logit is finite (all NaN, -inf or masked)");
 }
 
 float Sampler::penalised(std::int32_t id, float logit) const {
@@ -117,102 +92,133 @@ float Sampler::penalised(std::int32_t id, float logit) const {
   return logit;
 }
 
-SampledToken Sampler::finish(std::optional<double> given_log_normaliser) {
-  SampledToken result;
-  double log_normaliser = 0.0;
-  if (params_.logprobs) {
-    // The normaliser can never be below the candidates' own (a GPU sum slightly off, rounding).
-    log_normaliser = std::max(given_log_normaliser.value_or(kNegativeInfinity), log_sum_exp(work_));
-    std::vector<Candidate> top(std::min<std::size_t>(params_.top_logprobs, work_.size()));
-    std::partial_sort_copy(work_.begin(), work_.end(), top.begin(), top.end(), more_likely);
-    for (const Candidate& c : top)
-      result.top_logprobs.push_back({c.id, static_cast<float>(c.logit - log_normaliser)});
+// Fills result.top_logprobs; returns the log-normaliser, a log-sum-exp in double.
+double Sampler::report_top_logprobs(SampledToken& result) const {
+  float max = *std::max_element(adjusted_.begin(), adjusted_.end());
+  double sum = 0.0;
+  for (float l : adjusted_) sum += std::exp(double{l} - max);
+  double log_normaliser = max + std::log(sum);
+  auto more_likely = [&](std::int32_t a, std::int32_t b) {
+    return adjusted_[a] > adjusted_[b] || (adjusted_[a] == adjusted_[b] && a < b);
+  };
+  // A bounded selection, not a sort of the vocabulary: top_logprobs is at most 20.
+  std::vector<std::int32_t> top;
+  auto count = std::min<std::size_t>(params_.top_logprobs, adjusted_.size());
+  for (std::size_t i = 0; i < adjusted_.size() && count > 0; ++i) {
+    auto id = static_cast<std::int32_t>(i);
+    if (top.size() == count && !more_likely(id, top.front())) continue;
+    if (top.size() == count) {
+      std::pop_heap(top.begin(), top.end(), more_likely);
+      top.pop_back();
+    }
+    top.push_back(id);
+    std::push_heap(top.begin(), top.end(), more_likely);
   }
-  std::int32_t index = choose();
-  result.token = work_[index].id;
-  if (params_.logprobs) result.logprob = static_cast<float>(work_[index].logit - log_normaliser);
-  record(result.token);
-  return result;
+  std::sort_heap(top.begin(), top.end(), more_likely);
+  for (std::int32_t id : top)
+    result.top_logprobs.push_back({id, static_cast<float>(adjusted_[id] - log_normaliser)});
+  return log_normaliser;
 }
 
-std::int32_t Sampler::choose() {
-  if (params_.temperature == 0.0f) {
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < work_.size(); ++i)
-      if (more_likely(work_[i], work_[best])) best = i;
-    return static_cast<std::int32_t>(best);
-  }
-  keep_top_k();
-  keep_top_p();
-  keep_min_p();
-  return draw();
+std::int32_t Sampler::argmax() const {
+  // max_element returns the first of equal maxima: ties go to the lowest id.
+  return static_cast<std::int32_t>(std::max_element(adjusted_.begin(), adjusted_.end()) - adjusted_.begin());
 }
 
-void Sampler::keep_top_k() {
+// t_k: the k-th largest value counting multiplicity; -inf when top-k is off.
+float Sampler::top_k_threshold() {
   auto k = static_cast<std::size_t>(params_.top_k);
-  if (k == 0 || k >= work_.size()) return;
-  std::partial_sort(work_.begin(), work_.begin() + static_cast<std::ptrdiff_t>(k), work_.end(),
-                    more_likely);
-  work_.resize(k);
+  if (k == 0 || k >= adjusted_.size()) return kNegativeInfinity;
+  scratch_.assign(adjusted_.begin(), adjusted_.end());
+  std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(k - 1), scratch_.end(),
+                   std::greater<>());
+  return scratch_[k - 1];
 }
 
-// Sorts only as far as the nucleus reaches: a few hundred candidates, not the vocabulary.
-void Sampler::keep_top_p() {
-  if (params_.top_p >= 1.0f) return;
-  float max = kNegativeInfinity;
-  for (const auto& c : work_) max = std::max(max, c.logit);
-  float inverse_temperature = 1.0f / params_.temperature;
-  auto weight = [&](const Candidate& c) { return double{relative_weight(c.logit, max, inverse_temperature)}; };
+// t_p: walking the values at or above t_k from the largest, the value where the mass first
+// reaches p of theirs. Sorts only as far as the nucleus reaches, not the vocabulary.
+float Sampler::top_p_threshold(float top_k_threshold, float max, float inverse_temperature) {
+  if (params_.top_p >= 1.0f) return kNegativeInfinity;
+  scratch_.clear();
   double total = 0.0;
-  for (const auto& c : work_) total += weight(c);
-  double target = params_.top_p * total * (1.0 - kTopPTolerance);
+  for (float l : adjusted_) {
+    if (l < top_k_threshold) continue;
+    scratch_.push_back(l);
+    total += relative_weight(l, max, inverse_temperature);
+  }
+  double target = double{params_.top_p} * total * (1.0 - kTopPTolerance);
   double mass = 0.0;
   std::size_t sorted = 0;
-  for (std::size_t chunk = std::min<std::size_t>(64, work_.size());; chunk = std::min(chunk * 4, work_.size())) {
-    auto from = work_.begin() + static_cast<std::ptrdiff_t>(sorted);
-    auto to = work_.begin() + static_cast<std::ptrdiff_t>(chunk);
-    std::nth_element(from, to - 1, work_.end(), more_likely);
-    std::sort(from, to, more_likely);
+  for (std::size_t chunk = std::min<std::size_t>(64, scratch_.size());; chunk = std::min(chunk * 4, scratch_.size())) {
+    auto from = scratch_.begin() + static_cast<std::ptrdiff_t>(sorted);
+    auto to = scratch_.begin() + static_cast<std::ptrdiff_t>(chunk);
+    std::nth_element(from, to - 1, scratch_.end(), std::greater<>());
+    std::sort(from, to, std::greater<>());
     for (; sorted < chunk; ++sorted) {
-      mass += weight(work_[sorted]);
-      if (mass >= target) {
-        work_.resize(sorted + 1);
-        return;
-      }
+      mass += relative_weight(scratch_[sorted], max, inverse_temperature);
+      if (mass >= target) return scratch_[sorted];
     }
-    if (chunk == work_.size()) return;
+    if (chunk == scratch_.size()) return kNegativeInfinity;  // rounding: the whole set is kept
   }
 }
 
-void Sampler::keep_min_p() {
-  if (params_.min_p <= 0.0f) return;
-  float max = kNegativeInfinity;
-  for (const auto& c : work_) max = std::max(max, c.logit);
-  // p / p_max >= min_p  <=>  (logit - max) / temperature >= log(min_p)
-  double threshold = max + double{params_.temperature} * std::log(double{params_.min_p});
-  std::erase_if(work_, [&](const Candidate& c) { return c.logit < threshold && c.logit != max; });
-}
-
+// The kept set is every token at or above the highest threshold; the draw walks it in id order.
 std::int32_t Sampler::draw() {
-  float max = kNegativeInfinity;
-  for (const auto& c : work_) max = std::max(max, c.logit);
+  float max = *std::max_element(adjusted_.begin(), adjusted_.end());
   float inverse_temperature = 1.0f / params_.temperature;
+  float top_k = top_k_threshold();
+  float kept_from = std::max({top_k, top_p_threshold(top_k, max, inverse_temperature), max + min_p_offset_});
+  weights_.resize(adjusted_.size());
   double total = 0.0;
-  for (const auto& c : work_) total += relative_weight(c.logit, max, inverse_temperature);
-  double target = uniform01() * total;
+  for (std::size_t i = 0; i < adjusted_.size(); ++i) {
+    weights_[i] = adjusted_[i] >= kept_from ? relative_weight(adjusted_[i], max, inverse_temperature) : 0.0f;
+    total += weights_[i];
+  }
+  double target = double{uniform_for(params_.seed, static_cast<std::uint32_t>(generated_count_))} * total;
   double mass = 0.0;
   std::int32_t last_possible = 0;
-  for (std::size_t i = 0; i < work_.size(); ++i) {
-    double w = relative_weight(work_[i].logit, max, inverse_temperature);
-    if (w <= 0.0) continue;
-    mass += w;
+  for (std::size_t i = 0; i < weights_.size(); ++i) {
+    if (weights_[i] <= 0.0f) continue;
+    mass += weights_[i];
     last_possible = static_cast<std::int32_t>(i);
     if (mass > target) return last_possible;
   }
   return last_possible;  // the rounding of the running sum left target just above the end
 }
 
-double Sampler::uniform01() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+// With one token pending on the GPU, the GPU adds it to the window itself: the host describes
+// the last repetition_last_n - 1 known tokens.
+std::vector<std::int32_t> Sampler::window_tokens(bool one_pending) const {
+  std::size_t size = repetition_window();
+  if (one_pending && size > 0) --size;
+  size = std::min(size, recent_.size());
+  return {recent_.end() - static_cast<std::ptrdiff_t>(size), recent_.end()};
+}
+
+SamplingRow Sampler::gpu_row(bool one_pending) const {
+  SamplingRow row{.temperature = params_.temperature,
+                  .top_k = params_.top_k,
+                  .top_p = params_.top_p,
+                  .min_p_offset = min_p_offset_,
+                  .repetition_penalty = params_.repetition_penalty,
+                  .presence_penalty = params_.presence_penalty,
+                  .frequency_penalty = params_.frequency_penalty,
+                  .seed = params_.seed,
+                  .top_logprobs = params_.top_logprobs,
+                  .logprobs = params_.logprobs,
+                  .counter = static_cast<std::uint32_t>(generated_count_ + (one_pending ? 1 : 0)),
+                  .entries = {}};
+  std::map<std::int32_t, SamplingEntry> entries;  // ordered: the row lists tokens ascending
+  auto entry = [&](std::int32_t token) -> SamplingEntry& {
+    auto [it, inserted] = entries.try_emplace(token, SamplingEntry{.token = token});
+    return it->second;
+  };
+  for (const auto& [token, bias] : bias_) entry(token).bias = bias;
+  for (std::int32_t token : window_tokens(one_pending)) entry(token).in_window = 1;
+  for (const auto& [token, count] : output_counts_) entry(token).count = static_cast<std::uint32_t>(count);
+  for (const auto& [token, e] : entries) row.entries.push_back(e);
+  return row;
+}
 
 // No window to track when the penalty is off.
 std::size_t Sampler::repetition_window() const {

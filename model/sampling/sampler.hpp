@@ -1,30 +1,27 @@
-// The per-sequence sampler: penalties, temperature, top-k, top-p, min-p and a seeded draw, over
-// either the full logits or a candidate set the GPU preselected.
+// The per-sequence sampler, the reference the GPU sampler (shaders/sample.comp) must agree with
+// token for token: /work/sampling-spec.md's steps, in brief:
+//   1. the adjusted logits: NaN -> -inf, +inf -> the largest float; tokens outside the allowed
+//      mask -> -inf; logit_bias added; then the penalties (llama.cpp's chain order: bias first):
+//      repetition (CTRL / llama.cpp: over the last repetition_last_n tokens of prompt and output,
+//      each distinct token once: positive logit / r, negative logit * r), then presence and
+//      frequency (OpenAI: over the generated tokens, logit -= count * frequency + presence);
+//   2. logprobs, when asked: log-softmax of the adjusted logits at temperature 1, before
+//      temperature and the filters (what the sampler starts from; it does not collapse to 0 /
+//      -inf under greedy or a narrow top-k);
+//   3. temperature 0: argmax, ties to the lowest id. Otherwise every filter is a value threshold
+//      on the adjusted logits, ties at a threshold kept together (as Hugging Face's warpers keep
+//      them): top-k (the k-th largest value), top-p (the value where the descending mass reaches
+//      p), min-p (the largest value plus temperature * log(min_p)); the kept tokens are those at
+//      or above the highest threshold, and the draw walks them in id order.
 //
-// The pipeline, in order (that of Hugging Face's warpers and vLLM):
-//   1. penalties: repetition (CTRL / llama.cpp: over the last repetition_last_n tokens of prompt
-//      and output, each distinct token once: positive logit / r, negative logit * r), then
-//      presence and frequency (OpenAI: over the generated tokens only,
-//      logit -= count * frequency + (count > 0) * presence);
-//   2. logprobs, when asked: log-softmax of the penalised logits at temperature 1, before
-//      temperature and the filters. OpenAI reports the model's log-softmax; we report what the
-//      model plus penalties assigns, which is what the sampler starts from, and which does not
-//      collapse to 0 / -inf under greedy or a narrow top-k;
-//   3. temperature 0: argmax, ties to the lowest id; otherwise logits / temperature, then top-k,
-//      top-p (on what top-k kept, renormalised), min-p (relative to the most likely), and a draw.
-//
-// Determinism: std::mt19937_64's sequence is fixed by the standard; the uniform draw is built
-// here from its 53 high bits (std::uniform_real_distribution is implementation-defined), and
-// the candidates are drawn from in a canonical order (by id, or by logit then id once sorted),
-// whatever std::sort or the GPU's output order did. Same seed and logits => same tokens, given
-// the same libm (exp may differ in the last bit between libms, which moves a draw only when it
-// falls within ~1e-16 of a boundary).
+// Determinism: the uniform number of the i-th generated token is Philox4x32-10 keyed by the seed
+// with counter i (philox.hpp), so a request's tokens depend only on its seed, its logits and its
+// own history, on the CPU and on the GPU alike, whatever the batching.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <optional>
-#include <random>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -45,18 +42,28 @@ struct SampledToken {
                                            // (ties: lowest id first)
 };
 
-// A candidate set preselected on the GPU (typically its top-K): the sampler treats it as the
-// whole distribution, which equals sampling from the full logits whenever K covers what the
-// filters would keep (K >= top_k, or the nucleus fits in K).
-//
-// Logprobs: with log_sum_exp (of the raw logits over the full vocabulary) they are exact log-
-// softmax values; the sampler corrects it for the penalties it applies to the candidates.
-// Without it, they are relative to the candidates only (an upper bound on the true value).
-// Penalties apply to the candidates only: a penalised token outside the set stays outside.
-struct CandidateLogits {
-  std::span<const std::int32_t> ids;  // (K) token ids, distinct, in any order
-  std::span<const float> logits;      // (K) their raw logits
-  std::optional<float> log_sum_exp;   // over the full vocabulary's raw logits, when known
+// What the GPU sampler needs for one output row: the parameters and, for each distinct token the
+// request touches, its bias and penalty inputs. The host keeps the history; this describes it.
+struct SamplingEntry {
+  std::int32_t token = 0;
+  float bias = 0.0f;           // logit_bias for the token, 0 if none
+  std::uint32_t in_window = 0; // 1: in the repetition window (and the repetition penalty is on)
+  std::uint32_t count = 0;     // times generated so far
+};
+
+struct SamplingRow {
+  float temperature = 1.0f;
+  std::int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p_offset = 0.0f;  // temperature * logf(min_p) in float; -inf when min_p is 0
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::uint64_t seed = 0;
+  std::int32_t top_logprobs = 0;
+  bool logprobs = false;
+  std::uint32_t counter = 0;           // Philox counter of this draw: the generated-token index
+  std::vector<SamplingEntry> entries;  // by token id, ascending
 };
 
 class Sampler {
@@ -66,40 +73,43 @@ class Sampler {
   explicit Sampler(SamplingParams params, std::span<const std::int32_t> prompt = {});
 
   // Samples the next token and records it in the history the penalties read.
-  // logits: (vocab) raw logits. NaN counts as -inf and +inf as the largest float; at least one
-  // logit must be finite, else std::invalid_argument (the model's bug, not the request's).
-  SampledToken sample(std::span<const float> logits);
-  SampledToken sample(const CandidateLogits& candidates);
+  // logits: (n) raw logits. NaN counts as -inf and +inf as the largest float.
+  // allowed_bits: (ceil(n / 32)) bit i of word i / 32 set = token i may be chosen; empty: all may.
+  // At least one allowed logit must be finite, else std::invalid_argument (a bug, not the request's).
+  SampledToken sample(std::span<const float> logits, std::span<const std::uint32_t> allowed_bits = {});
+
+  // The next draw for the GPU. one_pending: the step before sampled a token on the GPU that the
+  // host has not accepted yet; the GPU counts it itself (window of repetition_last_n - 1 known
+  // tokens, counter + 1).
+  SamplingRow gpu_row(bool one_pending) const;
+  // Records a token the GPU chose, as sample() records its own.
+  void accept(std::int32_t token) { record(token); }
 
   const SamplingParams& params() const { return params_; }
   std::int64_t generated_count() const { return generated_count_; }
 
  private:
-  struct Candidate {
-    std::int32_t id;
-    float logit;  // penalised, at temperature 1
-  };
-
-  void load_full(std::span<const float> logits);
-  std::optional<double> load_candidates(const CandidateLogits& candidates);  // corrected log_sum_exp
+  void adjust(std::span<const float> logits, std::span<const std::uint32_t> allowed_bits);
   float penalised(std::int32_t id, float logit) const;
-  SampledToken finish(std::optional<double> given_log_normaliser);
-  std::int32_t choose();
-  void keep_top_k();
-  void keep_top_p();
-  void keep_min_p();
+  double report_top_logprobs(SampledToken& result) const;
+  std::int32_t argmax() const;
   std::int32_t draw();
-  double uniform01();
+  float top_k_threshold();
+  float top_p_threshold(float top_k_threshold, float max, float inverse_temperature);
   void record(std::int32_t token);
   std::size_t repetition_window() const;
+  std::vector<std::int32_t> window_tokens(bool one_pending) const;
 
   SamplingParams params_;
-  std::mt19937_64 rng_;
+  float min_p_offset_;                                            // -inf when min_p is 0
+  std::unordered_map<std::int32_t, float> bias_;                  // token -> logit_bias
   std::deque<std::int32_t> recent_;                               // (<= repetition_last_n)
   std::unordered_map<std::int32_t, std::int32_t> recent_counts_;  // token -> count in recent_
   std::unordered_map<std::int32_t, std::int32_t> output_counts_;  // token -> times generated
   std::int64_t generated_count_ = 0;
-  std::vector<Candidate> work_;  // this step's candidates, reused across steps
+  std::vector<float> adjusted_;  // (n) this step's adjusted logits, reused across steps
+  std::vector<float> scratch_;   // (<= n) values the thresholds partially sort
+  std::vector<float> weights_;   // (n) the draw's weights, 0 outside the kept set
 };
 
 }  // namespace mqlm::model

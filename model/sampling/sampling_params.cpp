@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string_view>
+#include <unordered_set>
 
 namespace mqlm::model {
 namespace {
@@ -26,6 +27,15 @@ std::optional<SamplingParamsError> check_range(const char* field, float value, f
   bool ok = std::isfinite(value) && (low_open ? value > low : value >= low) && value <= high;
   if (ok) return std::nullopt;
   return error(field, value, expected);
+}
+
+std::string token_id_range(const SamplingLimits& limits) {
+  return limits.vocab_size > 0 ? "a token id must be in [0, " + std::to_string(limits.vocab_size) + ")"
+                               : std::string("a token id must be >= 0");
+}
+
+bool valid_token_id(std::int32_t id, const SamplingLimits& limits) {
+  return id >= 0 && (limits.vocab_size <= 0 || id < limits.vocab_size);
 }
 
 bool valid_utf8(std::string_view text) {
@@ -72,14 +82,32 @@ std::optional<SamplingParamsError> check_stops(const SamplingParams& params,
                                                      " are accepted"};
   for (std::size_t i = 0; i < params.stop_token_ids.size(); ++i) {
     std::int32_t id = params.stop_token_ids[i];
-    bool ok = id >= 0 && (limits.vocab_size <= 0 || id < limits.vocab_size);
-    if (!ok) {
+    if (!valid_token_id(id, limits)) {
       std::string field = "stop_token_ids[" + std::to_string(i) + "]";
-      std::string range = limits.vocab_size > 0
-                              ? "a token id must be in [0, " + std::to_string(limits.vocab_size) + ")"
-                              : std::string("a token id must be >= 0");
-      return SamplingParamsError{field, field + " is " + std::to_string(id) + ": " + range};
+      return SamplingParamsError{field, field + " is " + std::to_string(id) + ": " + token_id_range(limits)};
     }
+  }
+  return std::nullopt;
+}
+
+// Fields are named as OpenAI's JSON writes them, a map keyed by the id as a string.
+std::optional<SamplingParamsError> check_logit_bias(const SamplingParams& params,
+                                                    const SamplingLimits& limits) {
+  if (params.logit_bias.size() > kMaxLogitBiasEntries)
+    return SamplingParamsError{"logit_bias", "logit_bias has " + std::to_string(params.logit_bias.size()) +
+                                                 " entries: at most " + std::to_string(kMaxLogitBiasEntries) +
+                                                 " are accepted"};
+  std::unordered_set<std::int32_t> seen;
+  for (const TokenBias& entry : params.logit_bias) {
+    std::string field = "logit_bias[\"" + std::to_string(entry.token) + "\"]";
+    if (!valid_token_id(entry.token, limits))
+      return SamplingParamsError{field, field + " names token " + std::to_string(entry.token) + ": " +
+                                            token_id_range(limits)};
+    if (!seen.insert(entry.token).second)
+      return SamplingParamsError{field, field + " appears twice: give each token one bias"};
+    if (auto e = check_range(field.c_str(), entry.bias, -kMaxLogitBias, false, kMaxLogitBias,
+                             "it must be in [-100, 100]"))
+      return e;
   }
   return std::nullopt;
 }
@@ -122,7 +150,8 @@ std::optional<SamplingParamsError> validate(const SamplingParams& params,
   if (params.top_logprobs > 0 && !params.logprobs)
     return error("top_logprobs", params.top_logprobs,
                  "it needs logprobs = true; set logprobs or leave top_logprobs at 0");
-  return check_stops(params, limits);
+  if (auto e = check_stops(params, limits)) return e;
+  return check_logit_bias(params, limits);
 }
 
 }  // namespace mqlm::model

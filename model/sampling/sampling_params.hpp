@@ -12,6 +12,14 @@
 
 namespace mqlm::model {
 
+// One logit_bias entry: bias is added to the token's logit before the penalties.
+struct TokenBias {
+  std::int32_t token = 0;
+  float bias = 0.0f;  // [-100, 100], OpenAI's range: -100 bans the token, 100 all but forces it
+  MSGPACK_DEFINE(token, bias);
+  bool operator==(const TokenBias&) const = default;
+};
+
 struct SamplingParams {
   float temperature = 1.0f;          // 0: greedy (argmax, ties to the lowest id); up to 100
   std::int32_t top_k = 0;            // keep the k most likely; 0: off
@@ -27,9 +35,11 @@ struct SamplingParams {
   std::vector<std::int32_t> stop_token_ids;  // in addition to the model's end-of-turn tokens
   bool logprobs = false;             // report the chosen token's logprob
   std::int32_t top_logprobs = 0;     // and this many alternatives', 0..20 (needs logprobs)
-  // The wire form (the serving messages carry it): a positional array of the fields above.
+  std::vector<TokenBias> logit_bias; // distinct tokens, at most 1024
+  // The wire form (the serving messages carry it): a positional array of the fields above. New
+  // fields go last, so that arrays written before them (recorded traces) still read.
   MSGPACK_DEFINE(temperature, top_k, top_p, min_p, repetition_penalty, repetition_last_n, presence_penalty,
-                 frequency_penalty, seed, max_tokens, stop, stop_token_ids, logprobs, top_logprobs);
+                 frequency_penalty, seed, max_tokens, stop, stop_token_ids, logprobs, top_logprobs, logit_bias);
 };
 
 // What validation measures against; the engine knows the model and the room left in the context.
@@ -46,9 +56,11 @@ inline constexpr std::int32_t kMaxTopLogprobs = 20;
 inline constexpr std::size_t kMaxStopStrings = 16;
 inline constexpr std::size_t kMaxStopStringBytes = 256;
 inline constexpr std::size_t kMaxStopTokenIds = 64;
+inline constexpr std::size_t kMaxLogitBiasEntries = 1024;
+inline constexpr float kMaxLogitBias = 100.0f;  // OpenAI's range, both signs
 
 struct SamplingParamsError {
-  std::string field;    // "temperature", "stop[2]", ...
+  std::string field;    // "temperature", "stop[2]", "logit_bias[\"123\"]", ...
   std::string message;  // what was wrong and what is accepted
 };
 

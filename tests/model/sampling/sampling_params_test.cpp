@@ -54,6 +54,8 @@ TEST(SamplingParams, BoundaryValuesAreAccepted) {
       {"16 stops of 256 bytes", [](auto& p) { p.stop.assign(16, std::string(256, 'x')); }, nullptr},
       {"UTF-8 stop", [](auto& p) { p.stop = {"\xe2\x96\x81\xf0\x9f\x98\x80"}; }, nullptr},
       {"last token id", [](auto& p) { p.stop_token_ids = {0, 999}; }, nullptr},
+      {"logit_bias at both ends", [](auto& p) { p.logit_bias = {{0, -100.0f}, {999, 100.0f}}; }, nullptr},
+      {"1000 biases", [](auto& p) { for (int i = 0; i < 1000; ++i) p.logit_bias.push_back({i, 1.0f}); }, nullptr},
   };
   for (const Case& c : cases) expect_case(c);
 }
@@ -89,8 +91,44 @@ TEST(SamplingParams, AbsurdValuesAreRejectedByName) {
       {"token id past the vocabulary", [](auto& p) { p.stop_token_ids = {5, 1000}; }, "stop_token_ids[1]"},
       {"negative token id", [](auto& p) { p.stop_token_ids = {-3}; }, "stop_token_ids[0]"},
       {"65 stop tokens", [](auto& p) { p.stop_token_ids.assign(65, 1); }, "stop_token_ids"},
+      {"bias past the vocabulary", [](auto& p) { p.logit_bias = {{5, 1.0f}, {1000, 1.0f}}; }, "logit_bias[\"1000\"]"},
+      {"bias of a negative id", [](auto& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias[\"-1\"]"},
+      {"bias over 100", [](auto& p) { p.logit_bias = {{123, 100.5f}}; }, "logit_bias[\"123\"]"},
+      {"NaN bias", [](auto& p) { p.logit_bias = {{7, kNaN}}; }, "logit_bias[\"7\"]"},
+      {"infinite bias", [](auto& p) { p.logit_bias = {{7, -kInf}}; }, "logit_bias[\"7\"]"},
+      {"a token biased twice", [](auto& p) { p.logit_bias = {{7, 1.0f}, {8, 1.0f}, {7, 2.0f}}; }, "logit_bias[\"7\"]"},
+      {"1025 biases", [](auto& p) { for (int i = 0; i < 1025; ++i) p.logit_bias.push_back({i, 1.0f}); }, "logit_bias"},
   };
   for (const Case& c : cases) expect_case(c);
+}
+
+TEST(SamplingParams, LogitBiasIdsAreOnlyCheckedNonNegativeWithoutAVocabulary) {
+  SamplingParams params;
+  params.logit_bias = {{5'000'000, -100.0f}};
+  EXPECT_FALSE(validate(params).has_value());
+  params.logit_bias = {{-2, -100.0f}};
+  EXPECT_TRUE(validate(params).has_value());
+}
+
+// logit_bias went last in the wire array: a message written before it still reads.
+TEST(SamplingParams, WireFormWithoutLogitBiasStillReads) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> packer(buffer);
+  packer.pack_array(14);
+  packer.pack(0.5f).pack(40).pack(0.9f).pack(0.0f).pack(1.0f).pack(64).pack(0.0f).pack(0.0f);
+  packer.pack(std::uint64_t{9}).pack(100).pack(std::vector<std::string>{"x"}).pack(std::vector<std::int32_t>{});
+  packer.pack(false).pack(0);
+  auto handle = msgpack::unpack(buffer.data(), buffer.size());
+  auto params = handle.get().as<SamplingParams>();
+  EXPECT_EQ(params.top_k, 40);
+  EXPECT_EQ(params.seed, 9u);
+  EXPECT_TRUE(params.logit_bias.empty());
+
+  params.logit_bias = {{3, -1.5f}};
+  msgpack::sbuffer again;
+  msgpack::pack(again, params);
+  auto round_trip = msgpack::unpack(again.data(), again.size()).get().as<SamplingParams>();
+  EXPECT_EQ(round_trip.logit_bias, params.logit_bias);
 }
 
 TEST(SamplingParams, MessageSaysValueAndRange) {
