@@ -326,6 +326,7 @@ VkBool32 check_features(VkPhysicalDevice physical, DotProductSupport dot_support
   }
   if (features.cooperative_matrix && !coopmat.cooperativeMatrix) features.cooperative_matrix.reset();
   features.integer_dot_product = dot_known && dot.shaderIntegerDotProduct;
+  features.float64 = f2.features.shaderFloat64;
   return f2.features.shaderInt64;
 }
 
@@ -348,6 +349,7 @@ struct EnabledFeatures {
     all.pNext = &v11;
     all.features.shaderInt16 = VK_TRUE;
     all.features.shaderInt64 = int64;
+    all.features.shaderFloat64 = features.float64;
     executables.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR;
     executables.pipelineExecutableInfo = VK_TRUE;
     if (features.pipeline_statistics) {

@@ -49,6 +49,7 @@ struct DeviceFeatures {
   std::uint64_t device_local_bytes = 0;  // the largest device-local heap
   bool integer_dot_product = false;      // shaderIntegerDotProduct enabled: the int8 mat-vec for Q8_0 and Q4_0
   bool bfloat16 = false;                 // VK_KHR_shader_bfloat16 (reported; BF16 is converted in ALU)
+  bool float64 = false;                  // shaderFloat64 enabled: the sampler sums weights in double
   bool cooperative_matrix_khr = false;   // VK_KHR_cooperative_matrix (reported; see cooperative_matrix)
   bool pipeline_statistics = false;      // asked for (DeviceOptions) and enabled
   // The shape the tensor-core matmul uses, when the device has VK_NV_cooperative_matrix with

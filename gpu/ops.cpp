@@ -975,13 +975,15 @@ void topk(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch
 }
 
 namespace {
-// sampling.glsl's CHUNK, BINS, CAP and row_words().
-constexpr std::uint32_t sample_chunk = 4096, sample_bins = 2048, sample_cap = 2048, sample_sel_words = 8;
+// sampling.glsl's CHUNK, BINS, CAP, PART_WORDS, SEL_WORDS and row_words().
+constexpr std::uint32_t sample_chunk = 4096, sample_bins = 2048, sample_cap = 2048, sample_part_words = 5,
+                        sample_sel_words = 10;
 std::uint32_t sample_groups(std::uint32_t stride) { return ceil_div(stride, sample_chunk); }
 }  // namespace
 
 std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride) {
-  const std::uint64_t words = 5ull * sample_groups(stride) + sample_bins + sample_sel_words + 2ull * sample_cap;
+  const std::uint64_t words =
+      (sample_part_words + 2ull) * sample_groups(stride) + sample_bins + sample_sel_words + 2ull * sample_cap;
   return std::uint64_t{rows} * words * 4;
 }
 
@@ -999,8 +1001,12 @@ void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& b, std::uin
   } push{rows, stride, groups, 0};
   const std::initializer_list<BufferRange> buffers{b.logits, b.rows, b.entries, b.mask, b.prev_ids, b.scratch, b.out, b.ids};
   auto [gx, gy] = spread(rows);
+  // Sums of weights in double where the device has it: a draw then lands where the CPU sampler's
+  // (double) lands but within ~1e-12 of a boundary, rather than ~1e-6 over a long kept set.
+  const char* sums = lib.device().features().float64 ? "_f64" : "";
   auto pass = [&](const char* name, bool per_chunk) {
-    rec.dispatch(kernel(lib, name, 8, sizeof push), buffers, push, per_chunk ? groups : gx, per_chunk ? rows : gy);
+    rec.dispatch(kernel(lib, std::string(name) + sums, 8, sizeof push), buffers, push, per_chunk ? groups : gx,
+                 per_chunk ? rows : gy);
   };
   pass("sample_prepare", false);
   pass("sample_stats", true);

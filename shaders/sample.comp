@@ -37,6 +37,21 @@ layout(binding = 7) writeonly buffer Ids { uint ids[]; };
 #define PER_THREAD (CHUNK / WG)
 
 uint tid() { return gl_LocalInvocationIndex; }
+
+// A workgroup's sum of weights, in a fixed order (a tree over the invocations).
+shared acc acc_tree[WG];
+acc workgroup_acc_sum(acc v) {
+  barrier();
+  acc_tree[tid()] = v;
+  barrier();
+  for (uint s = WG / 2u; s > 0u; s /= 2u) {
+    if (tid() < s) acc_tree[tid()] += acc_tree[tid() + s];
+    barrier();
+  }
+  const acc total = acc_tree[0];
+  barrier();
+  return total;
+}
 uint row_base(uint row) { return row * row_words(p.groups); }
 float weight(float l, float m, float inv_t) { return exp((l - m) * inv_t); }
 
@@ -113,28 +128,31 @@ void main() {
   }
   const uint best = best_i[0];
   const float m = best == NO_INDEX ? NEG_INF : best_v[0];
-  float s1 = 0.0, st = 0.0;
+  float s1 = 0.0;
+  acc st = 0.0;
   if (best != NO_INDEX) {
     for (uint j = 0u; j < PER_THREAD; ++j) {
       s1 += exp(v[j] - m);
-      if (r.temperature > 0.0) st += weight(v[j], m, r.inv_t);
+      if (r.temperature > 0.0) st += acc(weight(v[j], m, r.inv_t));
     }
   }
   s1 = workgroup_sum(s1);
-  st = workgroup_sum(st);
+  st = workgroup_acc_sum(st);
   if (tid() == 0u) {
-    const uint at = parts_at(row_base(row)) + 4u * g;
+    const uint at = parts_at(row_base(row)) + PART_WORDS * g;
+    const uvec2 bits = acc_bits(st);
     scratch[at] = floatBitsToUint(m);
     scratch[at + 1u] = best;
     scratch[at + 2u] = floatBitsToUint(s1);
-    scratch[at + 3u] = floatBitsToUint(st);
+    scratch[at + 3u] = bits.x;
+    scratch[at + 4u] = bits.y;
   }
 }
 
 #else
 // ---- the passes that know the row's maximum ---------------------------------------------------
 float row_max(uint base) {
-  const float pm = tid() < p.groups ? uintBitsToFloat(scratch[parts_at(base) + 4u * tid()]) : NEG_INF;
+  const float pm = tid() < p.groups ? uintBitsToFloat(scratch[parts_at(base) + PART_WORDS * tid()]) : NEG_INF;
   return workgroup_max(pm);
 }
 
@@ -142,13 +160,13 @@ float row_max(uint base) {
 float min_p_threshold(SampleRow r, float m) { return r.min_p_offset > NEG_INF ? m + r.min_p_offset : NEG_INF; }
 
 // This invocation's contiguous run of a chunk: the whole-row draw walks runs in id order.
-float run_mass(SampleRow r, uint row, uint g, float m, float t) {
-  float mass = 0.0;
+acc run_mass(SampleRow r, uint row, uint g, float m, float t) {
+  acc mass = 0.0;
   for (uint j = 0u; j < PER_THREAD; ++j) {
     const uint i = g * CHUNK + tid() * PER_THREAD + j;
     if (i >= r.n) break;
     const float l = logits[row * p.stride + i];
-    if (l >= t) mass += weight(l, m, r.inv_t);
+    if (l >= t) mass += acc(weight(l, m, r.inv_t));
   }
   return mass;
 }
@@ -180,8 +198,11 @@ void main() {
     }
   }
   if (draws_whole_row(r)) {
-    const float mass = workgroup_sum(run_mass(r, row, g, m, min_p_threshold(r, m)));
-    if (tid() == 0u) scratch[masses_at(base, p.groups) + g] = floatBitsToUint(mass);
+    const uvec2 mass = acc_bits(workgroup_acc_sum(run_mass(r, row, g, m, min_p_threshold(r, m))));
+    if (tid() == 0u) {
+      scratch[masses_at(base, p.groups) + 2u * g] = mass.x;
+      scratch[masses_at(base, p.groups) + 2u * g + 1u] = mass.y;
+    }
   }
 }
 
@@ -234,30 +255,33 @@ void main() {
   const SampleRow r = rows_[row];
   const uint base = row_base(row), sel = sel_at(base, p.groups);
   const bool part = tid() < p.groups;
-  const uint at = parts_at(base) + 4u * tid();
+  const uint at = parts_at(base) + PART_WORDS * tid();
   const float pm = part ? uintBitsToFloat(scratch[at]) : NEG_INF;
   const float m = workgroup_max(pm);
   const uint argmax = workgroup_min(part && pm == m ? scratch[at + 1u] : NO_INDEX);
   const bool live = part && pm > NEG_INF;
   const float s1 = workgroup_sum(live ? uintBitsToFloat(scratch[at + 2u]) * exp(pm - m) : 0.0);
-  const float zt = workgroup_sum(live && r.temperature > 0.0 ? uintBitsToFloat(scratch[at + 3u]) * weight(pm, m, r.inv_t) : 0.0);
+  const acc zt = workgroup_acc_sum(live && r.temperature > 0.0
+                                       ? acc_of(uvec2(scratch[at + 3u], scratch[at + 4u])) * acc(weight(pm, m, r.inv_t))
+                                       : acc(0.0));
   const int bin = needs_candidates(r) ? last_fitting_bin(base) : -1;
   if (tid() != 0u) return;
   scratch[sel + SEL_MAX] = floatBitsToUint(m);
   scratch[sel + SEL_LSE] = floatBitsToUint(m + log(s1));
-  scratch[sel + SEL_ZT] = floatBitsToUint(zt);
+  scratch[sel + SEL_ZT] = acc_bits(zt).x;
+  scratch[sel + SEL_ZT + 1u] = acc_bits(zt).y;
   scratch[sel + SEL_ARGMAX] = argmax;
   scratch[sel + SEL_BIN] = uint(bin);
   if (!draws_whole_row(r) || argmax == NO_INDEX) return;
   // The chunk the draw lands in, and how far into its mass.
-  float total = 0.0;
-  const uint chunks = chunks_of(r.n);
-  for (uint g = 0u; g < chunks; ++g) total += uintBitsToFloat(scratch[masses_at(base, p.groups) + g]);
-  const float target = philox_uniform(r.seed_lo, r.seed_hi, r.counter) * total;
-  float before = 0.0, chunk_before = 0.0;
+  acc total = 0.0;
+  const uint chunks = chunks_of(r.n), masses = masses_at(base, p.groups);
+  for (uint g = 0u; g < chunks; ++g) total += acc_of(uvec2(scratch[masses + 2u * g], scratch[masses + 2u * g + 1u]));
+  const acc target = acc(philox_uniform(r.seed_lo, r.seed_hi, r.counter)) * total;
+  acc before = 0.0, chunk_before = 0.0;
   uint chunk = 0u;
   for (uint g = 0u; g < chunks; ++g) {
-    const float mass = uintBitsToFloat(scratch[masses_at(base, p.groups) + g]);
+    const acc mass = acc_of(uvec2(scratch[masses + 2u * g], scratch[masses + 2u * g + 1u]));
     if (mass <= 0.0) continue;
     chunk = g;
     chunk_before = before;
@@ -265,19 +289,21 @@ void main() {
     before += mass;
   }
   scratch[sel + SEL_CHUNK] = chunk;
-  scratch[sel + SEL_RESIDUAL] = floatBitsToUint(max(target - chunk_before, 0.0));
+  const uvec2 residual = acc_bits(max(target - chunk_before, acc(0.0)));
+  scratch[sel + SEL_RESIDUAL] = residual.x;
+  scratch[sel + SEL_RESIDUAL + 1u] = residual.y;
 }
 
 #elif defined(SAMPLE_GATHER)
-shared float run_prefix[WG];
+shared acc run_prefix[WG];
 shared uint chosen;
 shared int walker;
 
 // The whole-row draw, in the chunk it landed in: the last run that starts at or before the
 // residual walks to it (or to its last token, where rounding left the residual past its end).
-uint walk_chunk(SampleRow r, uint row, uint g, float m, float residual) {
+uint walk_chunk(SampleRow r, uint row, uint g, float m, acc residual) {
   const float t = min_p_threshold(r, m);
-  const float own = run_mass(r, row, g, m, t);
+  const acc own = run_mass(r, row, g, m, t);
   run_prefix[tid()] = own;
   if (tid() == 0u) {
     chosen = NO_INDEX;
@@ -285,19 +311,19 @@ uint walk_chunk(SampleRow r, uint row, uint g, float m, float residual) {
   }
   barrier();
   if (tid() == 0u) {
-    float total = 0.0;
+    acc total = 0.0;
     for (uint s = 0u; s < WG; ++s) {
-      const float mass = run_prefix[s];
+      const acc mass = run_prefix[s];
       run_prefix[s] = total;
       total += mass;
     }
   }
   barrier();
-  const float before = run_prefix[tid()];
+  const acc before = run_prefix[tid()];
   if (own > 0.0 && before <= residual) atomicMax(walker, int(tid()));
   barrier();
   if (int(tid()) == walker) {
-    float running = before;
+    acc running = before;
     uint pick = NO_INDEX;
     for (uint j = 0u; j < PER_THREAD; ++j) {
       const uint i = g * CHUNK + tid() * PER_THREAD + j;
@@ -307,7 +333,7 @@ uint walk_chunk(SampleRow r, uint row, uint g, float m, float residual) {
       const float w = weight(l, m, r.inv_t);
       if (w <= 0.0) continue;
       pick = i;
-      running += w;
+      running += acc(w);
       if (running > residual) break;
     }
     chosen = pick;
@@ -339,7 +365,8 @@ void main() {
     }
   }
   if (draws_whole_row(r) && g == scratch[sel + SEL_CHUNK]) {
-    const uint token = walk_chunk(r, row, g, m, uintBitsToFloat(scratch[sel + SEL_RESIDUAL]));
+    const acc residual = acc_of(uvec2(scratch[sel + SEL_RESIDUAL], scratch[sel + SEL_RESIDUAL + 1u]));
+    const uint token = walk_chunk(r, row, g, m, residual);
     if (tid() == 0u) out_words[row * OUT_WORDS] = token;
   }
 }

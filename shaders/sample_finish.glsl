@@ -3,7 +3,8 @@
 
 shared uint sk[CAP];  // candidates: order keys of their logits (0: empty), then by id in the draw
 shared uint si[CAP];  // their ids (NO_INDEX: empty), then their order keys in the draw
-shared float run_f[WG];
+shared acc run_f[WG];
+shared acc run_total;
 shared uint found;
 shared int walker_s;
 
@@ -35,36 +36,34 @@ void sort_candidates() {
 }
 
 // Thread 0's exclusive prefix of run_f, in order; the total is returned to every invocation.
-float prefix_runs() {
+acc prefix_runs() {
   barrier();
   if (tid() == 0u) {
-    float total = 0.0;
+    acc total = 0.0;
     for (uint s = 0u; s < WG; ++s) {
-      const float v = run_f[s];
+      const acc v = run_f[s];
       run_f[s] = total;
       total += v;
     }
-    found = floatBitsToUint(total);
+    run_total = total;
   }
   barrier();
-  const float total = uintBitsToFloat(found);
-  barrier();
-  return total;
+  return run_total;
 }
 
 // ---- passes over the whole row, for what reaches past the candidates ---------------------------
-float row_sum(SampleRow r, uint row, uint key_floor, float m, bool count) {
-  float s = 0.0;
+acc row_sum(SampleRow r, uint row, uint key_floor, float m, bool count) {
+  acc s = 0.0;
   for (uint i = tid(); i < r.n; i += WG) {
     const float l = logits[row * p.stride + i];
-    if (l > NEG_INF && order_key(l) >= key_floor) s += count ? 1.0 : weight(l, m, r.inv_t);
+    if (l > NEG_INF && order_key(l) >= key_floor) s += count ? acc(1.0) : acc(weight(l, m, r.inv_t));
   }
-  return workgroup_sum(s);
+  return workgroup_acc_sum(s);
 }
 
 // The largest key whose tokens at or above it count at least `target` (tokens, or weight), searched
 // between lo (which must reach it) and hi.
-uint bisect_keys(SampleRow r, uint row, uint lo, uint hi, float target, float m, bool count) {
+uint bisect_keys(SampleRow r, uint row, uint lo, uint hi, acc target, float m, bool count) {
   while (lo < hi) {
     const uint mid = lo + (hi - lo + 1u) / 2u;
     if (row_sum(r, row, mid, m, count) >= target) {
@@ -84,7 +83,7 @@ uint compact_row(SampleRow r, uint row, uint key_floor) {
     const float l = logits[row * p.stride + i];
     if (l > NEG_INF && order_key(l) >= key_floor) ++own;
   }
-  run_f[tid()] = float(own);
+  run_f[tid()] = acc(own);
   const uint total = uint(prefix_runs());
   uint slot = uint(run_f[tid()]);
   for (uint i = first; i < min(first + run, r.n) && slot < CAP; ++i) {
@@ -115,31 +114,31 @@ void load_candidates(uint base, uint count) {
 
 // ---- thresholds -----------------------------------------------------------------------------------
 // The weight of the sorted candidates at or above key_floor.
-float candidate_mass(SampleRow r, uint key_floor, float m) {
-  float s = 0.0;
+acc candidate_mass(SampleRow r, uint key_floor, float m) {
+  acc s = 0.0;
   for (uint j = 0u; j < RUN; ++j) {
     const uint k = sk[tid() * RUN + j];
-    if (k != 0u && k >= key_floor) s += weight(key_float(k), m, r.inv_t);
+    if (k != 0u && k >= key_floor) s += acc(weight(key_float(k), m, r.inv_t));
   }
-  return workgroup_sum(s);
+  return workgroup_acc_sum(s);
 }
 
 // The key of the first sorted candidate at or above key_floor where the running weight reaches
 // target; 0 where the candidates do not reach it.
-uint nucleus_key(SampleRow r, uint key_floor, float target, float m) {
-  float own = 0.0;
+uint nucleus_key(SampleRow r, uint key_floor, acc target, float m) {
+  acc own = 0.0;
   for (uint j = 0u; j < RUN; ++j) {
     const uint k = sk[tid() * RUN + j];
-    if (k != 0u && k >= key_floor) own += weight(key_float(k), m, r.inv_t);
+    if (k != 0u && k >= key_floor) own += acc(weight(key_float(k), m, r.inv_t));
   }
   run_f[tid()] = own;
   if (tid() == 0u) walker_s = int(CAP);
   prefix_runs();
-  float running = run_f[tid()];
+  acc running = run_f[tid()];
   for (uint j = 0u; j < RUN; ++j) {
     const uint k = sk[tid() * RUN + j];
     if (k == 0u || k < key_floor) continue;
-    running += weight(key_float(k), m, r.inv_t);
+    running += acc(weight(key_float(k), m, r.inv_t));
     if (running >= target) {
       atomicMin(walker_s, int(tid() * RUN + j));
       break;
@@ -167,21 +166,21 @@ void element(bool from_candidates, uint row, uint index, out uint id, out float 
 // elements an invocation, the last run that starts at or before the target walks.
 uint draw(SampleRow r, uint row, bool from_candidates, uint size, float t, float m) {
   const uint run = (size + WG - 1u) / WG, first = tid() * run;
-  float own = 0.0;
+  acc own = 0.0;
   for (uint j = first; j < min(first + run, size); ++j) {
     uint id;
     float l;
     element(from_candidates, row, j, id, l);
-    if (l >= t) own += weight(l, m, r.inv_t);
+    if (l >= t) own += acc(weight(l, m, r.inv_t));
   }
   run_f[tid()] = own;
   if (tid() == 0u) walker_s = -1;
-  const float target = philox_uniform(r.seed_lo, r.seed_hi, r.counter) * prefix_runs();
-  const float before = run_f[tid()];
+  const acc target = acc(philox_uniform(r.seed_lo, r.seed_hi, r.counter)) * prefix_runs();
+  const acc before = run_f[tid()];
   if (own > 0.0 && before <= target) atomicMax(walker_s, int(tid()));
   barrier();
   if (int(tid()) == walker_s) {
-    float running = before;
+    acc running = before;
     uint pick = NO_INDEX;
     for (uint j = first; j < min(first + run, size); ++j) {
       uint id;
@@ -191,7 +190,7 @@ uint draw(SampleRow r, uint row, bool from_candidates, uint size, float t, float
       const float w = weight(l, m, r.inv_t);
       if (w <= 0.0) continue;
       pick = id;
-      running += w;
+      running += acc(w);
       if (running > target) break;
     }
     found = pick;
@@ -218,18 +217,18 @@ struct Thresholds {
   float top_p;
 };
 
-Thresholds thresholds(SampleRow r, uint row, uint count, bool overflow, float m, float zt) {
+Thresholds thresholds(SampleRow r, uint row, uint count, bool overflow, float m, acc zt) {
   Thresholds t = Thresholds(NEG_INF, true, NEG_INF);
   if (wants_top_k(r)) {
     t.top_k_in_candidates = !overflow && r.top_k <= count;
     t.top_k = key_float(t.top_k_in_candidates ? sk[r.top_k - 1u]
-                                              : bisect_keys(r, row, order_key(NEG_INF), order_key(m), float(r.top_k), m, true));
+                                              : bisect_keys(r, row, order_key(NEG_INF), order_key(m), acc(r.top_k), m, true));
   }
   if (!wants_top_p(r)) return t;
   const uint floor_key = order_key(t.top_k);
-  const float zk = !wants_top_k(r) ? zt : t.top_k_in_candidates ? candidate_mass(r, floor_key, m)
-                                                                : row_sum(r, row, floor_key, m, false);
-  const float target = r.top_p * zk * (1.0 - 1e-6);
+  const acc zk = !wants_top_k(r) ? zt : t.top_k_in_candidates ? candidate_mass(r, floor_key, m)
+                                                              : row_sum(r, row, floor_key, m, false);
+  const acc target = acc(r.top_p) * zk * (acc(1.0) - TOP_P_TOLERANCE);
   const uint key = overflow ? 0u : nucleus_key(r, floor_key, target, m);
   t.top_p = key_float(key != 0u ? key : bisect_keys(r, row, floor_key, order_key(m), target, m, false));
   return t;
@@ -263,7 +262,7 @@ void main() {
     return;
   }
   const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), lse = uintBitsToFloat(scratch[sel + SEL_LSE]);
-  const float zt = uintBitsToFloat(scratch[sel + SEL_ZT]);
+  const acc zt = acc_of(uvec2(scratch[sel + SEL_ZT], scratch[sel + SEL_ZT + 1u]));
   const int last_bin = int(scratch[sel + SEL_BIN]);
   uint count = 0u;
   bool overflow = false;
@@ -275,7 +274,7 @@ void main() {
     } else {
       // Too many gathered to sort: the top logprobs' own candidates, found over the whole row.
       const uint n = max(top_n(r), 1u);
-      count = compact_row(r, row, bisect_keys(r, row, order_key(NEG_INF), order_key(m), float(n), m, true));
+      count = compact_row(r, row, bisect_keys(r, row, order_key(NEG_INF), order_key(m), acc(n), m, true));
     }
   }
   // Save the top logprobs' candidates before the draw re-sorts them (only the first MAX_TOP_N).

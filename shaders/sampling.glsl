@@ -31,32 +31,47 @@ struct SampleRow {
 #define MAX_TOP_N 20u
 #define OUT_WORDS (2u + 2u * MAX_TOP_N)  // token, logprob bits, then (id, logprob bits) pairs
 
+// Sums of weights: double where the device has it (F64_SUMS), as the CPU sampler sums them.
+#if defined(F64_SUMS)
+#define acc double
+#define TOP_P_TOLERANCE 1e-6LF
+uvec2 acc_bits(acc v) { return unpackDouble2x32(v); }
+acc acc_of(uvec2 bits) { return packDouble2x32(bits); }
+#else
+#define acc float
+#define TOP_P_TOLERANCE 1e-6
+uvec2 acc_bits(acc v) { return uvec2(floatBitsToUint(v), 0u); }
+acc acc_of(uvec2 bits) { return uintBitsToFloat(bits.x); }
+#endif
+
 // Scratch per row: the chunks' statistics, their kept masses, the histogram of distances from
 // the maximum, what the selection pass decided, and the candidates gathered.
 #define CHUNK 4096u   // logits per workgroup of the wide passes (16 per invocation)
 #define BINS 2048u    // the histogram's bins: (max - l) / temperature in steps of 1/BIN_STEPS
 #define BIN_STEPS 32.0
 #define CAP 2048u     // candidates a row's finishing workgroup sorts
-#define SEL_WORDS 8u
+#define PART_WORDS 5u // a chunk's max, argmax, sum of exp at T = 1, sum of weights (2 words)
+#define SEL_WORDS 10u
 // sel: the last bin gathered (-1: none fits), the chunk the draw lands in, the residual target in
-// it, the candidates' count (atomic), max, log-sum-exp at temperature 1, sum of weights at T.
+// it (2 words), the candidates' count (atomic), max, log-sum-exp at temperature 1, the sum of
+// weights (2 words), the argmax.
 #define SEL_BIN 0u
 #define SEL_CHUNK 1u
 #define SEL_RESIDUAL 2u
-#define SEL_COUNT 3u
-#define SEL_MAX 4u
-#define SEL_LSE 5u
-#define SEL_ZT 6u
-#define SEL_ARGMAX 7u
+#define SEL_COUNT 4u
+#define SEL_MAX 5u
+#define SEL_LSE 6u
+#define SEL_ZT 7u
+#define SEL_ARGMAX 9u
 
 // The chunks a row of n logits spans.
 uint chunks_of(uint n) { return (n + CHUNK - 1u) / CHUNK; }
 
-uint row_words(uint groups) { return 5u * groups + BINS + SEL_WORDS + 2u * CAP; }
-uint parts_at(uint base) { return base; }                      // (groups) x 4: max, argmax, s1, sT
-uint masses_at(uint base, uint groups) { return base + 4u * groups; }  // (groups)
-uint hist_at(uint base, uint groups) { return base + 5u * groups; }    // (BINS)
-uint sel_at(uint base, uint groups) { return base + 5u * groups + BINS; }
+uint row_words(uint groups) { return (PART_WORDS + 2u) * groups + BINS + SEL_WORDS + 2u * CAP; }
+uint parts_at(uint base) { return base; }                                        // (groups) x PART_WORDS
+uint masses_at(uint base, uint groups) { return base + PART_WORDS * groups; }    // (groups) x 2
+uint hist_at(uint base, uint groups) { return base + (PART_WORDS + 2u) * groups; }  // (BINS)
+uint sel_at(uint base, uint groups) { return hist_at(base, groups) + BINS; }
 uint cand_v_at(uint base, uint groups) { return sel_at(base, groups) + SEL_WORDS; }
 uint cand_i_at(uint base, uint groups) { return cand_v_at(base, groups) + CAP; }
 

@@ -83,7 +83,7 @@ void generate_batched(const GenerateOptions& o, model::GpuModel& gpu_model, mode
     for (std::uint32_t i = 0; i < prompt.size(); ++i) batch.tokens.push_back({s, i, prompt[i], i + 1 == prompt.size()});
   }
   auto decode_batch = [&](const std::vector<std::int32_t>& next, std::uint32_t position) {
-    model::StepBatch step{{}, batch.block_tables};
+    model::StepBatch step{{}, batch.block_tables, {}};
     for (std::uint32_t s = 0; s < b; ++s) step.tokens.push_back({s, position, next[s], true});
     return step;
   };

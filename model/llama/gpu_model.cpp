@@ -218,26 +218,42 @@ std::vector<std::int32_t> GpuModel::collect(PendingTokens& pending) {
   return ids;
 }
 
-// Each row's token, and where the row asked for them its logprobs (sample_out_words a row).
+std::vector<std::int8_t> top_logprob_counts(const StepSampling& sampling) {
+  std::vector<std::int8_t> counts;
+  for (const gpu::ops::SampleRow& row : sampling.rows) {
+    const bool logprobs = (row.flags & gpu::ops::sample_flag_logprobs) != 0;
+    counts.push_back(logprobs ? static_cast<std::int8_t>(std::min(row.flags & 0xFFu, gpu::ops::sample_max_top_logprobs)) : -1);
+  }
+  return counts;
+}
+
+std::vector<SampledToken> sampled_tokens(std::span<const std::uint32_t> words, std::span<const std::int8_t> top_logprobs) {
+  std::vector<SampledToken> tokens(top_logprobs.size());
+  for (std::size_t r = 0; r < tokens.size(); ++r) {
+    const std::uint32_t* w = &words[r * gpu::ops::sample_out_words];
+    if (w[0] == 0xFFFFFFFFu) throw std::runtime_error("sampling: no logit of the row is finite (all NaN or -inf)");
+    tokens[r].token = static_cast<std::int32_t>(w[0]);
+    if (top_logprobs[r] < 0) continue;
+    tokens[r].logprob = std::bit_cast<float>(w[1]);
+    for (std::int8_t a = 0; a < top_logprobs[r] && w[2 + 2 * a] != 0xFFFFFFFFu; ++a) {
+      tokens[r].top_logprobs.push_back({static_cast<std::int32_t>(w[2 + 2 * a]), std::bit_cast<float>(w[3 + 2 * a])});
+    }
+  }
+  return tokens;
+}
+
+// Each row's token, and where the row asked for them its logprobs.
 std::vector<SampledToken> GpuModel::collect_sampled(PendingTokens& pending) {
   if (pending.collected) throw std::logic_error("collect: no step pending, or collected already");
   gpu_.queue.wait(pending.done_at);
   pending.collected = true;
-  std::vector<SampledToken> tokens(pending.count);
-  if (pending.count == 0) return tokens;
+  if (pending.count == 0) return {};
   const std::uint32_t stride = pending.sampled ? gpu::ops::sample_out_words : 1;
-  std::vector<std::uint32_t> words(std::size_t{pending.count} * stride);
-  std::memcpy(words.data(), pending.readback.mapped(), words.size() * 4);
-  for (std::uint32_t r = 0; r < pending.count; ++r) {
-    const std::uint32_t* w = &words[std::size_t{r} * stride];
-    if (w[0] == 0xFFFFFFFFu) throw std::runtime_error("sampling: no logit of the row is finite (all NaN or -inf)");
-    tokens[r].token = static_cast<std::int32_t>(w[0]);
-    if (!pending.sampled || pending.top_logprobs[r] < 0) continue;
-    tokens[r].logprob = std::bit_cast<float>(w[1]);
-    for (std::int8_t a = 0; a < pending.top_logprobs[r] && w[2 + 2 * a] != 0xFFFFFFFFu; ++a) {
-      tokens[r].top_logprobs.push_back({static_cast<std::int32_t>(w[2 + 2 * a]), std::bit_cast<float>(w[3 + 2 * a])});
-    }
-  }
+  const auto* mapped = reinterpret_cast<const std::uint32_t*>(pending.readback.mapped());
+  const std::span<const std::uint32_t> words(mapped, std::size_t{pending.count} * stride);
+  if (pending.sampled) return sampled_tokens(words, pending.top_logprobs);
+  std::vector<SampledToken> tokens(pending.count);
+  for (std::uint32_t r = 0; r < pending.count; ++r) tokens[r].token = static_cast<std::int32_t>(words[r]);
   return tokens;
 }
 

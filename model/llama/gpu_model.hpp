@@ -116,6 +116,12 @@ struct StepSampling {
 void add_sampling_row(StepSampling& sampling, const SamplingRow& row, std::uint32_t n,
                       std::optional<std::uint32_t> pending_row, std::span<const std::uint32_t> allowed = {});
 
+// How many top logprobs each row of a step's sampling reports: -1 where it asks for no logprobs.
+std::vector<std::int8_t> top_logprob_counts(const StepSampling& sampling);
+// The rows' choices from gpu::ops::sample's output words (rows, sample_out_words). Throws
+// std::runtime_error for a row with no finite logit.
+std::vector<SampledToken> sampled_tokens(std::span<const std::uint32_t> words, std::span<const std::int8_t> top_logprobs);
+
 struct StepBatch {
   std::vector<StepToken> tokens;
   // Per sequence, the cache pages that hold positions 0, page_size, 2 * page_size, ...

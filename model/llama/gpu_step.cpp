@@ -691,10 +691,7 @@ GpuModel::StepResult GpuModel::Step::record_output(StepOutput want) {
   PoolBuffer ids = pool_.allocate(std::size_t{n_out} * 4, "scratch");
   if (pending.sampled) {
     record_sampling(ids, readback, n_out);
-    for (const ops::SampleRow& row : sampling_->rows) {
-      const bool logprobs = (row.flags & ops::sample_flag_logprobs) != 0;
-      pending.top_logprobs.push_back(logprobs ? static_cast<std::int8_t>(std::min(row.flags & 0xFFu, ops::sample_max_top_logprobs)) : -1);
-    }
+    pending.top_logprobs = top_logprob_counts(*sampling_);
   } else {
     PoolBuffer argmax_parts = pool_.allocate(ops::argmax_scratch_bytes(n_out, c_.n_vocab), "scratch");
     ops::argmax(rec(), lib_, s_.logits.range(), argmax_parts.range(), ids.range(), n_out, c_.n_vocab);

@@ -254,14 +254,14 @@ TEST(GpuModelArgmax, StepsSentAheadGiveTheTokensOfStepsRunInTurn) {
   const std::vector<std::vector<std::uint32_t>> tables{{3, 0, 5, 1}, {2, 7, 4, 6}};
   constexpr std::uint32_t kSteps = 9, kPrompt = 3;
   auto prefill = [&](GpuKvCache& cache) {
-    StepBatch batch{{}, tables};
+    StepBatch batch{{}, tables, {}};
     for (std::uint32_t s = 0; s < 2; ++s) {
       for (std::uint32_t p = 0; p < kPrompt; ++p) batch.tokens.push_back({s, p, static_cast<std::int32_t>(17 * s + 5 * p + 1), p + 1 == kPrompt});
     }
     return model.forward_argmax(batch, cache);
   };
   auto step = [&](const std::vector<std::int32_t>& tokens, std::uint32_t position) {
-    return StepBatch{{{0, position, tokens[0], true}, {1, position, tokens[1], true}}, tables};
+    return StepBatch{{{0, position, tokens[0], true}, {1, position, tokens[1], true}}, tables, {}};
   };
   std::vector<std::vector<std::int32_t>> in_turn, ahead;
   {
@@ -283,7 +283,7 @@ TEST(GpuModelArgmax, StepsSentAheadGiveTheTokensOfStepsRunInTurn) {
       if (after) current = std::move(*after);
     }
     EXPECT_THROW(model.collect(current), std::logic_error);
-    GpuModel::PendingTokens one = model.submit_tokens(StepBatch{{{0, kPrompt + kSteps, 1, true}}, tables}, cache);
+    GpuModel::PendingTokens one = model.submit_tokens(StepBatch{{{0, kPrompt + kSteps, 1, true}}, tables, {}}, cache);
     EXPECT_THROW(model.submit_tokens(step({0, 0}, kPrompt + kSteps + 1), cache, &one), std::invalid_argument);
     model.collect(one);
   }
