@@ -4,7 +4,7 @@
 # outputs). Writes $OUT/serve-h100.txt and one JSON per concurrency.
 # Here: cmake --build build && ../shared/tools/devpack -o .devrun build/mqlm && strip .devrun/bin/mqlm
 # There (carry .devrun): bench/run-serve-on-h100.sh   (SERVE_FLAGS: more flags for mqlm serve, e.g. --no-overlap;
-# PASSES: repeat the concurrency list; TEMPERATURE: the requests' temperature, 0 (greedy) by default; KV_PAGES: 8192 pages of 16 tokens by default, 16 GiB for llama3-8b, which these runs never fill)
+# PASSES: repeat the concurrency list; TEMPERATURE: the requests' temperature, 0 (greedy) by default, passed explicitly since bench serve samples (0.7) unless told; TOP_P: their top_p at a temperature above 0, 0.95 by default (bench serve's); KV_PAGES: 8192 pages of 16 tokens by default, 16 GiB for llama3-8b, which these runs never fill)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
@@ -38,7 +38,7 @@ for pass in $(seq 1 ${PASSES:-1}); do
     seed=$((c + 1000 * (pass - 1)))
     json=$OUT/serve-c$c.json
     [ "${PASSES:-1}" -gt 1 ] && json=$OUT/serve-c$c-p$pass.json
-    cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --temperature ${TEMPERATURE:-0} --warmup $c --seed $seed --json $json"
+    cmd="mqlm bench serve --server $listen --model llama3-8b --requests $n --concurrency $c --prompt-tokens 128 --output-tokens 128 --temperature ${TEMPERATURE:-0} --top-p ${TOP_P:-0.95} --warmup $c --seed $seed --json $json"
     echo "command: $cmd" >>"$log"
     $cmd >>"$log" 2>&1 || { echo "bench serve at concurrency $c failed" >>"$log"; break 2; }
   done

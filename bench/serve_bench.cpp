@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "tools/command_options.hpp"
 #include "tools/commands.hpp"
 
 namespace mqlm::tools {
@@ -171,6 +172,8 @@ class PhaseRunner {
       request.prompt = plan_.prompts[next_];
       request.sampling.max_tokens = o_.output_tokens;
       request.sampling.temperature = o_.temperature;
+      request.sampling.top_p = o_.top_p;
+      request.sampling.logit_bias = o_.logit_bias;
       request.sampling.seed = o_.seed + next_;
       RequestTimeline& t = timelines_[next_];
       if (const auto* ids = std::get_if<std::vector<std::int32_t>>(&request.prompt)) {
@@ -294,11 +297,25 @@ namespace {
 
 std::string rate_text(double rate) { return std::isinf(rate) ? "inf" : fmt::format("{:g}", rate); }
 
+// OpenAI's form: {"id": bias}.
+nlohmann::json logit_bias_json(const std::vector<model::TokenBias>& logit_bias) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& entry : logit_bias) out[std::to_string(entry.token)] = entry.bias;
+  return out;
+}
+
 nlohmann::json distribution_json(const Distribution& d) {
   return {{"count", d.count}, {"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
 }
 
 }  // namespace
+
+std::string sampling_text(const ServeBenchOptions& o) {
+  if (o.temperature == 0.0f) return "greedy (temperature 0)";
+  std::string text = fmt::format("temperature {:g}, top_p {:g}", o.temperature, o.top_p);
+  if (!o.logit_bias.empty()) text += fmt::format(", {} logit_bias", o.logit_bias.size());
+  return text;
+}
 
 std::string format_report(const ServeMetrics& m, const ServeBenchOptions& o) {
   std::string out = fmt::format("{:=^62}\n", " Serving benchmark ");
@@ -308,6 +325,7 @@ std::string format_report(const ServeMetrics& m, const ServeBenchOptions& o) {
   line("Server:", o.server);
   line("Request rate (req/s):", rate_text(o.rate));
   line("Concurrency limit:", o.concurrency == 0 ? "none" : std::to_string(o.concurrency));
+  line("Sampling:", sampling_text(o));
   line("Successful requests:", std::to_string(m.completed));
   line("Failed requests:", std::to_string(m.failed));
   for (const auto& [why, count] : m.failures) line(fmt::format("  {}:", why), std::to_string(count));
@@ -339,7 +357,10 @@ nlohmann::json report_json(const ServeMetrics& m, const ServeBenchOptions& o) {
       {"concurrency", o.concurrency},
       {"rate", std::isinf(o.rate) ? nlohmann::json("inf") : nlohmann::json(o.rate)},
       {"max_tokens", o.output_tokens},
+      {"sampling", o.temperature == 0.0f ? "greedy" : "sampled"},
       {"temperature", o.temperature},
+      {"top_p", o.top_p},
+      {"logit_bias", logit_bias_json(o.logit_bias)},
       {"seed", o.seed},
       {"warmup", o.warmup},
   };
@@ -390,7 +411,10 @@ void add_serve_bench(CLI::App& bench) {
   cmd->add_option("--vocab-size", b.vocab_size, "the random ids are below this")->capture_default_str();
   cmd->add_option("--prompt", b.prompt, "this text as every prompt instead of random ids");
   cmd->add_option("--output-tokens", b.output_tokens, "max_tokens of every request")->capture_default_str();
-  cmd->add_option("--temperature", b.temperature, "0 is greedy")->capture_default_str();
+  cmd->add_option("--temperature", b.temperature, "0 is greedy (and top_p then changes nothing)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", b.top_p, "1 is off")->capture_default_str();
+  add_logit_bias_flag(*cmd, b.logit_bias);
   cmd->add_option("--seed", b.seed, "the same seed, the same prompts and arrival times")->capture_default_str();
   cmd->add_option("--warmup", b.warmup, "requests run first and not counted")->capture_default_str();
   cmd->add_option("--timeout-ms", o->timeout_ms, "no event for this long stops the run")->capture_default_str();
@@ -405,9 +429,14 @@ void add_serve_bench(CLI::App& bench) {
     model::SamplingParams sampling;
     sampling.max_tokens = b.output_tokens;
     sampling.temperature = b.temperature;
+    sampling.top_p = b.top_p;
+    sampling.logit_bias = b.logit_bias;
     if (auto error = model::validate(sampling)) {
-      throw CommandFailed((error->field == "max_tokens" ? "--output-tokens" : "--" + error->field) + ": " +
-                              error->message, 2);
+      std::string flag = error->field == "max_tokens" ? "--output-tokens"
+                         : error->field.starts_with("logit_bias") ? "--logit-bias"
+                         : error->field == "top_p" ? "--top-p"
+                                                   : "--" + error->field;
+      throw CommandFailed(flag + ": " + error->message, 2);
     }
     b.timeout = std::chrono::milliseconds(o->timeout_ms);
     auto connected = ServeClient::connect(b.server);

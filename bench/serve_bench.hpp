@@ -110,7 +110,11 @@ struct ServeBenchOptions {
   std::string prompt;                // when given: this text for every request instead
   std::int32_t vocab_size = 1000;    // random ids are below this
   std::int32_t output_tokens = 128;  // max_tokens
-  float temperature = 0;             // greedy by default: nothing random in the server's work
+  // What applications send (issue 32): sampled requests unless told otherwise; temperature 0 is
+  // greedy, and top_p then changes nothing.
+  float temperature = 0.7f;
+  float top_p = 0.95f;
+  std::vector<model::TokenBias> logit_bias;
   std::uint64_t seed = 0;
   std::size_t warmup = 0;            // requests run first and not counted
   std::chrono::milliseconds timeout{60000};  // no event for this long, with requests open: stop
@@ -125,6 +129,9 @@ struct ServeRun {
 // A frame from the server that is not a protocol event, or an error event (the server could not
 // read one of our frames), stops the run with a CommandFailed.
 ServeRun run_serve_bench(ServeClient& client, const ServeBenchOptions& options);
+
+// "greedy (temperature 0)" or "temperature 0.7, top_p 0.95": what the reports say was asked.
+std::string sampling_text(const ServeBenchOptions& options);
 
 std::string format_report(const ServeMetrics& metrics, const ServeBenchOptions& options);
 nlohmann::json report_json(const ServeMetrics& metrics, const ServeBenchOptions& options);

@@ -18,6 +18,7 @@ void add_sampling_flags(CLI::App& cmd, model::SamplingParams& sampling) {
   cmd.add_option("--frequency-penalty", sampling.frequency_penalty);
   cmd.add_option("--seed", sampling.seed, "the same seed and prompt give the same text");
   cmd.add_option("--stop", sampling.stop, "a stop string (repeatable)");
+  add_logit_bias_flag(cmd, sampling.logit_bias);
 }
 
 void add_logprobs_flags(CLI::App& cmd, model::SamplingParams& sampling, const std::string& where) {

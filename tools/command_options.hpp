@@ -13,8 +13,38 @@
 namespace mqlm::tools {
 
 // -n, --temperature, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
-// --presence-penalty, --frequency-penalty, --seed and --stop, into `sampling`.
+// --presence-penalty, --frequency-penalty, --seed, --stop and --logit-bias, into `sampling`.
 void add_sampling_flags(CLI::App& cmd, model::SamplingParams& sampling);
+// One --logit-bias ID=BIAS; a malformed one is a CLI::ValidationError naming the flag. The
+// range and repeats are model::validate's to check, as for every sampling flag.
+// Inline, like add_logit_bias_flag: `bench serve` (mqlm_bench) takes the flag too and does not
+// link this file's .cpp, which is the mqlm binary's.
+inline model::TokenBias parse_logit_bias(const std::string& entry) {
+  const std::string usage = "wants ID=BIAS (like 50256=-100), not '" + entry + "'";
+  auto equals = entry.find('=');
+  if (equals == std::string::npos) throw CLI::ValidationError("--logit-bias", usage);
+  model::TokenBias bias;
+  std::size_t id_end = 0, bias_end = 0;
+  try {
+    bias.token = std::stoi(entry.substr(0, equals), &id_end);
+    bias.bias = std::stof(entry.substr(equals + 1), &bias_end);
+  } catch (const std::exception&) {
+    throw CLI::ValidationError("--logit-bias", usage);
+  }
+  if (id_end != equals || bias_end != entry.size() - equals - 1) throw CLI::ValidationError("--logit-bias", usage);
+  return bias;
+}
+
+// --logit-bias ID=BIAS (repeatable), into `logit_bias`.
+inline void add_logit_bias_flag(CLI::App& cmd, std::vector<model::TokenBias>& logit_bias) {
+  cmd.add_option_function<std::vector<std::string>>(
+         "--logit-bias",
+         [&logit_bias](const std::vector<std::string>& entries) {
+           for (const std::string& entry : entries) logit_bias.push_back(parse_logit_bias(entry));
+         },
+         "add BIAS, in [-100, 100], to token ID's logit (repeatable; -100 bans the token)")
+      ->type_name("ID=BIAS");
+}
 // --logprobs and --top-logprobs, into `sampling`; `where` says where they are printed.
 void add_logprobs_flags(CLI::App& cmd, model::SamplingParams& sampling, const std::string& where);
 

@@ -62,8 +62,12 @@ void pack_sampling(Packer& p, const model::SamplingParams& s) {
   p.pack("stop_token_ids"), p.pack(s.stop_token_ids);
   p.pack("logprobs"), p.pack(s.logprobs);
   p.pack("top_logprobs"), p.pack(s.top_logprobs);
+  if (s.logit_bias.empty()) return;  // older servers do not know the key
+  p.pack("logit_bias");
+  p.pack_map(static_cast<std::uint32_t>(s.logit_bias.size()));
+  for (const model::TokenBias& entry : s.logit_bias) p.pack(entry.token), p.pack(double{entry.bias});
 }
-constexpr std::uint32_t kSamplingKeys = 14;
+std::uint32_t sampling_keys(const model::SamplingParams& s) { return s.logit_bias.empty() ? 14 : 15; }
 
 void pack_prompt(Packer& p, const Prompt& prompt) {
   if (const auto* text = std::get_if<std::string>(&prompt)) {
@@ -89,7 +93,7 @@ std::string to_string(const msgpack::sbuffer& buffer) { return std::string(buffe
 std::string encode_generate(const GenerateRequest& r) {
   msgpack::sbuffer buffer;
   Packer p(buffer);
-  p.pack_map(4 + kSamplingKeys + (r.model.empty() ? 0 : 1));
+  p.pack_map(4 + sampling_keys(r.sampling) + (r.model.empty() ? 0 : 1));
   p.pack("op"), p.pack("generate");
   p.pack("id"), pack_id(p, r.id);
   if (!r.model.empty()) p.pack("model"), p.pack(r.model);

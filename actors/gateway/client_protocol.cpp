@@ -129,6 +129,32 @@ Check read_token_ids(const msgpack::object& o, std::string_view key, std::size_t
   return std::nullopt;
 }
 
+// A map from token id to bias. Ids against the vocabulary, repeats and the bias range are left to
+// model::validate (and the scheduler), which name the entry as the JSON API does.
+Check read_logit_bias(const msgpack::object& o, std::vector<model::TokenBias>& out) {
+  if (o.type != msgpack::type::MAP) return wrong_type("logit_bias", "a map from token ids to numbers", o);
+  if (o.via.map.size > model::kMaxLogitBiasEntries) {
+    return invalid("logit_bias has " + std::to_string(o.via.map.size) + " entries: at most " +
+                   std::to_string(model::kMaxLogitBiasEntries) + " are accepted");
+  }
+  out.clear();
+  out.reserve(o.via.map.size);
+  for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+    const msgpack::object_kv& kv = o.via.map.ptr[i];
+    if (!is_integer(kv.key)) {
+      return malformed("logit_bias has a key that is " + std::string(type_name(kv.key)) +
+                       ": its keys are token ids, integers");
+    }
+    model::TokenBias entry;
+    if (auto failure = read_int32(kv.key, "a logit_bias key", entry.token)) return failure;
+    if (auto failure = read_float(kv.val, "logit_bias[\"" + std::to_string(entry.token) + "\"]", entry.bias)) {
+      return failure;
+    }
+    out.push_back(entry);
+  }
+  return std::nullopt;
+}
+
 // Counts and lengths are left to model::validate, which names the limits; the frame's own bound
 // already bounds what this allocates.
 Check read_strings(const msgpack::object& o, std::string_view key, std::vector<std::string>& out) {
@@ -269,6 +295,8 @@ const GenerateKey kGenerateKeys[] = {
      [](const msgpack::object& o, GenerateDraft& d) {
        return read_int32(o, "top_logprobs", sampling(d).top_logprobs);
      }},
+    {"logit_bias",
+     [](const msgpack::object& o, GenerateDraft& d) { return read_logit_bias(o, sampling(d).logit_bias); }},
 };
 
 // The frame's map, its keys checked: strings, short, each once.

@@ -1,5 +1,6 @@
 #include "actors/http/openai_json.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -220,6 +221,33 @@ Check read_token_ids(const json& value, const std::string& key, std::vector<std:
   return std::nullopt;
 }
 
+// OpenAI's logit_bias: an object from token ids, written as decimal strings, to biases in
+// [-100, 100]. Ids past the vocabulary are the scheduler's to refuse: it knows the model.
+Check read_logit_bias(const json& value, std::vector<model::TokenBias>& out) {
+  out.clear();
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_object()) return wrong_type("logit_bias", "an object from token ids to biases", value);
+  if (value.size() > model::kMaxLogitBiasEntries) {
+    return out_of_range("logit_bias", "has " + std::to_string(value.size()) + " entries: at most " +
+                                          std::to_string(model::kMaxLogitBiasEntries) + " are accepted");
+  }
+  for (const auto& [key, bias] : value.items()) {
+    const std::string field = "logit_bias[\"" + key.substr(0, 32) + "\"]";
+    std::int32_t token = -1;
+    auto [end, status] = std::from_chars(key.data(), key.data() + key.size(), token);
+    if (key.empty() || status != std::errc{} || end != key.data() + key.size() || token < 0) {
+      return invalid_request("'logit_bias' has the key \"" + key.substr(0, 32) +
+                                 "\": keys must be token ids, as decimal strings like \"1234\"",
+                             field, "invalid_value");
+    }
+    if (bias.is_null()) return wrong_type(field, "a number", bias);
+    float number = 0.0f;
+    if (auto failure = read_number(bias, field, -model::kMaxLogitBias, model::kMaxLogitBias, number)) return failure;
+    out.push_back({token, number});
+  }
+  return std::nullopt;
+}
+
 // A completions prompt: a string, token ids, or one of either in an array.
 Check read_prompt(const json& value, messages::Submit& submit) {
   const json* one = &value;
@@ -334,10 +362,7 @@ const Field kCommonFields[] = {
     {"stream", [](const json& v, Draft& d) { return read_bool(v, "stream", d.request.stream); }},
     {"stream_options", read_stream_options},
     {"n", read_n},
-    {"logit_bias",
-     [](const json& v, Draft&) {
-       return require_absent(v, "logit_bias", is_empty_container(v), "'logit_bias' is not supported here");
-     }},
+    {"logit_bias", [](const json& v, Draft& d) { return read_logit_bias(v, sampling(d).logit_bias); }},
     // Extensions that vLLM and llama.cpp's server also take.
     {"top_k",
      [](const json& v, Draft& d) {

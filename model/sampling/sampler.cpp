@@ -19,6 +19,9 @@ constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 // of p counts as reaching it, so that the set a user means by "p = 0.8" is the one kept.
 constexpr double kTopPTolerance = 1e-6;
 
+// Up to this k, top-k selects with a heap rather than nth_element over a copy of the vocabulary.
+constexpr std::size_t kSmallTopK = 1024;
+
 float sanitised(float logit) {
   if (std::isnan(logit)) return kNegativeInfinity;
   if (logit == std::numeric_limits<float>::infinity()) return std::numeric_limits<float>::max();
@@ -55,22 +58,26 @@ Sampler::Sampler(SamplingParams params, std::span<const std::int32_t> prompt)
 }
 
 SampledToken Sampler::sample(std::span<const float> logits, std::span<const std::uint32_t> allowed_bits) {
-  adjust(logits, allowed_bits);
+  float max = adjust(logits, allowed_bits);
   SampledToken result;
-  double log_normaliser = params_.logprobs ? report_top_logprobs(result) : 0.0;
-  result.token = params_.temperature == 0.0f ? argmax() : draw();
+  double log_normaliser = params_.logprobs ? report_top_logprobs(result, max) : 0.0;
+  result.token = params_.temperature == 0.0f ? argmax(max) : draw(max);
   if (params_.logprobs) result.logprob = static_cast<float>(adjusted_[result.token] - log_normaliser);
   record(result.token);
   return result;
 }
 
-void Sampler::adjust(std::span<const float> logits, std::span<const std::uint32_t> allowed_bits) {
+float Sampler::adjust(std::span<const float> logits, std::span<const std::uint32_t> allowed_bits) {
   if (!allowed_bits.empty() && allowed_bits.size() < (logits.size() + 31) / 32)
     throw std::invalid_argument("Sampler: the allowed-token mask has " + std::to_string(allowed_bits.size()) +
                                 " words for " + std::to_string(logits.size()) + " logits");
   adjusted_.resize(logits.size());
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    adjusted_[i] = allowed(allowed_bits, i) ? sanitised(logits[i]) : kNegativeInfinity;
+  // The mask test stays out of the common loop, which the compiler can then vectorise.
+  std::transform(logits.begin(), logits.end(), adjusted_.begin(), sanitised);
+  if (!allowed_bits.empty()) {
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      if (!allowed(allowed_bits, i)) adjusted_[i] = kNegativeInfinity;
+  }
   auto in_range = [&](std::int32_t id) { return id >= 0 && static_cast<std::size_t>(id) < adjusted_.size(); };
   for (const auto& [id, bias] : bias_)
     if (in_range(id)) adjusted_[id] += bias;
@@ -78,8 +85,10 @@ void Sampler::adjust(std::span<const float> logits, std::span<const std::uint32_
     if (in_range(id)) adjusted_[id] = penalised(id, adjusted_[id]);
   for (const auto& [id, count] : output_counts_)
     if (in_range(id) && !recent_counts_.contains(id)) adjusted_[id] = penalised(id, adjusted_[id]);
-  if (std::none_of(adjusted_.begin(), adjusted_.end(), [](float l) { return l != kNegativeInfinity; }))
+  float max = adjusted_.empty() ? kNegativeInfinity : *std::max_element(adjusted_.begin(), adjusted_.end());
+  if (max == kNegativeInfinity)
     throw std::invalid_argument("Sampler: no allowed logit is finite (all NaN, -inf or masked)");
+  return max;
 }
 
 float Sampler::penalised(std::int32_t id, float logit) const {
@@ -93,8 +102,7 @@ float Sampler::penalised(std::int32_t id, float logit) const {
 }
 
 // Fills result.top_logprobs; returns the log-normaliser, a log-sum-exp in double.
-double Sampler::report_top_logprobs(SampledToken& result) const {
-  float max = *std::max_element(adjusted_.begin(), adjusted_.end());
+double Sampler::report_top_logprobs(SampledToken& result, float max) const {
   double sum = 0.0;
   for (float l : adjusted_) sum += std::exp(double{l} - max);
   double log_normaliser = max + std::log(sum);
@@ -120,15 +128,21 @@ double Sampler::report_top_logprobs(SampledToken& result) const {
   return log_normaliser;
 }
 
-std::int32_t Sampler::argmax() const {
-  // max_element returns the first of equal maxima: ties go to the lowest id.
-  return static_cast<std::int32_t>(std::max_element(adjusted_.begin(), adjusted_.end()) - adjusted_.begin());
+// The first of equal maxima: ties go to the lowest id.
+std::int32_t Sampler::argmax(float max) const {
+  return static_cast<std::int32_t>(std::find(adjusted_.begin(), adjusted_.end(), max) - adjusted_.begin());
 }
 
 // t_k: the k-th largest value counting multiplicity; -inf when top-k is off.
 float Sampler::top_k_threshold() {
   auto k = static_cast<std::size_t>(params_.top_k);
   if (k == 0 || k >= adjusted_.size()) return kNegativeInfinity;
+  // A small k (the usual 40): one pass with a k-sized heap, most values rejected at a compare.
+  if (k <= kSmallTopK) {
+    scratch_.resize(k);
+    std::partial_sort_copy(adjusted_.begin(), adjusted_.end(), scratch_.begin(), scratch_.end(), std::greater<>());
+    return scratch_[k - 1];
+  }
   scratch_.assign(adjusted_.begin(), adjusted_.end());
   std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(k - 1), scratch_.end(),
                    std::greater<>());
@@ -163,24 +177,26 @@ float Sampler::top_p_threshold(float top_k_threshold, float max, float inverse_t
 }
 
 // The kept set is every token at or above the highest threshold; the draw walks it in id order.
-std::int32_t Sampler::draw() {
-  float max = *std::max_element(adjusted_.begin(), adjusted_.end());
+std::int32_t Sampler::draw(float max) {
   float inverse_temperature = 1.0f / params_.temperature;
   float top_k = top_k_threshold();
   float kept_from = std::max({top_k, top_p_threshold(top_k, max, inverse_temperature), max + min_p_offset_});
-  weights_.resize(adjusted_.size());
+  kept_.clear();
+  weights_.clear();
   double total = 0.0;
   for (std::size_t i = 0; i < adjusted_.size(); ++i) {
-    weights_[i] = adjusted_[i] >= kept_from ? relative_weight(adjusted_[i], max, inverse_temperature) : 0.0f;
-    total += weights_[i];
+    if (adjusted_[i] < kept_from) continue;
+    kept_.push_back(static_cast<std::int32_t>(i));
+    weights_.push_back(relative_weight(adjusted_[i], max, inverse_temperature));
+    total += weights_.back();
   }
   double target = double{uniform_for(params_.seed, static_cast<std::uint32_t>(generated_count_))} * total;
   double mass = 0.0;
-  std::int32_t last_possible = 0;
-  for (std::size_t i = 0; i < weights_.size(); ++i) {
+  std::int32_t last_possible = kept_.front();
+  for (std::size_t i = 0; i < kept_.size(); ++i) {
     if (weights_[i] <= 0.0f) continue;
     mass += weights_[i];
-    last_possible = static_cast<std::int32_t>(i);
+    last_possible = kept_[i];
     if (mass > target) return last_possible;
   }
   return last_possible;  // the rounding of the running sum left target just above the end

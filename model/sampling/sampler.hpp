@@ -89,11 +89,11 @@ class Sampler {
   std::int64_t generated_count() const { return generated_count_; }
 
  private:
-  void adjust(std::span<const float> logits, std::span<const std::uint32_t> allowed_bits);
+  float adjust(std::span<const float> logits, std::span<const std::uint32_t> allowed_bits);  // the max
   float penalised(std::int32_t id, float logit) const;
-  double report_top_logprobs(SampledToken& result) const;
-  std::int32_t argmax() const;
-  std::int32_t draw();
+  double report_top_logprobs(SampledToken& result, float max) const;
+  std::int32_t argmax(float max) const;
+  std::int32_t draw(float max);
   float top_k_threshold();
   float top_p_threshold(float top_k_threshold, float max, float inverse_temperature);
   void record(std::int32_t token);
@@ -109,7 +109,8 @@ class Sampler {
   std::int64_t generated_count_ = 0;
   std::vector<float> adjusted_;  // (n) this step's adjusted logits, reused across steps
   std::vector<float> scratch_;   // (<= n) values the thresholds partially sort
-  std::vector<float> weights_;   // (n) the draw's weights, 0 outside the kept set
+  std::vector<std::int32_t> kept_;  // (<= n) the kept tokens, ascending
+  std::vector<float> weights_;      // (<= n) their weights
 };
 
 }  // namespace mqlm::model

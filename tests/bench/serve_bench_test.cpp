@@ -157,6 +157,9 @@ TEST(ServeBenchRun, EveryRequestCompletesWithinTheConcurrencyLimit) {
 
   ASSERT_EQ(run.requests.size(), 10u);
   EXPECT_EQ(server.generates(), 12u);  // the warmup's two too
+  // Sampled by default, as applications ask (issue 32).
+  EXPECT_FLOAT_EQ(server.last_temperature(), 0.7f);
+  EXPECT_FLOAT_EQ(server.last_top_p(), 0.95f);
   EXPECT_EQ(server.most_open(), 3u);
   for (const auto& r : run.requests) {
     EXPECT_TRUE(r.ok) << r.error;
@@ -186,8 +189,25 @@ TEST(ServeBenchRun, EveryRequestCompletesWithinTheConcurrencyLimit) {
   EXPECT_EQ(j["completed"], 10);
   EXPECT_EQ(j["config"]["rate"], "inf");
   EXPECT_EQ(j["config"]["concurrency"], 3);
+  EXPECT_EQ(j["config"]["sampling"], "sampled");
+  EXPECT_FLOAT_EQ(j["config"]["temperature"].get<float>(), 0.7f);
+  EXPECT_FLOAT_EQ(j["config"]["top_p"].get<float>(), 0.95f);
   EXPECT_GT(j["output_throughput"].get<double>(), 0);
   EXPECT_NE(format_report(m, o).find("Successful requests:"), std::string::npos);
+  EXPECT_NE(format_report(m, o).find("temperature 0.7, top_p 0.95"), std::string::npos);
+}
+
+TEST(ServeBenchReport, SaysWhetherTheRequestsWereGreedyOrSampled) {
+  ServeBenchOptions o;
+  o.temperature = 0;
+  o.logit_bias = {{5, -100.0f}};
+  nlohmann::json j = report_json(ServeMetrics{}, o);
+  EXPECT_EQ(j["config"]["sampling"], "greedy");
+  EXPECT_EQ(j["config"]["logit_bias"], (nlohmann::json{{"5", -100.0}}));
+  EXPECT_NE(format_report(ServeMetrics{}, o).find("greedy (temperature 0)"), std::string::npos);
+  o.temperature = 1.0f;
+  o.top_p = 1.0f;
+  EXPECT_EQ(sampling_text(o), "temperature 1, top_p 1, 1 logit_bias");
 }
 
 TEST(ServeBenchRun, PoissonArrivalsSpreadTheRequests) {

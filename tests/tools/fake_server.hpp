@@ -95,6 +95,9 @@ class StepServer {
   const std::string& endpoint() const { return server_.endpoint(); }
   std::size_t most_open() const { return most_open_; }
   std::size_t generates() const { return generates_; }
+  // The sampling the last generate asked for (-1 before any).
+  float last_temperature() const { return last_temperature_; }
+  float last_top_p() const { return last_top_p_; }
 
  private:
   struct Open {
@@ -124,6 +127,8 @@ class StepServer {
     RequestMap map(request.frame);
     if (map.get<std::string>("op") != "generate") return;
     ++generates_;
+    last_temperature_ = map.get<float>("temperature");
+    last_top_p_ = map.get<float>("top_p");
     open_.push_back({request.routing_id, map.get<std::int64_t>("id"), map.get<std::int32_t>("max_tokens"), 0,
                      static_cast<std::int64_t>(map.get<std::vector<std::int32_t>>("tokens").size())});
     most_open_ = std::max<std::size_t>(most_open_, open_.size());
@@ -162,6 +167,8 @@ class StepServer {
   std::vector<Open> open_;
   std::atomic<std::size_t> most_open_{0};
   std::atomic<std::size_t> generates_{0};
+  std::atomic<float> last_temperature_{-1.0f};
+  std::atomic<float> last_top_p_{-1.0f};
   std::atomic<bool> stop_{false};
   std::thread thread_;  // last: it starts once everything it uses exists
 };

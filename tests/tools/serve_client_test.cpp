@@ -43,6 +43,7 @@ TEST(ServeClientEncoding, GenerateCarriesEveryKeyOfTheProtocolWithItsType) {
   r.sampling.stop_token_ids = {2, 3};
   r.sampling.logprobs = true;
   r.sampling.top_logprobs = 5;
+  r.sampling.logit_bias = {{50256, -100.0f}, {9, 1.5f}};
   const std::string frame = encode_generate(r);
   RequestMap m(frame);
 
@@ -52,7 +53,7 @@ TEST(ServeClientEncoding, GenerateCarriesEveryKeyOfTheProtocolWithItsType) {
   EXPECT_EQ(keys, (std::set<std::string>{"op", "id", "model", "prompt", "stream", "max_tokens", "temperature",
                                          "top_k", "top_p", "min_p", "repetition_penalty", "repetition_last_n",
                                          "presence_penalty", "frequency_penalty", "seed", "stop", "stop_token_ids",
-                                         "logprobs", "top_logprobs"}));
+                                         "logprobs", "top_logprobs", "logit_bias"}));
   auto type = [&](const std::string& key) { return m.keys.at(key).type; };
   EXPECT_EQ(type("op"), msgpack::type::STR);
   EXPECT_EQ(m.get<std::string>("op"), "generate");
@@ -84,6 +85,8 @@ TEST(ServeClientEncoding, GenerateCarriesEveryKeyOfTheProtocolWithItsType) {
   EXPECT_EQ(m.get<std::vector<std::int32_t>>("stop_token_ids"), (std::vector<std::int32_t>{2, 3}));
   EXPECT_EQ(type("logprobs"), msgpack::type::BOOLEAN);
   EXPECT_TRUE(m.get<bool>("logprobs"));
+  EXPECT_EQ(type("logit_bias"), msgpack::type::MAP);
+  EXPECT_EQ((m.get<std::map<std::int32_t, double>>("logit_bias")), (std::map<std::int32_t, double>{{9, 1.5}, {50256, -100.0}}));
 }
 
 TEST(ServeClientEncoding, TokenPromptsAndStringIdsAndNoModel) {
@@ -102,6 +105,7 @@ TEST(ServeClientEncoding, TokenPromptsAndStringIdsAndNoModel) {
   EXPECT_EQ(m.get<std::int32_t>("max_tokens"), 256);
   EXPECT_FLOAT_EQ(m.get<float>("temperature"), 1.0f);
   EXPECT_TRUE(m.get<std::vector<std::string>>("stop").empty());
+  EXPECT_FALSE(m.has("logit_bias"));  // sent only when set
 }
 
 TEST(ServeClientEncoding, ChatMessagesAreRoleContentMaps) {

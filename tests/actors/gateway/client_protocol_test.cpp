@@ -2,6 +2,7 @@
 // client would) parsed into requests or error values, and events encoded and read back.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <set>
 
@@ -75,6 +76,28 @@ TEST(ClientProtocolTest, GenerateTakesEveryKey) {
   EXPECT_EQ(s.stop_token_ids, (std::vector<std::int32_t>{2, 7}));
   EXPECT_TRUE(s.logprobs);
   EXPECT_EQ(s.top_logprobs, 3);
+}
+
+// A generate frame whose logit_bias map holds `entries` pairs packed by pack_entries: json objects
+// cannot hold the integer keys the protocol uses.
+std::string with_logit_bias(std::uint32_t entries,
+                            const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& pack_entries) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> packer(buffer);
+  packer.pack_map(4);
+  packer.pack("op").pack("generate").pack("id").pack(1).pack("prompt").pack("x").pack("logit_bias");
+  packer.pack_map(entries);
+  pack_entries(packer);
+  return std::string(buffer.data(), buffer.size());
+}
+
+TEST(ClientProtocolTest, LogitBiasIsAMapFromTokenIdsToNumbers) {
+  auto parsed = parse_bytes(with_logit_bias(2, [](auto& p) { p.pack(50256).pack(-100).pack(7).pack(2.5); }));
+  auto* request = std::get_if<GenerateRequest>(&parsed);
+  ASSERT_NE(request, nullptr) << std::get<RequestProblem>(parsed).message;
+  EXPECT_EQ(request->submit.sampling.logit_bias, (std::vector<model::TokenBias>{{50256, -100.0f}, {7, 2.5f}}));
+  auto empty = parse(json{{"op", "generate"}, {"id", 1}, {"prompt", "x"}, {"logit_bias", json::object()}});
+  ASSERT_NE(std::get_if<GenerateRequest>(&empty), nullptr);
 }
 
 TEST(ClientProtocolTest, OmittedKeysTakeTheDocumentedDefaults) {
@@ -265,6 +288,18 @@ std::vector<BadFrame> bad_frames() {
        true},
       {"too many stop strings", with("stop", std::vector<std::string>(17, "s")), RequestError::invalid_request,
        "stop has 17 strings", one, true},
+      {"logit_bias an array", with("logit_bias", {5, 1}), RequestError::malformed, "'logit_bias' must be a map", one,
+       true},
+      {"logit_bias with string keys", with("logit_bias", {{"5", 1}}), RequestError::malformed,
+       "logit_bias has a key that is a string", one, true},
+      {"logit_bias value a string", with_logit_bias(1, [](auto& p) { p.pack(5).pack("a"); }),
+       RequestError::malformed, "'logit_bias[\"5\"]' must be a number", one, true},
+      {"logit_bias over 100", with_logit_bias(1, [](auto& p) { p.pack(5).pack(101); }),
+       RequestError::invalid_request, "logit_bias[\"5\"] is 101", one, true},
+      {"logit_bias of a negative id", with_logit_bias(1, [](auto& p) { p.pack(-1).pack(1); }),
+       RequestError::invalid_request, "logit_bias[\"-1\"] names token -1", one, true},
+      {"logit_bias id twice", with_logit_bias(2, [](auto& p) { p.pack(5).pack(1).pack(5).pack(2); }),
+       RequestError::invalid_request, "logit_bias[\"5\"] appears twice", one, true},
       {"stop not strings", with("stop", {"a", 1}), RequestError::malformed, "'stop[1]' must be a string", one, true},
       {"negative token", packed({{"op", "generate"}, {"id", 1}, {"tokens", {5, -1}}}), RequestError::invalid_request,
        "tokens[1] is -1", one, true},

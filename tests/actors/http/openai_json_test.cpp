@@ -58,6 +58,7 @@ TEST(OpenAiRequest, ChatBodyBecomesAChatSubmitWithEverySamplingField) {
   body["stream_options"] = {{"include_usage", true}};
   body["n"] = 1;
   body["user"] = "someone";
+  body["logit_bias"] = {{"50256", -100}, {"7", 2.5}};
   CompletionRequest r = parse_ok(Endpoint::chat, body);
   EXPECT_EQ(r.model, "tiny");
   EXPECT_EQ(r.submit.model, "tiny");
@@ -76,6 +77,8 @@ TEST(OpenAiRequest, ChatBodyBecomesAChatSubmitWithEverySamplingField) {
   EXPECT_FLOAT_EQ(s.frequency_penalty, -1.0f);
   EXPECT_TRUE(s.logprobs);
   EXPECT_EQ(s.top_logprobs, 3);
+  // nlohmann's objects iterate their keys in order: "50256" before "7".
+  EXPECT_EQ(s.logit_bias, (std::vector<model::TokenBias>{{50256, -100.0f}, {7, 2.5f}}));
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_TRUE(r.logprobs);
@@ -197,7 +200,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadBody{Endpoint::chat, R"({"model": "m", "stream_options": {"include_usage": true}, )" + kMessages + "}",
                 "stream_options"},
         BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function"}], )" + kMessages + "}", "tools"},
-        BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"5": 1}, )" + kMessages + "}", "logit_bias"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": [5, 1], )" + kMessages + "}", "logit_bias"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"x5": 1}, )" + kMessages + "}", "logit_bias[\"x5\"]"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"-3": 1}, )" + kMessages + "}", "logit_bias[\"-3\"]"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"": 1}, )" + kMessages + "}", "logit_bias[\"\"]"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"99999999999": 1}, )" + kMessages + "}",
+                "logit_bias[\"99999999999\"]"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"5": 101}, )" + kMessages + "}", "logit_bias[\"5\"]"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"5": "1"}, )" + kMessages + "}", "logit_bias[\"5\"]"},
+        BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"5": null}, )" + kMessages + "}", "logit_bias[\"5\"]"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", "logit_bias": {"5": 1, "05": 2}})",
+                "logit_bias[\"5\"]"},
         BadBody{Endpoint::chat, R"({"model": "m", "frobnicate": 1, )" + kMessages + "}", "frobnicate"},
         BadBody{Endpoint::chat, R"({"model": "m", "prompt": "x", )" + kMessages + "}", "prompt"},
         BadBody{Endpoint::completions, R"({"model": "m"})", "prompt"},

@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include "model/sampling/philox.hpp"
+
 namespace mqlm::model {
 namespace {
 
@@ -89,6 +91,24 @@ TEST(Sampler, GoldenSequenceForSeed42) {
   Sampler sampler(with_temperature(1.0f, 42));
   const std::vector<std::int32_t> golden = {31, 49, 42, 38, 16, 16, 12, 19, 27, 12, 27, 16, 19, 12, 12, 38};
   EXPECT_EQ(draws(sampler, logits, static_cast<int>(golden.size())), golden);
+}
+
+// The spec's draw, step by step: u from Philox (seed, token index), float weights relative to the
+// max, a double running sum over the kept tokens in id order, the first past u * Z.
+TEST(Sampler, DrawWalksTheKeptTokensInIdOrder) {
+  std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.0f, 2.0f, 0.0f};  // ids not in likelihood order
+  const float inverse_temperature = 1.0f / 0.8f;
+  std::vector<float> weights;
+  double total = 0.0;
+  for (float l : logits) total += weights.emplace_back(std::exp((l - 2.0f) * inverse_temperature));
+  for (std::uint64_t seed = 0; seed < 500; ++seed) {
+    Sampler sampler(with_temperature(0.8f, seed));
+    sampler.accept(0);  // the draw below is the second token: Philox counter 1
+    double target = double{uniform_for(seed, 1)} * total, mass = 0.0;
+    std::int32_t expected = 0;
+    while ((mass += weights[expected]) <= target) ++expected;
+    ASSERT_EQ(sampler.sample(logits).token, expected) << "seed " << seed;
+  }
 }
 
 // ---- greedy and the filters -------------------------------------------------------------

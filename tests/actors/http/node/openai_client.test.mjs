@@ -173,6 +173,21 @@ test('the same seed gives the same sampled text', async () => {
   assert.equal(second.choices[0].message.content, first.choices[0].message.content);
 });
 
+// Sampled, not greedy: the sampler applies the bias wherever the token is drawn.
+test('logit_bias of 100 makes the sampler repeat the token it names', async () => {
+  const repeated = async (id) => {
+    const r = await client.completions.create({
+      model, prompt: [300, 400, 500], max_tokens: 4, temperature: 0.8, seed: 7, logprobs: 0,
+      logit_bias: { [id]: 100 },
+    });
+    const tokens = r.choices[0].logprobs.tokens;
+    assert.equal(tokens.length, 4, `bias on ${id}: ${JSON.stringify(tokens)}`);
+    assert.ok(tokens.every((t) => t === tokens[0]), `bias on ${id}: ${JSON.stringify(tokens)}`);
+    return tokens[0];
+  };
+  assert.notEqual(await repeated(301), await repeated(302));
+});
+
 test('a repeated long prompt reports its cached tokens', async () => {
   const long = [{ role: 'user', content: 'The quick brown fox jumps over the lazy dog. '.repeat(8) }];
   await client.chat.completions.create({ model, messages: long, max_tokens: 2, temperature: 0 });
@@ -240,6 +255,9 @@ test('bad parameters are 400s naming the parameter, and the server stays up', as
     [{ temperature: 5 }, 'temperature'],
     [{ logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
     [{ frobnicate: true }, 'frobnicate'],
+    [{ logit_bias: { abc: 1 } }, 'logit_bias["abc"]'],
+    [{ logit_bias: { 5: 150 } }, 'logit_bias["5"]'],
+    [{ logit_bias: [5] }, 'logit_bias'],
   ];
   for (const [fields, param] of bad) {
     await assert.rejects(() => client.chat.completions.create({ model, messages, max_tokens: 2, ...fields }), (error) => {
@@ -248,6 +266,11 @@ test('bad parameters are 400s naming the parameter, and the server stays up', as
       return true;
     });
   }
+  // An id past the model's vocabulary: only the server, which knows the model, can refuse it.
+  await assert.rejects(
+    () => client.chat.completions.create({ model, messages, max_tokens: 2, logit_bias: { 99999999: 1 } }),
+    (error) => error instanceof OpenAI.BadRequestError && /logit_bias/.test(error.message),
+  );
   const r = await client.chat.completions.create({ model, messages, max_tokens: 2, temperature: 0 });
   checkUsage(r.usage, 2);
 });
