@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <set>
 #include <span>
 #include <tuple>
-#include <functional>
 #include <stdexcept>
 #include <vector>
 
