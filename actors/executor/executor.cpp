@@ -74,12 +74,13 @@ DeviceMemoryWire to_wire(const gpu::DeviceMemory& figures) {
   return {figures.total_bytes, figures.budget_bytes, figures.usage_bytes, figures.has_budget, 0};
 }
 
-// Greedy with nothing that reads the sampler's history: the GPU's argmax (lowest id on ties, as
-// the sampler breaks them) is the sampler's choice, and the sampler need not be told the token,
-// because its history feeds only the penalties, which are off for the sequence's whole life.
+// Greedy with nothing that reads the sampler's history or changes the logits: the GPU's argmax
+// (lowest id on ties, as the sampler breaks them) is the sampler's choice, and the sampler need
+// not be told the token, because its history feeds only the penalties, which are off for the
+// sequence's whole life.
 bool plain_greedy(const model::SamplingParams& p) {
   return p.temperature == 0.0f && !p.logprobs && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
-         (p.repetition_penalty == 1.0f || p.repetition_last_n == 0);
+         (p.repetition_penalty == 1.0f || p.repetition_last_n == 0) && p.logit_bias.empty();
 }
 
 bool is_device_lost(const std::exception& e) {

@@ -94,7 +94,7 @@ float Sampler::adjust(std::span<const float> logits, std::span<const std::uint32
 float Sampler::penalised(std::int32_t id, float logit) const {
   if (recent_counts_.contains(id)) {
     float r = params_.repetition_penalty;
-    logit = logit > 0.0f ? logit / r : logit * r;
+    logit = logit > 0.0f ? logit * (1.0f / r) : logit * r;  // a product on both sides, as the GPU rounds it
   }
   if (auto it = output_counts_.find(id); it != output_counts_.end())
     logit -= static_cast<float>(it->second) * params_.frequency_penalty + params_.presence_penalty;
@@ -216,7 +216,7 @@ SamplingRow Sampler::gpu_row(bool one_pending) const {
                   .top_k = params_.top_k,
                   .top_p = params_.top_p,
                   .min_p_offset = min_p_offset_,
-                  .repetition_penalty = params_.repetition_penalty,
+                  .repetition_penalty = repetition_window() > 0 ? params_.repetition_penalty : 1.0f,
                   .presence_penalty = params_.presence_penalty,
                   .frequency_penalty = params_.frequency_penalty,
                   .seed = params_.seed,

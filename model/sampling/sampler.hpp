@@ -3,7 +3,7 @@
 //   1. the adjusted logits: NaN -> -inf, +inf -> the largest float; tokens outside the allowed
 //      mask -> -inf; logit_bias added; then the penalties (llama.cpp's chain order: bias first):
 //      repetition (CTRL / llama.cpp: over the last repetition_last_n tokens of prompt and output,
-//      each distinct token once: positive logit / r, negative logit * r), then presence and
+//      each distinct token once: positive logit * (1 / r), negative logit * r), then presence and
 //      frequency (OpenAI: over the generated tokens, logit -= count * frequency + presence);
 //   2. logprobs, when asked: log-softmax of the adjusted logits at temperature 1, before
 //      temperature and the filters (what the sampler starts from; it does not collapse to 0 /
