@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
+for f in .devrun/bin/*.xz; do [ -e "$f" ] && xz -d "$f"; done
 source .devrun/env.sh || true  # its last test fails where there is no NVIDIA driver
 log=$OUT/sampling-h100.txt
 { date -u +"date: %Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } >"$log"
