@@ -977,13 +977,13 @@ void topk(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch
 namespace {
 // sampling.glsl's CHUNK, BINS, CAP, PART_WORDS, SEL_WORDS and row_words().
 constexpr std::uint32_t sample_chunk = 4096, sample_bins = 2048, sample_cap = 2048, sample_part_words = 5,
-                        sample_sel_words = 10;
+                        sample_sel_words = 16;
 std::uint32_t sample_groups(std::uint32_t stride) { return ceil_div(stride, sample_chunk); }
 }  // namespace
 
 std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride) {
   const std::uint64_t words =
-      (sample_part_words + 2ull) * sample_groups(stride) + sample_bins + sample_sel_words + 2ull * sample_cap;
+      (sample_part_words + 2ull) * sample_groups(stride) + sample_bins + sample_sel_words + 4ull * sample_cap;
   return std::uint64_t{rows} * words * 4;
 }
 
@@ -1014,6 +1014,9 @@ void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& b, std::uin
   pass("sample_select", false);
   pass("sample_gather", true);
   pass("sample_finish", false);
+  pass("sample_draw_masses", true);
+  pass("sample_draw_select", false);
+  pass("sample_draw_walk", true);
 }
 
 void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, std::uint64_t bytes) {

@@ -1,22 +1,23 @@
 #version 450
-// Sampling on the GPU, every output row of a step at once, in five passes (gpu/ops.hpp: sample):
-//   PREPARE (a workgroup a row): logit_bias and the penalties on the tokens the host lists, and on
-//     the token the step before chose (still on the GPU when this step was sent);
-//   STATS (CHUNK logits a workgroup): the mask applied, each chunk's maximum, its argmax and its
-//     sums of exp at temperature 1 and at the row's temperature;
-//   BINS (a workgroup a chunk): where the row needs candidates (top-k, top-p, top logprobs), a
-//     histogram of the logits' distances from the maximum; where the draw walks the whole row (no
-//     top-k, no top-p), each chunk's mass of the tokens min-p keeps;
-//   SELECT (a workgroup a row): the last histogram bin whose tokens fit in CAP candidates, and for
-//     a whole-row draw the chunk the random number lands in;
-//   GATHER (a workgroup a chunk): the candidates, and the whole-row draw's walk of its chunk;
-//   FINISH (a workgroup a row): the candidates sorted, the thresholds, the draw among the kept
-//     candidates, the logprobs. Where the kept set or the top logprobs reach past the candidates
-//     (a flat distribution: more than CAP tokens within 1/32 of the temperature of each other
-//     near the top, or a nucleus of more than CAP tokens), it finds them exactly by passes over
-//     the whole row: slower, and as exact.
-// The semantics are the CPU sampler's (model/sampling/sampler.hpp); reductions go in a fixed
-// order, so a row's token depends on its own logits, parameters and seed only.
+// Sampling on the GPU, every output row of a step at once (gpu/ops.hpp: sample), in passes that
+// read a row in many workgroups (CHUNK logits each) or take a row in one:
+//   PREPARE (a row): logit_bias and the penalties on the tokens the host lists, and on the token
+//     the step before chose (still on the GPU when this step was sent);
+//   STATS (chunks): the mask applied; each chunk's maximum, argmax and sums of exp;
+//   BINS (chunks): where the row needs candidates (top-k, top-p, top logprobs), a histogram of the
+//     logits' distances from the maximum, in steps of 1/32 of the temperature;
+//   SELECT (a row): the last bin whose tokens, with those above, fit in CAP candidates; and where a
+//     top-p nucleus may reach past them, a window of bins its threshold must lie in, bounded from
+//     the bins' counts (a bin's tokens weigh within a factor e^(1/32) of each other);
+//   GATHER (chunks): the candidates, the window's tokens, the weight above the window;
+//   FINISH (a row): the candidates sorted, the top logprobs, the thresholds of top-k, top-p and
+//     min-p, and the draw where the kept tokens are all candidates; otherwise the threshold for
+//   DRAW_MASSES (chunks), DRAW_SELECT (a row), DRAW_WALK (chunks): the draw over the whole row by
+//     id: each chunk's kept weight, the chunk u lands in, the walk through it.
+// What reaches past all of these (more than CAP tokens within 1/32 of the temperature of each
+// other at a threshold, a top-k past CAP) is found exactly by bisection over the row in FINISH:
+// slower, and as exact. The semantics are the CPU sampler's (model/sampling/sampler.hpp); sums go
+// in a fixed order, so a row's token depends on its own logits, parameters and seed only.
 #include "common.glsl"
 #include "select.glsl"
 #include "reduce.glsl"
@@ -76,6 +77,7 @@ void main() {
   for (uint b = tid(); b < BINS; b += WG) scratch[hist_at(row_base(row), p.groups) + b] = 0u;
   if (tid() == 0u) {
     scratch[sel + SEL_COUNT] = 0u;
+    scratch[sel + SEL_WINDOW_COUNT] = 0u;
     pending_listed = false;
   }
   barrier();
@@ -171,6 +173,13 @@ acc run_mass(SampleRow r, uint row, uint g, float m, float t) {
   return mass;
 }
 
+acc load_acc(uint at) { return acc_of(uvec2(scratch[at], scratch[at + 1u])); }
+void store_acc(uint at, acc v) {
+  const uvec2 bits = acc_bits(v);
+  scratch[at] = bits.x;
+  scratch[at + 1u] = bits.y;
+}
+
 #if defined(SAMPLE_BINS)
 shared uint shist[BINS];
 
@@ -180,35 +189,27 @@ void main() {
   const SampleRow r = rows_[row];
   const uint base = row_base(row);
   const float m = row_max(base);
-  if (g * CHUNK >= r.n || m == NEG_INF) return;
-  if (needs_candidates(r)) {
-    for (uint b = tid(); b < BINS; b += WG) shist[b] = 0u;
-    barrier();
-    const float scale = bin_scale(r);
-    for (uint j = 0u; j < PER_THREAD; ++j) {
-      const uint i = g * CHUNK + j * WG + tid();
-      if (i >= r.n) break;
-      const float l = logits[row * p.stride + i];
-      const uint b = bin_of(l, m, scale);
-      if (b < BINS && l > NEG_INF) atomicAdd(shist[b], 1u);
-    }
-    barrier();
-    for (uint b = tid(); b < BINS; b += WG) {
-      if (shist[b] != 0u) atomicAdd(scratch[hist_at(base, p.groups) + b], shist[b]);
-    }
+  if (g * CHUNK >= r.n || m == NEG_INF || !needs_candidates(r)) return;
+  for (uint b = tid(); b < BINS; b += WG) shist[b] = 0u;
+  barrier();
+  const float scale = bin_scale(r);
+  for (uint j = 0u; j < PER_THREAD; ++j) {
+    const uint i = g * CHUNK + j * WG + tid();
+    if (i >= r.n) break;
+    const float l = logits[row * p.stride + i];
+    const uint b = bin_of(l, m, scale);
+    if (b < BINS && l > NEG_INF) atomicAdd(shist[b], 1u);
   }
-  if (draws_whole_row(r)) {
-    const uvec2 mass = acc_bits(workgroup_acc_sum(run_mass(r, row, g, m, min_p_threshold(r, m))));
-    if (tid() == 0u) {
-      scratch[masses_at(base, p.groups) + 2u * g] = mass.x;
-      scratch[masses_at(base, p.groups) + 2u * g + 1u] = mass.y;
-    }
+  barrier();
+  for (uint b = tid(); b < BINS; b += WG) {
+    if (shist[b] != 0u) atomicAdd(scratch[hist_at(base, p.groups) + b], shist[b]);
   }
 }
 
 #elif defined(SAMPLE_SELECT)
 shared uint run_sum[WG];
-shared int last_bin;
+shared acc run_hi[WG], run_lo[WG];
+shared int last_bin, window_lo, window_hi;
 shared uint min_index[64];
 
 uint workgroup_min(uint v) {
@@ -221,15 +222,12 @@ uint workgroup_min(uint v) {
   return r;
 }
 
-// The last bin whose tokens, with those of the bins before it, fit in CAP candidates (-1: none).
-int last_fitting_bin(uint base) {
-  const uint per = BINS / WG, hist = hist_at(base, p.groups);
-  uint own = 0u;
-  for (uint j = 0u; j < per; ++j) own += scratch[hist + tid() * per + j];
-  run_sum[tid()] = own;
-  if (tid() == 0u) last_bin = -1;
+#define PER_RUN (BINS / WG)
+
+// Thread 0's exclusive prefix of run_sum, in order.
+void prefix_counts() {
   barrier();
-  if (tid() == 0u) {  // 256 sums, in order: the exclusive prefix of each run
+  if (tid() == 0u) {
     uint total = 0u;
     for (uint t = 0u; t < WG; ++t) {
       const uint s = run_sum[t];
@@ -238,22 +236,77 @@ int last_fitting_bin(uint base) {
     }
   }
   barrier();
+}
+
+// The last bin whose tokens, with those of the bins before it, fit in CAP candidates (-1: none).
+int last_fitting_bin(uint hist) {
+  uint own = 0u;
+  for (uint j = 0u; j < PER_RUN; ++j) own += scratch[hist + tid() * PER_RUN + j];
+  run_sum[tid()] = own;
+  if (tid() == 0u) last_bin = -1;
+  prefix_counts();
   uint cum = run_sum[tid()];
   int fits = -1;
-  for (uint j = 0u; j < per; ++j) {
-    cum += scratch[hist + tid() * per + j];
-    if (cum <= CAP) fits = int(tid() * per + j);
+  for (uint j = 0u; j < PER_RUN; ++j) {
+    cum += scratch[hist + tid() * PER_RUN + j];
+    if (cum <= CAP) fits = int(tid() * PER_RUN + j);
   }
   atomicMax(last_bin, fits);
   barrier();
   return last_bin;
 }
 
+// A bin's tokens weigh between count * exp(-(b + 1) / BIN_STEPS) and count * exp(-b / BIN_STEPS)
+// (a little wider, for rounding): from the counts alone, the bins where the running weight can
+// first reach target, from the first whose upper bound reaches it to the first whose lower does.
+// -1 where they hold more than CAP tokens (the nucleus is then found over the whole row).
+ivec2 nucleus_window(uint hist, acc target) {
+  acc hi = 0.0, lo = 0.0;
+  for (uint j = 0u; j < PER_RUN; ++j) {
+    const float b = float(tid() * PER_RUN + j), n = float(scratch[hist + tid() * PER_RUN + j]);
+    hi += acc(n * exp(-b / float(BIN_STEPS)) * 1.0001);
+    lo += acc(n * exp(-(b + 1.0) / float(BIN_STEPS)) * 0.9999);
+  }
+  run_hi[tid()] = hi;
+  run_lo[tid()] = lo;
+  if (tid() == 0u) {
+    window_lo = int(BINS);
+    window_hi = int(BINS);
+    acc th = 0.0, tl = 0.0;
+    for (uint t = 0u; t < WG; ++t) {
+      const acc h = run_hi[t], l = run_lo[t];
+      run_hi[t] = th;
+      run_lo[t] = tl;
+      th += h;
+      tl += l;
+    }
+  }
+  barrier();
+  acc ch = run_hi[tid()], cl = run_lo[tid()];
+  for (uint j = 0u; j < PER_RUN; ++j) {
+    const uint b = tid() * PER_RUN + j;
+    const float n = float(scratch[hist + b]);
+    const bool reached_hi = ch >= target;
+    const bool reached_lo = cl >= target;
+    ch += acc(n * exp(-float(b) / float(BIN_STEPS)) * 1.0001);
+    cl += acc(n * exp(-(float(b) + 1.0) / float(BIN_STEPS)) * 0.9999);
+    if (!reached_hi && ch >= target) atomicMin(window_lo, int(b));
+    if (!reached_lo && cl >= target) atomicMin(window_hi, int(b));
+  }
+  barrier();
+  ivec2 w = ivec2(window_lo, min(window_hi, int(BINS) - 1));
+  if (w.x >= int(BINS)) return ivec2(-1);
+  float count = 0.0;
+  for (uint b = uint(w.x) + tid(); b <= uint(w.y); b += WG) count += float(scratch[hist + b]);
+  const bool fits = workgroup_sum(count) <= float(CAP);
+  return fits ? w : ivec2(-1);
+}
+
 void main() {
   const uint row = flat_group();
   if (row >= p.rows) return;
   const SampleRow r = rows_[row];
-  const uint base = row_base(row), sel = sel_at(base, p.groups);
+  const uint base = row_base(row), sel = sel_at(base, p.groups), hist = hist_at(base, p.groups);
   const bool part = tid() < p.groups;
   const uint at = parts_at(base) + PART_WORDS * tid();
   const float pm = part ? uintBitsToFloat(scratch[at]) : NEG_INF;
@@ -261,27 +314,96 @@ void main() {
   const uint argmax = workgroup_min(part && pm == m ? scratch[at + 1u] : NO_INDEX);
   const bool live = part && pm > NEG_INF;
   const float s1 = workgroup_sum(live ? uintBitsToFloat(scratch[at + 2u]) * exp(pm - m) : 0.0);
-  const acc zt = workgroup_acc_sum(live && r.temperature > 0.0
-                                       ? acc_of(uvec2(scratch[at + 3u], scratch[at + 4u])) * acc(weight(pm, m, r.inv_t))
-                                       : acc(0.0));
-  const int bin = needs_candidates(r) ? last_fitting_bin(base) : -1;
+  const acc zt = workgroup_acc_sum(live && r.temperature > 0.0 ? load_acc(at + 3u) * acc(weight(pm, m, r.inv_t)) : acc(0.0));
+  const bool candidates = needs_candidates(r) && argmax != NO_INDEX;
+  const int bin = candidates ? last_fitting_bin(hist) : -1;
+  // Without top-k, a nucleus past the top candidates is looked for in a window of bins near it.
+  const bool window = candidates && wants_top_p(r) && !wants_top_k(r);
+  const ivec2 w = window ? nucleus_window(hist, acc(r.top_p) * zt * (acc(1.0) - TOP_P_TOLERANCE)) : ivec2(-1);
   if (tid() != 0u) return;
   scratch[sel + SEL_MAX] = floatBitsToUint(m);
   scratch[sel + SEL_LSE] = floatBitsToUint(m + log(s1));
-  scratch[sel + SEL_ZT] = acc_bits(zt).x;
-  scratch[sel + SEL_ZT + 1u] = acc_bits(zt).y;
+  store_acc(sel + SEL_ZT, zt);
   scratch[sel + SEL_ARGMAX] = argmax;
   scratch[sel + SEL_BIN] = uint(bin);
-  if (!draws_whole_row(r) || argmax == NO_INDEX) return;
-  // The chunk the draw lands in, and how far into its mass.
+  scratch[sel + SEL_WINDOW] = uint(w.x);
+  scratch[sel + SEL_WINDOW + 1u] = uint(w.y);
+  scratch[sel + SEL_DRAW] = 0u;
+}
+
+#elif defined(SAMPLE_GATHER)
+// The top candidates (bins up to SEL_BIN), the nucleus window's tokens, and each chunk's weight of
+// the tokens above the window (in masses).
+void main() {
+  const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
+  if (row >= p.rows) return;
+  const SampleRow r = rows_[row];
+  const uint base = row_base(row), sel = sel_at(base, p.groups);
+  if (g * CHUNK >= r.n || scratch[sel + SEL_ARGMAX] == NO_INDEX || !needs_candidates(r)) return;
+  const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), scale = bin_scale(r);
+  const uint last = uint(max(int(scratch[sel + SEL_BIN]), 0));
+  const int window_lo = int(scratch[sel + SEL_WINDOW]), window_hi = int(scratch[sel + SEL_WINDOW + 1u]);
+  acc above = 0.0;
+  for (uint j = 0u; j < PER_THREAD; ++j) {
+    const uint i = g * CHUNK + j * WG + tid();
+    if (i >= r.n) break;
+    const float l = logits[row * p.stride + i];
+    if (l == NEG_INF) continue;
+    const uint b = bin_of(l, m, scale);
+    if (b <= last) {
+      const uint slot = atomicAdd(scratch[sel + SEL_COUNT], 1u);
+      if (slot < CAP) {
+        scratch[cand_v_at(base, p.groups) + slot] = floatBitsToUint(l);
+        scratch[cand_i_at(base, p.groups) + slot] = i;
+      }
+    }
+    if (window_lo < 0) continue;
+    if (int(b) < window_lo) above += acc(weight(l, m, r.inv_t));
+    if (int(b) >= window_lo && int(b) <= window_hi) {
+      const uint slot = atomicAdd(scratch[sel + SEL_WINDOW_COUNT], 1u);
+      if (slot < CAP) {
+        scratch[window_v_at(base, p.groups) + slot] = floatBitsToUint(l);
+        scratch[window_i_at(base, p.groups) + slot] = i;
+      }
+    }
+  }
+  if (window_lo < 0) return;
+  above = workgroup_acc_sum(above);
+  if (tid() == 0u) store_acc(masses_at(base, p.groups) + 2u * g, above);
+}
+
+#elif defined(SAMPLE_FINISH)
+#include "sample_finish.glsl"
+
+#elif defined(SAMPLE_DRAW_MASSES)
+// The whole-row draws (FINISH set SEL_DRAW and the threshold): each chunk's weight of the kept tokens.
+void main() {
+  const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
+  if (row >= p.rows) return;
+  const SampleRow r = rows_[row];
+  const uint base = row_base(row), sel = sel_at(base, p.groups);
+  if (g * CHUNK >= r.n || scratch[sel + SEL_DRAW] == 0u) return;
+  const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), t = uintBitsToFloat(scratch[sel + SEL_THRESHOLD]);
+  const acc mass = workgroup_acc_sum(run_mass(r, row, g, m, t));
+  if (tid() == 0u) store_acc(masses_at(base, p.groups) + 2u * g, mass);
+}
+
+#elif defined(SAMPLE_DRAW_SELECT)
+// The chunk the random number lands in, and how far into its weight (thread 0: a fixed order).
+void main() {
+  const uint row = flat_group();
+  if (row >= p.rows || tid() != 0u) return;
+  const SampleRow r = rows_[row];
+  const uint base = row_base(row), sel = sel_at(base, p.groups), masses = masses_at(base, p.groups);
+  if (scratch[sel + SEL_DRAW] == 0u) return;
+  const uint chunks = chunks_of(r.n);
   acc total = 0.0;
-  const uint chunks = chunks_of(r.n), masses = masses_at(base, p.groups);
-  for (uint g = 0u; g < chunks; ++g) total += acc_of(uvec2(scratch[masses + 2u * g], scratch[masses + 2u * g + 1u]));
+  for (uint g = 0u; g < chunks; ++g) total += load_acc(masses + 2u * g);
   const acc target = acc(philox_uniform(r.seed_lo, r.seed_hi, r.counter)) * total;
   acc before = 0.0, chunk_before = 0.0;
   uint chunk = 0u;
   for (uint g = 0u; g < chunks; ++g) {
-    const acc mass = acc_of(uvec2(scratch[masses + 2u * g], scratch[masses + 2u * g + 1u]));
+    const acc mass = load_acc(masses + 2u * g);
     if (mass <= 0.0) continue;
     chunk = g;
     chunk_before = before;
@@ -289,20 +411,17 @@ void main() {
     before += mass;
   }
   scratch[sel + SEL_CHUNK] = chunk;
-  const uvec2 residual = acc_bits(max(target - chunk_before, acc(0.0)));
-  scratch[sel + SEL_RESIDUAL] = residual.x;
-  scratch[sel + SEL_RESIDUAL + 1u] = residual.y;
+  store_acc(sel + SEL_RESIDUAL, max(target - chunk_before, acc(0.0)));
 }
 
-#elif defined(SAMPLE_GATHER)
+#elif defined(SAMPLE_DRAW_WALK)
 shared acc run_prefix[WG];
 shared uint chosen;
 shared int walker;
 
 // The whole-row draw, in the chunk it landed in: the last run that starts at or before the
 // residual walks to it (or to its last token, where rounding left the residual past its end).
-uint walk_chunk(SampleRow r, uint row, uint g, float m, acc residual) {
-  const float t = min_p_threshold(r, m);
+uint walk_chunk(SampleRow r, uint row, uint g, float m, float t, acc residual) {
   const acc own = run_mass(r, row, g, m, t);
   run_prefix[tid()] = own;
   if (tid() == 0u) {
@@ -347,31 +466,15 @@ void main() {
   if (row >= p.rows) return;
   const SampleRow r = rows_[row];
   const uint base = row_base(row), sel = sel_at(base, p.groups);
-  if (g * CHUNK >= r.n || scratch[sel + SEL_ARGMAX] == NO_INDEX) return;
-  const float m = uintBitsToFloat(scratch[sel + SEL_MAX]);
-  if (needs_candidates(r)) {
-    const uint last = uint(max(int(scratch[sel + SEL_BIN]), 0));
-    const float scale = bin_scale(r);
-    for (uint j = 0u; j < PER_THREAD; ++j) {
-      const uint i = g * CHUNK + j * WG + tid();
-      if (i >= r.n) break;
-      const float l = logits[row * p.stride + i];
-      if (l == NEG_INF || bin_of(l, m, scale) > last) continue;
-      const uint slot = atomicAdd(scratch[sel + SEL_COUNT], 1u);
-      if (slot < CAP) {
-        scratch[cand_v_at(base, p.groups) + slot] = floatBitsToUint(l);
-        scratch[cand_i_at(base, p.groups) + slot] = i;
-      }
-    }
-  }
-  if (draws_whole_row(r) && g == scratch[sel + SEL_CHUNK]) {
-    const acc residual = acc_of(uvec2(scratch[sel + SEL_RESIDUAL], scratch[sel + SEL_RESIDUAL + 1u]));
-    const uint token = walk_chunk(r, row, g, m, residual);
-    if (tid() == 0u) out_words[row * OUT_WORDS] = token;
+  if (scratch[sel + SEL_DRAW] == 0u || g != scratch[sel + SEL_CHUNK]) return;
+  const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), t = uintBitsToFloat(scratch[sel + SEL_THRESHOLD]);
+  const uint token = walk_chunk(r, row, g, m, t, load_acc(sel + SEL_RESIDUAL));
+  if (tid() != 0u) return;
+  ids[row] = token;
+  out_words[row * OUT_WORDS] = token;
+  if ((r.flags & FLAG_LOGPROBS) != 0u) {
+    out_words[row * OUT_WORDS + 1u] = floatBitsToUint(logits[row * p.stride + token] - uintBitsToFloat(scratch[sel + SEL_LSE]));
   }
 }
-
-#elif defined(SAMPLE_FINISH)
-#include "sample_finish.glsl"
 #endif
 #endif

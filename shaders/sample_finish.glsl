@@ -7,6 +7,8 @@ shared acc run_f[WG];
 shared acc run_total;
 shared uint found;
 shared int walker_s;
+shared uint top_ids[MAX_TOP_N];  // the top logprobs' tokens, kept before sk / si are reused
+shared float top_v[MAX_TOP_N];
 
 #define RUN (CAP / WG)
 
@@ -102,12 +104,12 @@ uint compact_row(SampleRow r, uint row, uint key_floor) {
   return min(total, CAP);
 }
 
-// The gathered candidates into sk / si, sorted.
-void load_candidates(uint base, uint count) {
+// Gathered candidates (values at v, ids at i) into sk / si, sorted.
+void load_candidates(uint v, uint i, uint count) {
   for (uint s = tid(); s < CAP; s += WG) {
     const bool live = s < count;
-    sk[s] = live ? order_key(uintBitsToFloat(scratch[cand_v_at(base, p.groups) + s])) : 0u;
-    si[s] = live ? scratch[cand_i_at(base, p.groups) + s] : NO_INDEX;
+    sk[s] = live ? order_key(uintBitsToFloat(scratch[v + s])) : 0u;
+    si[s] = live ? scratch[i + s] : NO_INDEX;
   }
   sort_candidates();
 }
@@ -123,9 +125,10 @@ acc candidate_mass(SampleRow r, uint key_floor, float m) {
   return workgroup_acc_sum(s);
 }
 
-// The key of the first sorted candidate at or above key_floor where the running weight reaches
-// target; 0 where the candidates do not reach it.
-uint nucleus_key(SampleRow r, uint key_floor, acc target, float m) {
+// The key of the first sorted candidate at or above key_floor where the running weight, from
+// `start` (the weight of the tokens above the candidates), reaches target; 0 where the candidates
+// do not reach it.
+uint nucleus_key(SampleRow r, uint key_floor, acc target, float m, acc start) {
   acc own = 0.0;
   for (uint j = 0u; j < RUN; ++j) {
     const uint k = sk[tid() * RUN + j];
@@ -134,7 +137,7 @@ uint nucleus_key(SampleRow r, uint key_floor, acc target, float m) {
   run_f[tid()] = own;
   if (tid() == 0u) walker_s = int(CAP);
   prefix_runs();
-  acc running = run_f[tid()];
+  acc running = start + run_f[tid()];
   for (uint j = 0u; j < RUN; ++j) {
     const uint k = sk[tid() * RUN + j];
     if (k == 0u || k < key_floor) continue;
@@ -151,26 +154,21 @@ uint nucleus_key(SampleRow r, uint key_floor, acc target, float m) {
 }
 
 // ---- the draw -------------------------------------------------------------------------------------
-// An element of the draw, in id order: of the candidates re-sorted by id, or of the row.
-void element(bool from_candidates, uint row, uint index, out uint id, out float l) {
-  if (from_candidates) {
-    id = ~sk[index];
-    l = si[index] == 0u ? NEG_INF : key_float(si[index]);
-  } else {
-    id = index;
-    l = logits[row * p.stride + index];
-  }
+// A kept candidate, in id order (sort_kept_by_id): its id and logit.
+void element(uint index, out uint id, out float l) {
+  id = ~sk[index];
+  l = si[index] == 0u ? NEG_INF : key_float(si[index]);
 }
 
-// Walks the kept tokens (l >= t) in id order to where u times their weight lands: runs of `run`
-// elements an invocation, the last run that starts at or before the target walks.
-uint draw(SampleRow r, uint row, bool from_candidates, uint size, float t, float m) {
-  const uint run = (size + WG - 1u) / WG, first = tid() * run;
+// Walks the kept candidates (l >= t) in id order to where u times their weight lands: runs of
+// RUN an invocation, the last run that starts at or before the target walks.
+uint draw(SampleRow r, float t, float m) {
+  const uint first = tid() * RUN;
   acc own = 0.0;
-  for (uint j = first; j < min(first + run, size); ++j) {
+  for (uint j = first; j < first + RUN; ++j) {
     uint id;
     float l;
-    element(from_candidates, row, j, id, l);
+    element(j, id, l);
     if (l >= t) own += acc(weight(l, m, r.inv_t));
   }
   run_f[tid()] = own;
@@ -182,10 +180,10 @@ uint draw(SampleRow r, uint row, bool from_candidates, uint size, float t, float
   if (int(tid()) == walker_s) {
     acc running = before;
     uint pick = NO_INDEX;
-    for (uint j = first; j < min(first + run, size); ++j) {
+    for (uint j = first; j < first + RUN; ++j) {
       uint id;
       float l;
-      element(from_candidates, row, j, id, l);
+      element(j, id, l);
       if (!(l >= t)) continue;
       const float w = weight(l, m, r.inv_t);
       if (w <= 0.0) continue;
@@ -215,10 +213,26 @@ struct Thresholds {
   float top_k;
   bool top_k_in_candidates;
   float top_p;
+  bool window_loaded;  // sk / si hold the nucleus window, not the top candidates
 };
 
-Thresholds thresholds(SampleRow r, uint row, uint count, bool overflow, float m, acc zt) {
-  Thresholds t = Thresholds(NEG_INF, true, NEG_INF);
+// Top-p's threshold: in the top candidates, else in the window of bins SELECT found near it (from
+// the weight of the tokens above the window), else by bisection over the whole row.
+float top_p_threshold(SampleRow r, uint row, uint base, uint sel, uint floor_key, acc target, float m,
+                      bool overflow, inout bool window_loaded) {
+  uint key = overflow ? 0u : nucleus_key(r, floor_key, target, m, acc(0.0));
+  if (key == 0u && int(scratch[sel + SEL_WINDOW]) >= 0 && scratch[sel + SEL_WINDOW_COUNT] <= CAP) {
+    acc above = 0.0;
+    for (uint g = 0u; g < chunks_of(r.n); ++g) above += load_acc(masses_at(base, p.groups) + 2u * g);
+    load_candidates(window_v_at(base, p.groups), window_i_at(base, p.groups), scratch[sel + SEL_WINDOW_COUNT]);
+    window_loaded = true;
+    key = nucleus_key(r, floor_key, target, m, above);
+  }
+  return key_float(key != 0u ? key : bisect_keys(r, row, floor_key, order_key(m), target, m, false));
+}
+
+Thresholds thresholds(SampleRow r, uint row, uint base, uint sel, uint count, bool overflow, float m, acc zt) {
+  Thresholds t = Thresholds(NEG_INF, true, NEG_INF, false);
   if (wants_top_k(r)) {
     t.top_k_in_candidates = !overflow && r.top_k <= count;
     t.top_k = key_float(t.top_k_in_candidates ? sk[r.top_k - 1u]
@@ -229,23 +243,45 @@ Thresholds thresholds(SampleRow r, uint row, uint count, bool overflow, float m,
   const acc zk = !wants_top_k(r) ? zt : t.top_k_in_candidates ? candidate_mass(r, floor_key, m)
                                                               : row_sum(r, row, floor_key, m, false);
   const acc target = acc(r.top_p) * zk * (acc(1.0) - TOP_P_TOLERANCE);
-  const uint key = overflow ? 0u : nucleus_key(r, floor_key, target, m);
-  t.top_p = key_float(key != 0u ? key : bisect_keys(r, row, floor_key, order_key(m), target, m, false));
+  t.top_p = top_p_threshold(r, row, base, sel, floor_key, target, m, overflow, t.window_loaded);
   return t;
 }
 
-void write_out(SampleRow r, uint row, uint token, float lse, uint count) {
+// The top logprobs (sk / si sorted, count of them) kept aside.
+void keep_top_logprobs(SampleRow r, uint count) {
+  barrier();
+  if (tid() == 0u) {
+    for (uint s = 0u; s < MAX_TOP_N; ++s) {
+      const bool live = s < min(top_n(r), count);
+      top_ids[s] = live ? si[s] : NO_INDEX;
+      top_v[s] = live ? key_float(sk[s]) : NEG_INF;
+    }
+  }
+  barrier();
+}
+
+// The token (NO_INDEX: the whole-row passes draw it and write it), its logprob, the top logprobs.
+void write_out(SampleRow r, uint row, uint token, float lse) {
   if (tid() != 0u) return;
   const uint at = row * OUT_WORDS;
-  ids[row] = token;
-  out_words[at] = token;
-  if ((r.flags & FLAG_LOGPROBS) == 0u) return;
-  out_words[at + 1u] = floatBitsToUint(logits[row * p.stride + token] - lse);
-  const uint n = min(top_n(r), count);
-  for (uint s = 0u; s < MAX_TOP_N; ++s) {
-    out_words[at + 2u + 2u * s] = s < n ? si[s] : NO_INDEX;
-    out_words[at + 3u + 2u * s] = floatBitsToUint(s < n ? key_float(sk[s]) - lse : NEG_INF);
+  const bool logprobs = (r.flags & FLAG_LOGPROBS) != 0u;
+  if (token != NO_INDEX) {
+    ids[row] = token;
+    out_words[at] = token;
+    if (logprobs) out_words[at + 1u] = floatBitsToUint(logits[row * p.stride + token] - lse);
   }
+  if (!logprobs) return;
+  for (uint s = 0u; s < MAX_TOP_N; ++s) {
+    out_words[at + 2u + 2u * s] = top_ids[s];
+    out_words[at + 3u + 2u * s] = floatBitsToUint(top_ids[s] == NO_INDEX ? NEG_INF : top_v[s] - lse);
+  }
+}
+
+// The draw left to the whole-row passes: the kept tokens are l >= t.
+void defer_draw(uint sel, float t) {
+  if (tid() != 0u) return;
+  scratch[sel + SEL_THRESHOLD] = floatBitsToUint(t);
+  scratch[sel + SEL_DRAW] = 1u;
 }
 
 void main() {
@@ -262,7 +298,7 @@ void main() {
     return;
   }
   const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), lse = uintBitsToFloat(scratch[sel + SEL_LSE]);
-  const acc zt = acc_of(uvec2(scratch[sel + SEL_ZT], scratch[sel + SEL_ZT + 1u]));
+  const acc zt = load_acc(sel + SEL_ZT);
   const int last_bin = int(scratch[sel + SEL_BIN]);
   uint count = 0u;
   bool overflow = false;
@@ -270,41 +306,30 @@ void main() {
     count = scratch[sel + SEL_COUNT];
     overflow = count > CAP;
     if (!overflow) {
-      load_candidates(base, count);
+      load_candidates(cand_v_at(base, p.groups), cand_i_at(base, p.groups), count);
     } else {
       // Too many gathered to sort: the top logprobs' own candidates, found over the whole row.
       const uint n = max(top_n(r), 1u);
       count = compact_row(r, row, bisect_keys(r, row, order_key(NEG_INF), order_key(m), acc(n), m, true));
     }
   }
-  // Save the top logprobs' candidates before the draw re-sorts them (only the first MAX_TOP_N).
+  keep_top_logprobs(r, count);
   uint token = argmax;
   if (r.temperature > 0.0 && draws_whole_row(r)) {
-    token = out_words[row * OUT_WORDS];
+    defer_draw(sel, min_p_threshold(r, m));
+    token = NO_INDEX;
   } else if (r.temperature > 0.0) {
-    const Thresholds t = thresholds(r, row, count, overflow, m, zt);
+    const Thresholds t = thresholds(r, row, base, sel, count, overflow, m, zt);
     const float kept = max(t.top_k, max(t.top_p, min_p_threshold(r, m)));
     if (!overflow && last_bin >= 0 && bin_of(kept, m, bin_scale(r)) <= uint(last_bin)) {
-      uint top_ids[MAX_TOP_N];
-      float top_v[MAX_TOP_N];
-      for (uint s = 0u; s < MAX_TOP_N; ++s) {
-        top_ids[s] = si[s];
-        top_v[s] = key_float(sk[s]);
-      }
+      if (t.window_loaded) load_candidates(cand_v_at(base, p.groups), cand_i_at(base, p.groups), count);
       barrier();
       sort_kept_by_id(order_key(kept));
-      token = draw(r, row, true, CAP, kept, m);
-      barrier();
-      if (tid() == 0u) {  // the top logprobs back where write_out reads them
-        for (uint s = 0u; s < MAX_TOP_N; ++s) {
-          si[s] = top_ids[s];
-          sk[s] = order_key(top_v[s]);
-        }
-      }
-      barrier();
+      token = draw(r, kept, m);
     } else {
-      token = draw(r, row, false, r.n, kept, m);
+      defer_draw(sel, kept);
+      token = NO_INDEX;
     }
   }
-  write_out(r, row, token, lse, count);
+  write_out(r, row, token, lse);
 }

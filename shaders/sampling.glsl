@@ -51,29 +51,33 @@ acc acc_of(uvec2 bits) { return uintBitsToFloat(bits.x); }
 #define BIN_STEPS 32.0
 #define CAP 2048u     // candidates a row's finishing workgroup sorts
 #define PART_WORDS 5u // a chunk's max, argmax, sum of exp at T = 1, sum of weights (2 words)
-#define SEL_WORDS 10u
-// sel: the last bin gathered (-1: none fits), the chunk the draw lands in, the residual target in
-// it (2 words), the candidates' count (atomic), max, log-sum-exp at temperature 1, the sum of
-// weights (2 words), the argmax.
-#define SEL_BIN 0u
-#define SEL_CHUNK 1u
-#define SEL_RESIDUAL 2u
-#define SEL_COUNT 4u
-#define SEL_MAX 5u
-#define SEL_LSE 6u
-#define SEL_ZT 7u
-#define SEL_ARGMAX 9u
+#define SEL_WORDS 16u
+// sel: what the passes decide for a row, for the passes after them.
+#define SEL_BIN 0u           // the last bin of the top candidates (-1: even the first holds more than CAP)
+#define SEL_CHUNK 1u         // the chunk a whole-row draw lands in
+#define SEL_RESIDUAL 2u      // how far into that chunk's weight (2 words)
+#define SEL_COUNT 4u         // top candidates gathered (atomic)
+#define SEL_MAX 5u           // the row's maximum
+#define SEL_LSE 6u           // its log-sum-exp at temperature 1
+#define SEL_ZT 7u            // its sum of weights at its temperature (2 words)
+#define SEL_ARGMAX 9u        // NO_INDEX: nothing finite
+#define SEL_WINDOW 10u       // the nucleus window's first and last bin (-1: none)
+#define SEL_WINDOW_COUNT 12u // its tokens gathered (atomic)
+#define SEL_DRAW 13u         // 1: FINISH left the draw to the whole-row passes
+#define SEL_THRESHOLD 14u    // their threshold: the kept tokens are l >= it
 
 // The chunks a row of n logits spans.
 uint chunks_of(uint n) { return (n + CHUNK - 1u) / CHUNK; }
 
-uint row_words(uint groups) { return (PART_WORDS + 2u) * groups + BINS + SEL_WORDS + 2u * CAP; }
+uint row_words(uint groups) { return (PART_WORDS + 2u) * groups + BINS + SEL_WORDS + 4u * CAP; }
 uint parts_at(uint base) { return base; }                                        // (groups) x PART_WORDS
 uint masses_at(uint base, uint groups) { return base + PART_WORDS * groups; }    // (groups) x 2
 uint hist_at(uint base, uint groups) { return base + (PART_WORDS + 2u) * groups; }  // (BINS)
 uint sel_at(uint base, uint groups) { return hist_at(base, groups) + BINS; }
 uint cand_v_at(uint base, uint groups) { return sel_at(base, groups) + SEL_WORDS; }
 uint cand_i_at(uint base, uint groups) { return cand_v_at(base, groups) + CAP; }
+uint window_v_at(uint base, uint groups) { return cand_i_at(base, groups) + CAP; }
+uint window_i_at(uint base, uint groups) { return window_v_at(base, groups) + CAP; }
 
 // What a row asks of the passes.
 bool wants_top_k(SampleRow r) { return r.temperature > 0.0 && r.top_k > 0u && r.top_k < r.n; }
