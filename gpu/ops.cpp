@@ -976,7 +976,7 @@ void topk(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch
 
 namespace {
 // sampling.glsl's CHUNK, BINS, CAP, PART_WORDS, SEL_WORDS and row_words().
-constexpr std::uint32_t sample_chunk = 4096, sample_bins = 2048, sample_cap = 2048, sample_part_words = 5,
+constexpr std::uint32_t sample_chunk = 4096, sample_bins = 2048, sample_cap = 2048, sample_part_words = 6,
                         sample_sel_words = 16;
 std::uint32_t sample_groups(std::uint32_t stride) { return ceil_div(stride, sample_chunk); }
 }  // namespace

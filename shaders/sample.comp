@@ -99,13 +99,15 @@ void main() {
 shared float best_v[WG];
 shared uint best_i[WG];
 
+float workgroup_min_float(float v) { return -workgroup_max(-v); }
+
 void main() {
   const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
   if (row >= p.rows) return;
   const SampleRow r = rows_[row];
   const uint first = g * CHUNK;
   float v[PER_THREAD];
-  float bv = 0.0;
+  float bv = 0.0, lowest = uintBitsToFloat(0x7F800000u);
   uint bi = NO_INDEX;
   for (uint j = 0u; j < PER_THREAD; ++j) {
     const uint i = first + j * WG + tid();
@@ -116,6 +118,7 @@ void main() {
     if (r.mask_offset != NO_MASK && (mask[r.mask_offset + i / 32u] & (1u << (i % 32u))) == 0u) l = NEG_INF;
     if (!(l == raw)) logits[row * p.stride + i] = l;
     v[j] = l;
+    if (l > NEG_INF) lowest = min(lowest, l);
     if (better(l, i, bv, bi)) { bv = l; bi = i; }
   }
   best_v[tid()] = bv;
@@ -140,6 +143,7 @@ void main() {
   }
   s1 = workgroup_sum(s1);
   st = workgroup_acc_sum(st);
+  lowest = workgroup_min_float(lowest);
   if (tid() == 0u) {
     const uint at = parts_at(row_base(row)) + PART_WORDS * g;
     const uvec2 bits = acc_bits(st);
@@ -148,6 +152,7 @@ void main() {
     scratch[at + 2u] = floatBitsToUint(s1);
     scratch[at + 3u] = bits.x;
     scratch[at + 4u] = bits.y;
+    scratch[at + 5u] = floatBitsToUint(lowest);
   }
 }
 
@@ -156,6 +161,13 @@ void main() {
 float row_max(uint base) {
   const float pm = tid() < p.groups ? uintBitsToFloat(scratch[parts_at(base) + PART_WORDS * tid()]) : NEG_INF;
   return workgroup_max(pm);
+}
+
+// The row's smallest finite logit (+inf where none).
+float row_lowest(uint base) {
+  const float inf = uintBitsToFloat(0x7F800000u);
+  const float pl = tid() < p.groups ? uintBitsToFloat(scratch[parts_at(base) + PART_WORDS * tid() + 5u]) : inf;
+  return -workgroup_max(-pl);
 }
 
 // The weight of the tokens min-p keeps (all, when it is off).
@@ -188,11 +200,10 @@ void main() {
   if (row >= p.rows) return;
   const SampleRow r = rows_[row];
   const uint base = row_base(row);
-  const float m = row_max(base);
+  const float m = row_max(base), scale = bin_scale(r, m, row_lowest(base));
   if (g * CHUNK >= r.n || m == NEG_INF || !needs_candidates(r)) return;
   for (uint b = tid(); b < BINS; b += WG) shist[b] = 0u;
   barrier();
-  const float scale = bin_scale(r);
   for (uint j = 0u; j < PER_THREAD; ++j) {
     const uint i = g * CHUNK + j * WG + tid();
     if (i >= r.n) break;
@@ -256,16 +267,16 @@ int last_fitting_bin(uint hist) {
   return last_bin;
 }
 
-// A bin's tokens weigh between count * exp(-(b + 1) / BIN_STEPS) and count * exp(-b / BIN_STEPS)
-// (a little wider, for rounding): from the counts alone, the bins where the running weight can
-// first reach target, from the first whose upper bound reaches it to the first whose lower does.
-// -1 where they hold more than CAP tokens (the nucleus is then found over the whole row).
-ivec2 nucleus_window(uint hist, acc target) {
+// A bin's tokens weigh between count * exp(-(b + 1) * step) and count * exp(-b * step), step =
+// inv_t / scale (a little wider, for rounding): from the counts alone, the bins where the running
+// weight can first reach target, from the first whose upper bound reaches it to the first whose
+// lower does. -1 where they hold more than CAP tokens (the nucleus is then found over the row).
+ivec2 nucleus_window(uint hist, acc target, float step) {
   acc hi = 0.0, lo = 0.0;
   for (uint j = 0u; j < PER_RUN; ++j) {
     const float b = float(tid() * PER_RUN + j), n = float(scratch[hist + tid() * PER_RUN + j]);
-    hi += acc(n * exp(-b / float(BIN_STEPS)) * 1.0001);
-    lo += acc(n * exp(-(b + 1.0) / float(BIN_STEPS)) * 0.9999);
+    hi += acc(n * exp(-b * step) * 1.0001);
+    lo += acc(n * exp(-(b + 1.0) * step) * 0.9999);
   }
   run_hi[tid()] = hi;
   run_lo[tid()] = lo;
@@ -288,8 +299,8 @@ ivec2 nucleus_window(uint hist, acc target) {
     const float n = float(scratch[hist + b]);
     const bool reached_hi = ch >= target;
     const bool reached_lo = cl >= target;
-    ch += acc(n * exp(-float(b) / float(BIN_STEPS)) * 1.0001);
-    cl += acc(n * exp(-(float(b) + 1.0) / float(BIN_STEPS)) * 0.9999);
+    ch += acc(n * exp(-float(b) * step) * 1.0001);
+    cl += acc(n * exp(-(float(b) + 1.0) * step) * 0.9999);
     if (!reached_hi && ch >= target) atomicMin(window_lo, int(b));
     if (!reached_lo && cl >= target) atomicMin(window_hi, int(b));
   }
@@ -310,7 +321,7 @@ void main() {
   const bool part = tid() < p.groups;
   const uint at = parts_at(base) + PART_WORDS * tid();
   const float pm = part ? uintBitsToFloat(scratch[at]) : NEG_INF;
-  const float m = workgroup_max(pm);
+  const float m = workgroup_max(pm), scale = bin_scale(r, m, row_lowest(base));
   const uint argmax = workgroup_min(part && pm == m ? scratch[at + 1u] : NO_INDEX);
   const bool live = part && pm > NEG_INF;
   const float s1 = workgroup_sum(live ? uintBitsToFloat(scratch[at + 2u]) * exp(pm - m) : 0.0);
@@ -319,7 +330,8 @@ void main() {
   const int bin = candidates ? last_fitting_bin(hist) : -1;
   // Without top-k, a nucleus past the top candidates is looked for in a window of bins near it.
   const bool window = candidates && wants_top_p(r) && !wants_top_k(r);
-  const ivec2 w = window ? nucleus_window(hist, acc(r.top_p) * zt * (acc(1.0) - TOP_P_TOLERANCE)) : ivec2(-1);
+  const ivec2 w = window ? nucleus_window(hist, acc(r.top_p) * zt * (acc(1.0) - TOP_P_TOLERANCE), r.inv_t / scale)
+                         : ivec2(-1);
   if (tid() != 0u) return;
   scratch[sel + SEL_MAX] = floatBitsToUint(m);
   scratch[sel + SEL_LSE] = floatBitsToUint(m + log(s1));
@@ -329,6 +341,7 @@ void main() {
   scratch[sel + SEL_WINDOW] = uint(w.x);
   scratch[sel + SEL_WINDOW + 1u] = uint(w.y);
   scratch[sel + SEL_DRAW] = 0u;
+  scratch[sel + SEL_SCALE] = floatBitsToUint(scale);
 }
 
 #elif defined(SAMPLE_GATHER)
@@ -340,7 +353,7 @@ void main() {
   const SampleRow r = rows_[row];
   const uint base = row_base(row), sel = sel_at(base, p.groups);
   if (g * CHUNK >= r.n || scratch[sel + SEL_ARGMAX] == NO_INDEX || !needs_candidates(r)) return;
-  const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), scale = bin_scale(r);
+  const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), scale = uintBitsToFloat(scratch[sel + SEL_SCALE]);
   const uint last = uint(max(int(scratch[sel + SEL_BIN]), 0));
   const int window_lo = int(scratch[sel + SEL_WINDOW]), window_hi = int(scratch[sel + SEL_WINDOW + 1u]);
   acc above = 0.0;

@@ -321,7 +321,7 @@ void main() {
   } else if (r.temperature > 0.0) {
     const Thresholds t = thresholds(r, row, base, sel, count, overflow, m, zt);
     const float kept = max(t.top_k, max(t.top_p, min_p_threshold(r, m)));
-    if (!overflow && last_bin >= 0 && bin_of(kept, m, bin_scale(r)) <= uint(last_bin)) {
+    if (!overflow && last_bin >= 0 && bin_of(kept, m, uintBitsToFloat(scratch[sel + SEL_SCALE])) <= uint(last_bin)) {
       if (t.window_loaded) load_candidates(cand_v_at(base, p.groups), cand_i_at(base, p.groups), count);
       barrier();
       sort_kept_by_id(order_key(kept));

@@ -47,10 +47,10 @@ acc acc_of(uvec2 bits) { return uintBitsToFloat(bits.x); }
 // Scratch per row: the chunks' statistics, their kept masses, the histogram of distances from
 // the maximum, what the selection pass decided, and the candidates gathered.
 #define CHUNK 4096u   // logits per workgroup of the wide passes (16 per invocation)
-#define BINS 2048u    // the histogram's bins: (max - l) / temperature in steps of 1/BIN_STEPS
+#define BINS 2048u    // the histogram's bins of (max - l): see bin_scale
 #define BIN_STEPS 32.0
 #define CAP 2048u     // candidates a row's finishing workgroup sorts
-#define PART_WORDS 5u // a chunk's max, argmax, sum of exp at T = 1, sum of weights (2 words)
+#define PART_WORDS 6u // a chunk's max, argmax, sum of exp at T = 1, sum of weights (2 words), min
 #define SEL_WORDS 16u
 // sel: what the passes decide for a row, for the passes after them.
 #define SEL_BIN 0u           // the last bin of the top candidates (-1: even the first holds more than CAP)
@@ -65,6 +65,7 @@ acc acc_of(uvec2 bits) { return uintBitsToFloat(bits.x); }
 #define SEL_WINDOW_COUNT 12u // its tokens gathered (atomic)
 #define SEL_DRAW 13u         // 1: FINISH left the draw to the whole-row passes
 #define SEL_THRESHOLD 14u    // their threshold: the kept tokens are l >= it
+#define SEL_SCALE 15u        // the histogram's bins per unit of logit (bin_scale)
 
 // The chunks a row of n logits spans.
 uint chunks_of(uint n) { return (n + CHUNK - 1u) / CHUNK; }
@@ -89,7 +90,13 @@ bool draws_whole_row(SampleRow r) { return r.temperature > 0.0 && !wants_top_k(r
 
 // The histogram bin of a logit, relative to the row's maximum. The same float operations in every
 // pass, so a logit falls in the same bin in each; monotone in l.
-float bin_scale(SampleRow r) { return float(BIN_STEPS) * r.inv_t; }
+// Bins per unit of logit: steps of at most 1/BIN_STEPS of the temperature (a bin's weights within
+// e^(1/32) of each other), finer where the row's finite logits span less than BINS of those: a
+// flat row (a nucleus of most of the vocabulary) then still has few tokens a bin near any threshold.
+float bin_scale(SampleRow r, float m, float lowest) {
+  const float coarsest = float(BIN_STEPS) * r.inv_t, range = m - lowest;
+  return range > 0.0 ? max(coarsest, float(BINS - 1u) / range) : coarsest;
+}
 uint bin_of(float l, float m, float scale) {
   const float d = (m - l) * scale;
   return d < float(BINS) ? uint(d) : BINS;
