@@ -983,7 +983,7 @@ std::uint32_t sample_groups(std::uint32_t stride) { return ceil_div(stride, samp
 
 std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride) {
   const std::uint64_t words =
-      (sample_part_words + 2ull) * sample_groups(stride) + sample_bins + sample_sel_words + 4ull * sample_cap;
+      (sample_part_words + 2ull) * sample_groups(stride) + sample_bins + sample_sel_words + 4ull * sample_cap + 2ull * sample_bins;
   return std::uint64_t{rows} * words * 4;
 }
 

@@ -75,6 +75,7 @@ void main() {
   const SampleRow r = rows_[row];
   const uint sel = sel_at(row_base(row), p.groups);
   for (uint b = tid(); b < BINS; b += WG) scratch[hist_at(row_base(row), p.groups) + b] = 0u;
+  for (uint b = tid(); b < 2u * BINS; b += WG) scratch[bin_mass_at(row_base(row), p.groups) + b] = 0u;
   if (tid() == 0u) {
     scratch[sel + SEL_COUNT] = 0u;
     scratch[sel + SEL_WINDOW_COUNT] = 0u;
@@ -194,6 +195,7 @@ void store_acc(uint at, acc v) {
 
 #if defined(SAMPLE_BINS)
 shared uint shist[BINS];
+shared uint smass[BINS];  // the bin's weights in fixed point (MASS_ONE a weight of 1), truncated
 
 void main() {
   const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
@@ -202,18 +204,30 @@ void main() {
   const uint base = row_base(row);
   const float m = row_max(base), scale = bin_scale(r, m, row_lowest(base));
   if (g * CHUNK >= r.n || m == NEG_INF || !needs_candidates(r)) return;
-  for (uint b = tid(); b < BINS; b += WG) shist[b] = 0u;
+  for (uint b = tid(); b < BINS; b += WG) {
+    shist[b] = 0u;
+    smass[b] = 0u;
+  }
   barrier();
+  const bool masses = r.temperature > 0.0;
   for (uint j = 0u; j < PER_THREAD; ++j) {
     const uint i = g * CHUNK + j * WG + tid();
     if (i >= r.n) break;
     const float l = logits[row * p.stride + i];
     const uint b = bin_of(l, m, scale);
-    if (b < BINS && l > NEG_INF) atomicAdd(shist[b], 1u);
+    if (b >= BINS || l == NEG_INF) continue;
+    atomicAdd(shist[b], 1u);
+    if (masses) atomicAdd(smass[b], uint(weight(l, m, r.inv_t) * MASS_ONE));
   }
   barrier();
+  // Integer sums: the same totals in any order. A bin's 64-bit mass as two words, with the carry.
+  const uint hist = hist_at(base, p.groups), mass = bin_mass_at(base, p.groups);
   for (uint b = tid(); b < BINS; b += WG) {
-    if (shist[b] != 0u) atomicAdd(scratch[hist_at(base, p.groups) + b], shist[b]);
+    if (shist[b] != 0u) atomicAdd(scratch[hist + b], shist[b]);
+    const uint v = smass[b];
+    if (v == 0u) continue;
+    const uint old = atomicAdd(scratch[mass + 2u * b], v);
+    if (old + v < old) atomicAdd(scratch[mass + 2u * b + 1u], 1u);
   }
 }
 
@@ -267,16 +281,19 @@ int last_fitting_bin(uint hist) {
   return last_bin;
 }
 
-// A bin's tokens weigh between count * exp(-(b + 1) * step) and count * exp(-b * step), step =
-// inv_t / scale (a little wider, for rounding): from the counts alone, the bins where the running
-// weight can first reach target, from the first whose upper bound reaches it to the first whose
-// lower does. -1 where they hold more than CAP tokens (the nucleus is then found over the row).
-ivec2 nucleus_window(uint hist, acc target, float step) {
+// The bins where the running weight from the top first reaches target, from the bins' masses in
+// fixed point (each token's weight truncated: a bin's true weight lies in [F, F + count] / MASS_ONE):
+// from the first bin whose upper bound reaches it to the first whose lower bound does. -1 where
+// they hold more than CAP tokens (the nucleus is then found over the row).
+acc bin_mass(uint at, uint b) { return acc(scratch[at + 2u * b]) + acc(scratch[at + 2u * b + 1u]) * acc(4294967296.0); }
+
+ivec2 nucleus_window(uint hist, uint mass, acc target) {
+  const acc unit = acc(1.0) / acc(MASS_ONE);
   acc hi = 0.0, lo = 0.0;
   for (uint j = 0u; j < PER_RUN; ++j) {
-    const float b = float(tid() * PER_RUN + j), n = float(scratch[hist + tid() * PER_RUN + j]);
-    hi += acc(n * exp(-b * step) * 1.0001);
-    lo += acc(n * exp(-(b + 1.0) * step) * 0.9999);
+    const uint b = tid() * PER_RUN + j;
+    lo += bin_mass(mass, b);
+    hi += bin_mass(mass, b) + acc(scratch[hist + b]);
   }
   run_hi[tid()] = hi;
   run_lo[tid()] = lo;
@@ -293,16 +310,16 @@ ivec2 nucleus_window(uint hist, acc target, float step) {
     }
   }
   barrier();
+  // The float sums of the exact pass differ from these integers by rounding: a margin of 1e-5.
+  const acc upper_target = target * acc(1.0 - 1e-5) / unit, lower_target = target * acc(1.0 + 1e-5) / unit;
   acc ch = run_hi[tid()], cl = run_lo[tid()];
   for (uint j = 0u; j < PER_RUN; ++j) {
     const uint b = tid() * PER_RUN + j;
-    const float n = float(scratch[hist + b]);
-    const bool reached_hi = ch >= target;
-    const bool reached_lo = cl >= target;
-    ch += acc(n * exp(-float(b) * step) * 1.0001);
-    cl += acc(n * exp(-(float(b) + 1.0) * step) * 0.9999);
-    if (!reached_hi && ch >= target) atomicMin(window_lo, int(b));
-    if (!reached_lo && cl >= target) atomicMin(window_hi, int(b));
+    const bool reached_hi = ch >= upper_target, reached_lo = cl >= lower_target;
+    cl += bin_mass(mass, b);
+    ch += bin_mass(mass, b) + acc(scratch[hist + b]);
+    if (!reached_hi && ch >= upper_target) atomicMin(window_lo, int(b));
+    if (!reached_lo && cl >= lower_target) atomicMin(window_hi, int(b));
   }
   barrier();
   ivec2 w = ivec2(window_lo, min(window_hi, int(BINS) - 1));
@@ -330,7 +347,7 @@ void main() {
   const int bin = candidates ? last_fitting_bin(hist) : -1;
   // Without top-k, a nucleus past the top candidates is looked for in a window of bins near it.
   const bool window = candidates && wants_top_p(r) && !wants_top_k(r);
-  const ivec2 w = window ? nucleus_window(hist, acc(r.top_p) * zt * (acc(1.0) - TOP_P_TOLERANCE), r.inv_t / scale)
+  const ivec2 w = window ? nucleus_window(hist, bin_mass_at(base, p.groups), acc(r.top_p) * zt * (acc(1.0) - TOP_P_TOLERANCE))
                          : ivec2(-1);
   if (tid() != 0u) return;
   scratch[sel + SEL_MAX] = floatBitsToUint(m);

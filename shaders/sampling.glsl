@@ -70,7 +70,11 @@ acc acc_of(uvec2 bits) { return uintBitsToFloat(bits.x); }
 // The chunks a row of n logits spans.
 uint chunks_of(uint n) { return (n + CHUNK - 1u) / CHUNK; }
 
-uint row_words(uint groups) { return (PART_WORDS + 2u) * groups + BINS + SEL_WORDS + 4u * CAP; }
+// A bin's weight in fixed point: each token's weight (at most 1) times MASS_ONE, truncated, so a
+// workgroup's 4,096 fit a word.
+#define MASS_ONE 524288.0
+
+uint row_words(uint groups) { return (PART_WORDS + 2u) * groups + BINS + SEL_WORDS + 4u * CAP + 2u * BINS; }
 uint parts_at(uint base) { return base; }                                        // (groups) x PART_WORDS
 uint masses_at(uint base, uint groups) { return base + PART_WORDS * groups; }    // (groups) x 2
 uint hist_at(uint base, uint groups) { return base + (PART_WORDS + 2u) * groups; }  // (BINS)
@@ -79,6 +83,7 @@ uint cand_v_at(uint base, uint groups) { return sel_at(base, groups) + SEL_WORDS
 uint cand_i_at(uint base, uint groups) { return cand_v_at(base, groups) + CAP; }
 uint window_v_at(uint base, uint groups) { return cand_i_at(base, groups) + CAP; }
 uint window_i_at(uint base, uint groups) { return window_v_at(base, groups) + CAP; }
+uint bin_mass_at(uint base, uint groups) { return window_i_at(base, groups) + CAP; }  // (BINS) x 2: low, high word
 
 // What a row asks of the passes.
 bool wants_top_k(SampleRow r) { return r.temperature > 0.0 && r.top_k > 0u && r.top_k < r.n; }
