@@ -263,8 +263,8 @@ void prefix_counts() {
   barrier();
 }
 
-// The last bin whose tokens, with those of the bins before it, fit in CAP candidates (-1: none).
-int last_fitting_bin(uint hist) {
+// The last bin whose tokens, with those of the bins before it, fit in `fit` candidates (-1: none).
+int last_fitting_bin(uint hist, uint fit) {
   uint own = 0u;
   for (uint j = 0u; j < PER_RUN; ++j) own += scratch[hist + tid() * PER_RUN + j];
   run_sum[tid()] = own;
@@ -274,7 +274,7 @@ int last_fitting_bin(uint hist) {
   int fits = -1;
   for (uint j = 0u; j < PER_RUN; ++j) {
     cum += scratch[hist + tid() * PER_RUN + j];
-    if (cum <= CAP) fits = int(tid() * PER_RUN + j);
+    if (cum <= fit) fits = int(tid() * PER_RUN + j);
   }
   atomicMax(last_bin, fits);
   barrier();
@@ -344,7 +344,8 @@ void main() {
   const float s1 = workgroup_sum(live ? uintBitsToFloat(scratch[at + 2u]) * exp(pm - m) : 0.0);
   const acc zt = workgroup_acc_sum(live && r.temperature > 0.0 ? load_acc(at + 3u) * acc(weight(pm, m, r.inv_t)) : acc(0.0));
   const bool candidates = needs_candidates(r) && argmax != NO_INDEX;
-  const int bin = candidates ? last_fitting_bin(hist) : -1;
+  // Top-k takes up to CAP candidates; otherwise a nucleus of more than TOP_FEW goes to the window.
+  const int bin = candidates ? last_fitting_bin(hist, wants_top_k(r) ? CAP : TOP_FEW) : -1;
   // Without top-k, a nucleus past the top candidates is looked for in a window of bins near it.
   const bool window = candidates && wants_top_p(r) && !wants_top_k(r);
   const ivec2 w = window ? nucleus_window(hist, bin_mass_at(base, p.groups), acc(r.top_p) * zt * (acc(1.0) - TOP_P_TOLERANCE))

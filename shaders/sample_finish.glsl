@@ -14,12 +14,20 @@ shared float top_v[MAX_TOP_N];
 
 bool precedes(uint ka, uint ia, uint kb, uint ib) { return ka > kb || (ka == kb && ia < ib); }
 
-// sk descending, ties by si ascending: a bitonic sort over CAP slots.
-void sort_candidates() {
+// sk descending, ties by si ascending: a bitonic sort.
+// The first `count` slots, the rest being empty: only the power of two that holds them is sorted.
+uint sorted_size(uint count) {
+  uint size = 2u;
+  while (size < count) size <<= 1u;
+  return min(size, CAP);
+}
+
+void sort_candidates(uint count) {
   barrier();
-  for (uint k = 2u; k <= CAP; k <<= 1u) {
+  const uint size = sorted_size(count);
+  for (uint k = 2u; k <= size; k <<= 1u) {
     for (uint j = k >> 1u; j > 0u; j >>= 1u) {
-      for (uint i = tid(); i < CAP; i += WG) {
+      for (uint i = tid(); i < size; i += WG) {
         const uint x = i ^ j;
         if (x <= i) continue;
         const bool up = (i & k) == 0u;
@@ -100,7 +108,7 @@ uint compact_row(SampleRow r, uint row, uint key_floor) {
     sk[s] = 0u;
     si[s] = NO_INDEX;
   }
-  sort_candidates();
+  sort_candidates(total);
   return min(total, CAP);
 }
 
@@ -111,7 +119,7 @@ void load_candidates(uint v, uint i, uint count) {
     sk[s] = live ? order_key(uintBitsToFloat(scratch[v + s])) : 0u;
     si[s] = live ? scratch[i + s] : NO_INDEX;
   }
-  sort_candidates();
+  sort_candidates(count);
 }
 
 // ---- thresholds -----------------------------------------------------------------------------------
@@ -197,15 +205,16 @@ uint draw(SampleRow r, float t, float m) {
   return found;
 }
 
-// The kept candidates (key >= t's) re-sorted by id for the draw: sk holds ~id, si the order key.
-void sort_kept_by_id(uint t_key) {
+// The kept candidates (key >= t's, among the first count) re-sorted by id for the draw: sk holds
+// ~id, si the order key.
+void sort_kept_by_id(uint t_key, uint count) {
   for (uint s = tid(); s < CAP; s += WG) {
     const bool kept = sk[s] != 0u && sk[s] >= t_key;
     const uint k = sk[s];
     sk[s] = kept ? ~si[s] : 0u;
     si[s] = kept ? k : 0u;
   }
-  sort_candidates();
+  sort_candidates(count);
 }
 
 // ---- the row --------------------------------------------------------------------------------------
@@ -324,7 +333,7 @@ void main() {
     if (!overflow && last_bin >= 0 && bin_of(kept, m, uintBitsToFloat(scratch[sel + SEL_SCALE])) <= uint(last_bin)) {
       if (t.window_loaded) load_candidates(cand_v_at(base, p.groups), cand_i_at(base, p.groups), count);
       barrier();
-      sort_kept_by_id(order_key(kept));
+      sort_kept_by_id(order_key(kept), count);
       token = draw(r, kept, m);
     } else {
       defer_draw(sel, kept);

@@ -50,6 +50,7 @@ acc acc_of(uvec2 bits) { return uintBitsToFloat(bits.x); }
 #define BINS 2048u    // the histogram's bins of (max - l): see bin_scale
 #define BIN_STEPS 32.0
 #define CAP 2048u     // candidates a row's finishing workgroup sorts
+#define TOP_FEW 512u  // the top candidates gathered where no top-k asks for more
 #define PART_WORDS 6u // a chunk's max, argmax, sum of exp at T = 1, sum of weights (2 words), min
 #define SEL_WORDS 16u
 // sel: what the passes decide for a row, for the passes after them.
