@@ -244,8 +244,9 @@ void send_prefill_and_followers(Rig& rig, const Sequence& seq, std::uint32_t dec
 // Starts the sequences and prefills their prompts in one plan, then decodes them together one
 // token per plan, feeding back what was sampled; every output is kept, per sequence.
 // model: the plan's model ("" : the executor's only one).
+// Each sequence with its own sampling parameters.
 std::vector<std::vector<OutputToken>> generate(Rig& rig, const std::vector<Sequence>& seqs,
-                                               const model::SamplingParams& params, int count,
+                                               const std::vector<model::SamplingParams>& params, int count,
                                                const std::string& model = "") {
   std::vector<std::vector<OutputToken>> out(seqs.size());
   for (int k = 0; k < count; ++k) {
@@ -255,7 +256,7 @@ std::vector<std::vector<OutputToken>> generate(Rig& rig, const std::vector<Seque
     for (const Sequence& s : seqs) {
       const auto prompt_size = static_cast<std::uint32_t>(s.prompt.size());
       if (k == 0) {
-        plan.starts.push_back({s.id, params, s.prompt});
+        plan.starts.push_back({s.id, params[&s - seqs.data()], s.prompt});
         plan.sequences.push_back({s.id, 0, s.prompt, table_for(s, prompt_size), true});
       } else {
         const std::uint32_t position = prompt_size + static_cast<std::uint32_t>(k) - 1;
@@ -272,6 +273,12 @@ std::vector<std::vector<OutputToken>> generate(Rig& rig, const std::vector<Seque
     }
   }
   return out;
+}
+
+std::vector<std::vector<OutputToken>> generate(Rig& rig, const std::vector<Sequence>& seqs,
+                                               const model::SamplingParams& params, int count,
+                                               const std::string& model = "") {
+  return generate(rig, seqs, std::vector<model::SamplingParams>(seqs.size(), params), count, model);
 }
 
 std::vector<std::int32_t> tokens_of(const std::vector<OutputToken>& outputs) {
@@ -500,6 +507,50 @@ TEST(ExecutorTest, SeededSamplingRepeatsAndReportsLogprobs) {
   params.seed = 99;
   again.id = 6;
   EXPECT_NE(tokens_of(generate(rig, {again}, params, 10)[0]), tokens_of(first));
+}
+
+// A request's tokens depend on its seed, logits and history only (counter-based random numbers on
+// the GPU, per-row sums in a fixed order): alone or as one of sixteen rows, each of the others
+// with parameters, penalties and seeds of its own, it draws the same tokens.
+TEST(ExecutorTest, ASeedDrawsTheSameTokensAloneAndBatchedWithFifteenOthers) {
+  Rig rig;
+  model::SamplingParams mine;
+  mine.temperature = 0.9f;
+  mine.top_p = 0.9f;
+  mine.repetition_penalty = 1.2f;
+  mine.logprobs = true;
+  mine.top_logprobs = 2;
+  mine.seed = 4242;
+  // Sixteen sequences of 6 prompt tokens and 10 generated: 4 pages each fill the 64-page cache.
+  std::vector<Sequence> batch;
+  for (std::uint32_t i = 0; i < 16; ++i) {
+    Sequence s{300 + i, {}, {4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3}};
+    for (std::int32_t j = 0; j < 6; ++j) s.prompt.push_back((static_cast<std::int32_t>(i) * 37 + j * 11) % 300);
+    batch.push_back(s);
+  }
+  const Sequence alone{400, batch[5].prompt, batch[5].pages};
+  const auto by_itself = generate(rig, {alone}, mine, 10)[0];
+
+  std::vector<model::SamplingParams> params(batch.size(), mine);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (i == 5) continue;
+    params[i].seed = 7 + i;
+    params[i].temperature = 0.3f + 0.1f * static_cast<float>(i);
+    params[i].top_k = static_cast<std::int32_t>(i % 3) * 20;
+    params[i].min_p = i % 4 == 0 ? 0.05f : 0.0f;
+    params[i].frequency_penalty = i % 2 == 0 ? 0.5f : 0.0f;
+    params[i].logit_bias = {{static_cast<std::int32_t>(i), 5.0f}};
+  }
+  const auto together = generate(rig, batch, params, 10);
+  EXPECT_EQ(tokens_of(together[5]), tokens_of(by_itself));
+  for (std::size_t k = 0; k < by_itself.size(); ++k) {
+    EXPECT_FLOAT_EQ(together[5][k].logprobs.logprob, by_itself[k].logprobs.logprob) << "token " << k;
+  }
+  // And another seed draws otherwise (at temperature 0.9 over 10 tokens, equal by chance is out of
+  // the question): the seed is what decides.
+  mine.seed = 4343;
+  const Sequence again{401, batch[5].prompt, batch[0].pages};
+  EXPECT_NE(tokens_of(generate(rig, {again}, mine, 10)[0]), tokens_of(by_itself));
 }
 
 TEST(ExecutorTest, ReleasingEverySequenceAndTrimmingReturnsToTheLoadedBaseline) {
