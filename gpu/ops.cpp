@@ -987,7 +987,8 @@ std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride) {
   return std::uint64_t{rows} * words * 4;
 }
 
-void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& b, std::uint32_t rows, std::uint32_t stride) {
+void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& b, std::uint32_t rows, std::uint32_t stride,
+            const std::function<void(const char*)>& after_pass) {
   if (rows == 0 || stride == 0) throw GpuError("sample: no rows or an empty row");
   if (rows > max_groups) throw GpuError(fmt::format("sample: {} rows, at most {} at once", rows, max_groups));
   if (b.scratch.size < sample_scratch_bytes(rows, stride) || b.out.size < std::uint64_t{rows} * sample_out_words * 4 ||
@@ -1007,6 +1008,7 @@ void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& b, std::uin
   auto pass = [&](const char* name, bool per_chunk) {
     rec.dispatch(kernel(lib, std::string(name) + sums, 8, sizeof push), buffers, push, per_chunk ? groups : gx,
                  per_chunk ? rows : gy);
+    if (after_pass) after_pass(name);
   };
   pass("sample_prepare", false);
   pass("sample_stats", true);

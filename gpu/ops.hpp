@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -329,7 +330,10 @@ struct SampleBuffers {
   BufferRange logits, rows, entries, mask, prev_ids, scratch, out, ids;
 };
 std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride);
-void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& buffers, std::uint32_t rows, std::uint32_t stride);
+// after_pass, when given, is called with each pass's name after it is recorded (a step's profile
+// marks the passes).
+void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& buffers, std::uint32_t rows, std::uint32_t stride,
+            const std::function<void(const char*)>& after_pass = {});
 
 // dst = src, `bytes` a multiple of 16: the copy-bandwidth probe.
 void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, std::uint64_t bytes);

@@ -1,5 +1,5 @@
 // The per-sequence sampler, the reference the GPU sampler (shaders/sample.comp) must agree with
-// token for token: /work/sampling-spec.md's steps, in brief:
+// token for token (docs/sampling.md), in brief:
 //   1. the adjusted logits: NaN -> -inf, +inf -> the largest float; tokens outside the allowed
 //      mask -> -inf; logit_bias added; then the penalties (llama.cpp's chain order: bias first):
 //      repetition (CTRL / llama.cpp: over the last repetition_last_n tokens of prompt and output,
