@@ -987,8 +987,21 @@ std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride) {
   return std::uint64_t{rows} * words * 4;
 }
 
+SampleNeeds sample_needs(std::span<const SampleRow> rows) {
+  SampleNeeds needs{false, false, false};
+  for (const SampleRow& r : rows) {
+    const bool sampled = r.temperature > 0.0f;
+    const bool top_logprobs = (r.flags & sample_flag_logprobs) != 0 && (r.flags & 0xFFu) != 0;
+    const bool candidates = (sampled && r.top_k > 0 && r.top_k < r.n) || (sampled && r.top_p < 1.0f) || top_logprobs;
+    needs.candidates = needs.candidates || candidates;
+    needs.draws = needs.draws || sampled;
+    needs.prepare = needs.prepare || candidates || r.entries_count > 0 || (r.flags & sample_flag_pending) != 0;
+  }
+  return needs;
+}
+
 void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& b, std::uint32_t rows, std::uint32_t stride,
-            const std::function<void(const char*)>& after_pass) {
+            const SampleNeeds& needs, const std::function<void(const char*)>& after_pass) {
   if (rows == 0 || stride == 0) throw GpuError("sample: no rows or an empty row");
   if (rows > max_groups) throw GpuError(fmt::format("sample: {} rows, at most {} at once", rows, max_groups));
   if (b.scratch.size < sample_scratch_bytes(rows, stride) || b.out.size < std::uint64_t{rows} * sample_out_words * 4 ||
@@ -1010,15 +1023,16 @@ void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& b, std::uin
                  per_chunk ? rows : gy);
     if (after_pass) after_pass(name);
   };
-  pass("sample_prepare", false);
+  if (needs.prepare) pass("sample_prepare", false);
   pass("sample_stats", true);
-  pass("sample_bins", true);
+  if (needs.candidates) pass("sample_bins", true);
   pass("sample_select", false);
-  pass("sample_gather", true);
+  if (needs.candidates) pass("sample_gather", true);
   pass("sample_finish", false);
-  pass("sample_draw_masses", true);
-  pass("sample_draw_select", false);
-  pass("sample_draw_walk", true);
+  if (needs.draws) {
+    pass("sample_draw_masses", true);
+    pass("sample_draw_walk", true);
+  }
 }
 
 void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, std::uint64_t bytes) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <optional>
 #include <string>
 #include <vector>
@@ -330,10 +331,17 @@ struct SampleBuffers {
   BufferRange logits, rows, entries, mask, prev_ids, scratch, out, ids;
 };
 std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride);
+// The passes the rows need (sample_needs): those no row needs are not recorded.
+struct SampleNeeds {
+  bool prepare = true;     // bias, penalties, a pending token, or candidates' counters to clear
+  bool candidates = true;  // top-k, top-p or top logprobs
+  bool draws = true;       // a temperature above 0
+};
+SampleNeeds sample_needs(std::span<const SampleRow> rows);
 // after_pass, when given, is called with each pass's name after it is recorded (a step's profile
 // marks the passes).
 void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& buffers, std::uint32_t rows, std::uint32_t stride,
-            const std::function<void(const char*)>& after_pass = {});
+            const SampleNeeds& needs = {}, const std::function<void(const char*)>& after_pass = {});
 
 // dst = src, `bytes` a multiple of 16: the copy-bandwidth probe.
 void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, std::uint64_t bytes);

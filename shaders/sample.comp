@@ -12,8 +12,8 @@
 //   GATHER (chunks): the candidates, the window's tokens, the weight above the window;
 //   FINISH (a row): the candidates sorted, the top logprobs, the thresholds of top-k, top-p and
 //     min-p, and the draw where the kept tokens are all candidates; otherwise the threshold for
-//   DRAW_MASSES (chunks), DRAW_SELECT (a row), DRAW_WALK (chunks): the draw over the whole row by
-//     id: each chunk's kept weight, the chunk u lands in, the walk through it.
+//   DRAW_MASSES, DRAW_WALK (chunks): the draw over the whole row by id: each chunk's kept weight;
+//     then the chunk u lands in (each workgroup finds it) walks to the token.
 // What reaches past all of these (more than CAP tokens within 1/32 of the temperature of each
 // other at a threshold, a top-k past CAP) is found exactly by bisection over the row in FINISH:
 // slower, and as exact. The semantics are the CPU sampler's (model/sampling/sampler.hpp); sums go
@@ -187,6 +187,25 @@ acc run_mass(SampleRow r, uint row, uint g, float m, float t) {
 }
 
 acc load_acc(uint at) { return acc_of(uvec2(scratch[at], scratch[at + 1u])); }
+
+// Every invocation's exclusive prefix of v in invocation order (the sums of a fixed tree), and
+// the total.
+shared acc scan_buffer[WG];
+acc exclusive_prefix(acc v, out acc total) {
+  barrier();
+  scan_buffer[tid()] = v;
+  barrier();
+  for (uint offset = 1u; offset < WG; offset <<= 1u) {
+    const acc add = tid() >= offset ? scan_buffer[tid() - offset] : acc(0.0);
+    barrier();
+    scan_buffer[tid()] += add;
+    barrier();
+  }
+  total = scan_buffer[WG - 1u];
+  const acc exclusive = tid() > 0u ? scan_buffer[tid() - 1u] : acc(0.0);
+  barrier();
+  return exclusive;
+}
 void store_acc(uint at, acc v) {
   const uvec2 bits = acc_bits(v);
   scratch[at] = bits.x;
@@ -232,8 +251,6 @@ void main() {
 }
 
 #elif defined(SAMPLE_SELECT)
-shared uint run_sum[WG];
-shared acc run_hi[WG], run_lo[WG];
 shared int last_bin, window_lo, window_hi;
 shared uint min_index[64];
 
@@ -249,28 +266,13 @@ uint workgroup_min(uint v) {
 
 #define PER_RUN (BINS / WG)
 
-// Thread 0's exclusive prefix of run_sum, in order.
-void prefix_counts() {
-  barrier();
-  if (tid() == 0u) {
-    uint total = 0u;
-    for (uint t = 0u; t < WG; ++t) {
-      const uint s = run_sum[t];
-      run_sum[t] = total;
-      total += s;
-    }
-  }
-  barrier();
-}
-
 // The last bin whose tokens, with those of the bins before it, fit in `fit` candidates (-1: none).
 int last_fitting_bin(uint hist, uint fit) {
   uint own = 0u;
   for (uint j = 0u; j < PER_RUN; ++j) own += scratch[hist + tid() * PER_RUN + j];
-  run_sum[tid()] = own;
   if (tid() == 0u) last_bin = -1;
-  prefix_counts();
-  uint cum = run_sum[tid()];
+  acc total;
+  uint cum = uint(exclusive_prefix(acc(own), total));
   int fits = -1;
   for (uint j = 0u; j < PER_RUN; ++j) {
     cum += scratch[hist + tid() * PER_RUN + j];
@@ -295,24 +297,15 @@ ivec2 nucleus_window(uint hist, uint mass, acc target) {
     lo += bin_mass(mass, b);
     hi += bin_mass(mass, b) + acc(scratch[hist + b]);
   }
-  run_hi[tid()] = hi;
-  run_lo[tid()] = lo;
   if (tid() == 0u) {
     window_lo = int(BINS);
     window_hi = int(BINS);
-    acc th = 0.0, tl = 0.0;
-    for (uint t = 0u; t < WG; ++t) {
-      const acc h = run_hi[t], l = run_lo[t];
-      run_hi[t] = th;
-      run_lo[t] = tl;
-      th += h;
-      tl += l;
-    }
   }
-  barrier();
+  acc total;
+  const acc hi_before = exclusive_prefix(hi, total), lo_before = exclusive_prefix(lo, total);
   // The float sums of the exact pass differ from these integers by rounding: a margin of 1e-5.
   const acc upper_target = target * acc(1.0 - 1e-5) / unit, lower_target = target * acc(1.0 + 1e-5) / unit;
-  acc ch = run_hi[tid()], cl = run_lo[tid()];
+  acc ch = hi_before, cl = lo_before;
   for (uint j = 0u; j < PER_RUN; ++j) {
     const uint b = tid() * PER_RUN + j;
     const bool reached_hi = ch >= upper_target, reached_lo = cl >= lower_target;
@@ -344,8 +337,8 @@ void main() {
   const float s1 = workgroup_sum(live ? uintBitsToFloat(scratch[at + 2u]) * exp(pm - m) : 0.0);
   const acc zt = workgroup_acc_sum(live && r.temperature > 0.0 ? load_acc(at + 3u) * acc(weight(pm, m, r.inv_t)) : acc(0.0));
   const bool candidates = needs_candidates(r) && argmax != NO_INDEX;
-  // Top-k takes up to CAP candidates; otherwise a nucleus of more than TOP_FEW goes to the window.
-  const int bin = candidates ? last_fitting_bin(hist, wants_top_k(r) ? CAP : TOP_FEW) : -1;
+  // Top-k takes k candidates and more (up to CAP); a nucleus of more than TOP_FEW goes to the window.
+  const int bin = candidates ? last_fitting_bin(hist, wants_top_k(r) ? clamp(r.top_k, TOP_FEW, CAP) : TOP_FEW) : -1;
   // Without top-k, a nucleus past the top candidates is looked for in a window of bins near it.
   const bool window = candidates && wants_top_p(r) && !wants_top_k(r);
   const ivec2 w = window ? nucleus_window(hist, bin_mass_at(base, p.groups), acc(r.top_p) * zt * (acc(1.0) - TOP_P_TOLERANCE))
@@ -419,14 +412,12 @@ void main() {
   if (tid() == 0u) store_acc(masses_at(base, p.groups) + 2u * g, mass);
 }
 
-#elif defined(SAMPLE_DRAW_SELECT)
-// The chunk the random number lands in, and how far into its weight (thread 0: a fixed order).
-void main() {
-  const uint row = flat_group();
-  if (row >= p.rows || tid() != 0u) return;
-  const SampleRow r = rows_[row];
-  const uint base = row_base(row), sel = sel_at(base, p.groups), masses = masses_at(base, p.groups);
-  if (scratch[sel + SEL_DRAW] == 0u) return;
+#elif defined(SAMPLE_DRAW_WALK)
+shared uint chosen;
+
+// The chunk u lands in, and how far into its weight: every workgroup of the row finds the same
+// (the chunks' weights in order), and that chunk's walks.
+uint landing_chunk(SampleRow r, uint masses, out acc residual) {
   const uint chunks = chunks_of(r.n);
   acc total = 0.0;
   for (uint g = 0u; g < chunks; ++g) total += load_acc(masses + 2u * g);
@@ -441,35 +432,21 @@ void main() {
     if (before + mass > target) break;
     before += mass;
   }
-  scratch[sel + SEL_CHUNK] = chunk;
-  store_acc(sel + SEL_RESIDUAL, max(target - chunk_before, acc(0.0)));
+  residual = max(target - chunk_before, acc(0.0));
+  return chunk;
 }
-
-#elif defined(SAMPLE_DRAW_WALK)
-shared acc run_prefix[WG];
-shared uint chosen;
 shared int walker;
 
 // The whole-row draw, in the chunk it landed in: the last run that starts at or before the
 // residual walks to it (or to its last token, where rounding left the residual past its end).
 uint walk_chunk(SampleRow r, uint row, uint g, float m, float t, acc residual) {
   const acc own = run_mass(r, row, g, m, t);
-  run_prefix[tid()] = own;
   if (tid() == 0u) {
     chosen = NO_INDEX;
     walker = -1;
   }
-  barrier();
-  if (tid() == 0u) {
-    acc total = 0.0;
-    for (uint s = 0u; s < WG; ++s) {
-      const acc mass = run_prefix[s];
-      run_prefix[s] = total;
-      total += mass;
-    }
-  }
-  barrier();
-  const acc before = run_prefix[tid()];
+  acc total;
+  const acc before = exclusive_prefix(own, total);
   if (own > 0.0 && before <= residual) atomicMax(walker, int(tid()));
   barrier();
   if (int(tid()) == walker) {
@@ -497,9 +474,11 @@ void main() {
   if (row >= p.rows) return;
   const SampleRow r = rows_[row];
   const uint base = row_base(row), sel = sel_at(base, p.groups);
-  if (scratch[sel + SEL_DRAW] == 0u || g != scratch[sel + SEL_CHUNK]) return;
+  if (scratch[sel + SEL_DRAW] == 0u) return;
+  acc residual;
+  if (landing_chunk(r, masses_at(base, p.groups), residual) != g) return;
   const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), t = uintBitsToFloat(scratch[sel + SEL_THRESHOLD]);
-  const uint token = walk_chunk(r, row, g, m, t, load_acc(sel + SEL_RESIDUAL));
+  const uint token = walk_chunk(r, row, g, m, t, residual);
   if (tid() != 0u) return;
   ids[row] = token;
   out_words[row * OUT_WORDS] = token;

@@ -4,7 +4,6 @@
 shared uint sk[CAP];  // candidates: order keys of their logits (0: empty), then by id in the draw
 shared uint si[CAP];  // their ids (NO_INDEX: empty), then their order keys in the draw
 shared acc run_f[WG];
-shared acc run_total;
 shared uint found;
 shared int walker_s;
 shared uint top_ids[MAX_TOP_N];  // the top logprobs' tokens, kept before sk / si are reused
@@ -45,20 +44,13 @@ void sort_candidates(uint count) {
   }
 }
 
-// Thread 0's exclusive prefix of run_f, in order; the total is returned to every invocation.
+// run_f's exclusive prefix in invocation order, in place; the total is returned to every invocation.
 acc prefix_runs() {
+  acc total;
+  const acc before = exclusive_prefix(run_f[tid()], total);
+  run_f[tid()] = before;
   barrier();
-  if (tid() == 0u) {
-    acc total = 0.0;
-    for (uint s = 0u; s < WG; ++s) {
-      const acc v = run_f[s];
-      run_f[s] = total;
-      total += v;
-    }
-    run_total = total;
-  }
-  barrier();
-  return run_total;
+  return total;
 }
 
 // ---- passes over the whole row, for what reaches past the candidates ---------------------------

@@ -55,8 +55,7 @@ acc acc_of(uvec2 bits) { return uintBitsToFloat(bits.x); }
 #define SEL_WORDS 16u
 // sel: what the passes decide for a row, for the passes after them.
 #define SEL_BIN 0u           // the last bin of the top candidates (-1: even the first holds more than CAP)
-#define SEL_CHUNK 1u         // the chunk a whole-row draw lands in
-#define SEL_RESIDUAL 2u      // how far into that chunk's weight (2 words)
+#define SEL_UNUSED 1u        // (3 words)
 #define SEL_COUNT 4u         // top candidates gathered (atomic)
 #define SEL_MAX 5u           // the row's maximum
 #define SEL_LSE 6u           // its log-sum-exp at temperature 1

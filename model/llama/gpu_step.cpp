@@ -748,7 +748,7 @@ void GpuModel::Step::record_sampling(const PoolBuffer& ids, const PoolBuffer& re
   ops::sample(rec(), lib_,
               {s_.logits.range(), rows_buffer.range(), entries.range(), mask.range(), previous, scratch.range(),
                out.range(), ids.range()},
-              rows, c_.n_vocab, [&](const char* pass) { mark(pass); });
+              rows, c_.n_vocab, ops::sample_needs(s.rows), [&](const char* pass) { mark(pass); });
   rec().copy(out.range(), readback.range());
 }
 

@@ -60,7 +60,7 @@ std::vector<SampledToken> gpu_draws(const std::vector<Draw>& draws) {
     gpu::ops::sample(rec, g.kernels,
                      {x.range(), rows_buffer.range(), entries.range(), mask.range(), prev.range(), scratch.range(),
                       out.range(), ids.range()},
-                     rows, stride);
+                     rows, stride, gpu::ops::sample_needs(sampling.rows));
   });
   const auto words = g.down<std::uint32_t>(out, std::size_t{rows} * gpu::ops::sample_out_words);
   const auto chosen = sampled_tokens(words, top_logprob_counts(sampling));
