@@ -189,7 +189,9 @@ void add_sampling_row(StepSampling& sampling, const SamplingRow& row, std::uint3
     r.flags = gpu::ops::sample_flag_logprobs |
               std::min<std::uint32_t>(std::max(row.top_logprobs, 0), gpu::ops::sample_max_top_logprobs);
   }
-  if (pending_row) {
+  // The pending token matters only to penalties: a row without them need not read it.
+  const bool penalised = row.repetition_penalty != 1.0f || row.presence_penalty != 0.0f || row.frequency_penalty != 0.0f;
+  if (pending_row && penalised) {
     r.flags |= gpu::ops::sample_flag_pending | (*pending_row << 16);
     if (row.repetition_penalty != 1.0f) r.flags |= gpu::ops::sample_flag_window;
   }

@@ -231,7 +231,10 @@ SamplingRow Sampler::gpu_row(bool one_pending) const {
   };
   for (const auto& [token, bias] : bias_) entry(token).bias = bias;
   for (std::int32_t token : window_tokens(one_pending)) entry(token).in_window = 1;
-  for (const auto& [token, count] : output_counts_) entry(token).count = static_cast<std::uint32_t>(count);
+  // Counts only where a penalty reads them: a row with no entries skips the GPU's penalty pass.
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    for (const auto& [token, count] : output_counts_) entry(token).count = static_cast<std::uint32_t>(count);
+  }
   for (const auto& [token, e] : entries) row.entries.push_back(e);
   return row;
 }

@@ -398,6 +398,7 @@ TEST(Sampler, GpuRowDescribesBiasWindowAndCounts) {
   params.repetition_penalty = 1.5f;
   params.repetition_last_n = 3;
   params.min_p = 0.1f;
+  params.presence_penalty = 0.3f;  // counts are listed only where a penalty reads them
   params.logit_bias = {{7, 2.0f}};
   std::vector<std::int32_t> prompt = {1, 2, 3};
   Sampler sampler(params, prompt);
@@ -421,6 +422,19 @@ TEST(Sampler, GpuRowDescribesBiasWindowAndCounts) {
   auto pending = sampler.gpu_row(true);
   EXPECT_EQ(pending.counter, 3u);
   EXPECT_EQ(as_tuples(pending), (std::vector{entry(2, 0, 1, 1), entry(4, 0, 1, 1), entry(7, 2, 0, 0)}));
+}
+
+TEST(Sampler, GpuRowWithoutPenaltiesListsOnlyTheBias) {
+  auto params = with_temperature(0.7f);
+  params.logit_bias = {{9, -3.0f}};
+  Sampler sampler(params, std::vector<std::int32_t>{1, 2});
+  sampler.accept(5);
+  sampler.accept(5);
+  const auto row = sampler.gpu_row(true);
+  ASSERT_EQ(row.entries.size(), 1u);
+  EXPECT_EQ(row.entries[0].token, 9);
+  EXPECT_EQ(row.entries[0].count, 0u);
+  EXPECT_EQ(row.counter, 3u);
 }
 
 TEST(Sampler, GpuRowWithoutRepetitionPenaltyHasNoWindow) {
