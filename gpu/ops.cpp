@@ -995,7 +995,7 @@ SampleNeeds sample_needs(std::span<const SampleRow> rows) {
     const bool candidates = (sampled && r.top_k > 0 && r.top_k < r.n) || (sampled && r.top_p < 1.0f) || top_logprobs;
     needs.candidates = needs.candidates || candidates;
     needs.draws = needs.draws || sampled;
-    needs.prepare = needs.prepare || candidates || r.entries_count > 0 || (r.flags & sample_flag_pending) != 0;
+    needs.prepare = needs.prepare || r.entries_count > 0 || (r.flags & sample_flag_pending) != 0;
   }
   return needs;
 }

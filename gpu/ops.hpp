@@ -333,7 +333,7 @@ struct SampleBuffers {
 std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride);
 // The passes the rows need (sample_needs): those no row needs are not recorded.
 struct SampleNeeds {
-  bool prepare = true;     // bias, penalties, a pending token, or candidates' counters to clear
+  bool prepare = true;     // bias, penalties or a pending token
   bool candidates = true;  // top-k, top-p or top logprobs
   bool draws = true;       // a temperature above 0
 };

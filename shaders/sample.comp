@@ -3,7 +3,8 @@
 // read a row in many workgroups (CHUNK logits each) or take a row in one:
 //   PREPARE (a row): logit_bias and the penalties on the tokens the host lists, and on the token
 //     the step before chose (still on the GPU when this step was sent);
-//   STATS (chunks): the mask applied; each chunk's maximum, argmax and sums of exp;
+//   STATS (chunks): the mask applied; each chunk's maximum, argmax and sums of exp (and the
+//     row's counters for BINS and GATHER cleared);
 //   BINS (chunks): where the row needs candidates (top-k, top-p, top logprobs), a histogram of the
 //     logits' distances from the maximum, in steps of 1/32 of the temperature;
 //   SELECT (a row): the last bin whose tokens, with those above, fit in CAP candidates; and where a
@@ -73,14 +74,7 @@ void main() {
   const uint row = flat_group();
   if (row >= p.rows) return;
   const SampleRow r = rows_[row];
-  const uint sel = sel_at(row_base(row), p.groups);
-  for (uint b = tid(); b < BINS; b += WG) scratch[hist_at(row_base(row), p.groups) + b] = 0u;
-  for (uint b = tid(); b < 2u * BINS; b += WG) scratch[bin_mass_at(row_base(row), p.groups) + b] = 0u;
-  if (tid() == 0u) {
-    scratch[sel + SEL_COUNT] = 0u;
-    scratch[sel + SEL_WINDOW_COUNT] = 0u;
-    pending_listed = false;
-  }
+  if (tid() == 0u) pending_listed = false;
   barrier();
   const bool pending = (r.flags & FLAG_PENDING) != 0u;
   const bool window = (r.flags & FLAG_WINDOW) != 0u;
@@ -106,6 +100,15 @@ void main() {
   const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
   if (row >= p.rows) return;
   const SampleRow r = rows_[row];
+  if (g == 0u && needs_candidates(r)) {  // the counters BINS and GATHER add to, cleared first
+    const uint base = row_base(row), sel = sel_at(base, p.groups);
+    for (uint b = tid(); b < BINS; b += WG) scratch[hist_at(base, p.groups) + b] = 0u;
+    for (uint b = tid(); b < 2u * BINS; b += WG) scratch[bin_mass_at(base, p.groups) + b] = 0u;
+    if (tid() == 0u) {
+      scratch[sel + SEL_COUNT] = 0u;
+      scratch[sel + SEL_WINDOW_COUNT] = 0u;
+    }
+  }
   const uint first = g * CHUNK;
   float v[PER_THREAD];
   float bv = 0.0, lowest = uintBitsToFloat(0x7F800000u);

@@ -210,6 +210,12 @@ void sort_kept_by_id(uint t_key, uint count) {
 }
 
 // ---- the row --------------------------------------------------------------------------------------
+// A nucleus whose window SELECT found past the top candidates, with nothing else asking for them
+// (no top-k, no top logprobs): they are neither loaded nor sorted.
+bool past_top(SampleRow r, uint sel) {
+  return !wants_top_k(r) && top_n(r) == 0u && int(scratch[sel + SEL_WINDOW]) > int(scratch[sel + SEL_BIN]);
+}
+
 struct Thresholds {
   float top_k;
   bool top_k_in_candidates;
@@ -221,7 +227,7 @@ struct Thresholds {
 // the weight of the tokens above the window), else by bisection over the whole row.
 float top_p_threshold(SampleRow r, uint row, uint base, uint sel, uint floor_key, acc target, float m,
                       bool overflow, inout bool window_loaded) {
-  uint key = overflow ? 0u : nucleus_key(r, floor_key, target, m, acc(0.0));
+  uint key = overflow || past_top(r, sel) ? 0u : nucleus_key(r, floor_key, target, m, acc(0.0));
   if (key == 0u && int(scratch[sel + SEL_WINDOW]) >= 0 && scratch[sel + SEL_WINDOW_COUNT] <= CAP) {
     acc above = 0.0;
     for (uint g = 0u; g < chunks_of(r.n); ++g) above += load_acc(masses_at(base, p.groups) + 2u * g);
@@ -303,7 +309,7 @@ void main() {
   const int last_bin = int(scratch[sel + SEL_BIN]);
   uint count = 0u;
   bool overflow = false;
-  if (needs_candidates(r)) {
+  if (needs_candidates(r) && !past_top(r, sel)) {
     count = scratch[sel + SEL_COUNT];
     overflow = count > CAP;
     if (!overflow) {
@@ -322,7 +328,8 @@ void main() {
   } else if (r.temperature > 0.0) {
     const Thresholds t = thresholds(r, row, base, sel, count, overflow, m, zt);
     const float kept = max(t.top_k, max(t.top_p, min_p_threshold(r, m)));
-    if (!overflow && last_bin >= 0 && bin_of(kept, m, uintBitsToFloat(scratch[sel + SEL_SCALE])) <= uint(last_bin)) {
+    if (!overflow && !past_top(r, sel) && last_bin >= 0 &&
+        bin_of(kept, m, uintBitsToFloat(scratch[sel + SEL_SCALE])) <= uint(last_bin)) {
       if (t.window_loaded) load_candidates(cand_v_at(base, p.groups), cand_i_at(base, p.groups), count);
       barrier();
       sort_kept_by_id(order_key(kept), count);
