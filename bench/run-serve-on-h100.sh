@@ -16,16 +16,9 @@ log=$OUT/serve-h100.txt
 type=${TYPE:-q4_0}
 mqlm make-model --preset "${PRESET:-llama3-8b}" --type "$type" --pure -o /tmp/m.gguf >>"$log"
 listen=tcp://127.0.0.1:5555
-echo "server: mqlm serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-8192} --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-}" >>"$log"
-mqlm --log-level info serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-8192} \
-  --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-} >$OUT/serve-stdout.txt 2>$OUT/serve-log.txt &
-server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
-for i in $(seq 1 600); do
-  grep -q ready $OUT/serve-stdout.txt 2>/dev/null && break
-  kill -0 $server 2>/dev/null || { echo "mqlm serve ended before it was ready" >>"$log"; cat $OUT/serve-log.txt >>"$log"; exit 1; }
-  sleep 0.5
-done
+source bench/serve-lib.sh
+start_server "$log" /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-8192} \
+  --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-}
 # The batched (tensor-core) path must give the lone request's greedy tokens before it is timed.
 bench/check-batched-greedy.sh $listen 16 32 >>"$log" 2>&1 || echo "the batched greedy check failed" >>"$log"
 # PASSES > 1 repeats the list (pass p writes serve-c<C>-p<p>.json): alternating concurrencies on one

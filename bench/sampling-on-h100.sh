@@ -22,17 +22,8 @@ for round in $(seq 1 ${GENERATE_ROUNDS:-2}); do
   done
 done
 listen=tcp://127.0.0.1:5555
-serve="mqlm serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages 8192 --max-sequences 64 --token-budget 2048"
-echo "server: $serve" >>"$log"
-mqlm --log-level info serve /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages 8192 --max-sequences 64 \
-  --token-budget 2048 >$OUT/serve-stdout.txt 2>$OUT/serve-log.txt &
-server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
-for i in $(seq 1 600); do
-  grep -q ready $OUT/serve-stdout.txt 2>/dev/null && break
-  kill -0 $server 2>/dev/null || { echo "mqlm serve ended before it was ready" >>"$log"; cat $OUT/serve-log.txt >>"$log"; exit 1; }
-  sleep 0.5
-done
+source bench/serve-lib.sh
+start_server "$log" /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages 8192 --max-sequences 64 --token-budget 2048
 for pass in $(seq 1 ${PASSES:-1}); do
   for c in ${CONCURRENCY:-1 8 32 64}; do
     for mode in greedy sampled; do
