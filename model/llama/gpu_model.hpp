@@ -2,7 +2,7 @@
 // "weights:<model>") and read in their GGUF layout; a paged KV cache; a step that runs a batch
 // of tokens from any number of sequences (prefill chunks and single decode tokens mixed),
 // recorded into one command buffer and submitted once. Only the rows asked for come back, as
-// logits or as argmax token ids.
+// logits or as the tokens chosen on the GPU (the argmax, or each row's draw: StepSampling).
 #pragma once
 
 #include <algorithm>
@@ -190,7 +190,7 @@ class GpuModel {
   std::vector<SampledToken> collect_sampled(PendingTokens& pending);
 
  private:
-  // What a step hands back: each output row's logits, or its argmax, or the argmax still on the GPU.
+  // What a step hands back: each output row's logits, or its token (waited for, or still on the GPU).
   enum class StepOutput : std::uint8_t { logits, tokens, in_flight };
   using StepResult = std::variant<std::vector<float>, PendingTokens>;
   class Step;  // one step's recording (gpu_step.cpp)
