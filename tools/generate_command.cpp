@@ -115,6 +115,178 @@ void generate_batched(const GenerateOptions& o, model::GpuModel& gpu_model, mode
   report("decode", decode_profile, std::max<double>(1, static_cast<double>(decode_profile.steps)));
 }
 
+// The prompt's tokens, once the request fits: the model's context, the sampling limits, --batch's.
+std::vector<std::int32_t> checked_prompt(const GenerateOptions& o, const model::LlamaConfig& config,
+                                         const model::Tokenizer& tokenizer) {
+  std::vector<std::int32_t> prompt = tokenizer.encode(o.prompt, {true, o.parse_special});
+  if (prompt.empty()) throw CommandFailed("the prompt is empty", 2);
+  const std::uint64_t total = prompt.size() + static_cast<std::uint64_t>(o.sampling.max_tokens);
+  if (total > config.n_ctx_train) {
+    throw CommandFailed(fmt::format("{} prompt tokens and {} to generate exceed the model's context of {}",
+                                    prompt.size(), o.sampling.max_tokens, config.n_ctx_train), 2);
+  }
+  if (auto error = model::validate(o.sampling, {static_cast<std::int32_t>(config.n_vocab), o.sampling.max_tokens})) {
+    throw CommandFailed(error->field + ": " + error->message, 2);
+  }
+  const model::SamplingParams& sp = o.sampling;
+  if (o.batch > 1 && !(sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
+                       sp.frequency_penalty == 0 && sp.stop.empty() && !sp.logprobs)) {
+    throw CommandFailed("--batch decodes greedily: give --temperature 0 and no penalties, stop strings or logprobs", 2);
+  }
+  if (o.batch > 1 && o.json) throw CommandFailed("--batch prints text and figures, not --json", 2);
+  return prompt;
+}
+
+// What one sequence's generation gave, and its figures.
+struct Generation {
+  std::vector<std::int32_t> tokens;
+  nlohmann::json logprobs = nlohmann::json::array();
+  std::string text;  // all of it, for --json
+  std::string finish = "length";
+  double prefill_s = 0, decode_s = 0;
+  model::StepProfile prefill_profile, decode_profile;
+};
+
+// The tokens as they come: printed (unless quiet or --json), kept with their logprobs, and
+// matched against the stop conditions.
+class TokenOutput {
+ public:
+  TokenOutput(const GenerateOptions& o, const model::Tokenizer& tokenizer, Generation& out)
+      : o_(o), tokenizer_(tokenizer), out_(out), stops_(model::StopMatcher::for_request(o.sampling, stop_tokens(tokenizer))),
+        decoder_(tokenizer, {false, false}) {}
+
+  // Whether the generation ends with this token.
+  bool push(const model::SampledToken& next) {
+    out_.tokens.push_back(next.token);
+    if (next.logprob) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& alternative : next.top_logprobs) top.push_back({alternative.token, alternative.logprob});
+      out_.logprobs.push_back({{"token", next.token}, {"logprob", *next.logprob}, {"top", std::move(top)}});
+    }
+    std::string piece = tokenizer_.ends_generation(next.token) ? std::string{} : decoder_.push(next.token);
+    model::StopStep step = stops_.push(next.token, piece);
+    out_.text += step.text;
+    if (!o_.quiet && !o_.json) std::cout << step.text << std::flush;
+    if (!step.finish) return false;
+    out_.finish = *step.finish == model::FinishReason::stop ? "stop" : "length";
+    return true;
+  }
+
+ private:
+  static std::vector<std::int32_t> stop_tokens(const model::Tokenizer& tokenizer) {
+    std::vector<std::int32_t> ids;
+    for (std::int32_t id : {tokenizer.eos(), tokenizer.eot()}) {
+      if (id >= 0) ids.push_back(id);
+    }
+    return ids;
+  }
+
+  const GenerateOptions& o_;
+  const model::Tokenizer& tokenizer_;
+  Generation& out_;
+  model::StopMatcher stops_;
+  model::StreamDecoder decoder_;
+};
+
+// One sequence: the prompt in one step, then a token a step, every token chosen on the GPU: the
+// argmax for plain greedy decoding (which needs no history and sees no padding rows), else the
+// sampler's draw (pending: the token before it is the step in flight's, not yet accepted).
+Generation generate_one(const GenerateOptions& o, model::GpuModel& gpu_model, model::GpuContext ctx,
+                        const model::Tokenizer& tokenizer, const std::vector<std::int32_t>& prompt) {
+  const model::LlamaConfig& config = gpu_model.config();
+  const std::uint64_t total = prompt.size() + static_cast<std::uint64_t>(o.sampling.max_tokens);
+  const auto pages = static_cast<std::uint32_t>((total + o.page_size - 1) / o.page_size);
+  model::GpuKvCache cache(ctx, config, pages, o.page_size);
+  model::StepBatch batch;
+  batch.block_tables.push_back({});
+  for (std::uint32_t p = 0; p < pages; ++p) batch.block_tables[0].push_back(p);
+  for (std::uint32_t i = 0; i < prompt.size(); ++i) batch.tokens.push_back({0, i, prompt[i], i + 1 == prompt.size()});
+
+  const model::SamplingParams& sp = o.sampling;
+  model::Sampler sampler(sp, prompt);
+  const bool plain_greedy = sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
+                            sp.frequency_penalty == 0 && !sp.logprobs && sp.logit_bias.empty() &&
+                            tokenizer.size() == config.n_vocab;
+  auto sampled = [&](model::StepBatch b, bool pending) {
+    if (!plain_greedy) {
+      model::add_sampling_row(b.sampling.emplace(), sampler.gpu_row(pending), static_cast<std::uint32_t>(tokenizer.size()),
+                              pending ? std::optional<std::uint32_t>(0) : std::nullopt);
+    }
+    return b;
+  };
+  if (o.warmup) {
+    // The first steps build the GPU pipelines; one untimed pass over the prompt (and one decode
+    // step) leaves the timed ones measuring the model alone. The cache is overwritten after.
+    gpu_model.forward_sampled(sampled(batch, false), cache);
+    model::StepBatch one = batch;
+    one.tokens = {{0, static_cast<std::uint32_t>(prompt.size()), prompt.back(), true}};
+    gpu_model.forward_sampled(sampled(one, false), cache);
+  }
+  Generation out;
+  TokenOutput output(o, tokenizer, out);
+  auto prefill_start = Clock::now();
+  model::SampledToken next =
+      gpu_model.forward_sampled(sampled(batch, false), cache, o.profile ? &out.prefill_profile : nullptr).at(0);
+  out.prefill_s = seconds(Clock::now() - prefill_start);
+  auto decode_start = Clock::now();
+  auto position = static_cast<std::uint32_t>(prompt.size());
+  // Steps go to the GPU one ahead: the step after the current one is sent before the current one's
+  // token is read, its token taken on the GPU from the current one's choice, so the GPU goes from
+  // step to step without waiting for the host (not with --profile, which reads each step's
+  // timestamps). A step sent ahead of a stop is computed and dropped.
+  std::optional<model::GpuModel::PendingTokens> ahead;
+  while (true) {
+    if (!plain_greedy) sampler.accept(next.token);
+    if (output.push(next)) break;
+    batch.tokens = {{0, position++, next.token, true}};
+    if (o.profile) {
+      next = gpu_model.forward_sampled(sampled(batch, false), cache, &out.decode_profile).at(0);
+      continue;
+    }
+    model::GpuModel::PendingTokens current = ahead ? std::move(*ahead) : gpu_model.submit_tokens(sampled(batch, false), cache);
+    ahead.reset();
+    if (out.tokens.size() + 2 <= static_cast<std::size_t>(o.sampling.max_tokens)) {
+      model::StepBatch after{{{0, position, 0, true}}, batch.block_tables, {}};
+      ahead = gpu_model.submit_tokens(sampled(after, true), cache, &current);
+    }
+    next = gpu_model.collect_sampled(current).at(0);
+  }
+  out.decode_s = seconds(Clock::now() - decode_start);
+  if (ahead) gpu_model.collect(*ahead);  // sent ahead of the stop: its token is not wanted
+  return out;
+}
+
+// The final JSON line (--json), then the figures on stderr.
+void report_generation(const GenerateOptions& o, const model::gguf::GgufFile& file, const model::LlamaConfig& config,
+                       const std::string& device, double load_s, std::size_t prompt_tokens, Generation& g) {
+  // The stop matcher ended the output (it releases held-back text at max_tokens); as in the
+  // server, a character's first bytes still in the decoder are not text.
+  if (o.json) {
+    nlohmann::json out{{"event", "final"}, {"tokens", g.tokens}, {"text", g.text}, {"finish_reason", g.finish}};
+    if (o.sampling.logprobs) out["logprobs"] = std::move(g.logprobs);
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
+  } else if (!o.quiet) {
+    std::cout << "\n";
+  }
+  // What a decode step reads: every weight but the embedding table, of which it reads one row
+  // (unless the output is tied to it, when all of it is read as the output matrix).
+  std::uint64_t weight_bytes = 0;
+  for (const auto& t : file.tensors()) {
+    if (t.name != "token_embd.weight" || config.tied_output) weight_bytes += t.bytes;
+  }
+  const std::size_t generated = g.tokens.size();
+  const double decode_rate = generated > 1 ? static_cast<double>(generated - 1) / g.decode_s : 0.0;
+  std::cerr << fmt::format(
+      "model: {} ({} layers, {} hidden, {:.2f} GB of weights read per token), loaded in {:.1f} s on {}\n"
+      "prefill: {} tokens in {:.1f} ms, {:.1f} tokens/s\n"
+      "decode: {} tokens in {:.1f} ms, {:.2f} tokens/s, {:.0f} GB/s of weights read (finish: {})\n",
+      o.model, config.n_layers, config.n_embd, weight_bytes / 1e9, load_s, device, prompt_tokens, g.prefill_s * 1e3,
+      prompt_tokens / g.prefill_s, generated, g.decode_s * 1e3, decode_rate, decode_rate * weight_bytes / 1e9, g.finish);
+  if (!o.profile) return;
+  report("prefill", g.prefill_profile, 1);
+  report("decode", g.decode_profile, std::max<double>(1, static_cast<double>(g.decode_profile.steps)));
+}
+
 void generate(const GenerateOptions& o) {
   auto opened = model::gguf::GgufFile::open(o.model);
   if (auto* e = std::get_if<model::gguf::GgufError>(&opened)) throw CommandFailed(o.model + ": " + e->message(), 2);
@@ -127,24 +299,8 @@ void generate(const GenerateOptions& o) {
   auto tokenizer_or = model::Tokenizer::create(std::get<model::Vocabulary>(vocabulary));
   if (auto* e = std::get_if<model::TokenizerError>(&tokenizer_or)) throw CommandFailed(o.model + ": " + e->message, 2);
   const model::Tokenizer& tokenizer = std::get<model::Tokenizer>(tokenizer_or);
+  const std::vector<std::int32_t> prompt = checked_prompt(o, config, tokenizer);
 
-  std::vector<std::int32_t> prompt = tokenizer.encode(o.prompt, {true, o.parse_special});
-  if (prompt.empty()) throw CommandFailed("the prompt is empty", 2);
-  const std::uint64_t total = prompt.size() + static_cast<std::uint64_t>(o.sampling.max_tokens);
-  if (total > config.n_ctx_train) {
-    throw CommandFailed(fmt::format("{} prompt tokens and {} to generate exceed the model's context of {}",
-                                    prompt.size(), o.sampling.max_tokens, config.n_ctx_train), 2);
-  }
-  if (auto error = model::validate(o.sampling, {static_cast<std::int32_t>(config.n_vocab), o.sampling.max_tokens})) {
-    throw CommandFailed(error->field + ": " + error->message, 2);
-  }
-
-  const model::SamplingParams& sp = o.sampling;
-  if (o.batch > 1 && !(sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
-                       sp.frequency_penalty == 0 && sp.stop.empty() && !sp.logprobs)) {
-    throw CommandFailed("--batch decodes greedily: give --temperature 0 and no penalties, stop strings or logprobs", 2);
-  }
-  if (o.batch > 1 && o.json) throw CommandFailed("--batch prints text and figures, not --json", 2);
   gpu::Device device(gpu::DeviceOptions{o.device, false});
   gpu::ComputeQueue queue(device);
   gpu::BufferPool pool(queue);
@@ -157,122 +313,8 @@ void generate(const GenerateOptions& o) {
     generate_batched(o, gpu_model, ctx, config, tokenizer, prompt);
     return;
   }
-  const auto pages = static_cast<std::uint32_t>((total + o.page_size - 1) / o.page_size);
-  model::GpuKvCache cache(ctx, config, pages, o.page_size);
-
-  model::StepBatch batch;
-  batch.block_tables.push_back({});
-  for (std::uint32_t p = 0; p < pages; ++p) batch.block_tables[0].push_back(p);
-  for (std::uint32_t i = 0; i < prompt.size(); ++i) {
-    batch.tokens.push_back({0, i, prompt[i], i + 1 == prompt.size()});
-  }
-
-  model::Sampler sampler(o.sampling, prompt);
-  std::vector<std::int32_t> stop_tokens;
-  for (std::int32_t id : {tokenizer.eos(), tokenizer.eot()}) {
-    if (id >= 0) stop_tokens.push_back(id);
-  }
-  model::StopMatcher stops = model::StopMatcher::for_request(o.sampling, stop_tokens);
-  model::StreamDecoder decoder(tokenizer, {false, false});
-  // Every token is chosen on the GPU: the argmax for plain greedy decoding (which needs no history
-  // and sees no padding rows), else the sampler's draw (pending: the token before it is the step in
-  // flight's, not yet accepted by the sampler).
-  const bool plain_greedy = sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
-                            sp.frequency_penalty == 0 && !sp.logprobs && sp.logit_bias.empty() &&
-                            tokenizer.size() == config.n_vocab;
-  auto sampled = [&](model::StepBatch b, bool pending) {
-    if (!plain_greedy) {
-      model::add_sampling_row(b.sampling.emplace(), sampler.gpu_row(pending), static_cast<std::uint32_t>(tokenizer.size()),
-                              pending ? std::optional<std::uint32_t>(0) : std::nullopt);
-    }
-    return b;
-  };
-
-  if (o.warmup) {
-    // The first steps build the GPU pipelines; one untimed pass over the prompt (and one decode
-    // step) leaves the timed ones measuring the model alone. The cache is overwritten after.
-    gpu_model.forward_sampled(sampled(batch, false), cache);
-    model::StepBatch one = batch;
-    one.tokens = {{0, static_cast<std::uint32_t>(prompt.size()), prompt.back(), true}};
-    gpu_model.forward_sampled(sampled(one, false), cache);
-  }
-  model::StepProfile prefill_profile, decode_profile;
-  std::vector<std::int32_t> tokens;
-  nlohmann::json logprobs = nlohmann::json::array();
-  std::string text;  // all of it, for --json
-  auto prefill_start = Clock::now();
-  model::SampledToken next =
-      gpu_model.forward_sampled(sampled(batch, false), cache, o.profile ? &prefill_profile : nullptr).at(0);
-  const double prefill_s = seconds(Clock::now() - prefill_start);
-  auto decode_start = Clock::now();
-  std::uint32_t position = static_cast<std::uint32_t>(prompt.size());
-  std::uint32_t generated = 0;
-  std::string finish = "length";
-  // Steps go to the GPU one ahead: the step after the current one is sent before the current one's
-  // token is read, its token taken on the GPU from the current one's choice, so the GPU goes from
-  // step to step without waiting for the host (not with --profile, which reads each step's
-  // timestamps). A step sent ahead of a stop is computed and dropped.
-  std::optional<model::GpuModel::PendingTokens> ahead;
-  while (true) {
-    if (!plain_greedy) sampler.accept(next.token);
-    ++generated;
-    tokens.push_back(next.token);
-    if (next.logprob) {
-      nlohmann::json top = nlohmann::json::array();
-      for (const auto& alternative : next.top_logprobs) top.push_back({alternative.token, alternative.logprob});
-      logprobs.push_back({{"token", next.token}, {"logprob", *next.logprob}, {"top", std::move(top)}});
-    }
-    std::string piece = tokenizer.ends_generation(next.token) ? std::string{} : decoder.push(next.token);
-    model::StopStep step = stops.push(next.token, piece);
-    text += step.text;
-    if (!o.quiet && !o.json) std::cout << step.text << std::flush;
-    if (step.finish) {
-      finish = *step.finish == model::FinishReason::stop ? "stop" : "length";
-      break;
-    }
-    batch.tokens = {{0, position++, next.token, true}};
-    if (o.profile) {
-      next = gpu_model.forward_sampled(sampled(batch, false), cache, &decode_profile).at(0);
-      continue;
-    }
-    model::GpuModel::PendingTokens current = ahead ? std::move(*ahead) : gpu_model.submit_tokens(sampled(batch, false), cache);
-    ahead.reset();
-    if (generated + 2 <= static_cast<std::uint32_t>(o.sampling.max_tokens)) {
-      model::StepBatch after{{{0, position, 0, true}}, batch.block_tables, {}};
-      ahead = gpu_model.submit_tokens(sampled(after, true), cache, &current);
-    }
-    next = gpu_model.collect_sampled(current).at(0);
-  }
-  const double decode_s = seconds(Clock::now() - decode_start);
-  if (ahead) gpu_model.collect(*ahead);  // sent ahead of the stop: its token is not wanted
-  // The stop matcher ended the output (it releases held-back text at max_tokens); as in the
-  // server, a character's first bytes still in the decoder are not text.
-  if (o.json) {
-    nlohmann::json out{{"event", "final"}, {"tokens", tokens}, {"text", text}, {"finish_reason", finish}};
-    if (sp.logprobs) out["logprobs"] = std::move(logprobs);
-    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
-  } else if (!o.quiet) {
-    std::cout << "\n";
-  }
-
-  // What a decode step reads: every weight but the embedding table, of which it reads one row
-  // (unless the output is tied to it, when all of it is read as the output matrix).
-  std::uint64_t weight_bytes = 0;
-  for (const auto& t : file.tensors()) {
-    if (t.name != "token_embd.weight" || config.tied_output) weight_bytes += t.bytes;
-  }
-  const double decode_rate = generated > 1 ? (generated - 1) / decode_s : 0.0;
-  std::cerr << fmt::format(
-      "model: {} ({} layers, {} hidden, {:.2f} GB of weights read per token), loaded in {:.1f} s on {}\n"
-      "prefill: {} tokens in {:.1f} ms, {:.1f} tokens/s\n"
-      "decode: {} tokens in {:.1f} ms, {:.2f} tokens/s, {:.0f} GB/s of weights read (finish: {})\n",
-      o.model, config.n_layers, config.n_embd, weight_bytes / 1e9, load_s, device.features().name, prompt.size(),
-      prefill_s * 1e3, prompt.size() / prefill_s, generated, decode_s * 1e3, decode_rate,
-      decode_rate * weight_bytes / 1e9, finish);
-  if (!o.profile) return;
-  report("prefill", prefill_profile, 1);
-  const double steps = std::max<double>(1, static_cast<double>(decode_profile.steps));
-  report("decode", decode_profile, steps);
+  Generation generation = generate_one(o, gpu_model, ctx, tokenizer, prompt);
+  report_generation(o, file, config, device.features().name, load_s, prompt.size(), generation);
 }
 
 }  // namespace
