@@ -129,9 +129,9 @@ std::vector<std::int32_t> checked_prompt(const GenerateOptions& o, const model::
     throw CommandFailed(error->field + ": " + error->message, 2);
   }
   const model::SamplingParams& sp = o.sampling;
-  if (o.batch > 1 && !(sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
-                       sp.frequency_penalty == 0 && sp.stop.empty() && !sp.logprobs)) {
-    throw CommandFailed("--batch decodes greedily: give --temperature 0 and no penalties, stop strings or logprobs", 2);
+  if (o.batch > 1 && !(model::plain_greedy(sp) && sp.stop.empty())) {
+    throw CommandFailed("--batch decodes greedily: give --temperature 0 and no penalties, logit_bias, stop strings or "
+                        "logprobs", 2);
   }
   if (o.batch > 1 && o.json) throw CommandFailed("--batch prints text and figures, not --json", 2);
   return prompt;
@@ -204,10 +204,10 @@ Generation generate_one(const GenerateOptions& o, model::GpuModel& gpu_model, mo
 
   const model::SamplingParams& sp = o.sampling;
   model::Sampler sampler(sp, prompt);
-  const bool plain_greedy = sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0 &&
-                            sp.frequency_penalty == 0 && !sp.logprobs && sp.logit_bias.empty() &&
-                            tokenizer.size() == config.n_vocab;
-  auto sampled = [&](model::StepBatch b, bool pending) {
+  const bool plain_greedy = model::plain_greedy(sp) && tokenizer.size() == config.n_vocab;
+  // The batch with its row's draw as the sampler now describes it (none for the argmax).
+  auto sampled = [&](model::StepBatch& b, bool pending) -> const model::StepBatch& {
+    b.sampling.reset();
     if (!plain_greedy) {
       model::add_sampling_row(b.sampling.emplace(), sampler.gpu_row(pending), static_cast<std::uint32_t>(tokenizer.size()),
                               pending ? std::optional<std::uint32_t>(0) : std::nullopt);

@@ -74,15 +74,6 @@ DeviceMemoryWire to_wire(const gpu::DeviceMemory& figures) {
   return {figures.total_bytes, figures.budget_bytes, figures.usage_bytes, figures.has_budget, 0};
 }
 
-// Greedy with nothing that reads the sampler's history or changes the logits: the GPU's argmax
-// (lowest id on ties, as the sampler breaks them) is the sampler's choice, and the sampler need
-// not be told the token, because its history feeds only the penalties, which are off for the
-// sequence's whole life.
-bool plain_greedy(const model::SamplingParams& p) {
-  return p.temperature == 0.0f && !p.logprobs && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
-         (p.repetition_penalty == 1.0f || p.repetition_last_n == 0) && p.logit_bias.empty();
-}
-
 bool is_device_lost(const std::exception& e) {
   return dynamic_cast<const gpu::GpuError*>(&e) != nullptr &&
          std::string_view(e.what()).find(gpu::result_name(VK_ERROR_DEVICE_LOST)) != std::string_view::npos;
@@ -1007,7 +998,7 @@ void Executor::log_if_slow(const StepPlan& plan, const model::StepProfile& profi
 bool Executor::all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded) const {
   if (loaded.n_vocab != loaded.config.n_vocab) return false;  // the argmax would consider the padding rows
   return std::all_of(plan.sequences.begin(), plan.sequences.end(), [&](const PlanSequence& seq) {
-    return !seq.output || plain_greedy(sequences_.at(seq.sequence).sampler.params());
+    return !seq.output || model::plain_greedy(sequences_.at(seq.sequence).sampler.params());
   });
 }
 
@@ -1036,7 +1027,7 @@ void Executor::take_outputs(const StepPlan& plan, std::span<const model::Sampled
     if (!seq.output) continue;
     const model::SampledToken& sampled = chosen[row++];
     SequenceState& state = sequences_.at(seq.sequence);
-    if (!plain_greedy(state.sampler.params())) state.sampler.accept(sampled.token);
+    if (!model::plain_greedy(state.sampler.params())) state.sampler.accept(sampled.token);
     OutputToken out;
     out.sequence = seq.sequence;
     out.token = sampled.token;

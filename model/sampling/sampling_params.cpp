@@ -154,4 +154,9 @@ std::optional<SamplingParamsError> validate(const SamplingParams& params,
   return check_logit_bias(params, limits);
 }
 
+bool plain_greedy(const SamplingParams& p) {
+  return p.temperature == 0.0f && !p.logprobs && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+         (p.repetition_penalty == 1.0f || p.repetition_last_n == 0) && p.logit_bias.empty();
+}
+
 }  // namespace mqlm::model

@@ -64,6 +64,11 @@ struct SamplingParamsError {
   std::string message;  // what was wrong and what is accepted
 };
 
+// Greedy with nothing that reads the sampler's history or changes the logits: the argmax (lowest id
+// on ties, as the sampler breaks them) is the sampler's choice, and the sampler need not be told
+// the token, because its history feeds only the penalties, which are off for the whole request.
+bool plain_greedy(const SamplingParams& params);
+
 // The first problem found, or nothing when every field is acceptable.
 std::optional<SamplingParamsError> validate(const SamplingParams& params,
                                             const SamplingLimits& limits = {});
