@@ -56,6 +56,7 @@ acc workgroup_acc_sum(acc v) {
 }
 uint row_base(uint row) { return row * row_words(p.groups); }
 float weight(float l, float m, float inv_t) { return exp((l - m) * inv_t); }
+float workgroup_min_float(float v) { return -workgroup_max(-v); }
 
 #if defined(SAMPLE_PREPARE)
 // ---- bias and penalties, in place ----------------------------------------------------------------
@@ -90,11 +91,10 @@ void main() {
 }
 
 #elif defined(SAMPLE_STATS)
+
 // ---- each chunk's maximum, argmax and sums of exp ----------------------------------------------
 shared float best_v[WG];
 shared uint best_i[WG];
-
-float workgroup_min_float(float v) { return -workgroup_max(-v); }
 
 void main() {
   const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
@@ -171,7 +171,7 @@ float row_max(uint base) {
 float row_lowest(uint base) {
   const float inf = uintBitsToFloat(0x7F800000u);
   const float pl = tid() < p.groups ? uintBitsToFloat(scratch[parts_at(base) + PART_WORDS * tid() + 5u]) : inf;
-  return -workgroup_max(-pl);
+  return workgroup_min_float(pl);
 }
 
 // The weight of the tokens min-p keeps (all, when it is off).
@@ -359,6 +359,15 @@ void main() {
 }
 
 #elif defined(SAMPLE_GATHER)
+// Token i (logit l) into a list of at most CAP: its slot from the list's counter at sel + counter.
+void gather(uint sel, uint counter, uint values, uint ids, float l, uint i) {
+  const uint slot = atomicAdd(scratch[sel + counter], 1u);
+  if (slot < CAP) {
+    scratch[values + slot] = floatBitsToUint(l);
+    scratch[ids + slot] = i;
+  }
+}
+
 // The top candidates (bins up to SEL_BIN), the nucleus window's tokens, and each chunk's weight of
 // the tokens above the window (in masses).
 void main() {
@@ -377,21 +386,11 @@ void main() {
     const float l = logits[row * p.stride + i];
     if (l == NEG_INF) continue;
     const uint b = bin_of(l, m, scale);
-    if (b <= last) {
-      const uint slot = atomicAdd(scratch[sel + SEL_COUNT], 1u);
-      if (slot < CAP) {
-        scratch[cand_v_at(base, p.groups) + slot] = floatBitsToUint(l);
-        scratch[cand_i_at(base, p.groups) + slot] = i;
-      }
-    }
+    if (b <= last) gather(sel, SEL_COUNT, cand_v_at(base, p.groups), cand_i_at(base, p.groups), l, i);
     if (window_lo < 0) continue;
     if (int(b) < window_lo) above += acc(weight(l, m, r.inv_t));
     if (int(b) >= window_lo && int(b) <= window_hi) {
-      const uint slot = atomicAdd(scratch[sel + SEL_WINDOW_COUNT], 1u);
-      if (slot < CAP) {
-        scratch[window_v_at(base, p.groups) + slot] = floatBitsToUint(l);
-        scratch[window_i_at(base, p.groups) + slot] = i;
-      }
+      gather(sel, SEL_WINDOW_COUNT, window_v_at(base, p.groups), window_i_at(base, p.groups), l, i);
     }
   }
   if (window_lo < 0) return;
