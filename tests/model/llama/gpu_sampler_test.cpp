@@ -16,6 +16,7 @@
 #include "gpu/ops.hpp"
 #include "model/llama/gpu_model.hpp"
 #include "model/sampling/sampler.hpp"
+#include "tests/model/sampling/kept_distribution.hpp"
 
 namespace mqlm::model {
 namespace {
@@ -228,33 +229,6 @@ TEST(GpuSampler, NothingFiniteIsAnErrorForTheRowAlone) {
   EXPECT_THROW(gpu_draws(draws), std::runtime_error);
 }
 
-// The exact distribution the spec defines, in double: weights of the kept tokens.
-std::vector<double> kept_distribution(const std::vector<float>& logits, const SamplingParams& p) {
-  const float m = *std::max_element(logits.begin(), logits.end());
-  const float inv_t = 1.0f / p.temperature;
-  std::vector<float> sorted(logits);
-  std::sort(sorted.rbegin(), sorted.rend());
-  float t = -std::numeric_limits<float>::infinity();
-  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < logits.size()) t = sorted[p.top_k - 1];
-  if (p.top_p < 1.0f) {
-    double z = 0, cum = 0;
-    for (float l : sorted) z += l >= t ? std::exp(double{(l - m) * inv_t}) : 0.0;
-    for (float l : sorted) {
-      if (l < t) break;
-      cum += std::exp(double{(l - m) * inv_t});
-      if (cum >= p.top_p * z * (1 - 1e-6)) {
-        t = std::max(t, l);
-        break;
-      }
-    }
-  }
-  std::vector<double> w(logits.size());
-  double total = 0;
-  for (std::size_t i = 0; i < logits.size(); ++i) total += w[i] = logits[i] >= t ? std::exp(double{(logits[i] - m) * inv_t}) : 0.0;
-  for (auto& x : w) x /= total;
-  return w;
-}
-
 TEST(GpuSampler, DrawsFollowTheDistributionByChiSquare) {
   struct Shape {
     SamplingParams params;
@@ -262,7 +236,7 @@ TEST(GpuSampler, DrawsFollowTheDistributionByChiSquare) {
   const std::vector<Shape> shapes{{with(1.0f, 0, 1.0f, 0.0f)}, {with(0.8f, 0, 0.9f, 0.0f)}, {with(1.2f, 12, 1.0f, 0.0f)}};
   const auto logits = model_like(40, 9, 1.0f);
   for (const Shape& s : shapes) {
-    const auto expected = kept_distribution(logits, s.params);
+    const auto expected = testing::kept_distribution(logits, s.params);
     constexpr int kDraws = 6000;
     std::vector<int> counts(logits.size(), 0);
     std::vector<Draw> draws;
@@ -272,33 +246,10 @@ TEST(GpuSampler, DrawsFollowTheDistributionByChiSquare) {
       draws.push_back({logits, Sampler(p)});
     }
     for (const SampledToken& t : gpu_draws(draws)) ++counts[t.token];
-    // Bins of expected count >= 5, the rest pooled, against the statistic's 1-in-10,000 point for
-    // its degrees of freedom (Wilson-Hilferty): a right sampler fails it only for rare seeds, and
-    // these are fixed.
-    double chi2 = 0, pooled_e = 0, pooled_o = 0;
-    int bins = 0;
-    for (std::size_t i = 0; i < logits.size(); ++i) {
-      const double e = expected[i] * kDraws;
-      if (e == 0.0) {
-        EXPECT_EQ(counts[i], 0) << "token " << i << " is outside the kept set";
-        continue;
-      }
-      if (e < 5.0) {
-        pooled_e += e;
-        pooled_o += counts[i];
-        continue;
-      }
-      chi2 += (counts[i] - e) * (counts[i] - e) / e;
-      ++bins;
-    }
-    if (pooled_e > 0) {
-      chi2 += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
-      ++bins;
-    }
-    const double k = bins - 1, z = 3.719;  // the normal's 1-in-10,000 upper point
-    const double critical = k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
-    EXPECT_LT(chi2, critical) << "temperature " << s.params.temperature << ", top_k " << s.params.top_k << ", top_p "
-                              << s.params.top_p << ": " << bins << " bins";
+    // Infinite where a token outside the kept set was drawn.
+    const auto [chi2, df] = testing::chi_square(counts, expected, kDraws);
+    EXPECT_LT(chi2, testing::critical_value(df)) << "temperature " << s.params.temperature << ", top_k "
+                                                  << s.params.top_k << ", top_p " << s.params.top_p << ": df " << df;
   }
 }
 

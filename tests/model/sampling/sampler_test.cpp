@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "model/sampling/philox.hpp"
+#include "tests/model/sampling/kept_distribution.hpp"
 
 namespace mqlm::model {
 namespace {
@@ -472,63 +473,6 @@ struct FilterCase {
   float min_p;
 };
 
-// The exact distribution the spec defines, computed here in double from a full sort: the
-// reference the sampler's partial sorts and float weights must reproduce.
-std::vector<double> kept_distribution(const std::vector<float>& logits, const FilterCase& c) {
-  std::vector<float> sorted(logits);
-  std::sort(sorted.begin(), sorted.end(), std::greater<>());
-  double max = sorted[0];
-  auto weight = [&](double l) { return std::exp((l - max) / c.temperature); };
-  double threshold = -std::numeric_limits<double>::infinity();
-  if (c.top_k > 0 && static_cast<std::size_t>(c.top_k) < sorted.size()) threshold = sorted[c.top_k - 1];
-  if (c.top_p < 1.0f) {
-    double total = 0.0, mass = 0.0;
-    for (float l : sorted) total += l >= threshold ? weight(l) : 0.0;
-    for (float l : sorted) {
-      if ((mass += weight(l)) >= c.top_p * total) {
-        threshold = std::max(threshold, double{l});
-        break;
-      }
-    }
-  }
-  if (c.min_p > 0.0f) threshold = std::max(threshold, max + c.temperature * std::log(double{c.min_p}));
-  std::vector<double> p(logits.size());
-  double z = 0.0;
-  for (std::size_t i = 0; i < logits.size(); ++i) z += p[i] = logits[i] >= threshold ? weight(logits[i]) : 0.0;
-  for (auto& v : p) v /= z;
-  return p;
-}
-
-// Pearson's statistic over bins of expected count >= 5 (the rest pooled); infinite when a token
-// expected never to come came. Returns {statistic, degrees of freedom}.
-std::pair<double, int> chi_square(const std::vector<int>& counts, const std::vector<double>& p, int n) {
-  double statistic = 0.0, pooled_expected = 0.0;
-  int pooled_count = 0, bins = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    double expected = p[i] * n;
-    if (expected == 0.0 && counts[i] > 0) return {std::numeric_limits<double>::infinity(), 1};
-    if (expected < 5.0) {
-      pooled_expected += expected;
-      pooled_count += counts[i];
-      continue;
-    }
-    statistic += (counts[i] - expected) * (counts[i] - expected) / expected;
-    ++bins;
-  }
-  if (pooled_expected >= 5.0) {
-    statistic += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
-    ++bins;
-  }
-  return {statistic, bins - 1};
-}
-
-// The chi-square quantile at significance 1e-4 (Wilson-Hilferty, z = 3.719): with fixed seeds
-// the test is deterministic, and a correct sampler clears it with room whatever the seeds.
-double critical_value(int degrees_of_freedom) {
-  double k = degrees_of_freedom, h = 2.0 / (9.0 * k);
-  return k * std::pow(1.0 - h + 3.719 * std::sqrt(h), 3.0);
-}
-
 TEST(Sampler, DrawsFollowTheKeptDistribution) {
   // The 11th most likely token is raised to tie the 10th: top-k 10 keeps both, so ties are part
   // of what is fitted.
@@ -555,17 +499,17 @@ TEST(Sampler, DrawsFollowTheKeptDistribution) {
       params.seed = 1000003ull * static_cast<std::uint64_t>(draw);  // a request each
       ++counts[Sampler(params).sample(logits).token];
     }
-    auto expected = kept_distribution(logits, c);
+    auto expected = testing::kept_distribution(logits, params);
     if (c.top_k == 10) {
       EXPECT_EQ(std::count_if(expected.begin(), expected.end(), [](double p) { return p > 0; }), 11);
     }
-    auto [statistic, df] = chi_square(counts, expected, n);
-    EXPECT_LT(statistic, critical_value(df)) << c.name << ": df " << df;
+    auto [statistic, df] = testing::chi_square(counts, expected, n);
+    EXPECT_LT(statistic, testing::critical_value(df)) << c.name << ": df " << df;
     // The same draws against a wrong expectation (30% hotter) fail: the test can tell.
-    FilterCase wrong = c;
+    SamplingParams wrong = params;
     wrong.temperature *= 1.3f;
-    auto [wrong_statistic, wrong_df] = chi_square(counts, kept_distribution(logits, wrong), n);
-    EXPECT_GT(wrong_statistic, critical_value(wrong_df)) << c.name << " (wrong expectation)";
+    auto [wrong_statistic, wrong_df] = testing::chi_square(counts, testing::kept_distribution(logits, wrong), n);
+    EXPECT_GT(wrong_statistic, testing::critical_value(wrong_df)) << c.name << " (wrong expectation)";
   }
 }
 
