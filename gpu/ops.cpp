@@ -992,9 +992,11 @@ SampleNeeds sample_needs(std::span<const SampleRow> rows) {
   for (const SampleRow& r : rows) {
     const bool sampled = r.temperature > 0.0f;
     const bool top_logprobs = (r.flags & sample_flag_logprobs) != 0 && (r.flags & 0xFFu) != 0;
-    const bool candidates = (sampled && r.top_k > 0 && r.top_k < r.n) || (sampled && r.top_p < 1.0f) || top_logprobs;
-    needs.candidates = needs.candidates || candidates;
-    needs.draws = needs.draws || sampled;
+    const bool filtered = sampled && ((r.top_k > 0 && r.top_k < r.n) || r.top_p < 1.0f);
+    needs.candidates = needs.candidates || filtered || top_logprobs;
+    // Without top-k, top-p or min-p a row draws from STATS' sums; with them, a draw that reaches
+    // past the candidates needs the whole-row pass.
+    needs.draws = needs.draws || filtered || (sampled && r.min_p_offset > -std::numeric_limits<float>::infinity());
     needs.prepare = needs.prepare || r.entries_count > 0 || (r.flags & sample_flag_pending) != 0;
   }
   return needs;
@@ -1006,33 +1008,31 @@ void sample(Recording& rec, KernelLibrary& lib, const SampleBuffers& b, std::uin
   if (rows > max_groups) throw GpuError(fmt::format("sample: {} rows, at most {} at once", rows, max_groups));
   if (b.scratch.size < sample_scratch_bytes(rows, stride) || b.out.size < std::uint64_t{rows} * sample_out_words * 4 ||
       b.ids.size < std::uint64_t{rows} * 4 || b.rows.size < std::uint64_t{rows} * sizeof(SampleRow) ||
-      b.logits.size < std::uint64_t{rows} * stride * 4) {
+      b.logits.size < std::uint64_t{rows} * stride * 4 || b.arrivals.size < std::uint64_t{rows} * sample_arrival_words * 4) {
     throw GpuError("sample: a buffer is smaller than the rows need");
   }
   const std::uint32_t groups = sample_groups(stride);
   struct {
     std::uint32_t rows, stride, groups, unused;
   } push{rows, stride, groups, 0};
-  const std::initializer_list<BufferRange> buffers{b.logits, b.rows, b.entries, b.mask, b.prev_ids, b.scratch, b.out, b.ids};
+  const std::initializer_list<BufferRange> buffers{b.logits,  b.rows, b.entries, b.mask,    b.prev_ids,
+                                                   b.scratch, b.out,  b.ids,     b.arrivals};
   auto [gx, gy] = spread(rows);
   // Sums of weights in double where the device has it: a draw then lands where the CPU sampler's
   // (double) lands but within ~1e-12 of a boundary, rather than ~1e-6 over a long kept set.
   const char* sums = lib.device().features().float64 ? "_f64" : "";
   auto pass = [&](const char* name, bool per_chunk) {
-    rec.dispatch(kernel(lib, std::string(name) + sums, 8, sizeof push), buffers, push, per_chunk ? groups : gx,
+    rec.dispatch(kernel(lib, std::string(name) + sums, 9, sizeof push), buffers, push, per_chunk ? groups : gx,
                  per_chunk ? rows : gy);
     if (after_pass) after_pass(name);
   };
   if (needs.prepare) pass("sample_prepare", false);
   pass("sample_stats", true);
-  if (needs.candidates) pass("sample_bins", true);
-  pass("sample_select", false);
-  if (needs.candidates) pass("sample_gather", true);
-  pass("sample_finish", false);
-  if (needs.draws) {
-    pass("sample_draw_masses", true);
-    pass("sample_draw_walk", true);
+  if (needs.candidates) {
+    pass("sample_bins", true);
+    pass("sample_gather", true);
   }
+  if (needs.draws) pass("sample_draw", true);
 }
 
 void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, std::uint64_t bytes) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <optional>
 #include <string>
@@ -316,9 +317,10 @@ void topk(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange scratch
 // pairs (id, logprob bits), NO_INDEX after the row's count; ids: (rows) the tokens alone, what a
 // next step reads (0 where none). entries: (token, bias bits, in window, count) uvec4s; mask: bit
 // words; prev_ids: the step before's ids, read by rows flagged pending. scratch: at least
-// sample_scratch_bytes(rows, stride).
+// sample_scratch_bytes(rows, stride). arrivals: (rows, sample_arrival_words) uint32, zero before
+// (the passes leave it zero): each wide pass's last workgroup of a row takes the row's decisions.
 struct SampleRow {
-  float temperature = 0.0f, inv_temperature = 1.0f, top_p = 1.0f, min_p_offset = 0.0f;
+  float temperature = 0.0f, inv_temperature = 1.0f, top_p = 1.0f, min_p_offset = -std::numeric_limits<float>::infinity();
   float repetition = 1.0f, inv_repetition = 1.0f, presence = 0.0f, frequency = 0.0f;
   std::uint32_t top_k = 0, seed_lo = 0, seed_hi = 0, counter = 0, n = 0;
   std::uint32_t entries_offset = 0, entries_count = 0, mask_offset = 0xFFFFFFFFu, flags = 0;
@@ -327,15 +329,16 @@ static_assert(sizeof(SampleRow) == 68);
 inline constexpr std::uint32_t sample_flag_logprobs = 0x100, sample_flag_pending = 0x200, sample_flag_window = 0x400;
 inline constexpr std::uint32_t sample_max_top_logprobs = 20;
 inline constexpr std::uint32_t sample_out_words = 2 + 2 * sample_max_top_logprobs;
+inline constexpr std::uint32_t sample_arrival_words = 4;
 struct SampleBuffers {
-  BufferRange logits, rows, entries, mask, prev_ids, scratch, out, ids;
+  BufferRange logits, rows, entries, mask, prev_ids, scratch, out, ids, arrivals;
 };
 std::uint64_t sample_scratch_bytes(std::uint32_t rows, std::uint32_t stride);
 // The passes the rows need (sample_needs): those no row needs are not recorded.
 struct SampleNeeds {
   bool prepare = true;     // bias, penalties or a pending token
   bool candidates = true;  // top-k, top-p or top logprobs
-  bool draws = true;       // a temperature above 0
+  bool draws = true;       // a draw that may reach past the candidates: top-k, top-p or min-p
 };
 SampleNeeds sample_needs(std::span<const SampleRow> rows);
 // after_pass, when given, is called with each pass's name after it is recorded (a step's profile

@@ -1,24 +1,30 @@
 #version 450
 // Sampling on the GPU, every output row of a step at once (gpu/ops.hpp: sample), in passes that
-// read a row in many workgroups (CHUNK logits each) or take a row in one:
+// read a row in many workgroups (CHUNK logits each); the last workgroup of a row to finish a pass
+// (an arrival counter a row) then takes the row's decisions alone, so no pass of one workgroup a
+// row costs a dispatch of its own:
 //   PREPARE (a row): logit_bias and the penalties on the tokens the host lists, and on the token
 //     the step before chose (still on the GPU when this step was sent);
 //   STATS (chunks): the mask applied; each chunk's maximum, argmax and sums of exp (and the
-//     row's counters for BINS and GATHER cleared);
+//     row's counters for BINS and GATHER cleared). The last: the row's maximum, argmax, log-sum-exp
+//     and weight; a row that needs no candidates is finished there (greedy; a whole-row draw
+//     without min-p lands by the chunks' weights and walks its chunk);
 //   BINS (chunks): where the row needs candidates (top-k, top-p, top logprobs), a histogram of the
-//     logits' distances from the maximum, in steps of 1/32 of the temperature;
-//   SELECT (a row): the last bin whose tokens, with those above, fit in CAP candidates; and where a
-//     top-p nucleus may reach past them, a window of bins its threshold must lie in, bounded from
-//     the bins' counts (a bin's tokens weigh within a factor e^(1/32) of each other);
-//   GATHER (chunks): the candidates, the window's tokens, the weight above the window;
-//   FINISH (a row): the candidates sorted, the top logprobs, the thresholds of top-k, top-p and
-//     min-p, and the draw where the kept tokens are all candidates; otherwise the threshold for
-//   DRAW_MASSES, DRAW_WALK (chunks): the draw over the whole row by id: each chunk's kept weight;
-//     then the chunk u lands in (each workgroup finds it) walks to the token.
+//     logits' distances from the maximum, in steps of 1/32 of the temperature. The last: the last
+//     bin whose tokens, with those above, fit in CAP candidates; and where a top-p nucleus may
+//     reach past them, a window of bins its threshold must lie in, bounded from the bins' counts
+//     (a bin's tokens weigh within a factor e^(1/32) of each other);
+//   GATHER (chunks): the candidates, the window's tokens, the weight above the window. The last
+//     (sample_finish.glsl): the candidates sorted, the top logprobs, the thresholds of top-k,
+//     top-p and min-p, and the draw where the kept tokens are all candidates; otherwise the
+//     threshold for
+//   DRAW (chunks): the draw over the whole row by id: each chunk's kept weight; the last finds the
+//     chunk u lands in and walks it to the token.
 // What reaches past all of these (more than CAP tokens within 1/32 of the temperature of each
-// other at a threshold, a top-k past CAP) is found exactly by bisection over the row in FINISH:
-// slower, and as exact. The semantics are the CPU sampler's (model/sampling/sampler.hpp); sums go
-// in a fixed order, so a row's token depends on its own logits, parameters and seed only.
+// other at a threshold, a top-k past CAP) is found exactly by bisection over the row when
+// finishing: slower, and as exact. The semantics are the CPU sampler's
+// (model/sampling/sampler.hpp); sums go in a fixed order, so a row's token depends on its own
+// logits, parameters and seed only.
 #include "common.glsl"
 #include "select.glsl"
 #include "reduce.glsl"
@@ -34,6 +40,7 @@ layout(binding = 4) readonly buffer PrevIds { uint prev_ids[]; };
 layout(binding = 5) coherent buffer Scratch { uint scratch[]; };
 layout(binding = 6) buffer Out { uint out_words[]; };
 layout(binding = 7) writeonly buffer Ids { uint ids[]; };
+layout(binding = 8) coherent buffer Arrivals { uint arrivals[]; };  // (rows) x ARRIVAL_WORDS, zero between passes
 
 #define WG 256u
 #define PER_THREAD (CHUNK / WG)
@@ -90,11 +97,201 @@ void main() {
   if (tid() == 0u && pending && !pending_listed) adjust(r, row, pend, 0.0, window, 1u);
 }
 
-#elif defined(SAMPLE_STATS)
+#else
+// ---- what the wide passes share ---------------------------------------------------------------
+// Whether this workgroup is the last of its row to finish `pass`. Each makes its writes visible
+// before it arrives; the last then sees every other's, and resets the counter for the next step.
+shared bool arrived_last;
+bool last_to_arrive(uint row, uint pass) {
+  memoryBarrierBuffer();
+  barrier();
+  if (tid() == 0u) {
+    const uint at = row * ARRIVAL_WORDS + pass;
+    arrived_last = atomicAdd(arrivals[at], 1u) == p.groups - 1u;
+    if (arrived_last) arrivals[at] = 0u;
+  }
+  barrier();
+  memoryBarrierBuffer();
+  return arrived_last;
+}
 
+// What one invocation wrote to scratch, visible to the whole workgroup.
+void share_scratch() {
+  memoryBarrierBuffer();
+  barrier();
+}
+
+// The row's smallest finite logit (+inf where none).
+float row_lowest(uint base) {
+  const float inf = uintBitsToFloat(0x7F800000u);
+  const float pl = tid() < p.groups ? uintBitsToFloat(scratch[parts_at(base) + PART_WORDS * tid() + 5u]) : inf;
+  return workgroup_min_float(pl);
+}
+
+shared uint min_index[64];
+uint workgroup_min(uint v) {
+  v = subgroupMin(v);
+  barrier();
+  if (subgroupElect()) min_index[gl_SubgroupID] = v;
+  barrier();
+  uint r = min_index[0];
+  for (uint s = 1u; s < gl_NumSubgroups; ++s) r = min(r, min_index[s]);
+  return r;
+}
+
+// The weight of the tokens min-p keeps (all, when it is off).
+float min_p_threshold(SampleRow r, float m) { return r.min_p_offset > NEG_INF ? m + r.min_p_offset : NEG_INF; }
+
+// This invocation's contiguous run of a chunk: the whole-row draw walks runs in id order.
+acc run_mass(SampleRow r, uint row, uint g, float m, float t) {
+  acc mass = 0.0;
+  for (uint j = 0u; j < PER_THREAD; ++j) {
+    const uint i = g * CHUNK + tid() * PER_THREAD + j;
+    if (i >= r.n) break;
+    const float l = logits[row * p.stride + i];
+    if (l >= t) mass += acc(weight(l, m, r.inv_t));
+  }
+  return mass;
+}
+
+acc load_acc(uint at) { return acc_of(uvec2(scratch[at], scratch[at + 1u])); }
+void store_acc(uint at, acc v) {
+  const uvec2 bits = acc_bits(v);
+  scratch[at] = bits.x;
+  scratch[at + 1u] = bits.y;
+}
+
+// Every invocation's exclusive prefix of v in invocation order (the sums of a fixed tree), and
+// the total.
+shared acc scan_buffer[WG];
+acc exclusive_prefix(acc v, out acc total) {
+  barrier();
+  scan_buffer[tid()] = v;
+  barrier();
+  for (uint offset = 1u; offset < WG; offset <<= 1u) {
+    const acc add = tid() >= offset ? scan_buffer[tid() - offset] : acc(0.0);
+    barrier();
+    scan_buffer[tid()] += add;
+    barrier();
+  }
+  total = scan_buffer[WG - 1u];
+  const acc exclusive = tid() > 0u ? scan_buffer[tid() - 1u] : acc(0.0);
+  barrier();
+  return exclusive;
+}
+
+// ---- the whole-row draw by id ---------------------------------------------------------------------
+// The chunk u lands in, from the chunks' kept weights at `masses` (in id order), and how far into
+// its weight.
+uint landing_chunk(SampleRow r, uint masses, out acc residual) {
+  const uint chunks = chunks_of(r.n);
+  acc total = 0.0;
+  for (uint g = 0u; g < chunks; ++g) total += load_acc(masses + 2u * g);
+  const acc target = acc(philox_uniform(r.seed_lo, r.seed_hi, r.counter)) * total;
+  acc before = 0.0, chunk_before = 0.0;
+  uint chunk = 0u;
+  for (uint g = 0u; g < chunks; ++g) {
+    const acc mass = load_acc(masses + 2u * g);
+    if (mass <= 0.0) continue;
+    chunk = g;
+    chunk_before = before;
+    if (before + mass > target) break;
+    before += mass;
+  }
+  residual = max(target - chunk_before, acc(0.0));
+  return chunk;
+}
+
+shared uint chosen;
+shared int walker;
+// The draw in the chunk it landed in: the last run that starts at or before the residual walks to
+// it (or to its last token, where rounding left the residual past its end).
+uint walk_chunk(SampleRow r, uint row, uint g, float m, float t, acc residual) {
+  const acc own = run_mass(r, row, g, m, t);
+  if (tid() == 0u) {
+    chosen = NO_INDEX;
+    walker = -1;
+  }
+  acc total;
+  const acc before = exclusive_prefix(own, total);
+  if (own > 0.0 && before <= residual) atomicMax(walker, int(tid()));
+  barrier();
+  if (int(tid()) == walker) {
+    acc running = before;
+    uint pick = NO_INDEX;
+    for (uint j = 0u; j < PER_THREAD; ++j) {
+      const uint i = g * CHUNK + tid() * PER_THREAD + j;
+      if (i >= r.n) break;
+      const float l = logits[row * p.stride + i];
+      if (!(l >= t)) continue;
+      const float w = weight(l, m, r.inv_t);
+      if (w <= 0.0) continue;
+      pick = i;
+      running += acc(w);
+      if (running > residual) break;
+    }
+    chosen = pick;
+  }
+  barrier();
+  return chosen;
+}
+
+// The whole-row draw over the kept tokens (l >= t), from the chunks' kept weights at `masses`.
+uint draw_landing(SampleRow r, uint row, uint masses, float m, float t) {
+  acc residual;
+  const uint g = landing_chunk(r, masses, residual);
+  return walk_chunk(r, row, g, m, t, residual);
+}
+
+#if defined(SAMPLE_STATS) || defined(SAMPLE_GATHER)
+// The whole-row draw where every token is kept (no min-p): the chunks' weights are STATS' sums,
+// each relative to its own maximum, scaled to the row's. A chunk whose maximum weighs nothing
+// beside the row's weighs nothing: the chunk landed in always has a token to walk to.
+uint draw_from_stats(SampleRow r, uint row, uint base, float m) {
+  const uint masses = masses_at(base, p.groups);
+  if (tid() < p.groups) {
+    const uint at = parts_at(base) + PART_WORDS * tid();
+    const float pm = uintBitsToFloat(scratch[at]);
+    const float scale = pm > NEG_INF ? weight(pm, m, r.inv_t) : 0.0;
+    store_acc(masses + 2u * tid(), scale > 0.0 ? load_acc(at + 3u) * acc(scale) : acc(0.0));
+  }
+  share_scratch();
+  return draw_landing(r, row, masses, m, NEG_INF);
+}
+
+#include "sample_finish.glsl"
+#endif
+
+#if defined(SAMPLE_STATS)
 // ---- each chunk's maximum, argmax and sums of exp ----------------------------------------------
 shared float best_v[WG];
 shared uint best_i[WG];
+
+// The row's maximum, argmax, log-sum-exp and sum of weights from its chunks', into sel.
+void summarise_row(uint row, SampleRow r) {
+  const uint base = row_base(row), sel = sel_at(base, p.groups);
+  const bool part = tid() < p.groups;
+  const uint at = parts_at(base) + PART_WORDS * tid();
+  const float pm = part ? uintBitsToFloat(scratch[at]) : NEG_INF;
+  const float m = workgroup_max(pm), scale = bin_scale(r, m, row_lowest(base));
+  // Nothing finite (all NaN, -inf or masked): no argmax, and the host fails the request.
+  const uint argmax = workgroup_min(part && pm == m && m > NEG_INF ? scratch[at + 1u] : NO_INDEX);
+  const bool live = part && pm > NEG_INF;
+  const float s1 = workgroup_sum(live ? uintBitsToFloat(scratch[at + 2u]) * exp(pm - m) : 0.0);
+  const acc zt = workgroup_acc_sum(live && r.temperature > 0.0 ? load_acc(at + 3u) * acc(weight(pm, m, r.inv_t)) : acc(0.0));
+  if (tid() == 0u) {
+    scratch[sel + SEL_MAX] = floatBitsToUint(m);
+    scratch[sel + SEL_LSE] = floatBitsToUint(m + log(s1));
+    store_acc(sel + SEL_ZT, zt);
+    scratch[sel + SEL_ARGMAX] = argmax;
+    scratch[sel + SEL_BIN] = NO_INDEX;
+    scratch[sel + SEL_WINDOW] = NO_INDEX;
+    scratch[sel + SEL_WINDOW + 1u] = NO_INDEX;
+    scratch[sel + SEL_DRAW] = 0u;
+    scratch[sel + SEL_SCALE] = floatBitsToUint(scale);
+  }
+  share_scratch();
+}
 
 void main() {
   const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
@@ -158,114 +355,16 @@ void main() {
     scratch[at + 4u] = bits.y;
     scratch[at + 5u] = floatBitsToUint(lowest);
   }
+  if (!last_to_arrive(row, ARRIVE_STATS)) return;
+  summarise_row(row, r);
+  // A row with candidates to find is finished after GATHER, unless nothing in it is finite.
+  if (!needs_candidates(r) || scratch[sel_at(row_base(row), p.groups) + SEL_ARGMAX] == NO_INDEX) finish_row(row, r);
 }
 
-#else
-// ---- the passes that know the row's maximum ---------------------------------------------------
-float row_max(uint base) {
-  const float pm = tid() < p.groups ? uintBitsToFloat(scratch[parts_at(base) + PART_WORDS * tid()]) : NEG_INF;
-  return workgroup_max(pm);
-}
-
-// The row's smallest finite logit (+inf where none).
-float row_lowest(uint base) {
-  const float inf = uintBitsToFloat(0x7F800000u);
-  const float pl = tid() < p.groups ? uintBitsToFloat(scratch[parts_at(base) + PART_WORDS * tid() + 5u]) : inf;
-  return workgroup_min_float(pl);
-}
-
-// The weight of the tokens min-p keeps (all, when it is off).
-float min_p_threshold(SampleRow r, float m) { return r.min_p_offset > NEG_INF ? m + r.min_p_offset : NEG_INF; }
-
-// This invocation's contiguous run of a chunk: the whole-row draw walks runs in id order.
-acc run_mass(SampleRow r, uint row, uint g, float m, float t) {
-  acc mass = 0.0;
-  for (uint j = 0u; j < PER_THREAD; ++j) {
-    const uint i = g * CHUNK + tid() * PER_THREAD + j;
-    if (i >= r.n) break;
-    const float l = logits[row * p.stride + i];
-    if (l >= t) mass += acc(weight(l, m, r.inv_t));
-  }
-  return mass;
-}
-
-acc load_acc(uint at) { return acc_of(uvec2(scratch[at], scratch[at + 1u])); }
-
-// Every invocation's exclusive prefix of v in invocation order (the sums of a fixed tree), and
-// the total.
-shared acc scan_buffer[WG];
-acc exclusive_prefix(acc v, out acc total) {
-  barrier();
-  scan_buffer[tid()] = v;
-  barrier();
-  for (uint offset = 1u; offset < WG; offset <<= 1u) {
-    const acc add = tid() >= offset ? scan_buffer[tid() - offset] : acc(0.0);
-    barrier();
-    scan_buffer[tid()] += add;
-    barrier();
-  }
-  total = scan_buffer[WG - 1u];
-  const acc exclusive = tid() > 0u ? scan_buffer[tid() - 1u] : acc(0.0);
-  barrier();
-  return exclusive;
-}
-void store_acc(uint at, acc v) {
-  const uvec2 bits = acc_bits(v);
-  scratch[at] = bits.x;
-  scratch[at + 1u] = bits.y;
-}
-
-#if defined(SAMPLE_BINS)
+#elif defined(SAMPLE_BINS)
 shared uint shist[BINS];
 shared uint smass[BINS];  // the bin's weights in fixed point (MASS_ONE a weight of 1), truncated
-
-void main() {
-  const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
-  if (row >= p.rows) return;
-  const SampleRow r = rows_[row];
-  const uint base = row_base(row);
-  const float m = row_max(base), scale = bin_scale(r, m, row_lowest(base));
-  if (g * CHUNK >= r.n || m == NEG_INF || !needs_candidates(r)) return;
-  for (uint b = tid(); b < BINS; b += WG) {
-    shist[b] = 0u;
-    smass[b] = 0u;
-  }
-  barrier();
-  const bool masses = r.temperature > 0.0;
-  for (uint j = 0u; j < PER_THREAD; ++j) {
-    const uint i = g * CHUNK + j * WG + tid();
-    if (i >= r.n) break;
-    const float l = logits[row * p.stride + i];
-    const uint b = bin_of(l, m, scale);
-    if (b >= BINS || l == NEG_INF) continue;
-    atomicAdd(shist[b], 1u);
-    if (masses) atomicAdd(smass[b], uint(weight(l, m, r.inv_t) * MASS_ONE));
-  }
-  barrier();
-  // Integer sums: the same totals in any order. A bin's 64-bit mass as two words, with the carry.
-  const uint hist = hist_at(base, p.groups), mass = bin_mass_at(base, p.groups);
-  for (uint b = tid(); b < BINS; b += WG) {
-    if (shist[b] != 0u) atomicAdd(scratch[hist + b], shist[b]);
-    const uint v = smass[b];
-    if (v == 0u) continue;
-    const uint old = atomicAdd(scratch[mass + 2u * b], v);
-    if (old + v < old) atomicAdd(scratch[mass + 2u * b + 1u], 1u);
-  }
-}
-
-#elif defined(SAMPLE_SELECT)
 shared int last_bin, window_lo, window_hi;
-shared uint min_index[64];
-
-uint workgroup_min(uint v) {
-  v = subgroupMin(v);
-  barrier();
-  if (subgroupElect()) min_index[gl_SubgroupID] = v;
-  barrier();
-  uint r = min_index[0];
-  for (uint s = 1u; s < gl_NumSubgroups; ++s) r = min(r, min_index[s]);
-  return r;
-}
 
 #define PER_RUN (BINS / WG)
 
@@ -326,36 +425,54 @@ ivec2 nucleus_window(uint hist, uint mass, acc target) {
   return fits ? w : ivec2(-1);
 }
 
-void main() {
-  const uint row = flat_group();
-  if (row >= p.rows) return;
-  const SampleRow r = rows_[row];
+// From the row's histogram: the bins of the top candidates, and a nucleus window, into sel.
+void choose_bins(uint row, SampleRow r) {
   const uint base = row_base(row), sel = sel_at(base, p.groups), hist = hist_at(base, p.groups);
-  const bool part = tid() < p.groups;
-  const uint at = parts_at(base) + PART_WORDS * tid();
-  const float pm = part ? uintBitsToFloat(scratch[at]) : NEG_INF;
-  const float m = workgroup_max(pm), scale = bin_scale(r, m, row_lowest(base));
-  const uint argmax = workgroup_min(part && pm == m ? scratch[at + 1u] : NO_INDEX);
-  const bool live = part && pm > NEG_INF;
-  const float s1 = workgroup_sum(live ? uintBitsToFloat(scratch[at + 2u]) * exp(pm - m) : 0.0);
-  const acc zt = workgroup_acc_sum(live && r.temperature > 0.0 ? load_acc(at + 3u) * acc(weight(pm, m, r.inv_t)) : acc(0.0));
-  const bool candidates = needs_candidates(r) && argmax != NO_INDEX;
   // Top-k takes k candidates and more (up to CAP); a nucleus of more than TOP_FEW goes to the window.
-  const int bin = candidates ? last_fitting_bin(hist, wants_top_k(r) ? clamp(r.top_k, TOP_FEW, CAP) : TOP_FEW) : -1;
+  const int bin = last_fitting_bin(hist, wants_top_k(r) ? clamp(r.top_k, TOP_FEW, CAP) : TOP_FEW);
   // Without top-k, a nucleus past the top candidates is looked for in a window of bins near it.
-  const bool window = candidates && wants_top_p(r) && !wants_top_k(r);
-  const ivec2 w = window ? nucleus_window(hist, bin_mass_at(base, p.groups), acc(r.top_p) * zt * (acc(1.0) - TOP_P_TOLERANCE))
-                         : ivec2(-1);
+  const bool window = wants_top_p(r) && !wants_top_k(r);
+  const acc target = acc(r.top_p) * load_acc(sel + SEL_ZT) * (acc(1.0) - TOP_P_TOLERANCE);
+  const ivec2 w = window ? nucleus_window(hist, bin_mass_at(base, p.groups), target) : ivec2(-1);
   if (tid() != 0u) return;
-  scratch[sel + SEL_MAX] = floatBitsToUint(m);
-  scratch[sel + SEL_LSE] = floatBitsToUint(m + log(s1));
-  store_acc(sel + SEL_ZT, zt);
-  scratch[sel + SEL_ARGMAX] = argmax;
   scratch[sel + SEL_BIN] = uint(bin);
   scratch[sel + SEL_WINDOW] = uint(w.x);
   scratch[sel + SEL_WINDOW + 1u] = uint(w.y);
-  scratch[sel + SEL_DRAW] = 0u;
-  scratch[sel + SEL_SCALE] = floatBitsToUint(scale);
+}
+
+void main() {
+  const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
+  if (row >= p.rows) return;
+  const SampleRow r = rows_[row];
+  const uint base = row_base(row), sel = sel_at(base, p.groups);
+  const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), scale = uintBitsToFloat(scratch[sel + SEL_SCALE]);
+  if (m == NEG_INF || !needs_candidates(r)) return;  // the whole row's workgroups alike
+  for (uint b = tid(); b < BINS; b += WG) {
+    shist[b] = 0u;
+    smass[b] = 0u;
+  }
+  barrier();
+  const bool masses = r.temperature > 0.0;
+  for (uint j = 0u; j < PER_THREAD; ++j) {
+    const uint i = g * CHUNK + j * WG + tid();
+    if (i >= r.n) break;
+    const float l = logits[row * p.stride + i];
+    const uint b = bin_of(l, m, scale);
+    if (b >= BINS || l == NEG_INF) continue;
+    atomicAdd(shist[b], 1u);
+    if (masses) atomicAdd(smass[b], uint(weight(l, m, r.inv_t) * MASS_ONE));
+  }
+  barrier();
+  // Integer sums: the same totals in any order. A bin's 64-bit mass as two words, with the carry.
+  const uint hist = hist_at(base, p.groups), mass = bin_mass_at(base, p.groups);
+  for (uint b = tid(); b < BINS; b += WG) {
+    if (shist[b] != 0u) atomicAdd(scratch[hist + b], shist[b]);
+    const uint v = smass[b];
+    if (v == 0u) continue;
+    const uint old = atomicAdd(scratch[mass + 2u * b], v);
+    if (old + v < old) atomicAdd(scratch[mass + 2u * b + 1u], 1u);
+  }
+  if (last_to_arrive(row, ARRIVE_BINS)) choose_bins(row, r);
 }
 
 #elif defined(SAMPLE_GATHER)
@@ -369,13 +486,13 @@ void gather(uint sel, uint counter, uint values, uint ids, float l, uint i) {
 }
 
 // The top candidates (bins up to SEL_BIN), the nucleus window's tokens, and each chunk's weight of
-// the tokens above the window (in masses).
+// the tokens above the window (in masses); the last workgroup of the row finishes it.
 void main() {
   const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
   if (row >= p.rows) return;
   const SampleRow r = rows_[row];
   const uint base = row_base(row), sel = sel_at(base, p.groups);
-  if (g * CHUNK >= r.n || scratch[sel + SEL_ARGMAX] == NO_INDEX || !needs_candidates(r)) return;
+  if (scratch[sel + SEL_ARGMAX] == NO_INDEX || !needs_candidates(r)) return;  // finished by STATS
   const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), scale = uintBitsToFloat(scratch[sel + SEL_SCALE]);
   const uint last = uint(max(int(scratch[sel + SEL_BIN]), 0));
   const int window_lo = int(scratch[sel + SEL_WINDOW]), window_hi = int(scratch[sel + SEL_WINDOW + 1u]);
@@ -393,94 +510,27 @@ void main() {
       gather(sel, SEL_WINDOW_COUNT, window_v_at(base, p.groups), window_i_at(base, p.groups), l, i);
     }
   }
-  if (window_lo < 0) return;
-  above = workgroup_acc_sum(above);
-  if (tid() == 0u) store_acc(masses_at(base, p.groups) + 2u * g, above);
+  if (window_lo >= 0) {
+    above = workgroup_acc_sum(above);
+    if (tid() == 0u) store_acc(masses_at(base, p.groups) + 2u * g, above);
+  }
+  if (last_to_arrive(row, ARRIVE_GATHER)) finish_row(row, r);
 }
 
-#elif defined(SAMPLE_FINISH)
-#include "sample_finish.glsl"
-
-#elif defined(SAMPLE_DRAW_MASSES)
-// The whole-row draws (FINISH set SEL_DRAW and the threshold): each chunk's weight of the kept tokens.
+#elif defined(SAMPLE_DRAW)
+// The draws FINISH left to the whole row (it set SEL_DRAW and the threshold): each chunk's weight
+// of the kept tokens; the last workgroup of the row lands and walks.
 void main() {
   const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
   if (row >= p.rows) return;
   const SampleRow r = rows_[row];
   const uint base = row_base(row), sel = sel_at(base, p.groups);
-  if (g * CHUNK >= r.n || scratch[sel + SEL_DRAW] == 0u) return;
+  if (scratch[sel + SEL_DRAW] == 0u) return;  // the whole row's workgroups alike
   const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), t = uintBitsToFloat(scratch[sel + SEL_THRESHOLD]);
   const acc mass = workgroup_acc_sum(run_mass(r, row, g, m, t));
   if (tid() == 0u) store_acc(masses_at(base, p.groups) + 2u * g, mass);
-}
-
-#elif defined(SAMPLE_DRAW_WALK)
-shared uint chosen;
-
-// The chunk u lands in, and how far into its weight: every workgroup of the row finds the same
-// (the chunks' weights in order), and that chunk's walks.
-uint landing_chunk(SampleRow r, uint masses, out acc residual) {
-  const uint chunks = chunks_of(r.n);
-  acc total = 0.0;
-  for (uint g = 0u; g < chunks; ++g) total += load_acc(masses + 2u * g);
-  const acc target = acc(philox_uniform(r.seed_lo, r.seed_hi, r.counter)) * total;
-  acc before = 0.0, chunk_before = 0.0;
-  uint chunk = 0u;
-  for (uint g = 0u; g < chunks; ++g) {
-    const acc mass = load_acc(masses + 2u * g);
-    if (mass <= 0.0) continue;
-    chunk = g;
-    chunk_before = before;
-    if (before + mass > target) break;
-    before += mass;
-  }
-  residual = max(target - chunk_before, acc(0.0));
-  return chunk;
-}
-shared int walker;
-
-// The whole-row draw, in the chunk it landed in: the last run that starts at or before the
-// residual walks to it (or to its last token, where rounding left the residual past its end).
-uint walk_chunk(SampleRow r, uint row, uint g, float m, float t, acc residual) {
-  const acc own = run_mass(r, row, g, m, t);
-  if (tid() == 0u) {
-    chosen = NO_INDEX;
-    walker = -1;
-  }
-  acc total;
-  const acc before = exclusive_prefix(own, total);
-  if (own > 0.0 && before <= residual) atomicMax(walker, int(tid()));
-  barrier();
-  if (int(tid()) == walker) {
-    acc running = before;
-    uint pick = NO_INDEX;
-    for (uint j = 0u; j < PER_THREAD; ++j) {
-      const uint i = g * CHUNK + tid() * PER_THREAD + j;
-      if (i >= r.n) break;
-      const float l = logits[row * p.stride + i];
-      if (!(l >= t)) continue;
-      const float w = weight(l, m, r.inv_t);
-      if (w <= 0.0) continue;
-      pick = i;
-      running += acc(w);
-      if (running > residual) break;
-    }
-    chosen = pick;
-  }
-  barrier();
-  return chosen;
-}
-
-void main() {
-  const uint row = gl_WorkGroupID.y, g = gl_WorkGroupID.x;
-  if (row >= p.rows) return;
-  const SampleRow r = rows_[row];
-  const uint base = row_base(row), sel = sel_at(base, p.groups);
-  if (scratch[sel + SEL_DRAW] == 0u) return;
-  acc residual;
-  if (landing_chunk(r, masses_at(base, p.groups), residual) != g) return;
-  const float m = uintBitsToFloat(scratch[sel + SEL_MAX]), t = uintBitsToFloat(scratch[sel + SEL_THRESHOLD]);
-  const uint token = walk_chunk(r, row, g, m, t, residual);
+  if (!last_to_arrive(row, ARRIVE_DRAW)) return;
+  const uint token = draw_landing(r, row, masses_at(base, p.groups), m, t);
   if (tid() != 0u) return;
   ids[row] = token;
   out_words[row * OUT_WORDS] = token;

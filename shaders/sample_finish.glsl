@@ -1,5 +1,6 @@
-// sample.comp's last pass, a workgroup a row: the candidates sorted, the thresholds of top-k, top-p
-// and min-p, the draw, and the logprobs. Included by sample.comp (SAMPLE_FINISH) only.
+// A row finished by one workgroup (the last of the row to arrive, in STATS for a row without
+// candidates, else in GATHER): the candidates sorted, the thresholds of top-k, top-p and min-p,
+// the draw, and the logprobs. Included by sample.comp only.
 
 shared uint sk[CAP];  // candidates: order keys of their logits (0: empty), then by id in the draw
 shared uint si[CAP];  // their ids (NO_INDEX: empty), then their order keys in the draw
@@ -291,10 +292,7 @@ void defer_draw(uint sel, float t) {
   scratch[sel + SEL_DRAW] = 1u;
 }
 
-void main() {
-  const uint row = flat_group();
-  if (row >= p.rows) return;
-  const SampleRow r = rows_[row];
+void finish_row(uint row, SampleRow r) {
   const uint base = row_base(row), sel = sel_at(base, p.groups);
   const uint argmax = scratch[sel + SEL_ARGMAX];
   if (argmax == NO_INDEX) {  // nothing finite in the row: the host fails the request
@@ -323,8 +321,9 @@ void main() {
   keep_top_logprobs(r, count);
   uint token = argmax;
   if (r.temperature > 0.0 && draws_whole_row(r)) {
-    defer_draw(sel, min_p_threshold(r, m));
-    token = NO_INDEX;
+    const float t = min_p_threshold(r, m);
+    token = t == NEG_INF ? draw_from_stats(r, row, base, m) : NO_INDEX;
+    if (t != NEG_INF) defer_draw(sel, t);
   } else if (r.temperature > 0.0) {
     const Thresholds t = thresholds(r, row, base, sel, count, overflow, m, zt);
     const float kept = max(t.top_k, max(t.top_p, min_p_threshold(r, m)));

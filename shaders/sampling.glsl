@@ -56,6 +56,13 @@ acc acc_of(uvec2 bits) { return uintBitsToFloat(bits.x); }
 // sel: what the passes decide for a row, for the passes after them.
 #define SEL_BIN 0u           // the last bin of the top candidates (-1: even the first holds more than CAP)
 #define SEL_UNUSED 1u        // (3 words)
+// A row's arrival counters, one a wide pass (gpu/ops.hpp: sample_arrival_words): the workgroups of
+// the row that finished the pass; the last resets it.
+#define ARRIVAL_WORDS 4u
+#define ARRIVE_STATS 0u
+#define ARRIVE_BINS 1u
+#define ARRIVE_GATHER 2u
+#define ARRIVE_DRAW 3u
 #define SEL_COUNT 4u         // top candidates gathered (atomic)
 #define SEL_MAX 5u           // the row's maximum
 #define SEL_LSE 6u           // its log-sum-exp at temperature 1

@@ -93,6 +93,9 @@ struct StepScratch {
   PoolBuffer proj;                   // (tokens, n_embd) a residual product before its add
   PoolBuffer picked;                 // (outputs + 1, n_embd) the normed rows whose logits are wanted
   PoolBuffer logits;                 // (max(outputs, 1), n_vocab)
+  // The sampler's inputs (StepSampling), when the step samples: its rows, their entries and masks,
+  // the passes' arrival counters (zero).
+  PoolBuffer sample_rows, sample_entries, sample_mask, sample_arrivals;
   PoolBuffer split_parts;            // (StepPlan::split_bytes) the K slices of a group of products
   PoolBuffer weights16;              // (StepPlan::weights16_bytes) a group's weights as F16
   PoolBuffer attn_parts;             // (ops::attention_scratch_bytes) split attention's partials
@@ -158,6 +161,7 @@ class GpuModel::Step {
   void to_f16(const PoolBuffer& in, std::uint32_t rows, std::uint32_t width);
   void add_bias(const GpuTensor& bias, const PoolBuffer& io, std::uint32_t width);
   void record_output_product(const GpuTensor& w);
+  void upload_sampling();
   void record_sampling(const PoolBuffer& ids, const PoolBuffer& readback, std::uint32_t rows);
   void finish();
 
@@ -179,6 +183,9 @@ class GpuModel::Step {
   ops::RopeShape rope_;
   ops::AttentionShape attention_;
   std::optional<gpu::Recording> rec_;
+  // While the step's inputs go up (the constructor), each after the first runs alongside the
+  // others: they write buffers of their own.
+  bool inputs_open_ = true, inputs_started_ = false;
   bool profiling_ = false;
   std::vector<const char*> labels_;  // what each timestamp ends
   // The norm whose F16 input the residual product before it made along with its sum
@@ -218,6 +225,8 @@ GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache,
   s_.seq_pos = upload(in_.seq_pos);
   s_.tables = upload(in_.tables);
   s_.output_rows = upload(in_.output_rows);
+  if (sampling_ != nullptr) upload_sampling();
+  inputs_open_ = false;
   const std::uint64_t n = n_;
   s_.x = scratch(n * c_.n_embd);
   s_.h = scratch(n * c_.n_embd);
@@ -241,6 +250,7 @@ GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache,
 PoolBuffer GpuModel::Step::upload(std::span<const std::byte> bytes) {
   if (bytes.size() <= 65536 && bytes.size() % 4 == 0 && !bytes.empty()) {
     PoolBuffer buffer = pool_.allocate(bytes.size(), "scratch");
+    if (inputs_open_ && std::exchange(inputs_started_, true)) rec().next_runs_alongside();
     rec().update(buffer.range(), bytes);
     return buffer;
   }
@@ -733,22 +743,27 @@ void check_sampling(const StepSampling& s, std::uint32_t rows, std::uint32_t n_v
 
 }  // namespace
 
+// The sampler's inputs go up with the step's others, at its start.
+void GpuModel::Step::upload_sampling() {
+  const StepSampling& s = *sampling_;
+  check_sampling(s, in_.outputs, c_.n_vocab, tokens_from_ != nullptr);
+  const std::vector<std::uint32_t> none(4, 0);
+  s_.sample_rows = upload(std::as_bytes(std::span(s.rows)));
+  s_.sample_entries = upload(s.entries.empty() ? none : s.entries);
+  s_.sample_mask = upload(s.mask.empty() ? none : s.mask);
+  s_.sample_arrivals = upload(std::vector<std::uint32_t>(std::size_t{in_.outputs} * ops::sample_arrival_words, 0));
+}
+
 // Each output row's token chosen on the GPU from its logits (ops::sample): the tokens to `ids`,
 // for a next step, and with the logprobs to `readback`.
 void GpuModel::Step::record_sampling(const PoolBuffer& ids, const PoolBuffer& readback, std::uint32_t rows) {
-  const StepSampling& s = *sampling_;
-  check_sampling(s, rows, c_.n_vocab, tokens_from_ != nullptr);
-  const std::vector<std::uint32_t> none(4, 0);
-  PoolBuffer rows_buffer = upload(std::as_bytes(std::span(s.rows)));
-  PoolBuffer entries = upload(s.entries.empty() ? none : s.entries);
-  PoolBuffer mask = upload(s.mask.empty() ? none : s.mask);
   PoolBuffer scratch = pool_.allocate(ops::sample_scratch_bytes(rows, c_.n_vocab), "scratch");
   PoolBuffer out = pool_.allocate(std::uint64_t{rows} * ops::sample_out_words * 4, "scratch");
   const BufferRange previous = tokens_from_ != nullptr ? tokens_from_->ids.range() : ids.range();
   ops::sample(rec(), lib_,
-              {s_.logits.range(), rows_buffer.range(), entries.range(), mask.range(), previous, scratch.range(),
-               out.range(), ids.range()},
-              rows, c_.n_vocab, ops::sample_needs(s.rows), [&](const char* pass) { mark(pass); });
+              {s_.logits.range(), s_.sample_rows.range(), s_.sample_entries.range(), s_.sample_mask.range(), previous,
+               scratch.range(), out.range(), ids.range(), s_.sample_arrivals.range()},
+              rows, c_.n_vocab, ops::sample_needs(sampling_->rows), [&](const char* pass) { mark(pass); });
   rec().copy(out.range(), readback.range());
 }
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,12 +58,16 @@ std::vector<SampledToken> gpu_draws(const std::vector<Draw>& draws) {
   auto scratch = g.scratch(gpu::ops::sample_scratch_bytes(rows, stride));
   auto out = g.scratch(std::uint64_t{rows} * gpu::ops::sample_out_words * 4);
   auto ids = g.scratch(std::uint64_t{rows} * 4);
+  auto arrivals = g.up(std::vector<std::uint32_t>(std::size_t{rows} * gpu::ops::sample_arrival_words, 0));
   gpu::testing::run_step(g, [&](gpu::Recording& rec) {
     gpu::ops::sample(rec, g.kernels,
                      {x.range(), rows_buffer.range(), entries.range(), mask.range(), prev.range(), scratch.range(),
-                      out.range(), ids.range()},
+                      out.range(), ids.range(), arrivals.range()},
                      rows, stride, gpu::ops::sample_needs(sampling.rows));
   });
+  // The passes leave the counters as they found them, for the next step.
+  EXPECT_EQ(g.down<std::uint32_t>(arrivals, std::size_t{rows} * gpu::ops::sample_arrival_words),
+            std::vector<std::uint32_t>(std::size_t{rows} * gpu::ops::sample_arrival_words, 0));
   const auto words = g.down<std::uint32_t>(out, std::size_t{rows} * gpu::ops::sample_out_words);
   const auto chosen = sampled_tokens(words, top_logprob_counts(sampling));
   const auto next_ids = g.down<std::uint32_t>(ids, rows);
@@ -191,6 +196,27 @@ TEST(GpuSampler, AVocabularyOfLlama3SizeAndRowsOfDifferentLengths) {
   }
   const auto gpu = gpu_draws(draws);
   for (std::size_t r = 0; r < draws.size(); ++r) EXPECT_EQ(gpu[r].token, draws[r].sampler.sample(draws[r].logits).token);
+}
+
+// Flat rows of a llama3-sized vocabulary: the kept tokens spread over every chunk of the row, so
+// the whole-row draws (from STATS' sums, or after a threshold) land anywhere in it.
+TEST(GpuSampler, FlatRowsOfLlama3SizeDrawAcrossTheirChunks) {
+  const std::vector<SamplingParams> shapes{with(1.0f, 0, 1.0f, 0.0f), with(0.7f, 0, 1.0f, 0.02f),
+                                           with(0.7f, 0, 0.95f, 0.0f), with(1.5f, 3000, 1.0f, 0.0f)};
+  std::vector<Draw> draws;
+  for (std::size_t i = 0; i < 4 * shapes.size(); ++i) {
+    SamplingParams p = shapes[i % shapes.size()];
+    p.seed = 900 + i;
+    draws.push_back({model_like(128256, p.seed / 4, 0.5f), Sampler(p)});
+  }
+  const auto gpu = gpu_draws(draws);
+  std::set<std::int32_t> chunks;
+  for (std::size_t r = 0; r < draws.size(); ++r) {
+    const std::int32_t cpu = draws[r].sampler.sample(draws[r].logits).token;
+    EXPECT_EQ(gpu[r].token, cpu) << "row " << r;
+    chunks.insert(cpu / 4096);
+  }
+  EXPECT_GE(chunks.size(), 8u);  // the draws did not all land in a few chunks
 }
 
 TEST(GpuSampler, TheTokenBeforeStillOnTheGpuCountsForThePenaltiesAndTheCounter) {
