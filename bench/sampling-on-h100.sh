@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sampled beside greedy on the H100 (issue 32), one call, one server: `mqlm bench serve` with
-# 128-token prompts and outputs at concurrency 1, 8, 32 and 64, greedy (temperature 0) and sampled
-# (temperature 0.7, top_p 0.95) alternating at each concurrency, then `mqlm generate -n 128` greedy
-# and sampled, on the llama3-8b preset in Q4_0 (pure). Writes $OUT/sampling-h100.txt and a JSON per run.
+# 128-token prompts and outputs at concurrency 1, 8, 32 and 64 (4 rounds each, at least 16
+# requests), greedy (temperature 0) and sampled (temperature 0.7, top_p 0.95) alternating at each
+# concurrency, then `mqlm generate -n 128` greedy and sampled, on the llama3-8b preset in Q4_0 (pure). Writes $OUT/sampling-h100.txt and a JSON per run.
 # Here: cmake --build build && ../shared/tools/devpack -o .devrun build/mqlm (see DEVICE.md)
 # There (carry .devrun): bench/sampling-on-h100.sh   (PASSES: repeat the list; GENERATE_ROUNDS: 2)
 set -euo pipefail
@@ -32,7 +32,10 @@ for pass in $(seq 1 ${PASSES:-1}); do
       # A seed of its own for each run: repeated prompts would be prefix-cache hits.
       seed=$((c + 100 * pass))
       [ $mode = sampled ] && seed=$((seed + 50))
-      cmd="mqlm bench serve --server $listen --model llama3-8b --requests $((c * ${ROUNDS:-4})) --concurrency $c --prompt-tokens 128 --output-tokens 128 $flags --warmup $c --seed $seed --json $OUT/serve-$mode-c$c-p$pass.json"
+      # At least 16 requests: one request's 128 tokens alone time too little.
+      requests=$((c * ${ROUNDS:-4}))
+      [ $requests -lt 16 ] && requests=16
+      cmd="mqlm bench serve --server $listen --model llama3-8b --requests $requests --concurrency $c --prompt-tokens 128 --output-tokens 128 $flags --warmup $c --seed $seed --json $OUT/serve-$mode-c$c-p$pass.json"
       echo "command: $cmd" >>"$log"
       $cmd >>"$log" 2>&1 || { echo "bench serve at concurrency $c ($mode) failed" >>"$log"; break 3; }
     done
