@@ -9,13 +9,7 @@ dir=$2
 source "$(dirname "${BASH_SOURCE[0]}")/../actors/http/http_server.sh"
 rm -rf "$dir"
 mkdir -p "$dir"
-failures=0
-fail() {  # fail DESCRIPTION [FILES TO SHOW...]
-  echo "FAIL: $1"
-  shift
-  for f in "$@"; do [[ -f $f ]] && { echo "--- $f"; tail -n 40 "$f"; }; done
-  failures=$((failures + 1))
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../checks.sh"
 "$mqlm" make-model --preset tiny --type f16 -o "$dir/tiny.gguf" >"$dir/make.log" 2>&1 ||
   { fail "make the tiny model" "$dir/make.log"; exit 1; }
 
@@ -103,5 +97,4 @@ rc=$?
 kill -TERM "$server_pid" && wait "$server_pid" || fail "the ZeroMQ server did not stop cleanly" "$dir/zmq.log"
 server_pid=""
 
-[[ $failures -eq 0 ]] && echo "all serve flag checks passed"
-exit $((failures > 0))
+end_checks "all serve flag checks passed"

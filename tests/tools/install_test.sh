@@ -10,13 +10,7 @@ cpack=$2
 build=$3
 dir=$4
 source "$(dirname "${BASH_SOURCE[0]}")/../actors/http/http_server.sh"
-failures=0
-fail() {  # fail DESCRIPTION [FILES TO SHOW...]
-  echo "FAIL: $1"
-  shift
-  for f in "$@"; do [[ -f $f ]] && { echo "--- $f"; tail -n 40 "$f"; }; done
-  failures=$((failures + 1))
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../checks.sh"
 
 rm -rf "$dir"
 mkdir -p "$dir/elsewhere" "$dir/bare/bin"
@@ -74,5 +68,4 @@ else
   fail "cpack made no .deb" "$dir/cpack.log"
 fi
 
-[[ $failures -eq 0 ]] && echo "all install checks passed"
-exit $((failures > 0))
+end_checks "all install checks passed"
