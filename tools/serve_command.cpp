@@ -244,6 +244,16 @@ void choose_front_ends(ServeOptions& o) {
   if (o.http.empty()) o.http = std::string(kDefaultHost) + ":" + std::to_string(kDefaultPort);
 }
 
+// Every kind --run names is one serve runs.
+void check_run(const ServeOptions& o) {
+  for (const auto& r : o.run) {
+    if (std::find(std::begin(kServeKinds), std::end(kServeKinds), r) == std::end(kServeKinds)) {
+      throw CommandFailed("--run takes cache-writer, executor, enforcer, scheduler, gateway and http, not '" + r + "'",
+                          2);
+    }
+  }
+}
+
 // -c/--ctx-size as KV pages: enough pages of --page-size for that many tokens.
 void settle_context(ServeOptions& o) {
   if (o.ctx_size > 0) o.kv_pages = (o.ctx_size + o.page_size - 1) / o.page_size;
@@ -301,8 +311,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   if (runs(o, "enforcer") || enforcer_elsewhere) options["scheduler"]["enforcer"] = "enforcer";
   // A backend process that dies is noticed within about 0.6 s: clients hear within a second.
   options["gateway"] = {{"listen", o.listen}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
-  options["http"] = {{"listen", o.http}, {"heartbeat_ms", "100"},
-                     {"unavailable_ms", "500"}};
+  options["http"] = {{"listen", o.http}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
   if (!o.api_key.empty()) options["http"]["api_key"] = o.api_key;
   // Admin requests and the memory picture go to the enforcer.
   for (const char* kind : {"gateway", "http"}) {
@@ -342,12 +351,6 @@ NodeConfig serve_config(const ServeOptions& o) {
     }
     config.actors.push_back({kind, [kind, actor_options] { return make_actor(kind, actor_options); }, {}});
   }
-  for (const auto& r : o.run) {
-    if (std::find(std::begin(kServeKinds), std::end(kServeKinds), r) == std::end(kServeKinds)) {
-      throw CommandFailed("--run takes cache-writer, executor, enforcer, scheduler, gateway and http, not '" + r + "'",
-                          2);
-    }
-  }
   config.trace_file = o.trace;
   config.topology.trace_blobs = !o.trace_without_blobs;
   // Loading a model takes a while inside on_start; the heartbeat must not call that a hang.
@@ -368,6 +371,7 @@ std::string start_failure_advice(const ServeOptions& o, const std::string& what)
 }
 
 void serve(ServeOptions o) {
+  check_run(o);
   settle_models(o);
   choose_front_ends(o);
   settle_context(o);
