@@ -43,7 +43,7 @@ def main():
     while True:
         if not poller.poll(args.timeout * 1000):
             socket.send(msgpack.packb({"op": "abort", "id": request_id}))
-            print(f"\nno event from {args.server} for {args.timeout} s: is `mqlm serve` running there?",
+            print(f"\nno event from {args.server} for {args.timeout} s: is `mqlm serve --listen {args.server}` running?",
                   file=sys.stderr)
             return 1
         frame = socket.recv()

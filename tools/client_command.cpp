@@ -95,8 +95,8 @@ ServeClient connect(const ClientOptions& o) {
 ServeEvent next_event(ServeClient& client, const ClientOptions& o) {
   auto received = client.receive(std::chrono::milliseconds(o.timeout_ms));
   if (std::holds_alternative<NoEvent>(received)) {
-    throw CommandFailed(fmt::format("no event from {} for {} ms: is `mqlm serve` running there? (--timeout-ms "
-                                    "waits longer)", o.server, o.timeout_ms));
+    throw CommandFailed(fmt::format("no event from {} for {} ms: is `mqlm serve --listen {}` running? (--timeout-ms "
+                                    "waits longer)", o.server, o.timeout_ms, o.server));
   }
   if (auto* bad = std::get_if<BadEvent>(&received)) {
     throw CommandFailed("the server sent a frame that is not a protocol event: " + bad->reason);

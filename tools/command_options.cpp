@@ -45,17 +45,37 @@ void add_addresses(actors::Topology& topology, const std::vector<std::string>& a
   }
 }
 
+namespace {
+
+// Where the demo model is: installed, under share/mqlm beside the binary's bin/ (found from the
+// binary's own path, so the install may be moved). Only the binary the build wrote, where it
+// wrote it, falls back to the source tree's: a copy elsewhere must not depend on the build tree.
+std::filesystem::path demo_model_path() {
+  std::error_code error;
+  const std::filesystem::path binary = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return MQLM_DEFAULT_MODEL;
+  const std::filesystem::path installed = binary.parent_path().parent_path() / "share/mqlm/demo.gguf";
+  if (std::filesystem::is_regular_file(installed, error)) return installed;
+  if (std::filesystem::equivalent(binary, MQLM_BUILT_AT, error)) return MQLM_DEFAULT_MODEL;
+  return installed;
+}
+
+}  // namespace
+
 void add_model_positional(CLI::App& cmd, std::string& model) {
-  cmd.add_option("model", model, "GGUF file (default: the bundled demo model, " MQLM_DEFAULT_MODEL ")")
+  cmd.add_option("model", model, "GGUF file (default: the demo model, " + demo_model_path().string() + ")")
       ->check(CLI::ExistingFile);
 }
 
 std::string resolve_model(const std::string& model) {
   if (!model.empty()) return model;
-  if (!std::filesystem::exists(MQLM_DEFAULT_MODEL)) {
-    throw CommandFailed(std::string("no model given, and the bundled demo model is not at ") + MQLM_DEFAULT_MODEL, 2);
+  const std::filesystem::path demo = demo_model_path();
+  if (!std::filesystem::exists(demo)) {
+    throw CommandFailed("no model given, and the demo model is not at " + demo.string() +
+                            ": name a model (a GGUF file)",
+                        2);
   }
-  return MQLM_DEFAULT_MODEL;
+  return demo.string();
 }
 
 }  // namespace mqlm::tools

@@ -53,7 +53,8 @@ void add_logprobs_flags(CLI::App& cmd, model::SamplingParams& sampling, const st
 sigset_t block_stop_signals();
 
 // The GGUF model positional of commands that load one: optional, defaulting to the demo model
-// bundled in the source tree (models/demo.gguf, tools/demo_model). Call resolve_model before use.
+// (models/demo.gguf, tools/demo_model): installed under share/mqlm beside the binary's bin/, or in
+// the source tree it was built from. Call resolve_model before use.
 void add_model_positional(CLI::App& cmd, std::string& model);
 // `model`, or the bundled demo model when it is empty; a CommandFailed (exit 2) if the file is not there.
 std::string resolve_model(const std::string& model);

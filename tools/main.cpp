@@ -1,11 +1,32 @@
 // mqlm: an LLM inference server whose parts are actors talking over ZeroMQ.
 #include <cstdlib>
 #include <iostream>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <spdlog/cfg/env.h>
 #include <spdlog/spdlog.h>
 
 #include "tools/commands.hpp"
+
+namespace {
+
+// The arguments as CLI::App::parse takes a vector (last first, without the program's name), with
+// llama-server's multi-letter short flags, which CLI11 cannot declare, as their long names.
+std::vector<std::string> arguments_for_parse(int argc, char** argv) {
+  static const std::map<std::string_view, const char*> kLongNames = {{"-np", "--parallel"},
+                                                                     {"-ngl", "--n-gpu-layers"}};
+  std::vector<std::string> arguments;
+  for (int i = argc - 1; i > 0; --i) {
+    auto long_name = kLongNames.find(argv[i]);
+    arguments.emplace_back(long_name != kLongNames.end() ? long_name->second : argv[i]);
+  }
+  return arguments;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
@@ -14,6 +35,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"mqlm: an LLM inference server built from actors that talk over ZeroMQ"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "mqlm " MQLM_VERSION " (" MQLM_GIT_COMMIT ")");
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
@@ -33,7 +55,9 @@ int main(int argc, char** argv) {
   mqlm::tools::add_serve_bench(*bench);
 
   try {
-    app.parse(argc, argv);
+    app.name(argv[0]);
+    std::vector<std::string> arguments = arguments_for_parse(argc, argv);
+    app.parse(arguments);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const mqlm::tools::CommandFailed& e) {

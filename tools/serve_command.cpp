@@ -32,7 +32,9 @@ using namespace actors;
 namespace {
 
 constexpr const char* kServeMailbox = "serve";
-constexpr const char* kDefaultHttp = "127.0.0.1:8080";
+constexpr const char* kDefaultHost = "127.0.0.1";
+constexpr int kDefaultPort = 8080;
+constexpr const char* kDefaultListen = "tcp://127.0.0.1:5555";
 // Every kind serve runs, in start order: what others depend on first; stopping goes in reverse.
 constexpr const char* kServeKinds[] = {"cache-writer", "executor", "enforcer", "scheduler", "gateway", "http"};
 constexpr const char* kCacheWriter = "cache-writer";
@@ -40,7 +42,8 @@ constexpr const char* kCacheWriter = "cache-writer";
 struct ServeOptions {
   std::string model;
   std::string name;
-  std::vector<std::string> models;   // --model ID=PATH: the model pool (then `model` is not used)
+  std::vector<std::string> models;   // -m/--model ID=PATH: the model pool (then `model` is not used)
+                                     // or PATH: as the positional, when it is the only model named
   std::vector<std::string> preload;  // --preload ID
   std::vector<std::string> pinned;   // --pin ID
   std::vector<std::string> model_dirs;  // --models-dir DIR: every *.gguf in it, by file name
@@ -64,14 +67,18 @@ struct ServeOptions {
   std::string host_memory_soft;
   bool fail_cache_writes = false;    // fault injection for tests: every SSD write fails
   std::string fail_cache_close;      // fault injection for tests: closing this model's cache throws
-  std::string listen = "tcp://127.0.0.1:5555";
-  std::string http;     // HOST:PORT of the http actor; "" : not run (unless --run names it)
+  std::string listen;   // the gateway's address; "": no gateway (unless --run names it)
+  std::string http;     // HOST:PORT of the http actor (--http, or --host and --port)
+  std::string host;     // --host, --port: the http actor's address the llama-server way
+  int port = -1;        // -1: not given
   std::string api_key;  // the http actor's; "" : none
-  std::vector<std::string> run{"cache-writer", "executor", "enforcer", "scheduler", "gateway"};
+  std::vector<std::string> run;  // empty: the back end and the front ends asked for (choose_front_ends)
   std::vector<std::string> addresses;
   std::string device;
   std::uint32_t kv_pages = 1024;
   std::uint32_t page_size = 16;
+  std::uint32_t ctx_size = 0;  // -c: tokens of KV cache, as pages of page_size; 0: kv_pages
+  int gpu_layers = 0;          // -ngl: taken for llama-server's command lines, not used
   std::uint32_t max_sequences = 64;
   std::uint32_t token_budget = 512;
   std::uint32_t max_waiting = 4096;
@@ -188,6 +195,70 @@ bool runs(const ServeOptions& o, const std::string& kind) {
   return std::find(o.run.begin(), o.run.end(), kind) != o.run.end();
 }
 
+// Whether a --model entry is ID=PATH rather than a path (which may hold a '=' after a '/').
+bool is_pool_entry(const std::string& entry) {
+  const auto equals = entry.find('=');
+  return equals != std::string::npos && equals > 0 && entry.substr(0, equals).find('/') == std::string::npos;
+}
+
+// -m/--model PATH, as llama-server and vllm serve take it: the only model named is served as the
+// positional one is (loaded at start, --name applies); beside other models it joins the pool under
+// its file name. With no model named at all, the demo model.
+void settle_models(ServeOptions& o) {
+  std::vector<std::string> paths;
+  std::erase_if(o.models, [&](const std::string& entry) {
+    if (is_pool_entry(entry)) return false;
+    paths.push_back(entry);
+    return true;
+  });
+  for (const std::string& path : paths) {
+    if (!std::filesystem::is_regular_file(path)) throw CommandFailed("--model " + path + ": no such file", 2);
+  }
+  if (paths.size() == 1 && o.models.empty() && o.model_dirs.empty()) {
+    if (!o.model.empty()) throw CommandFailed("two models named (" + o.model + " and -m " + paths[0] +
+                                              "): give one, or several as --model ID=PATH", 2);
+    o.model = paths[0];
+    return;
+  }
+  for (const std::string& path : paths) o.models.push_back(std::filesystem::path(path).stem().string() + "=" + path);
+  if (o.models.empty() && o.model_dirs.empty()) o.model = resolve_model(o.model);
+}
+
+// Which front ends run, and where. Each is asked for by its flags: ZeroMQ by --listen, HTTP by
+// --http, --host or --port; with neither, HTTP alone on 127.0.0.1:8080, as llama-server and vllm
+// serve do, so that a second server on another --port does not collide on a ZeroMQ port it never
+// asked for. An explicit --run decides for itself (plus http when --http is given), a front end it
+// names listening at its default address when its flag is not given.
+void choose_front_ends(ServeOptions& o) {
+  if (!o.host.empty() || o.port >= 0) {
+    o.http = (o.host.empty() ? std::string(kDefaultHost) : o.host) + ":" +
+             std::to_string(o.port < 0 ? kDefaultPort : o.port);
+  }
+  const bool asked_http = !o.http.empty() || (o.listen.empty() && o.run.empty());
+  if (o.run.empty()) {
+    o.run = {kCacheWriter, "executor", "enforcer", "scheduler"};
+    if (!o.listen.empty()) o.run.push_back("gateway");
+  }
+  if (asked_http && !runs(o, "http")) o.run.push_back("http");
+  if (o.listen.empty()) o.listen = kDefaultListen;
+  if (o.http.empty()) o.http = std::string(kDefaultHost) + ":" + std::to_string(kDefaultPort);
+}
+
+// Every kind --run names is one serve runs.
+void check_run(const ServeOptions& o) {
+  for (const auto& r : o.run) {
+    if (std::find(std::begin(kServeKinds), std::end(kServeKinds), r) == std::end(kServeKinds)) {
+      throw CommandFailed("--run takes cache-writer, executor, enforcer, scheduler, gateway and http, not '" + r + "'",
+                          2);
+    }
+  }
+}
+
+// -c/--ctx-size as KV pages: enough pages of --page-size for that many tokens.
+void settle_context(ServeOptions& o) {
+  if (o.ctx_size > 0) o.kv_pages = (o.ctx_size + o.page_size - 1) / o.page_size;
+}
+
 NodeConfig serve_config(const ServeOptions& o) {
   NodeConfig config;
   add_addresses(config.topology, o.addresses, "scheduler=ipc:///tmp/mqlm-scheduler");
@@ -240,8 +311,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   if (runs(o, "enforcer") || enforcer_elsewhere) options["scheduler"]["enforcer"] = "enforcer";
   // A backend process that dies is noticed within about 0.6 s: clients hear within a second.
   options["gateway"] = {{"listen", o.listen}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
-  options["http"] = {{"listen", o.http.empty() ? kDefaultHttp : o.http}, {"heartbeat_ms", "100"},
-                     {"unavailable_ms", "500"}};
+  options["http"] = {{"listen", o.http}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
   if (!o.api_key.empty()) options["http"]["api_key"] = o.api_key;
   // Admin requests and the memory picture go to the enforcer.
   for (const char* kind : {"gateway", "http"}) {
@@ -281,12 +351,6 @@ NodeConfig serve_config(const ServeOptions& o) {
     }
     config.actors.push_back({kind, [kind, actor_options] { return make_actor(kind, actor_options); }, {}});
   }
-  for (const auto& r : o.run) {
-    if (std::find(std::begin(kServeKinds), std::end(kServeKinds), r) == std::end(kServeKinds)) {
-      throw CommandFailed("--run takes cache-writer, executor, enforcer, scheduler, gateway and http, not '" + r + "'",
-                          2);
-    }
-  }
   config.trace_file = o.trace;
   config.topology.trace_blobs = !o.trace_without_blobs;
   // Loading a model takes a while inside on_start; the heartbeat must not call that a hang.
@@ -294,9 +358,23 @@ NodeConfig serve_config(const ServeOptions& o) {
   return config;
 }
 
+// A start failure, with the flag to change when it names a front end's address: that address is
+// most often taken by another server.
+std::string start_failure_advice(const ServeOptions& o, const std::string& what) {
+  if (runs(o, "gateway") && what.find(o.listen) != std::string::npos) {
+    return what + "; give this server another --listen address, or leave --listen out to serve HTTP only";
+  }
+  if (runs(o, "http") && what.find(o.http) != std::string::npos) {
+    return what + "; give this server another --port (or --http HOST:PORT)";
+  }
+  return what;
+}
+
 void serve(ServeOptions o) {
-  // --http alone adds the http actor to the default actors.
-  if (!o.http.empty() && !runs(o, "http")) o.run.push_back("http");
+  check_run(o);
+  settle_models(o);
+  choose_front_ends(o);
+  settle_context(o);
   NodeConfig config = serve_config(o);
   std::vector<std::string> front_ends;
   for (const char* kind : {"gateway", "http"}) {
@@ -310,13 +388,13 @@ void serve(ServeOptions o) {
   try {
     node.start();
   } catch (const std::exception& e) {
-    throw CommandFailed(std::string("could not start: ") + e.what(), 1);
+    throw CommandFailed("could not start: " + start_failure_advice(o, e.what()), 1);
   }
   std::vector<std::string> listening;
   if (runs(o, "gateway")) listening.push_back(o.listen);
-  if (runs(o, "http")) listening.push_back("http://" + (o.http.empty() ? std::string(kDefaultHttp) : o.http));
+  if (runs(o, "http")) listening.push_back("http://" + o.http);
   if (!listening.empty()) {
-    spdlog::info("serving {} on {}", o.model, fmt::join(listening, " and "));
+    spdlog::info("serving {} on {}", o.model.empty() ? "the model pool" : o.model, fmt::join(listening, " and "));
     std::cout << "ready: listening on " << fmt::format("{}", fmt::join(listening, " and ")) << std::endl;
   } else {
     std::cout << "ready" << std::endl;
@@ -342,18 +420,87 @@ void serve(ServeOptions o) {
   std::cout << "stopped" << std::endl;
 }
 
+// The KV prefix cache beyond the GPU: its tiers and their faults for tests.
+void add_cache_flags(CLI::App* cmd, ServeOptions& o) {
+  cmd->add_option("--hot-cache", o.hot_cache,
+                  "RAM for KV prefix pages the GPU gives up, shared by all models (bytes, or 1G, 512M); a returning "
+                  "prompt prefix is restored from it instead of recomputed; 0: no cache-writer")
+      ->capture_default_str();
+  cmd->add_option("--ssd-cache-dir", o.ssd_cache_dir,
+                  "keep pages leaving the hot cache in this folder too (kept across restarts, checked when read)");
+  cmd->add_option("--ssd-cache", o.ssd_cache, "the SSD cache's size limit (bytes, or 16G, 512M)")->capture_default_str();
+  cmd->add_option("--cache-close", o.cache_close,
+                  "what unloading a model and stopping do with the pages still queued for the SSD: drain (write "
+                  "them first) or drop")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"drain", "drop"}));
+  cmd->add_option("--host-memory-soft", o.host_memory_soft,
+                  "resident memory (bytes, or 48G) above which the hot cache gives up its least recently used "
+                  "pages (default: never)");
+  cmd->add_flag("--fail-cache-writes", o.fail_cache_writes, "testing: every SSD cache write fails as on a full disk")
+      ->group("Testing");
+  cmd->add_option("--fail-cache-close", o.fail_cache_close,
+                  "testing: closing this model's cached pages throws midway (they must still all be released)")
+      ->group("Testing");
+}
+
+// Where clients connect: HTTP (llama-server's --host and --port, or --http) and ZeroMQ.
+void add_front_end_flags(CLI::App* cmd, ServeOptions& o) {
+  cmd->add_option("--listen", o.listen,
+                  "serve the ZeroMQ client protocol (docs/protocol.md) at tcp://HOST:PORT or ipc://PATH; without "
+                  "--http, --host or --port then no HTTP");
+  auto* http = cmd->add_option("--http", o.http,
+                               "serve the OpenAI API over HTTP at HOST:PORT (default 127.0.0.1:8080 unless --listen "
+                               "is given)");
+  cmd->add_option("--host", o.host, "the HTTP API's address (default 127.0.0.1)")->excludes(http);
+  cmd->add_option("--port", o.port, "the HTTP API's port (default 8080)")->excludes(http)->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", o.api_key,
+                  "the HTTP API's key: clients send Authorization: Bearer KEY (all endpoints but /health)")
+      ->envname("MQLM_API_KEY");
+}
+
+// How much the server holds and computes at once: KV cache, sequences, step budget, queue.
+void add_capacity_flags(CLI::App* cmd, ServeOptions& o) {
+  auto* kv_pages = cmd->add_option("--kv-pages", o.kv_pages, "KV cache pages (or give -c)")
+                      ->capture_default_str()
+                      ->check(CLI::Range(1u, 1u << 24));
+  cmd->add_option("--page-size", o.page_size, "tokens per KV page")->capture_default_str()->check(CLI::Range(1u, 4096u));
+  cmd->add_option("-c,--ctx-size", o.ctx_size,
+                  "tokens of KV cache, shared by the running sequences: the longest prompt plus max_tokens one "
+                  "request may have (sets --kv-pages to this over --page-size, rounded up)")
+      ->excludes(kv_pages)
+      ->check(CLI::Range(1u, 1u << 30));
+  cmd->add_option("--gpu-layers,--n-gpu-layers", o.gpu_layers,
+                  "accepted for llama-server's command lines (-ngl) and ignored: every layer runs on the GPU");
+  cmd->add_option("--max-sequences,--parallel,--max-num-seqs", o.max_sequences,
+                  "sequences in a step at most (-np as llama-server's)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--token-budget", o.token_budget, "tokens computed per step at most (decode and prefill chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  cmd->add_flag("--no-overlap", o.no_overlap,
+                "plan each step only once the one before is answered (default: the next step is planned while "
+                "the GPU runs this one)");
+  cmd->add_option("--max-waiting", o.max_waiting, "queued requests before new ones are told busy")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 24));
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve",
-                                 "serve a GGUF model over the ZeroMQ client protocol (docs/protocol.md) and, with "
-                                 "--http, the OpenAI API");
+                                 "serve GGUF models over the OpenAI API (HTTP) and, with --listen, the ZeroMQ client "
+                                 "protocol (docs/protocol.md)");
   add_model_positional(*cmd, o->model);
-  cmd->add_option("--name", o->name, "the model's name for clients (default: the file name without .gguf)");
-  cmd->add_option("--model", o->models,
-                  "ID=PATH: serve several models (repeatable); they load on their first request unless --preload "
-                  "names them, and the positional model is not used");
+  cmd->add_option("--name,--served-model-name", o->name,
+                  "the model's name for clients (default: the file name without .gguf)");
+  cmd->add_option("-m,--model", o->models,
+                  "PATH: the model to serve, as the positional MODEL; ID=PATH: serve several models (repeatable); "
+                  "they load on their first request unless --preload names them, and the positional model is not "
+                  "used");
   cmd->add_option("--preload", o->preload, "with --model: load this model at start (repeatable)");
   cmd->add_option("--pin", o->pinned, "with --model: never evict this model (repeatable)");
   cmd->add_option("--models-dir", o->model_dirs,
@@ -391,63 +538,23 @@ void add_serve_command(CLI::App& app) {
                   "testing: unloading this model throws midway through its release (the rest must still be freed "
                   "and the failure reported)")
       ->group("Testing");
-  cmd->add_option("--hot-cache", o->hot_cache,
-                  "RAM for KV prefix pages the GPU gives up, shared by all models (bytes, or 1G, 512M); a returning "
-                  "prompt prefix is restored from it instead of recomputed; 0: no cache-writer")
-      ->capture_default_str();
-  cmd->add_option("--ssd-cache-dir", o->ssd_cache_dir,
-                  "keep pages leaving the hot cache in this folder too (kept across restarts, checked when read)");
-  cmd->add_option("--ssd-cache", o->ssd_cache, "the SSD cache's size limit (bytes, or 16G, 512M)")->capture_default_str();
-  cmd->add_option("--cache-close", o->cache_close,
-                  "what unloading a model and stopping do with the pages still queued for the SSD: drain (write "
-                  "them first) or drop")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"drain", "drop"}));
-  cmd->add_option("--host-memory-soft", o->host_memory_soft,
-                  "resident memory (bytes, or 48G) above which the hot cache gives up its least recently used "
-                  "pages (default: never)");
-  cmd->add_flag("--fail-cache-writes", o->fail_cache_writes, "testing: every SSD cache write fails as on a full disk")
-      ->group("Testing");
-  cmd->add_option("--fail-cache-close", o->fail_cache_close,
-                  "testing: closing this model's cached pages throws midway (they must still all be released)")
-      ->group("Testing");
-  cmd->add_option("--listen", o->listen, "where clients connect: tcp://HOST:PORT or ipc://PATH")->capture_default_str();
-  cmd->add_option("--http", o->http,
-                  "also serve the OpenAI API over HTTP at HOST:PORT, e.g. 127.0.0.1:8080");
-  cmd->add_option("--api-key", o->api_key,
-                  "the HTTP API's key: clients send Authorization: Bearer KEY (all endpoints but /health)")
-      ->envname("MQLM_API_KEY");
+  add_cache_flags(cmd, *o);
+  add_front_end_flags(cmd, *o);
   cmd->add_option("--run", o->run,
-                  "which actors this process runs (default: cache-writer executor enforcer scheduler gateway, and http "
-                  "with --http)")
+                  "which actors this process runs (default: cache-writer executor enforcer scheduler, gateway with "
+                  "--listen, http with --http, --host, --port or without --listen)")
       ->delimiter(',');
   cmd->add_option("--address", o->addresses,
                   "NAME=ENDPOINT where an actor's inbox is, here or in another process (default inproc://mqlm/NAME)");
   cmd->add_option("--device", o->device, "Vulkan device: index or name substring (default MQLM_VULKAN_DEVICE)");
-  cmd->add_option("--kv-pages", o->kv_pages, "KV cache pages")->capture_default_str()->check(CLI::Range(1u, 1u << 24));
-  cmd->add_option("--page-size", o->page_size, "tokens per KV page")->capture_default_str()->check(CLI::Range(1u, 4096u));
-  cmd->add_option("--max-sequences", o->max_sequences, "sequences in a step at most")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 4096u));
-  cmd->add_option("--token-budget", o->token_budget, "tokens computed per step at most (decode and prefill chunks)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 20));
-  cmd->add_flag("--no-overlap", o->no_overlap,
-                "plan each step only once the one before is answered (default: the next step is planned while "
-                "the GPU runs this one)");
-  cmd->add_option("--max-waiting", o->max_waiting, "queued requests before new ones are told busy")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 24));
+  add_capacity_flags(cmd, *o);
   cmd->add_option("--trace", o->trace, "record every message of this process's actors to this file");
   cmd->add_flag("--trace-without-blobs", o->trace_without_blobs, "record blob frames by size only");
   cmd->add_flag("--finish-running", o->finish_running, "on SIGINT / SIGTERM let running requests finish (default: abort them)");
   cmd->add_option("--drain-timeout-s", o->drain_timeout_s, "longest wait for open requests when stopping")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600));
-  cmd->callback([o] {
-    o->model = resolve_model(o->model);
-    serve(*o);
-  });
+  cmd->callback([o] { serve(*o); });
 }
 
 }  // namespace mqlm::tools

@@ -25,6 +25,20 @@ std::int64_t to_ns(std::chrono::milliseconds ms) { return std::chrono::nanosecon
 
 bool taken(SendStatus status) { return status == SendStatus::sent || status == SendStatus::deferred; }
 
+// The line an operator reads for every request that ran (at the info level, key=value): who
+// served it, its model, its tokens and times as the scheduler counted them, and how it ended.
+void log_finished(const std::string& front_end, std::uint64_t request_id, const OpenRequest& request,
+                  const FinalEvent& event) {
+  const auto ms = [](std::int64_t ns) { return static_cast<double>(ns) / 1e6; };
+  const auto reason = static_cast<FinishReason>(event.finish);
+  spdlog::info("request done: id={}-{} model={} prompt_tokens={} cached_tokens={} completion_tokens={} "
+               "ttft_ms={:.1f} total_ms={:.1f} finish={}{}{}",
+               front_end, request_id, request.model.empty() ? "default" : request.model, event.prompt_tokens,
+               event.cached_tokens, event.completion_tokens, ms(event.ttft_ns), ms(event.total_ns),
+               finish_reason_name(reason), reason == FinishReason::error ? " error=" : "",
+               reason == FinishReason::error ? error_code_name(static_cast<RequestError>(event.error)) : "");
+}
+
 }  // namespace
 
 std::chrono::milliseconds milliseconds_option(std::string_view kind, const ActorOptions& options,
@@ -128,6 +142,7 @@ void FrontEnd::open(Context& ctx, Caller caller, Submit submit, bool stream) {
     return;
   }
   const std::uint64_t request_id = ++next_request_id_;
+  std::string model = submit.model;
   SendStatus status = ctx.send(config_.scheduler, std::move(submit), SendOptions{0, request_id, {}});
   if (status == SendStatus::unknown_actor) {
     refuse(ctx, caller, RequestError::internal,
@@ -144,6 +159,7 @@ void FrontEnd::open(Context& ctx, Caller caller, Submit submit, bool stream) {
   connection.open.emplace(caller.id, request_id);
   OpenRequest request;
   request.caller = std::move(caller);
+  request.model = std::move(model);
   request.stream = stream;
   request.logprobs = logprobs;
   requests_.emplace(request_id, std::move(request));
@@ -328,6 +344,7 @@ void FrontEnd::on_final(Context& ctx, std::uint64_t request_id, const FinalEvent
 
 // Sends the request's final (unless its caller is gone) and forgets it.
 void FrontEnd::finish(Context& ctx, RequestIt it, const FinalEvent& event) {
+  log_finished(config_.name, it->first, it->second, event);
   OpenRequest request = std::move(it->second);
   requests_.erase(it);
   ++served_;

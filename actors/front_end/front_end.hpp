@@ -68,6 +68,7 @@ using AdminAnswer = std::variant<messages::LoadAnswer, messages::UnloadAnswer, m
 
 struct OpenRequest {
   Caller caller;
+  std::string model;        // as the caller named it ("": the server's default)
   bool stream = true;
   bool logprobs = false;
   GatheredOutput gathered;  // for callers that do not stream

@@ -7,13 +7,7 @@ mqlm=$1
 dir=$2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mkdir -p "$dir"
-failures=0
-fail() {  # fail DESCRIPTION [FILES TO SHOW...]
-  echo "FAIL: $1"
-  shift
-  for f in "$@"; do [[ -f $f ]] && { echo "--- $f"; tail -n 40 "$f"; }; done
-  failures=$((failures + 1))
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../checks.sh"
 
 pid=""
 trap '[[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null' EXIT
@@ -104,5 +98,4 @@ else
   [[ $rc -eq 0 ]] || fail "mqlm serve exited $rc after SIGTERM" "$dir/serve.log"
 fi
 
-[[ $failures -eq 0 ]] && echo "all serving client checks passed"
-exit $((failures > 0))
+end_checks "all serving client checks passed"

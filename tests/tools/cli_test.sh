@@ -22,6 +22,8 @@ expect_output() {  # expect_output DESCRIPTION PATTERN (in the last command's st
 
 check "help lists the subcommands" 0 "$mqlm" --help
 expect_output "help" "demo"
+check "the version" 0 "$mqlm" --version
+expect_output "project()'s version and the commit" "^mqlm [0-9]+\.[0-9]+\.[0-9]+ \(.+\)$"
 check "demo over ipc with a trace" 0 "$mqlm" demo --transport ipc --rounds 50 --blob-bytes 1000 --trace "$dir/t.trc"
 expect_output "demo report" "50 pongs, 0 mismatched"
 

@@ -1,5 +1,6 @@
-# Sourced by the http tests: starts `mqlm serve --http` of the tiny model on free ports and stops
-# it with SIGTERM. Needs $mqlm and $dir; sets $http_url, $api_key and $server_pid.
+# Sourced by the http tests: starts `mqlm serve --http` of the tiny model on free ports (or any
+# server, start_server_at) and stops it with SIGTERM. Needs $mqlm and $dir; sets $http_url,
+# $api_key and $server_pid.
 
 api_key="test-key-$$"
 server_pid=""
@@ -19,9 +20,16 @@ start_server() {
   local http_port gateway_port
   http_port=$(free_port)
   gateway_port=$(free_port)
-  http_url="http://127.0.0.1:$http_port"
-  "$mqlm" serve "$dir/tiny.gguf" --http "127.0.0.1:$http_port" --listen "tcp://127.0.0.1:$gateway_port" \
-    --api-key "$api_key" "$@" >"$dir/serve.log" 2>&1 &
+  start_server_at "$http_port" serve "$dir/tiny.gguf" --http "127.0.0.1:$http_port" \
+    --listen "tcp://127.0.0.1:$gateway_port" --api-key "$api_key" "$@"
+}
+
+# start_server_at PORT MQLM ARGS...: `$mqlm ARGS...` (its output in $dir/serve.log) answering
+# /health on 127.0.0.1:PORT within 120 s, or 1 after showing the log.
+start_server_at() {
+  http_url="http://127.0.0.1:$1"
+  shift
+  "$mqlm" "$@" >"$dir/serve.log" 2>&1 &
   server_pid=$!
   local deadline=$((SECONDS + 120))
   while ((SECONDS < deadline)); do
@@ -29,7 +37,7 @@ start_server() {
     kill -0 "$server_pid" 2>/dev/null || break
     sleep 0.5
   done
-  echo "mqlm serve --http did not become healthy"
+  echo "mqlm $* did not become healthy"
   tail -n 40 "$dir/serve.log"
   return 1
 }
