@@ -76,10 +76,10 @@ class Bench {
     return once(reps);
   }
 
-  PoolBuffer random_f32(std::size_t n, std::uint64_t seed) {
+  PoolBuffer random_f32(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
     std::vector<float> v(n);
     std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::uniform_real_distribution<float> dist(-scale, scale);
     for (auto& x : v) x = dist(rng);
     return upload_new(queue_, pool_, std::span<const float>(v), "bench");
   }
@@ -370,6 +370,53 @@ void bench_elementwise(Bench& b, Table& table, const Model& m, std::uint32_t t) 
   }
 }
 
+// The sampler (ops::sample), one row a token: its whole cost for greedy and sampled rows, and for
+// top-p the passes one by one (STATS alone, then with BINS and GATHER, then with DRAW). Flat logits
+// are a random-weight model's (top-p keeps most of the vocabulary, the draw walks the whole row);
+// peaked ones a trained model's (the nucleus is among the top candidates).
+void bench_sampling(Bench& b, Table& table, const Model& m, std::uint32_t t) {
+  struct Case {
+    const char* name;
+    float temperature, top_p;
+    std::uint32_t top_k;
+  };
+  const Case cases[] = {{"greedy", 0.0f, 1.0f, 0}, {"T1", 1.0f, 1.0f, 0}, {"T0.7 top-k 40", 0.7f, 1.0f, 40},
+                        {"T0.7 top-p 0.95", 0.7f, 0.95f, 0}};
+  const std::vector<std::uint32_t> zeros(std::size_t{t} * ops::sample_arrival_words + 4, 0);
+  auto small = [&](std::size_t words) {
+    return upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(zeros.data(), words), "bench");
+  };
+  auto arrivals = small(std::size_t{t} * ops::sample_arrival_words), entries = small(4), mask = small(4), prev = small(t);
+  auto scratch = b.pool_.allocate(ops::sample_scratch_bytes(t, m.vocab), "bench");
+  auto out = b.pool_.allocate(4ull * t * ops::sample_out_words, "bench"), ids = b.pool_.allocate(4ull * t, "bench");
+  for (const auto& [logits_kind, scale] : {std::pair{"flat", 1.0f}, std::pair{"peaked", 12.0f}}) {
+    auto logits = b.random_f32(std::size_t{t} * m.vocab, 8, scale);
+    for (const Case& c : cases) {
+      std::vector<ops::SampleRow> rows(t);
+      for (std::uint32_t r = 0; r < t; ++r) {
+        rows[r].temperature = c.temperature;
+        rows[r].inv_temperature = c.temperature > 0.0f ? 1.0f / c.temperature : 1.0f;
+        rows[r].top_p = c.top_p;
+        rows[r].top_k = c.top_k;
+        rows[r].seed_lo = r;
+        rows[r].n = m.vocab;
+      }
+      auto rows_buffer = upload_new(b.queue_, b.pool_, std::span<const ops::SampleRow>(rows), "bench");
+      const ops::SampleBuffers buffers{logits.range(), rows_buffer.range(), entries.range(), mask.range(), prev.range(),
+                                       scratch.range(),  out.range(),         ids.range(),     arrivals.range()};
+      std::vector<std::pair<std::string, ops::SampleNeeds>> variants{{c.name, ops::sample_needs(rows)}};
+      if (c.top_p < 1.0f) {
+        variants.push_back({"  stats", {false, false, false}});
+        variants.push_back({"  stats, bins, gather", {false, true, false}});
+      }
+      for (const auto& [name, needs] : variants) {
+        const double us = b.time_us([&](Recording& rec) { ops::sample(rec, b.kernels_, buffers, t, m.vocab, needs); });
+        table.add({"sample " + name, fmt::format("{} {}", m.vocab, logits_kind), t, "", us, 4.0 * t * m.vocab, 0, ""});
+      }
+    }
+  }
+}
+
 void bench_attention(Bench& b, Table& table, const Model& m, std::uint32_t t) {
   // Up to 32 tokens: decode of t sequences with m.context tokens each; more: prefill of one
   // sequence's first t tokens.
@@ -528,6 +575,7 @@ struct KernelBenchOptions {
   std::vector<std::string> direct_shapes;
   std::string pipeline_stats;
   bool staged_only = false;
+  bool sampling_only = false;
   DeviceOptions device;
 };
 
@@ -576,9 +624,16 @@ void run_kernel_bench(KernelBenchOptions& o) {
   std::cerr << header;
   Table table(copy_gbs);
   for (auto t : o.tokens) {
+    if (o.sampling_only) {
+      bench_sampling(b, table, model, t);
+      continue;
+    }
     if (!o.attention_only) bench_matmuls(b, table, model, t, types, o.staged_only, direct_shapes, choice);
     if (o.matmul_only) continue;
-    if (!o.attention_only) bench_elementwise(b, table, model, t);
+    if (!o.attention_only) {
+      bench_elementwise(b, table, model, t);
+      bench_sampling(b, table, model, t);
+    }
     bench_attention(b, table, model, t);
     b.pool_.trim();
   }
@@ -611,6 +666,7 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_flag("--matmul-only", o->matmul_only, "only the matmuls (no elementwise, attention)");
   cmd->add_flag("--staged-only", o->staged_only, "of the matmuls, only the narrow (tensor-core) path (implies --matmul-only)");
   cmd->add_flag("--attention-only", o->attention_only, "only kv_write and attention (both paths)");
+  cmd->add_flag("--sampling-only", o->sampling_only, "only the sampler: greedy, sampled, and top-p's passes one by one");
   cmd->add_option("--context", o->context, "context length of the attention decode rows (default: the preset's)");
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "THREADSxROWS: workgroup shape of the whole-block vector matmul for every type (default: tuned per type)");

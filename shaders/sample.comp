@@ -181,17 +181,27 @@ acc exclusive_prefix(acc v, out acc total) {
 }
 
 // ---- the whole-row draw by id ---------------------------------------------------------------------
-// The chunk u lands in, from the chunks' kept weights at `masses` (in id order), and how far into
-// its weight.
+// The chunks' weights at `masses` (in id order), read at once into shared memory (one after the
+// other, each read would wait for the one before), and their total, summed in id order.
+shared acc chunk_mass[WG];
+acc load_chunk_masses(uint masses, uint chunks) {
+  barrier();
+  chunk_mass[tid()] = tid() < chunks ? load_acc(masses + 2u * tid()) : acc(0.0);
+  barrier();
+  acc total = 0.0;
+  for (uint g = 0u; g < chunks; ++g) total += chunk_mass[g];
+  return total;
+}
+
+// The chunk u lands in, from the chunks' kept weights at `masses`, and how far into its weight.
 uint landing_chunk(SampleRow r, uint masses, out acc residual) {
   const uint chunks = chunks_of(r.n);
-  acc total = 0.0;
-  for (uint g = 0u; g < chunks; ++g) total += load_acc(masses + 2u * g);
+  const acc total = load_chunk_masses(masses, chunks);
   const acc target = acc(philox_uniform(r.seed_lo, r.seed_hi, r.counter)) * total;
   acc before = 0.0, chunk_before = 0.0;
   uint chunk = 0u;
   for (uint g = 0u; g < chunks; ++g) {
-    const acc mass = load_acc(masses + 2u * g);
+    const acc mass = chunk_mass[g];
     if (mass <= 0.0) continue;
     chunk = g;
     chunk_before = before;

@@ -230,8 +230,7 @@ float top_p_threshold(SampleRow r, uint row, uint base, uint sel, uint floor_key
                       bool overflow, inout bool window_loaded) {
   uint key = overflow || past_top(r, sel) ? 0u : nucleus_key(r, floor_key, target, m, acc(0.0));
   if (key == 0u && int(scratch[sel + SEL_WINDOW]) >= 0 && scratch[sel + SEL_WINDOW_COUNT] <= CAP) {
-    acc above = 0.0;
-    for (uint g = 0u; g < chunks_of(r.n); ++g) above += load_acc(masses_at(base, p.groups) + 2u * g);
+    const acc above = load_chunk_masses(masses_at(base, p.groups), chunks_of(r.n));
     load_candidates(window_v_at(base, p.groups), window_i_at(base, p.groups), scratch[sel + SEL_WINDOW_COUNT]);
     window_loaded = true;
     key = nucleus_key(r, floor_key, target, m, above);
