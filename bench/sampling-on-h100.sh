@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sampled beside greedy on the H100 (issue 32), one call, one server: `mqlm bench serve` with
 # 128-token prompts and outputs at concurrency 1, 8, 32 and 64 (4 rounds each, at least 16
-# requests), greedy (temperature 0) and sampled (temperature 0.7, top_p 0.95) alternating at each
-# concurrency, then `mqlm generate -n 128` greedy and sampled, on the llama3-8b preset in Q4_0 (pure). Writes $OUT/sampling-h100.txt and a JSON per run.
+# requests), greedy (temperature 0) and sampled (temperature 0.7, top_p 0.95) at each concurrency
+# (which first alternates by pass), then `mqlm generate -n 128` greedy and sampled, on the llama3-8b preset in Q4_0 (pure). Writes $OUT/sampling-h100.txt and a JSON per run.
 # Here: cmake --build build && ../shared/tools/devpack -o .devrun build/mqlm (see DEVICE.md)
 # There (carry .devrun): bench/sampling-on-h100.sh   (PASSES: repeat the list; GENERATE_ROUNDS: 2)
 set -euo pipefail
@@ -26,7 +26,10 @@ source bench/serve-lib.sh
 start_server "$log" /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages 8192 --max-sequences 64 --token-budget 2048
 for pass in $(seq 1 ${PASSES:-1}); do
   for c in ${CONCURRENCY:-1 8 32 64}; do
-    for mode in greedy sampled; do
+    # Which goes first alternates: a server's first runs can be faster than its later ones.
+    modes="greedy sampled"
+    [ $((pass % 2)) = 0 ] && modes="sampled greedy"
+    for mode in $modes; do
       flags="--temperature 0"
       [ $mode = sampled ] && flags="--temperature 0.7 --top-p 0.95"
       # A seed of its own for each run: repeated prompts would be prefix-cache hits.
