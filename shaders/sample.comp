@@ -263,6 +263,14 @@ uint draw_landing(SampleRow r, uint row, uint masses, float m, float t) {
   return walk_chunk(r, row, g, m, t, residual);
 }
 
+// A row's chosen token, for the host and for a next step, with its logprob where asked (one
+// invocation writes it).
+void write_token(SampleRow r, uint row, uint token, float lse) {
+  ids[row] = token;
+  out_words[row * OUT_WORDS] = token;
+  if ((r.flags & FLAG_LOGPROBS) != 0u) out_words[row * OUT_WORDS + 1u] = floatBitsToUint(logits[row * p.stride + token] - lse);
+}
+
 #if defined(SAMPLE_STATS) || defined(SAMPLE_GATHER)
 // The whole-row draw where every token is kept (no min-p): the chunks' weights are STATS' sums,
 // each relative to its own maximum, scaled to the row's. A chunk whose maximum weighs nothing
@@ -557,12 +565,7 @@ void main() {
   if (tid() == 0u) store_acc(masses_at(base, p.groups) + 2u * g, mass);
   if (!last_to_arrive(row, ARRIVE_DRAW)) return;
   const uint token = draw_landing(r, row, masses_at(base, p.groups), m, t);
-  if (tid() != 0u) return;
-  ids[row] = token;
-  out_words[row * OUT_WORDS] = token;
-  if ((r.flags & FLAG_LOGPROBS) != 0u) {
-    out_words[row * OUT_WORDS + 1u] = floatBitsToUint(logits[row * p.stride + token] - uintBitsToFloat(scratch[sel + SEL_LSE]));
-  }
+  if (tid() == 0u) write_token(r, row, token, uintBitsToFloat(scratch[sel + SEL_LSE]));
 }
 #endif
 #endif

@@ -271,13 +271,8 @@ void keep_top_logprobs(SampleRow r, uint count) {
 void write_out(SampleRow r, uint row, uint token, float lse) {
   if (tid() != 0u) return;
   const uint at = row * OUT_WORDS;
-  const bool logprobs = (r.flags & FLAG_LOGPROBS) != 0u;
-  if (token != NO_INDEX) {
-    ids[row] = token;
-    out_words[at] = token;
-    if (logprobs) out_words[at + 1u] = floatBitsToUint(logits[row * p.stride + token] - lse);
-  }
-  if (!logprobs) return;
+  if (token != NO_INDEX) write_token(r, row, token, lse);
+  if ((r.flags & FLAG_LOGPROBS) == 0u) return;
   for (uint s = 0u; s < MAX_TOP_N; ++s) {
     out_words[at + 2u + 2u * s] = top_ids[s];
     out_words[at + 3u + 2u * s] = floatBitsToUint(top_ids[s] == NO_INDEX ? NEG_INF : top_v[s] - lse);
@@ -321,8 +316,12 @@ void finish_row(uint row, SampleRow r) {
   uint token = argmax;
   if (r.temperature > 0.0 && draws_whole_row(r)) {
     const float t = min_p_threshold(r, m);
-    token = t == NEG_INF ? draw_from_stats(r, row, base, m) : NO_INDEX;
-    if (t != NEG_INF) defer_draw(sel, t);
+    if (t == NEG_INF) {
+      token = draw_from_stats(r, row, base, m);
+    } else {
+      defer_draw(sel, t);
+      token = NO_INDEX;
+    }
   } else if (r.temperature > 0.0) {
     const Thresholds t = thresholds(r, row, base, sel, count, overflow, m, zt);
     const float kept = max(t.top_k, max(t.top_p, min_p_threshold(r, m)));
