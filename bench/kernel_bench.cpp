@@ -235,21 +235,12 @@ class MatmulRows {
       ops::matmul_narrow(rec, b_.kernels_, type, w.range(), acts16.range(), out_.range(), rows_, k_, tokens_, false,
                          parts, false, choice);
     };
-    // The F16 products again with coopMatLoadNV's fragments, where the default builds them from
-    // 16-byte shared loads.
-    ops::KernelChoice loads = choice_;
-    loads.staged_elements = false;
-    const bool elements = ops::staged_elements(b_.kernels_, WeightType::f16, rows_, tokens_, k_, choice_);
     if (ops::narrow_dequantizes(features(), type_, rows_, k_, tokens_)) {
       PoolBuffer w16 = b_.pool_.allocate(std::uint64_t{rows_} * k_ * 2, "bench");
-      for (const ops::KernelChoice* c : {&choice_, elements ? &loads : static_cast<const ops::KernelChoice*>(nullptr)}) {
-        if (c == nullptr) continue;
-        row(c == &loads ? "staged, via F16, coopMatLoad" : "staged, via F16", traffic,
-            [&](Recording& rec, const PoolBuffer& w) {
-              ops::dequantize_f16(rec, b_.kernels_, type_, w.range(), w16.range(), rows_, k_);
-              product(rec, WeightType::f16, w16, {}, *c);
-            });
-      }
+      row("staged, via F16", traffic, [&](Recording& rec, const PoolBuffer& w) {
+        ops::dequantize_f16(rec, b_.kernels_, type_, w.range(), w16.range(), rows_, k_);
+        product(rec, WeightType::f16, w16, {}, choice_);
+      });
     }
     if (!ops::narrow_reads(type_)) return;
     const std::uint64_t split_bytes = ops::narrow_split_bytes(features(), rows_, k_, tokens_, choice_);
@@ -257,10 +248,6 @@ class MatmulRows {
     ops::KernelChoice staged = choice_;
     staged.direct_use = ops::DirectUse::never;
     row("staged", traffic, [&](Recording& rec, const PoolBuffer& w) { product(rec, type_, w, {}, staged); });
-    if (type_ == WeightType::f16 && elements) {
-      loads.direct_use = ops::DirectUse::never;
-      row("staged, coopMatLoad", traffic, [&](Recording& rec, const PoolBuffer& w) { product(rec, type_, w, {}, loads); });
-    }
     if (split_bytes > 0) {
       row(fmt::format("staged, K in {}", ops::narrow_splits(features(), rows_, k_, tokens_, staged)), traffic,
           [&](Recording& rec, const PoolBuffer& w) { product(rec, type_, w, parts.range(), staged); });

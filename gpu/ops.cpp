@@ -354,23 +354,9 @@ std::string staged_shape_problem(StagedShape s) {
   return "";
 }
 
-std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s, bool glu, bool elements) {
-  const std::string tiles = elements ? "elements" : fmt::format("{}x{}x{}", cm.m, cm.n, cm.k);
-  return fmt::format("mul_mm_staged_{}{}_{}_{}x{}x{}x{}x{}", glu ? "glu_" : "", weight_type_name(type), tiles, s.sg_m,
-                     s.sg_n, s.tm, s.tn, s.kb);
-}
-
-namespace {
-bool elements_apply(const KernelLibrary& lib, WeightType type, const StagedShape& s, const KernelChoice& choice) {
-  // H100, F16 weights at 512 columns: see bench/results/staged-elements-2026-11-28-h100.md.
-  return choice.staged_elements && type == WeightType::f16 && built_among(s, staged_both_tiles) &&
-         lib.device().features().cooperative_matrix_16x8 && lib.direct_fragments().value_or(false);
-}
-}  // namespace
-
-bool staged_elements(const KernelLibrary& lib, WeightType type, std::uint32_t m, std::uint32_t n, std::uint32_t k,
-                     const KernelChoice& choice) {
-  return elements_apply(lib, type, staged_shape(m, n, k, choice), choice);
+std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s, bool glu) {
+  return fmt::format("mul_mm_staged_{}{}_{}x{}x{}_{}x{}x{}x{}x{}", glu ? "glu_" : "", weight_type_name(type), cm.m, cm.n,
+                     cm.k, s.sg_m, s.sg_n, s.tm, s.tn, s.kb);
 }
 
 std::vector<std::string> staged_modules() {
@@ -382,10 +368,6 @@ std::vector<std::string> staged_modules() {
       if (i < staged_both_tiles && staged_shapes[i].tm == 2) {
         names.push_back(staged_module(type, {16, 16, 16}, staged_shapes[i], true));
         names.push_back(staged_module(type, {16, 8, 16}, staged_shapes[i], true));
-      }
-      if (i < staged_both_tiles && type == WeightType::f16) {
-        names.push_back(staged_module(type, {16, 8, 16}, staged_shapes[i], false, true));
-        if (staged_shapes[i].tm == 2) names.push_back(staged_module(type, {16, 8, 16}, staged_shapes[i], true, true));
       }
     }
   }
@@ -532,7 +514,7 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
       throw GpuError(fmt::format("the staged matmul shape with {} blocks per stage needs K % {} == 0, not {}", s.kb,
                                  32 * s.kb, k));
     }
-    module = staged_module(type, cm, s, false, elements_apply(lib, type, s, choice));
+    module = staged_module(type, cm, s);
     groups_x = ceil_div(m, 16 * s.sg_m * s.tm);
     groups_y = ceil_div(n, staged_columns(s));
     splits = narrow_splits(features, m, k, n, choice);
@@ -574,8 +556,7 @@ void matmul_narrow_glu(Recording& rec, KernelLibrary& lib, WeightType type, Buff
   struct {
     std::uint32_t m, k, n;
   } push{m, k, padded};  // every padded column: its zero input makes the zero the down product reads
-  const std::string module = staged_module(type, *features.cooperative_matrix, s, true, elements_apply(lib, type, s, choice));
-  rec.dispatch(kernel(lib, module, 4, sizeof push, {0, 0, 0, 0, 0, 0}, 32),
+  rec.dispatch(kernel(lib, staged_module(type, *features.cooperative_matrix, s, true), 4, sizeof push, {0, 0, 0, 0, 0, 0}, 32),
                {gate, acts16, out16, up}, push, ceil_div(2 * m, 16 * s.sg_m * s.tm), ceil_div(padded, staged_columns(s)), 1);
 }
 

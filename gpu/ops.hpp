@@ -91,9 +91,6 @@ struct KernelChoice {
   std::uint32_t staged_splits = 0;  // K slices of the narrow path's split products; 0: tuned
   DirectUse direct_use = DirectUse::automatic;
   DirectShape direct_shape;
-  // The staged kernel's F16 modules that build their fragments from 16-byte shared loads, where
-  // they apply (staged_elements); false: the ones that load them with coopMatLoadNV.
-  bool staged_elements = true;
 };
 
 enum class MatmulPath : std::uint8_t { automatic, vector, tiled, cooperative };
@@ -200,17 +197,8 @@ std::string staged_shape_problem(StagedShape shape);
 // staged_modules: every module the host may ask for (each listed shape for 16x16x16 tiles, those
 // also built for 16x8x16 tiles for them too, and the GLU modules of those with two 16-row
 // fragments a subgroup), which shaders/CMakeLists.txt must build.
-// With `elements`, the module whose fragments are built from 16-byte shared loads (F16 weights,
-// 16x8x16 tiles, a shape built for both tiles).
-std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s, bool glu = false,
-                          bool elements = false);
+std::string staged_module(WeightType type, const CooperativeMatrixShape& cm, StagedShape s, bool glu = false);
 std::vector<std::string> staged_modules();
-// Whether the staged product of `type` (m x k, n columns) takes the module that builds its fragments
-// from 16-byte shared loads: F16 weights, a shape built for both tiles, on a device with 16x8x16
-// tiles whose fragment layout the probe found where that module puts the elements
-// (KernelLibrary::direct_fragments), and choice.staged_elements.
-bool staged_elements(const KernelLibrary& lib, WeightType type, std::uint32_t m, std::uint32_t n, std::uint32_t k,
-                     const KernelChoice& choice);
 // The direct kernel (shaders/mul_mm_direct.comp) can take the narrow path's products of 9 to 64
 // columns where the library's device lays fragments out as it builds them (probe_fragment_layout,
 // in gpu/fragment_layout.hpp, found it so): F16, Q8_0 and Q4_0 weights, the same inputs, outputs

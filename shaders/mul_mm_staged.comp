@@ -19,15 +19,6 @@
 // silu(gate) * up as F16 into binding 2: (N, M), the input of the down product. N counts the padded
 // columns (zero in, zero out). No K split, no ACCUMULATE.
 //
-// ELEMENT_LOADS (F16 weights, 16 x 8 tiles, where gpu/fragment_layout found NVIDIA's layout): the
-// fragments are built element by element from 16-byte shared loads instead of coopMatLoadNV, whose
-// loads from shared memory held the tensor cores to half their rate (shaders/coopmat_peak.comp). The
-// order of K inside a 32-deep block does not matter as long as A and B agree, so logical K kk of
-// the block's 16-deep step h is block K sigma(h, kk) = 8 (kk % 8 / 2) + 4 (kk % 2) + 2 h + kk / 8.
-// Then invocation l = 4 g + t holds, for both steps, A's K 8t .. 8t + 7 of its rows and B's K
-// 8 (g / 2) + 4 (g % 2) .. + 3 of its two columns: one 16-byte load each, once the stores have
-// put the halves in the order the fragments take them (see store_a and store_b).
-//
 // The host guarantees: subgroups of 32, K % 32 == 0, M % 16 == 0 for F16 weights, 16-byte aligned
 // buffer offsets, activations F16 with their columns padded to whole BN tiles (the pad zero).
 #extension GL_NV_cooperative_matrix : require
@@ -36,9 +27,6 @@
 #include "common.glsl"
 #if defined(GLU) && SHAPE_TM != 2
 #error "GLU takes two 16-row fragments a subgroup (TM = 2): gate and up"
-#endif
-#if defined(ELEMENT_LOADS) && (!defined(A_F16) || CM_N != 8)
-#error "ELEMENT_LOADS builds F16 weight fragments of 16 x 8 tensor-core tiles"
 #endif
 
 // The shape is fixed at compile time (one module per shape), so that the loops over fragments
@@ -65,32 +53,17 @@ const uint THREADS = 32 * SG_M * SG_N;
 const uint FRAGS = TM * TN;
 #ifdef SHAPE_SETS
 const uint SETS = SHAPE_SETS;
-#elif defined(ELEMENT_LOADS)
-const uint SETS = FRAGS >= 4 ? 1 : 2;  // taken by the two 16-deep steps of a block
 #else
 const uint SETS = FRAGS >= 4 ? 1 : min(4 / FRAGS, 2 * KB);
 #endif
 const uint GROUP_M = 8;  // row tiles a group of workgroups shares (see main)
 const uint BM = SG_M * TM * 16;
 const uint BN = SG_N * TN * CM_N;
-#if defined(ELEMENT_LOADS)
-// A row of A: 4 * KB words of 16 bytes, no pad; where KB > 1 an odd row keeps its blocks' words in
-// swapped pairs (block c at c ^ 1), so that the two rows of a quarter subgroup's 16-byte loads lie
-// on different banks. B: rows of column pairs, each 32-bit word the two columns' F16 at one K (32 KB
-// words, 8 KB of 16 bytes), and two words of 16 bytes of pad: the eight 16-byte loads of a quarter
-// subgroup (four pairs, two runs of K) then lie on eight different bank groups.
-const uint STRIDE = 4 * KB;
-const uint B_STRIDE = 8 * KB + 2;
-const uint A_STAGE = BM * STRIDE;
-const uint B_STAGE = (BN / 2) * B_STRIDE;
-uint a_word(uint row, uint w) { return row * STRIDE + (KB > 1 ? (w ^ (4 * (row & 1u))) : w); }
-#else
 // A row of a stage: 32 * KB F16 (4 * KB words of 16 bytes) and one word of pad, so that the rows a
 // fragment load reads start on different banks. Strides and offsets below count 16-byte words.
 const uint STRIDE = 4 * KB + 1;
 const uint A_STAGE = BM * STRIDE;
 const uint B_STAGE = BN * STRIDE;
-#endif
 // Two stages where they fit in 48 KiB beside tile_c; otherwise one, which the workgroup refills
 // after a second barrier (the next step's loads are still in flight while it multiplies).
 const uint C_WORDS = SG_M * SG_N * 16 * CM_N / 4;
@@ -139,23 +112,10 @@ void load_a(uint m0, uint b) {
   }
 }
 
-#if defined(ELEMENT_LOADS)
-// A word of 8 F16 (K 8t .. 8t + 7 of a block: q0 .. q7) in the order the two 16-deep steps' A
-// fragments take them: (q0, q4), (q1, q5) for step 0, (q2, q6), (q3, q7) for step 1 (sigma above).
-uvec4 fragment_order(uvec4 x) {
-  return uvec4((x.x & 0xFFFFu) | (x.z << 16), (x.x >> 16) | (x.z & 0xFFFF0000u), (x.y & 0xFFFFu) | (x.w << 16),
-               (x.y >> 16) | (x.w & 0xFFFF0000u));
-}
-#endif
-
 void store_a(uint stage) {
   [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-#if defined(ELEMENT_LOADS)
-    if (u < A_UNITS) tile_a[stage * A_STAGE + a_word(u / (4 * KB), u % (4 * KB))] = fragment_order(a_regs[i]);
-#else
     if (u < A_UNITS) tile_a[stage * A_STAGE + (u / (4 * KB)) * STRIDE + u % (4 * KB)] = a_regs[i];
-#endif
   }
 }
 #else
@@ -240,39 +200,6 @@ void store_a(uint stage) {
 }
 #endif
 
-#if defined(ELEMENT_LOADS)
-// A stage of activations: BN / 2 column pairs x 4 * KB runs of 8 K, each run of both columns (two
-// 16-byte loads) stored as 8 words of (column 2p, column 2p + 1) at one K.
-const uint B_UNITS = (BN / 2) * 4 * KB;
-const uint B_LOADS = (B_UNITS + THREADS - 1) / THREADS;
-uvec4 b_regs[2 * B_LOADS];
-
-void load_b(uint n0, uint b) {
-  [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
-    const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u >= B_UNITS) continue;
-    const uint at = ((n0 + 2 * (u / (4 * KB))) * p.K + 32 * KB * b) / 8 + u % (4 * KB);
-    b_regs[2 * i] = b4[at];
-    b_regs[2 * i + 1] = b4[at + p.K / 8];
-  }
-}
-
-void store_b(uint stage) {
-  [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
-    const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u >= B_UNITS) continue;
-    const uvec4 c0 = b_regs[2 * i], c1 = b_regs[2 * i + 1];
-    const uvec4 lo = (c0 & 0xFFFFu) | (c1 << 16), hi = (c0 >> 16) | (c1 & 0xFFFF0000u);
-    const uvec4 first = uvec4(lo.x, hi.x, lo.y, hi.y), second = uvec4(lo.z, hi.z, lo.w, hi.w);  // K 0-3, 4-7
-    // Runs 4 .. 7 of a quarter subgroup's eight store their second word first: each store
-    // instruction then lands on eight different bank groups.
-    const uint run = u % (4 * KB), base = stage * B_STAGE + (u / (4 * KB)) * B_STRIDE + 2 * run;
-    const bool swap = ((run >> 2) & 1u) != 0u;
-    tile_b[base + (swap ? 1 : 0)] = swap ? second : first;
-    tile_b[base + (swap ? 0 : 1)] = swap ? first : second;
-  }
-}
-#else
 // A stage of activations: BN columns x 4 * KB words.
 const uint B_UNITS = BN * 4 * KB;
 const uint B_LOADS = (B_UNITS + THREADS - 1) / THREADS;
@@ -291,52 +218,6 @@ void store_b(uint stage) {
     if (u < B_UNITS) tile_b[stage * B_STAGE + (u / (4 * KB)) * STRIDE + u % (4 * KB)] = b_regs[i];
   }
 }
-#endif
-
-#if defined(ELEMENT_LOADS)
-// Block c (32 of K) of a stage into the accumulators: one 16-byte load for each of the invocation's
-// rows (g and g + 8 of each fragment) and column pairs, then both 16-deep steps (see sigma above).
-void multiply_block(uint stage, uint c, uint sm, uint sn, uint lane,
-                    inout fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N> acc[SETS * FRAGS]) {
-  const uint g = lane / 4, t = lane % 4;
-  uvec4 va[TM][2];
-  [[unroll]] for (uint i = 0; i < TM; ++i) {
-    [[unroll]] for (uint r = 0; r < 2; ++r) {
-      va[i][r] = tile_a[stage * A_STAGE + a_word(sm * TM * 16 + 16 * i + 8 * r + g, 4 * c + t)];
-    }
-  }
-  uvec4 vb[TN];  // column pair 4 j + t of the subgroup's: K 4g .. 4g + 3 of the block
-  [[unroll]] for (uint j = 0; j < TN; ++j) {
-    vb[j] = tile_b[stage * B_STAGE + ((sn * TN * CM_N) / 2 + 4 * j + t) * B_STRIDE + 8 * c + g];
-  }
-  [[unroll]] for (uint h = 0; h < 2; ++h) {
-    const uint s = h % SETS;
-    // A element e: row g + 8 (e / 4), logical K 2t + e % 2 + 8 ((e / 2) % 2); B element e: logical K
-    // g + 8 (e / 2), column 2t + e % 2 (gpu/fragment_layout.hpp).
-    fcoopmatNV<16, gl_ScopeSubgroup, CM_M, CM_K> a[TM];
-    [[unroll]] for (uint i = 0; i < TM; ++i) {
-      [[unroll]] for (uint r = 0; r < 2; ++r) {
-        const f16vec2 x = unpackFloat2x16(va[i][r][2 * h]), y = unpackFloat2x16(va[i][r][2 * h + 1]);
-        a[i][4 * r] = x.x;
-        a[i][4 * r + 1] = x.y;
-        a[i][4 * r + 2] = y.x;
-        a[i][4 * r + 3] = y.y;
-      }
-    }
-    [[unroll]] for (uint j = 0; j < TN; ++j) {
-      fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> bj;
-      const f16vec2 x = unpackFloat2x16(vb[j][2 * h]), y = unpackFloat2x16(vb[j][2 * h + 1]);
-      bj[0] = x.x;
-      bj[1] = x.y;
-      bj[2] = y.x;
-      bj[3] = y.y;
-      [[unroll]] for (uint i = 0; i < TM; ++i) {
-        acc[s * FRAGS + i * TN + j] = coopMatMulAddNV(a[i], bj, acc[s * FRAGS + i * TN + j]);
-      }
-    }
-  }
-}
-#endif
 
 bool whole_fragment(uint m, uint n) { return m + 16 <= p.M && n + CM_N <= p.N && p.M % 4 == 0; }
 
@@ -392,9 +273,6 @@ void main() {
     // fetches cost more than the loop (H100, Q4_0 decode steps: 16 sequences 10.9 -> 9.3 ms, 64:
     // 16.5 -> 15.7, 32: 12.1 -> 12.4; prefill +7%; bench/results/tensor-cores-2026-11-26-h100.md).
     // Narrow shapes take SETS steps of 16 a pass, each into its own accumulators (see SETS).
-#if defined(ELEMENT_LOADS)
-    [[dont_unroll]] for (uint c = 0; c < KB; ++c) multiply_block(stage, c, sm, sn, lane, acc);
-#else
     [[dont_unroll]] for (uint h0 = 0; h0 < 2 * KB; h0 += SETS) {
       [[unroll]] for (uint s = 0; s < SETS; ++s) {
         const uint h = h0 + s;
@@ -411,7 +289,6 @@ void main() {
         }
       }
     }
-#endif
     if (STAGES == 1) barrier();  // every subgroup is done with the one stage
     if (b + 1 < b_end) {  // the next stage into the other buffer (or the one, refilled)
       store_a(STAGES - 1 - stage);

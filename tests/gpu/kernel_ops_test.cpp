@@ -603,25 +603,6 @@ TEST(DirectMatmul, EveryShapeTheHostPicksIsBuilt) {
   EXPECT_EQ(ops::direct_shape_problem({2, 8, 4}, 32), "");
 }
 
-// got (n columns of m) is the CPU's product of weights w (m x k, F32 holding F16 values) and F16
-// activations acts (columns of k), plus start where it is not empty, within F32 rounding.
-void expect_cpu_product(const Vec& got, const Vec& w, const std::vector<std::uint16_t>& acts, const Vec& start,
-                        std::uint32_t m, std::uint32_t k, std::uint32_t n, const std::string& what) {
-  for (std::uint32_t col = 0; col < n; ++col) {
-    for (std::uint32_t row = 0; row < m; ++row) {
-      double sum = 0, size = 0;
-      for (std::uint32_t i = 0; i < k; ++i) {
-        const double term = double(w[std::size_t{row} * k + i]) * half_to_float(acts[std::size_t{col} * k + i]);
-        sum += term;
-        size += std::abs(term);
-      }
-      const std::size_t at = std::size_t{col} * m + row;
-      if (!start.empty()) sum += start[at];
-      ASSERT_NEAR(got[at], sum, 1e-5 * size + 1e-5) << what << ": row " << row << ", column " << col;
-    }
-  }
-}
-
 // The direct matmul (fragments built in registers) against a CPU product of the same F16 weights
 // and activations: every weight type it reads; 9 to 64 columns (each tile width, padded columns
 // zero); rows past the last whole tile; K of 67 blocks (uneven shares between the subgroups, a last
@@ -659,81 +640,24 @@ TEST(DirectMatmul, MatchesTheCpuProductOfTheSameHalves) {
                                                           /*sum_later=*/false, always);
           g.queue.submit_and_wait(rec);
           EXPECT_EQ(splits > 1, split) << "K in " << splits;
-          expect_cpu_product(g.down<float>(out, std::size_t{n} * m), w, acts, accumulate ? start : Vec{}, m, k, n,
-                             fmt::format("{}, {} columns, accumulate {}, split {}", weight_type_name(type), n,
-                                         accumulate, split));
+          const Vec got = g.down<float>(out, std::size_t{n} * m);
+          for (std::uint32_t col = 0; col < n; ++col) {
+            for (std::uint32_t row = 0; row < m; ++row) {
+              double sum = 0, size = 0;
+              for (std::uint32_t i = 0; i < k; ++i) {
+                const double term = double(w[std::size_t{row} * k + i]) * half_to_float(acts[std::size_t{col} * k + i]);
+                sum += term;
+                size += std::abs(term);
+              }
+              const std::size_t at = std::size_t{col} * m + row;
+              if (accumulate) sum += start[at];
+              ASSERT_NEAR(got[at], sum, 1e-5 * size + 1e-5)
+                  << weight_type_name(type) << ", " << n << " columns, accumulate " << accumulate << ", split " << split
+                  << ": row " << row << ", column " << col;
+            }
+          }
         }
       }
-    }
-  }
-}
-
-// The SwiGLU module on gate and up, the two halves of `both` (2m x k F16), is silu(gate) * up of the
-// two products made alone, its padded columns zero.
-void expect_silu_glu(Gpu& g, const PoolBuffer& both, const PoolBuffer& acts, std::uint32_t m, std::uint32_t k,
-                     std::uint32_t n, std::uint32_t padded) {
-  const std::uint64_t bytes = std::uint64_t{m} * k * 2;
-  const BufferRange gate{both.range().buffer, both.range().offset, bytes};
-  const BufferRange up{both.range().buffer, both.range().offset + bytes, bytes};
-  PoolBuffer gate_out = g.scratch(std::uint64_t{padded} * m * 4), up_out = g.scratch(std::uint64_t{padded} * m * 4);
-  PoolBuffer glu = g.up(std::vector<std::uint16_t>(std::size_t{padded} * m, 0x7BFF));  // not zero: the pad is written
-  auto rec = g.queue.begin();
-  ops::matmul_narrow(rec, g.kernels, WeightType::f16, gate, acts.range(), gate_out.range(), m, k, n, false);
-  ops::matmul_narrow(rec, g.kernels, WeightType::f16, up, acts.range(), up_out.range(), m, k, n, false);
-  ops::matmul_narrow_glu(rec, g.kernels, WeightType::f16, gate, up, acts.range(), glu.range(), m, k, n);
-  g.queue.submit_and_wait(rec);
-  const Vec gv = g.down<float>(gate_out, std::size_t{n} * m), uv = g.down<float>(up_out, std::size_t{n} * m);
-  const auto got = g.down<std::uint16_t>(glu, std::size_t{padded} * m);
-  for (std::uint32_t col = 0; col < padded; ++col) {
-    for (std::uint32_t row = 0; row < m; ++row) {
-      const std::size_t i = std::size_t{col} * m + row;
-      const float want = col < n ? gv[i] / (1.0f + std::exp(-gv[i])) * uv[i] : 0.0f;
-      ASSERT_NEAR(half_to_float(got[i]), want, 2e-3f * std::max(1.0f, std::abs(want)))
-          << "SwiGLU, K " << k << ", " << n << " columns: column " << col << ", row " << row;
-    }
-  }
-}
-
-// The staged kernel's F16 modules that build fragments from 16-byte shared loads, against a CPU
-// product of the same halves: every column tile (up to 16, 32, 64 and wider columns, padded
-// columns zero), K of 68 blocks (stages of 4, 2 and 1) and of 67 (one a stage), rows past the last
-// whole tile, written, accumulated and split; and the SwiGLU module against silu(gate) * up of
-// those products. Runs where the probe found the layout those modules build (the H100); skips on
-// lavapipe.
-TEST(StagedElements, MatchTheCpuProductOfTheSameHalves) {
-  Gpu& g = shared_gpu();
-  const DeviceFeatures& features = g.device.features();
-  if (!features.cooperative_matrix_16x8 || !g.kernels.direct_fragments().value_or(false)) {
-    GTEST_SKIP() << "fragments laid out otherwise here";
-  }
-  std::mt19937_64 rng(9);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  const std::uint32_t m = 224;  // a tile of 128 rows and one of 96
-  for (std::uint32_t k : {32u * 68, 32u * 67}) {
-    const auto bytes = random_weights(WeightType::f16, m, k, 41);
-    const Vec w = dequantize(WeightType::f16, bytes, m, k);
-    PoolBuffer weights = g.up(std::vector<std::byte>(bytes));
-    for (std::uint32_t n : {12u, 30u, 64u, 200u}) {
-      ASSERT_TRUE(ops::staged_elements(g.kernels, WeightType::f16, m, n, k, {})) << n;
-      const std::uint32_t padded = ops::narrow_padded_columns(features, n);
-      std::vector<std::uint16_t> acts(std::size_t{padded} * k, 0);
-      for (std::size_t i = 0; i < std::size_t{n} * k; ++i) acts[i] = float_to_half(dist(rng));
-      Vec start(std::size_t{n} * m);
-      for (float& x : start) x = dist(rng);
-      PoolBuffer a = g.up(acts), parts = g.scratch(std::uint64_t{16} * padded * m * 4);
-      for (bool accumulate : {false, true}) {
-        for (bool split : {false, true}) {
-          PoolBuffer out = g.up(start);
-          auto rec = g.queue.begin();
-          ops::matmul_narrow(rec, g.kernels, WeightType::f16, weights.range(), a.range(), out.range(), m, k, n,
-                             accumulate, split ? parts.range() : BufferRange{}, /*sum_later=*/false);
-          g.queue.submit_and_wait(rec);
-          expect_cpu_product(g.down<float>(out, std::size_t{n} * m), w, acts, accumulate ? start : Vec{}, m, k, n,
-                             fmt::format("K {}, {} columns, accumulate {}, split {}", k, n, accumulate, split));
-        }
-      }
-      if (!ops::narrow_glu_applies(features, WeightType::f16, m / 2, k, n)) continue;
-      expect_silu_glu(g, weights, a, m / 2, k, n, padded);
     }
   }
 }
