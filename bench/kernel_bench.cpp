@@ -235,14 +235,17 @@ class MatmulRows {
       ops::matmul_narrow(rec, b_.kernels_, type, w.range(), acts16.range(), out_.range(), rows_, k_, tokens_, false,
                          parts, false, choice);
     };
-    if (ops::narrow_dequantizes(features(), type_, rows_, k_, tokens_)) {
+    // Through F16 where the model takes it, and beside the blocks read in place for the types that
+    // take that only in decode batches.
+    const bool in_place_blocks = !ops::narrow_reads(type_) && ops::narrow_reads_at(features(), type_, tokens_);
+    if (ops::narrow_dequantizes(features(), type_, rows_, k_, tokens_) || in_place_blocks) {
       PoolBuffer w16 = b_.pool_.allocate(std::uint64_t{rows_} * k_ * 2, "bench");
       row("staged, via F16", traffic, [&](Recording& rec, const PoolBuffer& w) {
         ops::dequantize_f16(rec, b_.kernels_, type_, w.range(), w16.range(), rows_, k_);
         product(rec, WeightType::f16, w16, {}, choice_);
       });
     }
-    if (!ops::narrow_reads(type_)) return;
+    if (!ops::narrow_reads_at(features(), type_, tokens_)) return;
     const std::uint64_t split_bytes = ops::narrow_split_bytes(features(), rows_, k_, tokens_, choice_);
     PoolBuffer parts = b_.pool_.allocate(std::max<std::uint64_t>(split_bytes, 4), "bench");
     ops::KernelChoice staged = choice_;

@@ -371,10 +371,25 @@ std::vector<std::string> staged_modules() {
       }
     }
   }
+  // The other quantized types: the shapes picked up to unit_max_columns, 16x16x16 tiles.
+  for (WeightType type : all_weight_types) {
+    if (!quantized(type) || narrow_reads(type)) continue;
+    for (auto list : {std::span<const std::size_t>(for_16), std::span<const std::size_t>(for_32),
+                      std::span<const std::size_t>(for_64), std::span<const std::size_t>(for_64_tall)}) {
+      for (std::size_t i : list) names.push_back(staged_module(type, {16, 16, 16}, staged_shapes[i]));
+    }
+  }
   return names;
 }
 
 bool narrow_reads(WeightType type) { return type == WeightType::f16 || type == WeightType::q8_0 || type == WeightType::q4_0; }
+
+bool narrow_reads_at(const DeviceFeatures& features, WeightType type, std::uint32_t n) {
+  if (narrow_reads(type)) return true;
+  // The other quantized types' modules: 16x16x16 tiles, the shapes up to 64 columns (staged_modules).
+  const auto& cm = features.cooperative_matrix;
+  return quantized(type) && n <= unit_max_columns && cm && cm->n == 16;
+}
 
 bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k) {
   const auto& cm = features.cooperative_matrix;
@@ -469,7 +484,7 @@ std::uint32_t matmul_narrow(Recording& rec, KernelLibrary& lib, WeightType type,
                             BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
                             BufferRange split_scratch, bool sum_later, const KernelChoice& choice) {
   const auto& features = lib.device().features();
-  if (!narrow_reads(type) || !narrow_matmul_applies(features, type, m, k)) {
+  if (!narrow_reads_at(features, type, n) || !narrow_matmul_applies(features, type, m, k)) {
     throw GpuError(fmt::format("the narrow matmul does not take {} weights of {}x{} on {} (dequantize_f16 first)",
                                weight_type_name(type), m, k, features.name));
   }
@@ -534,7 +549,8 @@ bool narrow_glu_applies(const DeviceFeatures& features, WeightType type, std::ui
   // 32: 10.37 / 10.33 -> 10.29 / 10.27, bench/results/batched-fusions-2026-11-27-h100.md; 64:
   // 14.88 / 14.90 -> 13.91 / 13.94, staged-rows-2026-11-26-h100.md). Up to 16 columns the direct
   // kernel takes gate and up.
-  if (n <= 16 || m == 0 || !narrow_matmul_applies(features, type, 2 * m, k)) return false;
+  // Its modules read F16, Q8_0 and Q4_0 (the others' gate and up: through F16, or apart).
+  if (n <= 16 || m == 0 || !narrow_reads(type) || !narrow_matmul_applies(features, type, 2 * m, k)) return false;
   const StagedShape s = staged_shape(2 * m, n, k, choice);
   // The GLU modules: the shapes built for both tensor-core tiles with two 16-row fragments a subgroup.
   return s.tm == 2 && built_among(s, staged_both_tiles) && k % (32 * s.kb) == 0;
@@ -563,10 +579,12 @@ void matmul_narrow_glu(Recording& rec, KernelLibrary& lib, WeightType type, Buff
 bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n) {
   // At 512 columns the F16 kernel is 25-40% faster than the Q4_0 and Q8_0 ones on the H100, which
   // pays for writing the F16 matrix once (bench/results/staged-matmul-2026-11-25-h100.md).
-  // The others have no narrow kernel of their own: always.
+  // The others are read in place up to unit_max_columns only (decode batches: a step would write
+  // the F16 matrix for a few columns; H100, Q4_K at 64 columns, see
+  // bench/results/unit-types-staged-2026-11-28-h100.md).
   constexpr std::uint32_t min_columns = 512;
   if (type == WeightType::f16 || m % 16 != 0 || !narrow_matmul_applies(features, type, m, k)) return false;
-  return !narrow_reads(type) || n >= min_columns;
+  return !narrow_reads_at(features, type, n) || (narrow_reads(type) && n >= min_columns);
 }
 
 void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange out16,

@@ -152,9 +152,13 @@ void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
 // to F16 in shared memory; the activations are F16 with their columns padded to whole tiles.
 // Needs VK_NV_cooperative_matrix with 16-row, 16-deep tiles and subgroups of 32; takes F16, Q8_0
 // and Q4_0 weights with K % 32 == 0 (and M % 16 == 0 for F16).
-// Whether the narrow kernels read weights of `type` in place (F16, Q8_0, Q4_0); the other types
-// reach the tensor cores through dequantize_f16 (narrow_dequantizes).
+// Whether the narrow kernels read weights of `type` in place at every width (F16, Q8_0, Q4_0);
+// narrow_reads_at: or for n columns, where the other quantized types are read in place too (decode
+// batches of up to unit_max_columns, on 16x16x16 tiles). Elsewhere those reach the tensor cores
+// through dequantize_f16 (narrow_dequantizes).
 bool narrow_reads(WeightType type);
+inline constexpr std::uint32_t unit_max_columns = 64;
+bool narrow_reads_at(const DeviceFeatures& features, WeightType type, std::uint32_t n);
 bool narrow_matmul_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k);
 // Whether callers should take the narrow path for n columns: where it applies, from 6 columns (up
 // to 8 it takes the place of the vector path, which it beats there on the H100).
@@ -212,7 +216,7 @@ std::string direct_module(WeightType type, DirectShape s, std::uint32_t n);
 std::vector<std::string> direct_modules();
 // Whether a product of n columns takes dequantize_f16 into a scratch matrix and the narrow path on
 // F16 weights: where that is faster than the blocks in place (wide prefill chunks of Q4_0 and Q8_0
-// weights), and always for the types the narrow kernels do not read (Q4_K, quant_units.glsl's).
+// weights), and for the other quantized types wider than the narrow kernels read them (narrow_reads_at).
 bool narrow_dequantizes(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n);
 // out16(m, k) F16 = quantized weights (m, k), rows of whole blocks.
 void dequantize_f16(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange out16,

@@ -8,7 +8,8 @@
 // a time (KB GGUF blocks) through two shared-memory stages: while the tensor cores multiply the
 // tile in one stage, the loads for the next are in flight, and the whole workgroup then
 // dequantizes them to F16 into the other stage; one barrier per step. Weights are read from memory once per BN columns.
-// Dequantization works on packed halves (dequant_f16.glsl).
+// Dequantization works on packed halves (dequant_f16.glsl); the types of quant_units.glsl are
+// decoded by it (decode batches: wider products take them through F16, dequant_f16.comp).
 // ACCUMULATE: out += the product (the residual add, fused). A grid of z > 1 splits K: workgroup z
 // takes the z-th share of the blocks and writes its sums to slice z of out (N x M each), which
 // the host then adds up (sum_splits.comp), for grids too small to fill the GPU.
@@ -87,6 +88,7 @@ bool a_up(uint rho) { return false; }
 #endif
 
 #if defined(A_F16)
+const bool DECODES_ON_LOAD = false;
 layout(binding = 0) readonly buffer W { uvec4 w4[]; };
 #if defined(GLU)
 layout(binding = 3) readonly buffer W2 { uvec4 w4_up[]; };
@@ -118,11 +120,41 @@ void store_a(uint stage) {
     if (u < A_UNITS) tile_a[stage * A_STAGE + (u / (4 * KB)) * STRIDE + u % (4 * KB)] = a_regs[i];
   }
 }
+#elif !defined(A_Q4_0) && !defined(A_Q8_0)
+// The types of quant_units.glsl (Q4_1 .. IQ4_XS, Q4_K): each thread decodes A_LOADS blocks of 32 to
+// F16 as it loads them (the decoding reads memory itself: its loads cannot be issued a step ahead
+// apart from it), after the multiply of the stage before (see main), for the 64 bytes store_a writes.
+#if defined(GLU)
+#error "the SwiGLU module reads F16, Q8_0 and Q4_0 weights"
+#endif
+#define QW_BINDING 0
+#include "quant_units.glsl"
+const bool DECODES_ON_LOAD = true;
+const uint A_UNITS = BM * KB;
+const uint A_LOADS = (A_UNITS + THREADS - 1) / THREADS;
+uvec4 a_f16[A_LOADS][4];
+
+void load_a(uint m0, uint b) {
+  [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
+    const uint u = gl_LocalInvocationIndex + i * THREADS;
+    if (u < A_UNITS) block32_f16(a_row(m0, u / KB), KB * b + u % KB, p.K, a_f16[i]);
+  }
+}
+
+void store_a(uint stage) {
+  [[unroll]] for (uint i = 0; i < A_LOADS; ++i) {
+    const uint u = gl_LocalInvocationIndex + i * THREADS;
+    if (u >= A_UNITS) continue;
+    const uint base = stage * A_STAGE + (u / KB) * STRIDE + 4 * (u % KB);
+    [[unroll]] for (uint k = 0; k < 4; ++k) tile_a[base + k] = a_f16[i][k];
+  }
+}
 #else
 layout(binding = 0) readonly buffer W { uint w32[]; };
 #if defined(GLU)
 layout(binding = 3) readonly buffer W2 { uint w32_up[]; };
 #endif
+const bool DECODES_ON_LOAD = false;
 // A stage of weights: BM rows x KB blocks; each thread carries A_LOADS blocks, each as the WORDS
 // 32-bit words that cover it (half as many loads and registers as 16-bit halfwords: the
 // registers bound how many workgroups an SM holds). A block of an even index starts on a word
@@ -266,7 +298,8 @@ void main() {
   for (uint b = b_begin; b < b_end; ++b) {
     const uint stage = STAGES == 2 ? (b - b_begin) % 2 : 0;
     if (b + 1 < b_end) {
-      load_a(m0, b + 1);
+      // Weights decoded as they load would hold the multiply up behind their loads: after it.
+      if (!DECODES_ON_LOAD) load_a(m0, b + 1);
       load_b(n0, b + 1);
     }
     // Not unrolled: unrolled, the fragment steps made kernels of 60-115 KB, whose instruction
@@ -291,6 +324,7 @@ void main() {
     }
     if (STAGES == 1) barrier();  // every subgroup is done with the one stage
     if (b + 1 < b_end) {  // the next stage into the other buffer (or the one, refilled)
+      if (DECODES_ON_LOAD) load_a(m0, b + 1);
       store_a(STAGES - 1 - stage);
       store_b(STAGES - 1 - stage);
     }

@@ -247,4 +247,16 @@ vec4 block_weights4(uvec2 q[4], vec2 a, vec2 b, uint v) {
   const uint w = v % 2 == 0u ? pair.x : pair.y;
   return a[v / 4] * vec4(ivec4(uvec4(w) << uvec4(24, 16, 8, 0)) >> 24) + b[v / 4];
 }
+
+// Block `blk` of row `row` as 32 F16 in element order (four words of 8), each weight rounded once
+// from F32 (what dequant_f16.comp writes).
+void block32_f16(uint row, uint blk, uint K, out uvec4 w[4]) {
+  uvec2 q[4];
+  vec2 a, b;
+  block32(row, blk, K, q, a, b);
+  [[unroll]] for (uint i = 0; i < 4; ++i) {
+    const vec4 lo = block_weights4(q, a, b, 2 * i), hi = block_weights4(q, a, b, 2 * i + 1);
+    w[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
+  }
+}
 #endif

@@ -104,7 +104,7 @@ class Planner {
 
   OutputPath output(const GpuTensor& w, std::uint32_t outputs) const {
     if (narrow(w, outputs)) {
-      if (ops::narrow_reads(w.type)) return OutputPath::narrow;
+      if (ops::narrow_reads_at(features_, w.type, outputs)) return OutputPath::narrow;
       // The other types would need a vocabulary-sized F16 scratch: the int8 mat-vec, its most
       // columns at a time.
       if (ops::matvec_q8_applies(features_, w.type, cols_of(w), 1, kernels_)) return OutputPath::int8;

@@ -490,9 +490,15 @@ TEST(DequantizeF16, IsTheCpuDequantizationRoundedToHalf) {
   EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::q4_0, 14336, 4096, 64));  // decode batches: in place
   EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::f16, 14336, 4096, 2048));
   EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::q8_0, 100, 4096, 2048));  // F16 tiles need M % 16 == 0
-  // The types the narrow kernels do not read reach them only as F16, at every width.
-  EXPECT_TRUE(ops::narrow_dequantizes(h100, WeightType::q6_k, 14336, 4096, 16));
-  EXPECT_TRUE(ops::narrow_dequantizes(h100, WeightType::q4_k, 4096, 4096, 9));
+  // The other quantized types are read in place by decode batches (up to 64 columns, 16x16x16
+  // tiles), as F16 wider.
+  EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::q6_k, 14336, 4096, 16));
+  EXPECT_FALSE(ops::narrow_dequantizes(h100, WeightType::q4_k, 4096, 4096, 64));
+  EXPECT_TRUE(ops::narrow_dequantizes(h100, WeightType::q4_k, 4096, 4096, 65));
+  EXPECT_TRUE(ops::narrow_dequantizes(h100, WeightType::iq4_xs, 14336, 4096, 512));
+  DeviceFeatures only_16x8 = h100;
+  only_16x8.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
+  EXPECT_TRUE(ops::narrow_dequantizes(only_16x8, WeightType::q5_k, 4096, 4096, 32));  // built for 16x16x16 only
 }
 
 // The SwiGLU in one dispatch is silu(gate) * up of the two narrow products, each made alone, in
@@ -603,6 +609,68 @@ TEST(DirectMatmul, EveryShapeTheHostPicksIsBuilt) {
   EXPECT_EQ(ops::direct_shape_problem({2, 8, 4}, 32), "");
 }
 
+// got (n columns of m) is the CPU's product of weights w (m x k, F32 holding F16 values) and F16
+// activations acts (columns of k), plus start where it is not empty, within F32 rounding (a
+// fraction `tolerance` of the sum of the terms' magnitudes).
+void expect_cpu_product(const Vec& got, const Vec& w, const std::vector<std::uint16_t>& acts, const Vec& start,
+                        std::uint32_t m, std::uint32_t k, std::uint32_t n, const std::string& what,
+                        double tolerance = 1e-5) {
+  for (std::uint32_t col = 0; col < n; ++col) {
+    for (std::uint32_t row = 0; row < m; ++row) {
+      double sum = 0, size = 0;
+      for (std::uint32_t i = 0; i < k; ++i) {
+        const double term = double(w[std::size_t{row} * k + i]) * half_to_float(acts[std::size_t{col} * k + i]);
+        sum += term;
+        size += std::abs(term);
+      }
+      const std::size_t at = std::size_t{col} * m + row;
+      if (!start.empty()) sum += start[at];
+      ASSERT_NEAR(got[at], sum, tolerance * size + 1e-5) << what << ": row " << row << ", column " << col;
+    }
+  }
+}
+
+// The staged kernel reading the other quantized types' blocks in place (decode batches): each type
+// against a CPU product of its dequantization rounded to F16 (what the kernel multiplies), at each
+// column tile up to 64 (padded columns zero), rows past the last whole tile, written, accumulated
+// and with K split. Runs where the narrow path has 16x16x16 tiles (the H100); skips on lavapipe.
+TEST(StagedBlocks, MatchTheCpuProductOfTheirHalves) {
+  Gpu& g = shared_gpu();
+  const DeviceFeatures& features = g.device.features();
+  if (!ops::narrow_reads_at(features, WeightType::q4_k, 64)) GTEST_SKIP() << "no narrow path reading blocks here";
+  const std::uint32_t m = 144, k = 256 * 9;  // 128 rows and 16 more; K of whole super-blocks and of 4 blocks a stage
+  std::mt19937_64 rng(13);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  PoolBuffer parts = g.scratch(std::uint64_t{16} * 64 * m * 4);
+  for (WeightType type : all_weight_types) {
+    if (!quantized(type) || ops::narrow_reads(type)) continue;
+    const auto bytes = random_weights(type, m, k, 51);
+    Vec w = dequantize(type, bytes, m, k);
+    for (float& x : w) x = half_to_float(float_to_half(x));
+    PoolBuffer weights = g.up(std::vector<std::byte>(bytes));
+    for (std::uint32_t n : {9u, 30u, 64u}) {
+      ASSERT_FALSE(ops::narrow_dequantizes(features, type, m, k, n));
+      const std::uint32_t padded = ops::narrow_padded_columns(features, n);
+      std::vector<std::uint16_t> acts(std::size_t{padded} * k, 0);
+      for (std::size_t i = 0; i < std::size_t{n} * k; ++i) acts[i] = float_to_half(dist(rng));
+      Vec start(std::size_t{n} * m);
+      for (float& x : start) x = dist(rng);
+      PoolBuffer a = g.up(acts);
+      for (bool split : {false, true}) {
+        const bool accumulate = split;
+        PoolBuffer out = g.up(start);
+        auto rec = g.queue.begin();
+        ops::matmul_narrow(rec, g.kernels, type, weights.range(), a.range(), out.range(), m, k, n, accumulate,
+                           split ? parts.range() : BufferRange{}, /*sum_later=*/false);
+        g.queue.submit_and_wait(rec);
+        expect_cpu_product(g.down<float>(out, std::size_t{n} * m), w, acts, accumulate ? start : Vec{}, m, k, n,
+                           fmt::format("{}, {} columns, accumulate and split {}", weight_type_name(type), n, split),
+                           1e-4);  // the GPU's F32 weights may round to the other neighbouring half
+      }
+    }
+  }
+}
+
 // The direct matmul (fragments built in registers) against a CPU product of the same F16 weights
 // and activations: every weight type it reads; 9 to 64 columns (each tile width, padded columns
 // zero); rows past the last whole tile; K of 67 blocks (uneven shares between the subgroups, a last
@@ -640,22 +708,9 @@ TEST(DirectMatmul, MatchesTheCpuProductOfTheSameHalves) {
                                                           /*sum_later=*/false, always);
           g.queue.submit_and_wait(rec);
           EXPECT_EQ(splits > 1, split) << "K in " << splits;
-          const Vec got = g.down<float>(out, std::size_t{n} * m);
-          for (std::uint32_t col = 0; col < n; ++col) {
-            for (std::uint32_t row = 0; row < m; ++row) {
-              double sum = 0, size = 0;
-              for (std::uint32_t i = 0; i < k; ++i) {
-                const double term = double(w[std::size_t{row} * k + i]) * half_to_float(acts[std::size_t{col} * k + i]);
-                sum += term;
-                size += std::abs(term);
-              }
-              const std::size_t at = std::size_t{col} * m + row;
-              if (accumulate) sum += start[at];
-              ASSERT_NEAR(got[at], sum, 1e-5 * size + 1e-5)
-                  << weight_type_name(type) << ", " << n << " columns, accumulate " << accumulate << ", split " << split
-                  << ": row " << row << ", column " << col;
-            }
-          }
+          expect_cpu_product(g.down<float>(out, std::size_t{n} * m), w, acts, accumulate ? start : Vec{}, m, k, n,
+                             fmt::format("{}, {} columns, accumulate {}, split {}", weight_type_name(type), n,
+                                         accumulate, split));
         }
       }
     }

@@ -93,11 +93,13 @@ const Case cases[] = {
     {"decode 1, Q4_0, q/k norms",  true,  qwen3, WeightType::q4_0, 1,   1,   std::nullopt, N::int8,  false, P::int8,   false, N::int8,  P::int8,   false, false, false, O::general},
     {"decode 32, F32, no cores",   false, llama, WeightType::f32,  32,  32,  std::nullopt, N::f32,   false, P::general, false, N::f32,  P::general, false, false, false, O::general},
     {"decode 2, Q8_0, no cores",   false, llama, WeightType::q8_0, 2,   2,   std::nullopt, N::fused, false, P::matvec, false, N::fused, P::matvec, false, false, false, O::general},
-    // The types the narrow kernels do not read: int8 decode, the tensor cores through F16, the
-    // output matrix on the int8 mat-vec (an F16 form of it would be a vocabulary-sized scratch).
+    // The other quantized types: int8 decode; the tensor cores reading the blocks up to 64 columns
+    // (no SwiGLU module of their own), through F16 wider; the output matrix past 64 rows on the int8
+    // mat-vec (an F16 form of it would be a vocabulary-sized scratch).
     {"decode 1, Q4_K",             true,  llama, WeightType::q4_k, 1,   1,   std::nullopt, N::int8,  true,  P::int8,   false, N::int8,  P::int8,   false, false, false, O::int8},
     {"decode 1, Q6_K",             true,  llama, WeightType::q6_k, 1,   1,   std::nullopt, N::int8,  true,  P::int8,   false, N::int8,  P::int8,   false, false, false, O::int8},
-    {"decode 32, Q5_K",            true,  llama, WeightType::q5_k, 32,  32,  std::nullopt, N::f16,   false, P::narrow, true,  N::f16,   P::narrow, true,  true,  true,  O::int8},
+    {"decode 32, Q5_K",            true,  llama, WeightType::q5_k, 32,  32,  std::nullopt, N::f16,   false, P::narrow, false, N::f16,   P::narrow, false, true,  true,  O::narrow},
+    {"decode 96, Q5_K",            true,  llama, WeightType::q5_k, 96,  96,  std::nullopt, N::f16,   false, P::narrow, true,  N::f16,   P::narrow, true,  true,  true,  O::int8},
     {"prefill 600, IQ4_XS",        true,  llama, WeightType::iq4_xs, 600, 1, std::nullopt, N::f16,   false, P::narrow, true,  N::f16,   P::narrow, true,  true,  true,  O::int8},
     {"decode 2, Q6_K, no cores",   false, llama, WeightType::q6_k, 2,   2,   std::nullopt, N::f32,   false, P::general, false, N::f32,  P::general, false, false, false, O::general},
 };
@@ -139,7 +141,7 @@ TEST(StepPlan, SizesTheF16ScratchOverEveryLayerOfAMixture) {
   auto layers = layers_of(config, WeightType::f16);
   layers.back() = std::move(layers_of(config, WeightType::q4_k).back());
   const GpuTensor output = matrix(WeightType::q6_k, config.n_vocab, config.n_embd);
-  const StepPlan plan = plan_step(h100(), config, layers, output, 32, 32);
+  const StepPlan plan = plan_step(h100(), config, layers, output, 128, 128);  // past the blocks read in place
   EXPECT_FALSE(plan.layers.front().gate.dequantize);
   EXPECT_TRUE(plan.layers.back().gate.dequantize);
   EXPECT_EQ(plan.weights16_bytes, std::uint64_t{2} * config.n_ff * config.n_embd * 2);  // gate and up, F16
