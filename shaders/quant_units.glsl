@@ -32,10 +32,14 @@
 #if defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL) || defined(A_Q2_K) || \
     defined(A_Q3_K) || defined(A_Q4_K) || defined(A_Q5_K) || defined(A_Q6_K) || defined(A_IQ4_XS)
 #define QUNIT 1
+#if defined(A_IQ4_NL) || defined(A_IQ4_XS)
+#define QUNIT_NO_OFFSET 1  // b is zero (weight = a * q): products need not sum the activations
+#endif
 #extension GL_EXT_control_flow_attributes : require
 
 layout(binding = QW_BINDING) readonly buffer QwWords { uint qw_u32[]; };
 layout(binding = QW_BINDING) readonly buffer QwHalves { uint16_t qw_u16[]; };
+layout(binding = QW_BINDING) readonly buffer QwPairs { uvec2 qw_u64[]; };
 layout(binding = QW_BINDING) readonly buffer QwQuads { uvec4 qw_u128[]; };
 
 // The little-endian word at byte offset o (even): one load where o is a multiple of 4.
@@ -74,14 +78,24 @@ uint iq4_level(uint n) {
   return (word >> (8 * (n & 3u))) & 0xFFu;
 }
 #if defined(IQ4_SHARED_LEVELS)
-// For the hot kernels: the 16 levels in shared memory, one word each so that they lie in 16
-// different banks (lanes looking up different levels never wait on each other; a table of the 256
-// byte values' level pairs did, and ran at half the speed of selects). init_iq4_levels() fills it;
-// every invocation calls it.
-shared uint iq4_levels_shared[16];
+// For the hot kernels: the 16 levels in shared memory, four times over: word 16 k + n holds level n
+// in byte k (the other bytes zero), so that a looked-up word needs no shift to its byte and four
+// of them OR into a word of q. The lanes of one load all read the same k, so the words they can
+// touch lie in 16 different banks (lanes looking up different levels never wait on each other; a
+// table of the 256 byte values' level pairs did, and ran at half the speed of selects).
+// init_iq4_levels() fills it; every invocation calls it.
+shared uint iq4_levels_shared[64];
 void init_iq4_levels() {
-  if (gl_LocalInvocationIndex < 16) iq4_levels_shared[gl_LocalInvocationIndex] = iq4_level(gl_LocalInvocationIndex);
+  for (uint i = gl_LocalInvocationIndex; i < 64; i += gl_WorkGroupSize.x) {
+    iq4_levels_shared[i] = iq4_level(i & 15u) << (8 * (i >> 4));
+  }
   barrier();
+}
+// The levels of four nibbles held 4 times over in the bytes of n4 (byte offsets into a table of
+// words, so the byte extracted is the address: no multiply), as four signed bytes.
+uint iq4_levels4(uint n4) {
+  return iq4_levels_shared[(n4 & 0xFFu) >> 2] | iq4_levels_shared[16 + (bitfieldExtract(n4, 8, 8) >> 2)] |
+         iq4_levels_shared[32 + (bitfieldExtract(n4, 16, 8) >> 2)] | iq4_levels_shared[48 + (n4 >> 26)];
 }
 #endif
 // 16 bytes of nibble pairs (element j the low nibble of byte j, element 16 + j the high one) as
@@ -89,18 +103,19 @@ void init_iq4_levels() {
 void iq4_levels32(uvec4 w, out uvec2 q[4]) {
   uint lo[4], hi[4];
   [[unroll]] for (uint i = 0; i < 4; ++i) {
+#if defined(IQ4_SHARED_LEVELS)
+    // Four nibbles a word at once, each times 4.
+    lo[i] = iq4_levels4((w[i] << 2) & 0x3C3C3C3Cu);
+    hi[i] = iq4_levels4((w[i] >> 2) & 0x3C3C3C3Cu);
+#else
     lo[i] = 0u;
     hi[i] = 0u;
     [[unroll]] for (uint k = 0; k < 4; ++k) {
       const uint byte_ = (w[i] >> (8 * k)) & 0xFFu;
-#if defined(IQ4_SHARED_LEVELS)
-      lo[i] |= iq4_levels_shared[byte_ & 15u] << (8 * k);
-      hi[i] |= iq4_levels_shared[byte_ >> 4] << (8 * k);
-#else
       lo[i] |= iq4_level(byte_ & 15u) << (8 * k);
       hi[i] |= iq4_level(byte_ >> 4) << (8 * k);
-#endif
     }
+#endif
   }
   q[0] = uvec2(lo[0], lo[1]);
   q[1] = uvec2(lo[2], lo[3]);
@@ -231,11 +246,13 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
   b = -32.0 * a;
 #elif defined(A_IQ4_XS)
   const uint o = 136 * sb;
-  const uint head = qw_u32[o / 4];  // d, scales_h
-  const uint ls = ((qw_byte(o + 4 + s / 2) >> (4 * (s & 1u))) & 15u) | (((head >> (16 + 2 * s)) & 3u) << 4);
-  const uint qs = o + 8 + 16 * s;
-  iq4_levels32(uvec4(qw_u32[qs / 4], qw_u32[qs / 4 + 1], qw_u32[qs / 4 + 2], qw_u32[qs / 4 + 3]), q);
-  a = vec2(unpackHalf2x16(head).x * (float(ls) - 32.0));
+  const uint head = qw_u32[o / 4], scales_l = qw_u32[o / 4 + 1];  // d, scales_h; scales_l[4]
+  // ls6: nibble s & 1 of byte s / 2 of scales_l, that is bits 4 s.., under bits 16 + 2 s.. of head
+  const uint ls = ((scales_l >> (4 * s)) & 15u) | ((head >> (12 + 2 * s)) & 0x30u);
+  const uvec2 qs0 = qw_u64[(o + 8 + 16 * s) / 8], qs1 = qw_u64[(o + 16 + 16 * s) / 8];  // 8-byte aligned
+  iq4_levels32(uvec4(qs0, qs1), q);
+  // ls - 32 exactly, as float(ls) - 32.0 but without a conversion: 2^23 + ls - (2^23 + 32)
+  a = vec2(unpackHalf2x16(head).x * (uintBitsToFloat(0x4B000000u | ls) - 8388640.0));
   b = vec2(0.0);
 #endif
 #endif
