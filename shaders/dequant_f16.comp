@@ -14,13 +14,47 @@ layout(binding = 1) writeonly buffer Out { uvec4 out4[]; };  // F16, 8 to a word
 #define QW_BINDING 0
 #include "quant_units.glsl"
 
-#if defined(QUNIT)
+#if defined(A_IQ4_NL) || defined(A_IQ4_XS)
+// The 16 levels as floats: a weight is a shared load and one multiplication, d * level exactly in
+// F32 (at most 11 + 6 + 7 significant bits) and rounded once to F16, as the CPU reference does.
+// Lanes looking up different levels read different banks.
+shared float iq4_level_floats[16];
+
+// Weights 8i .. 8i + 7 of a block as F16: nibble `hi` of the eight bytes w, times d.
+uvec4 iq4_f16x8(uvec2 w, uint hi, float d) {
+  uint h[4];
+  [[unroll]] for (uint j = 0; j < 2; ++j) {
+    // Four nibbles at once, each times 4: the extracted byte is the table's byte offset.
+    const uint n4 = ((hi == 0u ? w[j] << 2 : w[j] >> 2)) & 0x3C3C3C3Cu;
+    const vec4 level = vec4(iq4_level_floats[(n4 & 0xFFu) >> 2], iq4_level_floats[bitfieldExtract(n4, 8, 8) >> 2],
+                            iq4_level_floats[bitfieldExtract(n4, 16, 8) >> 2], iq4_level_floats[n4 >> 26]);
+    h[2 * j] = packHalf2x16(d * level.xy);
+    h[2 * j + 1] = packHalf2x16(d * level.zw);
+  }
+  return uvec4(h[0], h[1], h[2], h[3]);
+}
+
 void main() {
-  const uint u = flat_group() * 256 + gl_LocalInvocationIndex;  // block u % (K / 32) of row u / (K / 32)
+  if (gl_LocalInvocationIndex < 16) {
+    iq4_level_floats[gl_LocalInvocationIndex] = float(int(iq4_level(gl_LocalInvocationIndex) << 24) >> 24);
+  }
+  barrier();
+  const uint u = flat_group() * 256 + gl_LocalInvocationIndex;  // block u of the matrix
+  if (u >= p.M * (p.K / 32)) return;
+  float d;
+  const uvec4 w = iq4_quants16(iq4_block(0, u, p.K, d));  // rows are whole blocks: block u of "row 0"
+  out4[4 * u] = iq4_f16x8(w.xy, 0, d);  // elements 0..15: the low nibbles, 16..31 the high ones
+  out4[4 * u + 1] = iq4_f16x8(w.zw, 0, d);
+  out4[4 * u + 2] = iq4_f16x8(w.xy, 1, d);
+  out4[4 * u + 3] = iq4_f16x8(w.zw, 1, d);
+}
+#elif defined(QUNIT)
+void main() {
+  const uint u = flat_group() * 256 + gl_LocalInvocationIndex;  // block u of the matrix
   if (u >= p.M * (p.K / 32)) return;
   uvec2 q[4];
   vec2 a, b;
-  block32(u / (p.K / 32), u % (p.K / 32), p.K, q, a, b);
+  block32(0, u, p.K, q, a, b);  // rows are whole blocks: block u of "row 0", with no division
   [[unroll]] for (uint i = 0; i < 4; ++i) {
     const vec4 lo = block_weights4(q, a, b, 2 * i), hi = block_weights4(q, a, b, 2 * i + 1);
     out4[4 * u + i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));

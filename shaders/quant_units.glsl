@@ -122,6 +122,34 @@ void iq4_levels32(uvec4 w, out uvec2 q[4]) {
   q[2] = uvec2(hi[0], hi[1]);
   q[3] = uvec2(hi[2], hi[3]);
 }
+
+// Block `blk` of 32 weights of row `row` (rows of K): the byte offset of its 16 bytes of nibble
+// pairs (iq4_levels32's order) and its scale d: weight = d * level[nibble].
+uint iq4_block(uint row, uint blk, uint K, out float d) {
+#if defined(A_IQ4_NL)
+  const uint o = 18 * (row * (K / 32) + blk);
+  d = qw_half(o);
+  return o + 2;
+#else
+  const uint o = 136 * (row * (K / 256) + blk / 8), s = blk % 8;
+  const uint head = qw_u32[o / 4], scales_l = qw_u32[o / 4 + 1];  // d, scales_h; scales_l[4]
+  // ls6: nibble s & 1 of byte s / 2 of scales_l, that is bits 4 s.., under bits 16 + 2 s.. of head
+  const uint ls = ((scales_l >> (4 * s)) & 15u) | ((head >> (12 + 2 * s)) & 0x30u);
+  // ls - 32 exactly, as float(ls) - 32.0 but without a conversion: 2^23 + ls - (2^23 + 32)
+  d = unpackHalf2x16(head).x * (uintBitsToFloat(0x4B000000u | ls) - 8388640.0);
+  return o + 8 + 16 * s;
+#endif
+}
+// The 16 bytes of nibble pairs at byte offset o (iq4_block's).
+uvec4 iq4_quants16(uint o) {
+#if defined(A_IQ4_NL)
+  uint r[4];
+  qw_run4(o, r);
+  return uvec4(r[0], r[1], r[2], r[3]);
+#else
+  return uvec4(qw_u64[o / 8], qw_u64[o / 8 + 1]);  // IQ4_XS's blocks are 8-byte aligned
+#endif
+}
 #endif
 
 // Eight consecutive bytes at byte offset o (o a multiple of 2).
@@ -146,28 +174,28 @@ void k_scale_min(uint o, uint s, out uint sc, out uint mn) {
 // sub-block of 32 or two of 16. q[i]: elements 8i .. 8i + 7 as bytes; weight = a[h] * q + b[h] for
 // the elements of half h (0: the first 16).
 void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b) {
-#if defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL)
+#if defined(A_IQ4_NL) || defined(A_IQ4_XS)
+  float d;
+  const uint qs = iq4_block(row, blk, K, d);
+  iq4_levels32(iq4_quants16(qs), q);
+  a = vec2(d);
+  b = vec2(0.0);
+#elif defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1)
   const uint blk_id = row * (K / 32) + blk;
 #if defined(A_Q4_1)
   const uint o = 20 * blk_id, qs = o + 4;
 #elif defined(A_Q5_0)
   const uint o = 22 * blk_id, qs = o + 6, qh = o + 2;
-#elif defined(A_Q5_1)
-  const uint o = 24 * blk_id, qs = o + 8, qh = o + 4;
 #else
-  const uint o = 18 * blk_id, qs = o + 2;
+  const uint o = 24 * blk_id, qs = o + 8, qh = o + 4;
 #endif
   uint r[4];
   qw_run4(qs, r);
   const uvec4 w = uvec4(r[0], r[1], r[2], r[3]);
-#if defined(A_IQ4_NL)
-  iq4_levels32(w, q);
-#else
   q[0] = nibbles8(w.xy, 0);  // elements 0..15: the low nibbles, 16..31 the high ones
   q[1] = nibbles8(w.zw, 0);
   q[2] = nibbles8(w.xy, 1);
   q[3] = nibbles8(w.zw, 1);
-#endif
   const vec2 dm = unpackHalf2x16(qw_word(o));
 #if defined(A_Q5_0) || defined(A_Q5_1)
   const uint h = qw_word(qh);
@@ -179,10 +207,8 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
   a = vec2(dm.x);
 #if defined(A_Q4_1) || defined(A_Q5_1)
   b = vec2(dm.y);
-#elif defined(A_Q5_0)
-  b = vec2(-16.0 * dm.x);
 #else
-  b = vec2(0.0);
+  b = vec2(-16.0 * dm.x);
 #endif
 #else  // super-blocks of 256: sub-block (or group of 32) s of super-block sb
   const uint sb = row * (K / 256) + blk / 8, s = blk % 8;
@@ -244,16 +270,6 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
   const uint sc = qw_word(o + 192 + 8 * n + 2 * j);  // two int8 scales in the low half
   a = qw_half(o + 208) * vec2(int(sc << 24) >> 24, int(sc << 16) >> 24);
   b = -32.0 * a;
-#elif defined(A_IQ4_XS)
-  const uint o = 136 * sb;
-  const uint head = qw_u32[o / 4], scales_l = qw_u32[o / 4 + 1];  // d, scales_h; scales_l[4]
-  // ls6: nibble s & 1 of byte s / 2 of scales_l, that is bits 4 s.., under bits 16 + 2 s.. of head
-  const uint ls = ((scales_l >> (4 * s)) & 15u) | ((head >> (12 + 2 * s)) & 0x30u);
-  const uvec2 qs0 = qw_u64[(o + 8 + 16 * s) / 8], qs1 = qw_u64[(o + 16 + 16 * s) / 8];  // 8-byte aligned
-  iq4_levels32(uvec4(qs0, qs1), q);
-  // ls - 32 exactly, as float(ls) - 32.0 but without a conversion: 2^23 + ls - (2^23 + 32)
-  a = vec2(unpackHalf2x16(head).x * (uintBitsToFloat(0x4B000000u | ls) - 8388640.0));
-  b = vec2(0.0);
 #endif
 #endif
 }

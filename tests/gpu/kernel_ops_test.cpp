@@ -464,12 +464,17 @@ TEST(NarrowMatmul, EveryShapeTheHostPicksIsBuilt) {
   for (const std::string& name : names) EXPECT_NO_THROW((void)shaders::spirv(name)) << name;
 }
 
-// Q4_0 and Q8_0 matrices dequantized to F16 on the GPU are the CPU's dequantization rounded to
-// F16, bit for bit (d * q is exact in F32, so rounding it once is what the packed halves do).
+// Matrices of every quantized type dequantized to F16 on the GPU are the CPU's dequantization
+// rounded to F16, bit for bit: each weight is the CPU's F32 value rounded once (Q4_0 and Q8_0's
+// d * q is exact in F32, so rounding it once is what the packed halves do; IQ4's d * level is
+// exact in F32 too, so a table of float levels and one multiplication give the same).
 TEST(DequantizeF16, IsTheCpuDequantizationRoundedToHalf) {
   Gpu& g = shared_gpu();
-  const std::uint32_t m = 37, k = 96;
-  for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
+  const std::uint32_t m = 37;
+  for (WeightType type : {WeightType::q4_0, WeightType::q8_0, WeightType::q4_1, WeightType::q5_0, WeightType::q5_1,
+                          WeightType::iq4_nl, WeightType::q2_k, WeightType::q3_k, WeightType::q4_k, WeightType::q5_k,
+                          WeightType::q6_k, WeightType::iq4_xs}) {
+    const std::uint32_t k = 3 * static_cast<std::uint32_t>(block_elements(type));
     auto bytes = random_weights(type, m, k, 5);
     Vec want = dequantize(type, bytes, m, k);
     PoolBuffer w = g.up(std::vector<std::byte>(bytes)), out = g.pool.allocate(std::uint64_t{m} * k * 2, "test");
