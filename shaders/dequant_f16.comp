@@ -39,14 +39,18 @@ void main() {
     iq4_level_floats[gl_LocalInvocationIndex] = float(int(iq4_level(gl_LocalInvocationIndex) << 24) >> 24);
   }
   barrier();
-  const uint u = flat_group() * 256 + gl_LocalInvocationIndex;  // block u of the matrix
-  if (u >= p.M * (p.K / 32)) return;
-  float d;
-  const uvec4 w = iq4_quants16(iq4_block(0, u, p.K, d));  // rows are whole blocks: block u of "row 0"
-  out4[4 * u] = iq4_f16x8(w.xy, 0, d);  // elements 0..15: the low nibbles, 16..31 the high ones
-  out4[4 * u + 1] = iq4_f16x8(w.zw, 0, d);
-  out4[4 * u + 2] = iq4_f16x8(w.xy, 1, d);
-  out4[4 * u + 3] = iq4_f16x8(w.zw, 1, d);
+  // Each invocation takes half a block (its 16 low nibbles' and 16 high nibbles' weights) twice,
+  // so that neighbouring lanes write a block's halves together: every store fills whole 32-byte
+  // sectors (a block a lane wrote 16 bytes at a 64-byte stride across lanes, half-sector pieces).
+  const uint first = flat_group() * 512 + gl_LocalInvocationIndex;  // a half block; 256 blocks a workgroup
+  [[unroll]] for (uint t = 0; t < 2; ++t) {
+    const uint half_block = first + 256 * t, u = half_block / 2, h = half_block % 2;
+    if (u >= p.M * (p.K / 32)) return;
+    float d;
+    const uvec2 w = iq4_quants8(iq4_block(0, u, p.K, d) + 8 * h);  // rows are whole blocks: block u of "row 0"
+    out4[4 * u + h] = iq4_f16x8(w, 0, d);      // elements 8 h .. 8 h + 7: low nibbles
+    out4[4 * u + 2 + h] = iq4_f16x8(w, 1, d);  // 16 + 8 h ..: high nibbles
+  }
 }
 #elif defined(QUNIT)
 void main() {
