@@ -14,6 +14,7 @@ layout(binding = 1) writeonly buffer Out { uvec4 out4[]; };  // F16, 8 to a word
 #define QW_BINDING 0
 #include "quant_units.glsl"
 
+#if defined(QUNIT)
 #if defined(A_IQ4_NL) || defined(A_IQ4_XS)
 // The 16 levels as floats: a weight is a shared load and one multiplication, d * level exactly in
 // F32 (at most 11 + 6 + 7 significant bits) and rounded once to F16, as the CPU reference does.
@@ -33,35 +34,54 @@ uvec4 iq4_f16x8(uvec2 w, uint hi, float d) {
   }
   return uvec4(h[0], h[1], h[2], h[3]);
 }
+#endif
 
-void main() {
-  if (gl_LocalInvocationIndex < 16) {
-    iq4_level_floats[gl_LocalInvocationIndex] = float(int(iq4_level(gl_LocalInvocationIndex) << 24) >> 24);
-  }
-  barrier();
-  // Each invocation takes half a block (its 16 low nibbles' and 16 high nibbles' weights) twice,
-  // so that neighbouring lanes write a block's halves together: every store fills whole 32-byte
-  // sectors (a block a lane wrote 16 bytes at a 64-byte stride across lanes, half-sector pieces).
-  const uint first = flat_group() * 512 + gl_LocalInvocationIndex;  // a half block; 256 blocks a workgroup
-  [[unroll]] for (uint t = 0; t < 2; ++t) {
-    const uint half_block = first + 256 * t, u = half_block / 2, h = half_block % 2;
-    if (u >= p.M * (p.K / 32)) return;
-    float d;
-    const uvec2 w = iq4_quants8(iq4_block(0, u, p.K, d) + 8 * h);  // rows are whole blocks: block u of "row 0"
-    out4[4 * u + h] = iq4_f16x8(w, 0, d);      // elements 8 h .. 8 h + 7: low nibbles
-    out4[4 * u + 2 + h] = iq4_f16x8(w, 1, d);  // 16 + 8 h ..: high nibbles
-  }
-}
-#elif defined(QUNIT)
-void main() {
-  const uint u = flat_group() * 256 + gl_LocalInvocationIndex;  // block u of the matrix
-  if (u >= p.M * (p.K / 32)) return;
+// Block u of the matrix as F16, piece i its weights 8i .. 8i + 7. Rows are whole blocks, so block
+// u is block u of "row 0" (no division by the blocks a row).
+void dequant_block(uint u, out uvec4 pieces[4]) {
+#if defined(A_IQ4_NL) || defined(A_IQ4_XS)
+  float d;
+  const uvec4 w = iq4_quants16(iq4_block(0, u, p.K, d));
+  pieces[0] = iq4_f16x8(w.xy, 0, d);  // elements 0..15: the low nibbles, 16..31 the high ones
+  pieces[1] = iq4_f16x8(w.zw, 0, d);
+  pieces[2] = iq4_f16x8(w.xy, 1, d);
+  pieces[3] = iq4_f16x8(w.zw, 1, d);
+#else
   uvec2 q[4];
   vec2 a, b;
-  block32(0, u, p.K, q, a, b);  // rows are whole blocks: block u of "row 0", with no division
+  block32(0, u, p.K, q, a, b);
   [[unroll]] for (uint i = 0; i < 4; ++i) {
     const vec4 lo = block_weights4(q, a, b, 2 * i), hi = block_weights4(q, a, b, 2 * i + 1);
-    out4[4 * u + i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
+    pieces[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
+  }
+#endif
+}
+
+// The workgroup's 256 blocks of F16 (16 KiB) pass through shared memory on their way out: a lane's
+// block is 64 contiguous bytes, so its four stores sat at a 64-byte stride across lanes (every
+// store instruction half of 32 sectors); read back across lanes, each store instruction writes 512
+// contiguous bytes. Piece i of block b sits in slot 4 b + (i ^ ((b >> 1) & 3)): the eight lanes of
+// each 128-byte phase of a 16-byte access then use different banks, writing and reading.
+shared uvec4 staged_pieces[256 * 4];
+uint staged_slot(uint b, uint i) { return 4 * b + (i ^ ((b >> 1) & 3u)); }
+
+void main() {
+  const uint lane = gl_LocalInvocationIndex, u = flat_group() * 256 + lane, blocks = p.M * (p.K / 32);
+#if defined(A_IQ4_NL) || defined(A_IQ4_XS)
+  if (lane < 16) iq4_level_floats[lane] = float(int(iq4_level(lane) << 24) >> 24);
+  barrier();
+#endif
+  if (u < blocks) {
+    uvec4 pieces[4];
+    dequant_block(u, pieces);
+    [[unroll]] for (uint i = 0; i < 4; ++i) staged_pieces[staged_slot(lane, i)] = pieces[i];
+  }
+  barrier();
+  [[unroll]] for (uint i = 0; i < 4; ++i) {
+    const uint piece = lane + 256 * i;  // of the workgroup's 1024, four a block
+    if (flat_group() * 256 + piece / 4 < blocks) {
+      out4[flat_group() * 1024 + piece] = staged_pieces[staged_slot(piece / 4, piece % 4)];
+    }
   }
 }
 #else

@@ -67,7 +67,6 @@ uint spread4(uint x) { return (x & 1u) | ((x & 2u) << 7) | ((x & 4u) << 14) | ((
     [[unroll]] for (uint k = 0; k < N; ++k)                                               \
       w[k] = (o & 2u) == 0u ? a[k] : ((a[k] >> 16) | (a[k + 1] << 16));                   \
   }
-QW_RUN(2)
 QW_RUN(4)
 QW_RUN(8)
 
@@ -139,16 +138,6 @@ uint iq4_block(uint row, uint blk, uint K, out float d) {
   // ls - 32 exactly, as float(ls) - 32.0 but without a conversion: 2^23 + ls - (2^23 + 32)
   d = unpackHalf2x16(head).x * (uintBitsToFloat(0x4B000000u | ls) - 8388640.0);
   return o + 8 + 16 * s;
-#endif
-}
-// Eight bytes of nibble pairs at byte offset o (iq4_block's, or 8 past it).
-uvec2 iq4_quants8(uint o) {
-#if defined(A_IQ4_NL)
-  uint r[2];
-  qw_run2(o, r);
-  return uvec2(r[0], r[1]);
-#else
-  return qw_u64[o / 8];  // IQ4_XS's blocks are 8-byte aligned
 #endif
 }
 // The 16 bytes of nibble pairs at byte offset o (iq4_block's).
