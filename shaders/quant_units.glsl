@@ -132,7 +132,8 @@ uint iq4_block(uint row, uint blk, uint K, out float d) {
   return o + 2;
 #else
   const uint o = 136 * (row * (K / 256) + blk / 8), s = blk % 8;
-  const uint head = qw_u32[o / 4], scales_l = qw_u32[o / 4 + 1];  // d, scales_h; scales_l[4]
+  const uvec2 header = qw_u64[o / 8];  // d and scales_h; scales_l[4] (8-byte aligned: one load)
+  const uint head = header.x, scales_l = header.y;
   // ls6: nibble s & 1 of byte s / 2 of scales_l, that is bits 4 s.., under bits 16 + 2 s.. of head
   const uint ls = ((scales_l >> (4 * s)) & 15u) | ((head >> (12 + 2 * s)) & 0x30u);
   // ls - 32 exactly, as float(ls) - 32.0 but without a conversion: 2^23 + ls - (2^23 + 32)
