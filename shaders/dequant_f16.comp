@@ -47,13 +47,7 @@ void dequant_block(uint u, out uvec4 pieces[4]) {
   pieces[2] = iq4_f16x8(w.xy, 1, d);
   pieces[3] = iq4_f16x8(w.zw, 1, d);
 #else
-  uvec2 q[4];
-  vec2 a, b;
-  block32(0, u, p.K, q, a, b);
-  [[unroll]] for (uint i = 0; i < 4; ++i) {
-    const vec4 lo = block_weights4(q, a, b, 2 * i), hi = block_weights4(q, a, b, 2 * i + 1);
-    pieces[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
-  }
+  block32_f16(0, u, p.K, pieces);
 #endif
 }
 
