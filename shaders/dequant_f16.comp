@@ -12,45 +12,10 @@ layout(local_size_x = 256) in;
 layout(push_constant) uniform Params { uint M; uint K; } p;
 layout(binding = 1) writeonly buffer Out { uvec4 out4[]; };  // F16, 8 to a word
 #define QW_BINDING 0
+#define IQ4_FLOAT_LEVELS
 #include "quant_units.glsl"
 
 #if defined(QUNIT)
-#if defined(A_IQ4_NL) || defined(A_IQ4_XS)
-// The 16 levels as floats: a weight is a shared load and one multiplication, d * level exactly in
-// F32 (at most 11 + 6 + 7 significant bits) and rounded once to F16, as the CPU reference does.
-// Lanes looking up different levels read different banks.
-shared float iq4_level_floats[16];
-
-// Weights 8i .. 8i + 7 of a block as F16: nibble `hi` of the eight bytes w, times d.
-uvec4 iq4_f16x8(uvec2 w, uint hi, float d) {
-  uint h[4];
-  [[unroll]] for (uint j = 0; j < 2; ++j) {
-    // Four nibbles at once, each times 4: the extracted byte is the table's byte offset.
-    const uint n4 = ((hi == 0u ? w[j] << 2 : w[j] >> 2)) & 0x3C3C3C3Cu;
-    const vec4 level = vec4(iq4_level_floats[(n4 & 0xFFu) >> 2], iq4_level_floats[bitfieldExtract(n4, 8, 8) >> 2],
-                            iq4_level_floats[bitfieldExtract(n4, 16, 8) >> 2], iq4_level_floats[n4 >> 26]);
-    h[2 * j] = packHalf2x16(d * level.xy);
-    h[2 * j + 1] = packHalf2x16(d * level.zw);
-  }
-  return uvec4(h[0], h[1], h[2], h[3]);
-}
-#endif
-
-// Block u of the matrix as F16, piece i its weights 8i .. 8i + 7. Rows are whole blocks, so block
-// u is block u of "row 0" (no division by the blocks a row).
-void dequant_block(uint u, out uvec4 pieces[4]) {
-#if defined(A_IQ4_NL) || defined(A_IQ4_XS)
-  float d;
-  const uvec4 w = iq4_quants16(iq4_block(0, u, p.K, d));
-  pieces[0] = iq4_f16x8(w.xy, 0, d);  // elements 0..15: the low nibbles, 16..31 the high ones
-  pieces[1] = iq4_f16x8(w.zw, 0, d);
-  pieces[2] = iq4_f16x8(w.xy, 1, d);
-  pieces[3] = iq4_f16x8(w.zw, 1, d);
-#else
-  block32_f16(0, u, p.K, pieces);
-#endif
-}
-
 // The workgroup's 256 blocks of F16 (16 KiB) pass through shared memory on their way out: a lane's
 // block is 64 contiguous bytes, so its four stores sat at a 64-byte stride across lanes (every
 // store instruction half of 32 sectors); read back across lanes, each store instruction writes 512
@@ -62,12 +27,11 @@ uint staged_slot(uint b, uint i) { return 4 * b + (i ^ ((b >> 1) & 3u)); }
 void main() {
   const uint lane = gl_LocalInvocationIndex, u = flat_group() * 256 + lane, blocks = p.M * (p.K / 32);
 #if defined(A_IQ4_NL) || defined(A_IQ4_XS)
-  if (lane < 16) iq4_level_floats[lane] = float(int(iq4_level(lane) << 24) >> 24);
-  barrier();
+  init_iq4_float_levels();
 #endif
   if (u < blocks) {
     uvec4 pieces[4];
-    dequant_block(u, pieces);
+    block32_f16(0, u, p.K, pieces);  // rows are whole blocks: block u is block u of "row 0", no division
     [[unroll]] for (uint i = 0; i < 4; ++i) staged_pieces[staged_slot(lane, i)] = pieces[i];
   }
   barrier();

@@ -26,8 +26,11 @@
 //     (sub-block s: qs[16 s ..] as IQ4_NL's block; ls6 low 4 bits nibble s & 1 of scales_l[s / 2],
 //      high 2 bits crumb s of scales_h)
 // Define QW_BINDING and one of A_Q4_1, A_Q5_0, A_Q5_1, A_IQ4_NL, A_Q2_K, A_Q3_K, A_Q4_K, A_Q5_K,
-// A_Q6_K, A_IQ4_XS. No read reaches past the block it decodes: a 4-byte word that would (2-byte
-// aligned data at the end of a buffer, whose range robust access checks whole) is read as halves.
+// A_Q6_K, A_IQ4_XS. IQ4_SHARED_LEVELS (block32's levels, for the int8 products) and IQ4_FLOAT_LEVELS
+// (block32_f16's) look IQ4's levels up in shared memory: every invocation then calls
+// init_iq4_levels() or init_iq4_float_levels() first. No read reaches past the block it decodes: a
+// 4-byte word that would (2-byte aligned data at the end of a buffer, whose range robust access
+// checks whole) is read as halves.
 
 #if defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL) || defined(A_Q2_K) || \
     defined(A_Q3_K) || defined(A_Q4_K) || defined(A_Q5_K) || defined(A_Q6_K) || defined(A_IQ4_XS)
@@ -151,6 +154,33 @@ uvec4 iq4_quants16(uint o) {
   return uvec4(qw_u64[o / 8], qw_u64[o / 8 + 1]);  // IQ4_XS's blocks are 8-byte aligned
 #endif
 }
+#if defined(IQ4_FLOAT_LEVELS)
+// For the kernels that dequantize to F16: the 16 levels as floats in shared memory, so that a
+// weight is a shared load and one multiplication, d * level exactly in F32 (at most 11 + 6 + 7
+// significant bits) and rounded once to F16, as the CPU reference does (the selects and an
+// int-to-float conversion a weight otherwise). Lanes looking up different levels read different
+// banks. init_iq4_float_levels() fills it; every invocation calls it.
+shared float iq4_level_floats[16];
+void init_iq4_float_levels() {
+  if (gl_LocalInvocationIndex < 16) {
+    iq4_level_floats[gl_LocalInvocationIndex] = float(int(iq4_level(gl_LocalInvocationIndex) << 24) >> 24);
+  }
+  barrier();
+}
+// Weights 8i .. 8i + 7 of a block as F16: nibble `hi` of the eight bytes w, times d.
+uvec4 iq4_f16x8(uvec2 w, uint hi, float d) {
+  uint h[4];
+  [[unroll]] for (uint j = 0; j < 2; ++j) {
+    // Four nibbles at once, each times 4: the extracted byte is the table's byte offset.
+    const uint n4 = (hi == 0u ? w[j] << 2 : w[j] >> 2) & 0x3C3C3C3Cu;
+    const vec4 level = vec4(iq4_level_floats[(n4 & 0xFFu) >> 2], iq4_level_floats[bitfieldExtract(n4, 8, 8) >> 2],
+                            iq4_level_floats[bitfieldExtract(n4, 16, 8) >> 2], iq4_level_floats[n4 >> 26]);
+    h[2 * j] = packHalf2x16(d * level.xy);
+    h[2 * j + 1] = packHalf2x16(d * level.zw);
+  }
+  return uvec4(h[0], h[1], h[2], h[3]);
+}
+#endif
 #endif
 
 // Eight consecutive bytes at byte offset o (o a multiple of 2).
@@ -285,6 +315,14 @@ vec4 block_weights4(uvec2 q[4], vec2 a, vec2 b, uint v) {
 // Block `blk` of row `row` as 32 F16 in element order (four words of 8), each weight rounded once
 // from F32 (what dequant_f16.comp writes).
 void block32_f16(uint row, uint blk, uint K, out uvec4 w[4]) {
+#if defined(IQ4_FLOAT_LEVELS) && (defined(A_IQ4_NL) || defined(A_IQ4_XS))
+  float d;
+  const uvec4 qs = iq4_quants16(iq4_block(row, blk, K, d));
+  w[0] = iq4_f16x8(qs.xy, 0, d);  // elements 0..15: the low nibbles, 16..31 the high ones
+  w[1] = iq4_f16x8(qs.zw, 0, d);
+  w[2] = iq4_f16x8(qs.xy, 1, d);
+  w[3] = iq4_f16x8(qs.zw, 1, d);
+#else
   uvec2 q[4];
   vec2 a, b;
   block32(row, blk, K, q, a, b);
@@ -292,5 +330,6 @@ void block32_f16(uint row, uint blk, uint K, out uvec4 w[4]) {
     const vec4 lo = block_weights4(q, a, b, 2 * i), hi = block_weights4(q, a, b, 2 * i + 1);
     w[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
   }
+#endif
 }
 #endif
