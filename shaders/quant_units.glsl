@@ -162,8 +162,8 @@ uvec4 iq4_quants16(uint o) {
 // banks. init_iq4_float_levels() fills it; every invocation calls it.
 shared float iq4_level_floats[16];
 void init_iq4_float_levels() {
-  if (gl_LocalInvocationIndex < 16) {
-    iq4_level_floats[gl_LocalInvocationIndex] = float(int(iq4_level(gl_LocalInvocationIndex) << 24) >> 24);
+  for (uint i = gl_LocalInvocationIndex; i < 16; i += gl_WorkGroupSize.x) {
+    iq4_level_floats[i] = float(int(iq4_level(i) << 24) >> 24);
   }
   barrier();
 }
