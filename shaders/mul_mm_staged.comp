@@ -68,7 +68,8 @@ const uint B_STAGE = BN * STRIDE;
 // Two stages where they fit in 48 KiB beside tile_c; otherwise one, which the workgroup refills
 // after a second barrier (the next step's loads are still in flight while it multiplies).
 const uint C_WORDS = SG_M * SG_N * 16 * CM_N / 4;
-const uint STAGES = 2 * (A_STAGE + B_STAGE) + C_WORDS <= 3072 ? 2 : 1;
+// (4 words, 64 bytes, kept for quant_units.glsl's table of IQ4's levels.)
+const uint STAGES = 2 * (A_STAGE + B_STAGE) + C_WORDS + 4 <= 3072 ? 2 : 1;
 shared uvec4 tile_a[STAGES * A_STAGE];  // [stage][m][k]
 shared uvec4 tile_b[STAGES * B_STAGE];  // [stage][n][k]: column-major K x N
 // Edge fragments go through here (one per subgroup) to be written element by element.
@@ -128,6 +129,7 @@ void store_a(uint stage) {
 #error "the SwiGLU module reads F16, Q8_0 and Q4_0 weights"
 #endif
 #define QW_BINDING 0
+#define IQ4_FLOAT_LEVELS  // IQ4's levels from a table of 16 floats (init_iq4_float_levels in main)
 #include "quant_units.glsl"
 const bool DECODES_ON_LOAD = true;
 const uint A_UNITS = BM * KB;
@@ -254,6 +256,9 @@ void store_b(uint stage) {
 bool whole_fragment(uint m, uint n) { return m + 16 <= p.M && n + CM_N <= p.N && p.M % 4 == 0; }
 
 void main() {
+#if defined(IQ4_FLOAT_LEVELS) && (defined(A_IQ4_NL) || defined(A_IQ4_XS))
+  init_iq4_float_levels();
+#endif
   const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
   const uint sm = sg % SG_M, sn = sg / SG_M;
   // Workgroups start in the order of their flat index (x fastest). Taken as (row tile, column tile)
