@@ -114,9 +114,7 @@ float acc[ROWS][NCOLS];
 #if defined(QUNIT)
 uint xq[NCOLS][8];   // the unit's 32 activations of column c, int8, in element order
 float xd[NCOLS];     // their block's scale: activation = xd * int8
-#if !defined(QUNIT_NO_OFFSET)
 int xsum[NCOLS][2];  // the sum of each half's 16 int8 values (what the weights' offsets multiply)
-#endif
 #elif defined(X_INT8)
 uint xq[NCOLS][2];  // the unit's eight activations of column c, int8, in the order x_quad gives
 float xd[NCOLS];    // their block's scale: activation = xd * int8
@@ -170,11 +168,7 @@ void accumulate(uint r, uint row, uint u) {
       dots[h] = dot4x8(q[2 * h].x, xq[c][4 * h]) + dot4x8(q[2 * h].y, xq[c][4 * h + 1]) +
                 dot4x8(q[2 * h + 1].x, xq[c][4 * h + 2]) + dot4x8(q[2 * h + 1].y, xq[c][4 * h + 3]);
     }
-#if defined(QUNIT_NO_OFFSET)
-    acc[r][c] += xd[c] * (a.x * float(dots[0]) + a.y * float(dots[1]));
-#else
     acc[r][c] += xd[c] * (a.x * float(dots[0]) + a.y * float(dots[1]) + b.x * float(xsum[c][0]) + b.y * float(xsum[c][1]));
-#endif
   }
 }
 #elif defined(A_F32)
@@ -305,10 +299,8 @@ void load_unit(uint u) {
       xq[c][4 * h + 1] = w.y;
       xq[c][4 * h + 2] = w.z;
       xq[c][4 * h + 3] = w.w;
-#if !defined(QUNIT_NO_OFFSET)
       xsum[c][h] = dot4x8(w.x, 0x01010101u) + dot4x8(w.y, 0x01010101u) + dot4x8(w.z, 0x01010101u) +
                    dot4x8(w.w, 0x01010101u);
-#endif
     }
 #elif defined(A_Q8_0)
     uvec2 w = xw2[c * (p.K / 8) + u];

@@ -35,14 +35,13 @@
 #if defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL) || defined(A_Q2_K) || \
     defined(A_Q3_K) || defined(A_Q4_K) || defined(A_Q5_K) || defined(A_Q6_K) || defined(A_IQ4_XS)
 #define QUNIT 1
-#if defined(A_IQ4_NL) || defined(A_IQ4_XS)
-#define QUNIT_NO_OFFSET 1  // b is zero (weight = a * q): products need not sum the activations
-#endif
 #extension GL_EXT_control_flow_attributes : require
 
 layout(binding = QW_BINDING) readonly buffer QwWords { uint qw_u32[]; };
 layout(binding = QW_BINDING) readonly buffer QwHalves { uint16_t qw_u16[]; };
+#if defined(IQ4_FLOAT_LEVELS)
 layout(binding = QW_BINDING) readonly buffer QwPairs { uvec2 qw_u64[]; };
+#endif
 layout(binding = QW_BINDING) readonly buffer QwQuads { uvec4 qw_u128[]; };
 
 // The little-endian word at byte offset o (even): one load where o is a multiple of 4.
@@ -81,24 +80,14 @@ uint iq4_level(uint n) {
   return (word >> (8 * (n & 3u))) & 0xFFu;
 }
 #if defined(IQ4_SHARED_LEVELS)
-// For the hot kernels: the 16 levels in shared memory, four times over: word 16 k + n holds level n
-// in byte k (the other bytes zero), so that a looked-up word needs no shift to its byte and four
-// of them OR into a word of q. The lanes of one load all read the same k, so the words they can
-// touch lie in 16 different banks (lanes looking up different levels never wait on each other; a
-// table of the 256 byte values' level pairs did, and ran at half the speed of selects).
-// init_iq4_levels() fills it; every invocation calls it.
-shared uint iq4_levels_shared[64];
+// For the hot kernels: the 16 levels in shared memory, one word each so that they lie in 16
+// different banks (lanes looking up different levels never wait on each other; a table of the 256
+// byte values' level pairs did, and ran at half the speed of selects). init_iq4_levels() fills it;
+// every invocation calls it.
+shared uint iq4_levels_shared[16];
 void init_iq4_levels() {
-  for (uint i = gl_LocalInvocationIndex; i < 64; i += gl_WorkGroupSize.x) {
-    iq4_levels_shared[i] = iq4_level(i & 15u) << (8 * (i >> 4));
-  }
+  if (gl_LocalInvocationIndex < 16) iq4_levels_shared[gl_LocalInvocationIndex] = iq4_level(gl_LocalInvocationIndex);
   barrier();
-}
-// The levels of four nibbles held 4 times over in the bytes of n4 (byte offsets into a table of
-// words, so the byte extracted is the address: no multiply), as four signed bytes.
-uint iq4_levels4(uint n4) {
-  return iq4_levels_shared[(n4 & 0xFFu) >> 2] | iq4_levels_shared[16 + (bitfieldExtract(n4, 8, 8) >> 2)] |
-         iq4_levels_shared[32 + (bitfieldExtract(n4, 16, 8) >> 2)] | iq4_levels_shared[48 + (n4 >> 26)];
 }
 #endif
 // 16 bytes of nibble pairs (element j the low nibble of byte j, element 16 + j the high one) as
@@ -106,19 +95,18 @@ uint iq4_levels4(uint n4) {
 void iq4_levels32(uvec4 w, out uvec2 q[4]) {
   uint lo[4], hi[4];
   [[unroll]] for (uint i = 0; i < 4; ++i) {
-#if defined(IQ4_SHARED_LEVELS)
-    // Four nibbles a word at once, each times 4.
-    lo[i] = iq4_levels4((w[i] << 2) & 0x3C3C3C3Cu);
-    hi[i] = iq4_levels4((w[i] >> 2) & 0x3C3C3C3Cu);
-#else
     lo[i] = 0u;
     hi[i] = 0u;
     [[unroll]] for (uint k = 0; k < 4; ++k) {
       const uint byte_ = (w[i] >> (8 * k)) & 0xFFu;
+#if defined(IQ4_SHARED_LEVELS)
+      lo[i] |= iq4_levels_shared[byte_ & 15u] << (8 * k);
+      hi[i] |= iq4_levels_shared[byte_ >> 4] << (8 * k);
+#else
       lo[i] |= iq4_level(byte_ & 15u) << (8 * k);
       hi[i] |= iq4_level(byte_ >> 4) << (8 * k);
-    }
 #endif
+    }
   }
   q[0] = uvec2(lo[0], lo[1]);
   q[1] = uvec2(lo[2], lo[3]);
@@ -126,6 +114,7 @@ void iq4_levels32(uvec4 w, out uvec2 q[4]) {
   q[3] = uvec2(hi[2], hi[3]);
 }
 
+#if defined(IQ4_FLOAT_LEVELS)
 // Block `blk` of 32 weights of row `row` (rows of K): the byte offset of its 16 bytes of nibble
 // pairs (iq4_levels32's order) and its scale d: weight = d * level[nibble].
 uint iq4_block(uint row, uint blk, uint K, out float d) {
@@ -154,7 +143,6 @@ uvec4 iq4_quants16(uint o) {
   return uvec4(qw_u64[o / 8], qw_u64[o / 8 + 1]);  // IQ4_XS's blocks are 8-byte aligned
 #endif
 }
-#if defined(IQ4_FLOAT_LEVELS)
 // For the kernels that dequantize to F16: the 16 levels as floats in shared memory, so that a
 // weight is a shared load and one multiplication, d * level exactly in F32 (at most 11 + 6 + 7
 // significant bits) and rounded once to F16, as the CPU reference does (the selects and an
@@ -205,28 +193,28 @@ void k_scale_min(uint o, uint s, out uint sc, out uint mn) {
 // sub-block of 32 or two of 16. q[i]: elements 8i .. 8i + 7 as bytes; weight = a[h] * q + b[h] for
 // the elements of half h (0: the first 16).
 void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b) {
-#if defined(A_IQ4_NL) || defined(A_IQ4_XS)
-  float d;
-  const uint qs = iq4_block(row, blk, K, d);
-  iq4_levels32(iq4_quants16(qs), q);
-  a = vec2(d);
-  b = vec2(0.0);
-#elif defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1)
+#if defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL)
   const uint blk_id = row * (K / 32) + blk;
 #if defined(A_Q4_1)
   const uint o = 20 * blk_id, qs = o + 4;
 #elif defined(A_Q5_0)
   const uint o = 22 * blk_id, qs = o + 6, qh = o + 2;
-#else
+#elif defined(A_Q5_1)
   const uint o = 24 * blk_id, qs = o + 8, qh = o + 4;
+#else
+  const uint o = 18 * blk_id, qs = o + 2;
 #endif
   uint r[4];
   qw_run4(qs, r);
   const uvec4 w = uvec4(r[0], r[1], r[2], r[3]);
+#if defined(A_IQ4_NL)
+  iq4_levels32(w, q);
+#else
   q[0] = nibbles8(w.xy, 0);  // elements 0..15: the low nibbles, 16..31 the high ones
   q[1] = nibbles8(w.zw, 0);
   q[2] = nibbles8(w.xy, 1);
   q[3] = nibbles8(w.zw, 1);
+#endif
   const vec2 dm = unpackHalf2x16(qw_word(o));
 #if defined(A_Q5_0) || defined(A_Q5_1)
   const uint h = qw_word(qh);
@@ -238,8 +226,10 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
   a = vec2(dm.x);
 #if defined(A_Q4_1) || defined(A_Q5_1)
   b = vec2(dm.y);
-#else
+#elif defined(A_Q5_0)
   b = vec2(-16.0 * dm.x);
+#else
+  b = vec2(0.0);
 #endif
 #else  // super-blocks of 256: sub-block (or group of 32) s of super-block sb
   const uint sb = row * (K / 256) + blk / 8, s = blk % 8;
@@ -301,6 +291,14 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
   const uint sc = qw_word(o + 192 + 8 * n + 2 * j);  // two int8 scales in the low half
   a = qw_half(o + 208) * vec2(int(sc << 24) >> 24, int(sc << 16) >> 24);
   b = -32.0 * a;
+#elif defined(A_IQ4_XS)
+  const uint o = 136 * sb;
+  const uint head = qw_u32[o / 4];  // d, scales_h
+  const uint ls = ((qw_byte(o + 4 + s / 2) >> (4 * (s & 1u))) & 15u) | (((head >> (16 + 2 * s)) & 3u) << 4);
+  const uint qs = o + 8 + 16 * s;
+  iq4_levels32(uvec4(qw_u32[qs / 4], qw_u32[qs / 4 + 1], qw_u32[qs / 4 + 2], qw_u32[qs / 4 + 3]), q);
+  a = vec2(unpackHalf2x16(head).x * (float(ls) - 32.0));
+  b = vec2(0.0);
 #endif
 #endif
 }
