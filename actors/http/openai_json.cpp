@@ -373,6 +373,8 @@ const Field kCommonFields[] = {
      [](const json& v, Draft& d) {
        return read_number(v, "repetition_penalty", 0.0, model::kMaxRepetitionPenalty, sampling(d).repetition_penalty);
      }},
+    {"return_tokens_as_token_ids",
+     [](const json& v, Draft& d) { return read_bool(v, "return_tokens_as_token_ids", d.request.tokens_as_ids); }},
     // Accounting and routing hints that change nothing here.
     {"user", ignore},
     {"store", ignore},
@@ -549,6 +551,18 @@ std::size_t characters(const std::string& piece) {
   return count;
 }
 
+// A token as logprobs name it: its piece, or "token_id:N" as vLLM writes it when asked.
+std::string token_name(std::int32_t id, const std::string& piece, bool as_id) {
+  return as_id ? "token_id:" + std::to_string(id) : piece;
+}
+
+// One entry of chat's logprobs: OpenAI's token, logprob and bytes (the piece's own, which may be
+// part of a character), and the id beside them.
+json chat_token(std::int32_t id, const std::string& piece, float logprob, bool as_id) {
+  return {{"id", id}, {"token", token_name(id, piece, as_id)}, {"logprob", logprob_value(logprob)},
+          {"bytes", token_bytes(piece)}};
+}
+
 std::size_t alternatives(const TokenLogprobs& entry, int top_logprobs) {
   return std::min({entry.top_tokens.size(), entry.top_logprobs.size(), entry.top_texts.size(),
                    static_cast<std::size_t>(std::max(top_logprobs, 0))});
@@ -646,42 +660,44 @@ json usage_json(const FinalEvent& final_event) {
           {"prompt_tokens_details", {{"cached_tokens", final_event.cached_tokens}}}};
 }
 
-json chat_logprobs(const std::vector<TokenLogprobs>& logprobs, int top_logprobs) {
+json chat_logprobs(const std::vector<TokenLogprobs>& logprobs, int top_logprobs, bool tokens_as_ids) {
   json content = json::array();
   for (const auto& entry : logprobs) {
     json top = json::array();
     for (std::size_t i = 0; i < alternatives(entry, top_logprobs); ++i) {
-      top.push_back({{"token", entry.top_texts[i]},
-                     {"logprob", logprob_value(entry.top_logprobs[i])},
-                     {"bytes", token_bytes(entry.top_texts[i])}});
+      top.push_back(chat_token(entry.top_tokens[i], entry.top_texts[i], entry.top_logprobs[i], tokens_as_ids));
     }
-    content.push_back({{"token", entry.text},
-                       {"logprob", logprob_value(entry.logprob)},
-                       {"bytes", token_bytes(entry.text)},
-                       {"top_logprobs", std::move(top)}});
+    json chosen = chat_token(entry.token, entry.text, entry.logprob, tokens_as_ids);
+    chosen["top_logprobs"] = std::move(top);
+    content.push_back(std::move(chosen));
   }
   return content;
 }
 
-json completion_logprobs(const std::vector<TokenLogprobs>& logprobs, int top_logprobs, std::size_t& text_offset) {
+json completion_logprobs(const std::vector<TokenLogprobs>& logprobs, int top_logprobs, std::size_t& text_offset,
+                         bool tokens_as_ids) {
   json tokens = json::array(), token_logprobs = json::array(), tops = json::array(), offsets = json::array();
+  json ids = json::array(), tops_by_id = json::array();
   for (const auto& entry : logprobs) {
-    tokens.push_back(entry.text);
+    tokens.push_back(token_name(entry.token, entry.text, tokens_as_ids));
+    ids.push_back(entry.token);
     token_logprobs.push_back(logprob_value(entry.logprob));
     // OpenAI lists the chosen token beside the alternatives: up to logprobs + 1 entries.
-    json top = json::object();
+    json top = json::object(), top_by_id = json::object();
     for (std::size_t i = 0; i < alternatives(entry, top_logprobs); ++i) {
-      top[entry.top_texts[i]] = logprob_value(entry.top_logprobs[i]);
+      top[token_name(entry.top_tokens[i], entry.top_texts[i], tokens_as_ids)] = logprob_value(entry.top_logprobs[i]);
+      top_by_id[std::to_string(entry.top_tokens[i])] = logprob_value(entry.top_logprobs[i]);
     }
-    top[entry.text] = logprob_value(entry.logprob);
+    top[token_name(entry.token, entry.text, tokens_as_ids)] = logprob_value(entry.logprob);
+    top_by_id[std::to_string(entry.token)] = logprob_value(entry.logprob);
     tops.push_back(std::move(top));
+    tops_by_id.push_back(std::move(top_by_id));
     offsets.push_back(text_offset);
     text_offset += characters(entry.text);
   }
-  return {{"tokens", std::move(tokens)},
-          {"token_logprobs", std::move(token_logprobs)},
-          {"top_logprobs", std::move(tops)},
-          {"text_offset", std::move(offsets)}};
+  return {{"tokens", std::move(tokens)},         {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(tops)},     {"text_offset", std::move(offsets)},
+          {"token_ids", std::move(ids)},         {"top_logprobs_by_id", std::move(tops_by_id)}};
 }
 
 json completion_body(const CompletionRequest& request, const ResponseIdentity& identity,
@@ -691,14 +707,16 @@ json completion_body(const CompletionRequest& request, const ResponseIdentity& i
   if (request.endpoint == Endpoint::chat) {
     choice = {{"index", 0},
               {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
-              {"logprobs", request.logprobs ? json{{"content", chat_logprobs(output.logprobs, request.top_logprobs)},
+              {"logprobs", request.logprobs ? json{{"content", chat_logprobs(output.logprobs, request.top_logprobs,
+                                                                             request.tokens_as_ids)},
                                                    {"refusal", nullptr}}
                                             : json(nullptr)}};
   } else {
     std::size_t offset = 0;
     choice = {{"index", 0},
               {"text", text},
-              {"logprobs", request.logprobs ? completion_logprobs(output.logprobs, request.top_logprobs, offset)
+              {"logprobs", request.logprobs ? completion_logprobs(output.logprobs, request.top_logprobs, offset,
+                                                                  request.tokens_as_ids)
                                             : json(nullptr)}};
   }
   auto reason = finish_reason(final_event);
@@ -736,14 +754,16 @@ json StreamRenderer::content_choice(const std::string& text, const std::vector<T
   if (request_.endpoint == Endpoint::chat) {
     return {{"index", 0},
             {"delta", {{"content", text}}},
-            {"logprobs", with_logprobs ? json{{"content", chat_logprobs(logprobs, request_.top_logprobs)},
+            {"logprobs", with_logprobs ? json{{"content", chat_logprobs(logprobs, request_.top_logprobs,
+                                                                        request_.tokens_as_ids)},
                                               {"refusal", nullptr}}
                                        : json(nullptr)},
             {"finish_reason", nullptr}};
   }
   return {{"index", 0},
           {"text", text},
-          {"logprobs", with_logprobs ? completion_logprobs(logprobs, request_.top_logprobs, text_offset_)
+          {"logprobs", with_logprobs ? completion_logprobs(logprobs, request_.top_logprobs, text_offset_,
+                                                                 request_.tokens_as_ids)
                                      : json(nullptr)},
           {"finish_reason", nullptr}};
 }

@@ -47,6 +47,9 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
   bool logprobs = false;       // chat: logprobs true; completions: logprobs given (0..20)
   int top_logprobs = 0;        // alternatives per token
+  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N", so that pieces which
+  // are not text alone (half a UTF-8 character) stay apart in completions' top_logprobs maps.
+  bool tokens_as_ids = false;
 };
 
 // The largest `logprobs` /v1/completions takes and `top_logprobs` /v1/chat/completions takes.
@@ -79,12 +82,16 @@ nlohmann::json completion_body(const CompletionRequest& request, const ResponseI
                                const front_end::GatheredOutput& output,
                                const messages::FinalEvent& final_event);
 
-// Chat's logprobs.content entries; completions' {tokens, token_logprobs, top_logprobs,
-// text_offset}, whose offsets continue from text_offset (characters before the first token),
-// which it advances.
-nlohmann::json chat_logprobs(const std::vector<messages::TokenLogprobs>& logprobs, int top_logprobs);
+// Chat's logprobs.content entries, each with its token id beside OpenAI's fields ("id", as
+// llama-server adds it, also in top_logprobs); completions' {tokens, token_logprobs,
+// top_logprobs, text_offset} with "token_ids" and "top_logprobs_by_id" (top_logprobs' maps keyed
+// by token id, where two pieces of the same text cannot collide) beside them, whose offsets
+// continue from text_offset (characters before the first token), which it advances.
+// tokens_as_ids: tokens written "token_id:N" (CompletionRequest::tokens_as_ids).
+nlohmann::json chat_logprobs(const std::vector<messages::TokenLogprobs>& logprobs, int top_logprobs,
+                             bool tokens_as_ids = false);
 nlohmann::json completion_logprobs(const std::vector<messages::TokenLogprobs>& logprobs, int top_logprobs,
-                                   std::size_t& text_offset);
+                                   std::size_t& text_offset, bool tokens_as_ids = false);
 
 // "data: JSON\n\n", invalid UTF-8 (a token piece that is part of a character) replaced by U+FFFD.
 std::string sse_event(const nlohmann::json& data);

@@ -330,6 +330,45 @@ TEST(OpenAiResponse, CompletionLogprobsHaveOffsetsAndTheChosenTokenAmongTheTop) 
   EXPECT_NO_THROW(json::parse(text.substr(6)));
 }
 
+// Two byte tokens that are each half of a character both read U+FFFD as JSON text: their ids
+// (and, when asked, "token_id:N" names) keep them apart.
+TEST(OpenAiResponse, LogprobsOfTwoTokensOfTheSameTextKeepBothIds) {
+  const TokenLogprobs entry = logprob(7, "\xC3", -0.25f, {"\xC3", "\xE2"}, {-0.25f, -1.5f});
+  std::size_t offset = 0;
+  const json completion = json::parse(dump(completion_logprobs({entry}, 2, offset)));
+  EXPECT_EQ(completion["token_ids"], json({7}));
+  // OpenAI's map keyed by text has lost one of the three (100 and 7 are the same piece, 101 another
+  // half character): keyed by id, all three stay.
+  EXPECT_EQ(completion["top_logprobs"][0].size(), 1u);
+  EXPECT_EQ(completion["top_logprobs_by_id"][0], json::parse(R"({"7": -0.25, "100": -0.25, "101": -1.5})"));
+
+  const json chat = json::parse(dump(chat_logprobs({entry}, 2)));
+  EXPECT_EQ(chat[0]["id"], 7);
+  EXPECT_EQ(chat[0]["token"], "\xEF\xBF\xBD");
+  EXPECT_EQ(chat[0]["bytes"], json({0xC3}));
+  ASSERT_EQ(chat[0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(chat[0]["top_logprobs"][0]["id"], 100);
+  EXPECT_EQ(chat[0]["top_logprobs"][1]["id"], 101);
+  EXPECT_EQ(chat[0]["top_logprobs"][1]["bytes"], json({0xE2}));
+}
+
+TEST(OpenAiResponse, TokensAsTokenIdsNameEveryTokenByItsId) {
+  CompletionRequest request = parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", "x"}, {"logprobs", 2},
+                                                              {"return_tokens_as_token_ids", true}});
+  ASSERT_TRUE(request.tokens_as_ids);
+  const TokenLogprobs entry = logprob(7, "\xC3", -0.25f, {"\xC3", "\xE2"}, {-0.25f, -1.5f});
+  std::size_t offset = 0;
+  const json completion = completion_logprobs({entry}, 2, offset, request.tokens_as_ids);
+  EXPECT_EQ(completion["tokens"], json({"token_id:7"}));
+  EXPECT_EQ(completion["top_logprobs"][0],
+            json::parse(R"({"token_id:7": -0.25, "token_id:100": -0.25, "token_id:101": -1.5})"));
+  EXPECT_EQ(offset, 1u);  // offsets still count the text's characters
+  const json chat = chat_logprobs({entry}, 1, true);
+  EXPECT_EQ(chat[0]["token"], "token_id:7");
+  EXPECT_EQ(chat[0]["bytes"], json({0xC3}));
+  EXPECT_EQ(chat[0]["top_logprobs"][0]["token"], "token_id:100");
+}
+
 TEST(OpenAiResponse, MinusInfinityLogprobsAreWrittenAsOpenAiDoes) {
   auto content = chat_logprobs({logprob(1, "a", -INFINITY, {}, {})}, 0);
   EXPECT_EQ(content[0]["logprob"], -9999.0);
