@@ -72,6 +72,7 @@ struct ServeOptions {
   std::string host;     // --host, --port: the http actor's address the llama-server way
   int port = -1;        // -1: not given
   std::string api_key;  // the http actor's; "" : none
+  std::vector<std::string> cors_origins;  // the http actor's CORS origins, or "*"; empty: no CORS
   std::vector<std::string> run;  // empty: the back end and the front ends asked for (choose_front_ends)
   std::vector<std::string> addresses;
   std::string device;
@@ -313,6 +314,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   options["gateway"] = {{"listen", o.listen}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
   options["http"] = {{"listen", o.http}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
   if (!o.api_key.empty()) options["http"]["api_key"] = o.api_key;
+  if (!o.cors_origins.empty()) options["http"]["cors_origins"] = fmt::format("{}", fmt::join(o.cors_origins, ","));
   // Admin requests and the memory picture go to the enforcer.
   for (const char* kind : {"gateway", "http"}) {
     if (runs(o, "enforcer") || enforcer_elsewhere) options[kind]["enforcer"] = "enforcer";
@@ -457,6 +459,14 @@ void add_front_end_flags(CLI::App* cmd, ServeOptions& o) {
   cmd->add_option("--api-key", o.api_key,
                   "the HTTP API's key: clients send Authorization: Bearer KEY (all endpoints but /health)")
       ->envname("MQLM_API_KEY");
+  cmd->add_option("--cors-origin", o.cors_origins,
+                  "let browser pages from this origin (such as http://localhost:3000) call the HTTP API; "
+                  "repeatable, or * for any")
+      ->each([](const std::string& origin) {
+        if (origin.empty() || origin.find(',') != std::string::npos) {
+          throw CLI::ValidationError("an origin is SCHEME://HOST[:PORT] or *, without commas");
+        }
+      });
 }
 
 // How much the server holds and computes at once: KV cache, sequences, step budget, queue.

@@ -200,8 +200,8 @@ void parse_listen(const std::string& text, HttpServerConfig& server) {
 
 std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   check_option_names("http", options,
-                     {"listen", "scheduler", "enforcer", "cache_writer", "api_key", "max_body_bytes", "max_requests",
-                      "threads", "keepalive_ms", "heartbeat_ms", "unavailable_ms"});
+                     {"listen", "scheduler", "enforcer", "cache_writer", "api_key", "cors_origins", "max_body_bytes",
+                      "max_requests", "threads", "keepalive_ms", "heartbeat_ms", "unavailable_ms"});
   HttpServerConfig server;
   parse_listen(text_option(options, "listen", "127.0.0.1:8080"), server);
   constexpr std::uint64_t kLongestMs = 3'600'000;
@@ -212,6 +212,10 @@ std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   // commits to a 200 once the scheduler took its request.
   core.confirm_acceptance = true;
   server.api_key = text_option(options, "api_key", "");
+  const std::string origins = text_option(options, "cors_origins", "");
+  for (std::string_view origin : split_option(origins, ',')) {
+    if (!origin.empty()) server.cors_origins.emplace_back(origin);
+  }
   server.max_body_bytes =
       number_option("http", options, "max_body_bytes", server.max_body_bytes, 1024, front_end::kMaxRequestBytes);
   server.threads = number_option("http", options, "threads", server.threads, 1, 4096);

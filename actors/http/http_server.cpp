@@ -37,6 +37,8 @@ constexpr auto kStartTimeout = 5s;
 // A load waits for the upload (minutes for a large model from a slow disk), an unload with
 // wait=true for the model's requests to end.
 constexpr auto kAdminTimeout = 600s;
+// How long a browser may reuse a CORS preflight's answer (a day, Chromium's cap is 2 hours).
+constexpr int kCorsMaxAgeS = 86400;
 
 // httplib's Server and the one thing its handlers need beyond their request: whether it is
 // stopping (stop() invalidates the listening socket; is_running() stays true until every
@@ -265,6 +267,10 @@ class HttpServer::Impl {
       spdlog::error("http: {} {} failed: {}", req.method, req.path, what);
       reply_error(res, server_error(500, "the server failed on this request: " + what, "internal_error"));
     });
+    if (!config_.cors_origins.empty()) {
+      server.set_pre_routing_handler(
+          [this](const httplib::Request& req, httplib::Response& res) { return cors(req, res); });
+    }
     route();
   }
 
@@ -290,6 +296,31 @@ class HttpServer::Impl {
     server.Post("/api/hot-cache/clear", guarded(&Impl::clear_hot_cache));
     server.Post("/api/ssd-cache/clear", guarded(&Impl::clear_ssd_cache));
     server.Get("/health", [this](const httplib::Request& req, httplib::Response& res) { health(req, res); });
+  }
+
+  // CORS, before routing: a browser sends its preflight without the API key, and every answer to
+  // an allowed origin (errors included, so that the page can read them) needs the header.
+  httplib::Server::HandlerResponse cors(const httplib::Request& req, httplib::Response& res) const {
+    const std::string origin = req.get_header_value("Origin");
+    const auto& origins = config_.cors_origins;
+    const bool any = std::find(origins.begin(), origins.end(), "*") != origins.end();
+    const bool allowed = any || std::find(origins.begin(), origins.end(), origin) != origins.end();
+    if (origin.empty() || !allowed) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+    // The answer differs by origin, so caches must not give one origin's to another.
+    if (!any) res.set_header("Vary", "Origin");
+    if (req.method != "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
+    // The headers the page asks for are allowed (OpenAI's SDKs send x-stainless-* ones), and
+    // always the two an API call needs.
+    std::string headers = "Authorization, Content-Type";
+    if (const std::string asked = req.get_header_value("Access-Control-Request-Headers"); !asked.empty()) {
+      headers += ", " + asked;
+    }
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", headers);
+    res.set_header("Access-Control-Max-Age", std::to_string(kCorsMaxAgeS));
+    return httplib::Server::HandlerResponse::Handled;
   }
 
   // Errors httplib answers itself (no route, a body over the limit, an unreadable request) get

@@ -6,13 +6,15 @@
 // ending in `data: [DONE]`, or not), GET /v1/models and /v1/models/{id}, GET /health,
 // GET /api/status (JSON) and GET /metrics (Prometheus text); the admin calls POST
 // /api/models/{id}/load and /unload (the enforcer) and POST /api/hot-cache/clear and
-// /api/ssd-cache/clear (the cache-writer).
+// /api/ssd-cache/clear (the cache-writer). With cors_origins, a browser's preflight (OPTIONS)
+// from an allowed origin is answered, and every answer to one carries Access-Control-Allow-Origin.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -26,6 +28,8 @@ struct HttpServerConfig {
   std::size_t threads = 64;   // connections served at once; each streaming request holds one
   std::chrono::milliseconds sse_keepalive{250};  // ": keepalive" after this long without output
   std::chrono::milliseconds status_timeout{10'000};  // a status question unanswered this long: 503
+  // Origins whose browser pages may call the API (CORS); "*": any; empty: no CORS headers at all.
+  std::vector<std::string> cors_origins;
 };
 
 class HttpServer {

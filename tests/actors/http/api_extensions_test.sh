@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What clients of llama-server and vLLM expect beyond OpenAI's API, against a real `mqlm serve
-# --http` of the tiny model, with curl: token ids beside the text in logprobs.
+# --http` of the tiny model, with curl: token ids beside the text in logprobs; CORS for the origins
+# given with --cors-origin (then for any, with *).
 # Usage: api_extensions_test.sh MQLM_BINARY WORK_DIR
 set -uo pipefail
 mqlm=$1
@@ -18,10 +19,18 @@ call() {
   shift
   curl -s -o "$dir/body" -w '%{http_code}' "$@" "$http_url$path"
 }
+# headers PATH [CURL ARGS...]: prints the HTTP status; the headers are left in $dir/headers.
+headers() {
+  local path=$1
+  shift
+  curl -s -D "$dir/headers" -o "$dir/body" -w '%{http_code}' "$@" "$http_url$path"
+}
+# has_header 'NAME: VALUE': whether the last headers() had it (a regex, case-insensitive).
+has_header() { tr -d '\r' <"$dir/headers" | grep -qiE "^$1\$"; }
 auth=(-H "Authorization: Bearer $api_key")
 json=(-H "Content-Type: application/json")
 
-start_server || exit 1
+start_server --cors-origin http://a.example --cors-origin http://b.example:3000 || exit 1
 
 # ---- logprobs: each token's id beside its text ----
 status=$(call /v1/completions "${auth[@]}" "${json[@]}" \
@@ -46,6 +55,39 @@ status=$(call /v1/chat/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny
                 and (.top_logprobs | length) == 2 and all(.top_logprobs[]; (.id | type) == "number"))' \
   "$dir/body" >/dev/null || fail "chat's logprobs lack the token ids"
 
+# ---- CORS ----
+# A browser's preflight goes without the key; the answer lets its real request through.
+preflight=(-X OPTIONS -H "Origin: http://a.example" -H "Access-Control-Request-Method: POST"
+  -H "Access-Control-Request-Headers: authorization, content-type, x-stainless-os")
+[[ $(headers /v1/chat/completions "${preflight[@]}") == 204 ]] || fail "the preflight is not answered 204"
+has_header 'access-control-allow-origin: http://a.example' && has_header 'vary: origin' &&
+  has_header 'access-control-allow-methods: .*POST.*' && has_header 'access-control-max-age: [0-9]+' &&
+  has_header 'access-control-allow-headers: Authorization, Content-Type.*x-stainless-os' ||
+  fail "the preflight's headers: $(cat "$dir/headers")"
+origin_b=(-H "Origin: http://b.example:3000")
+[[ $(headers /v1/completions "${origin_b[@]}" "${auth[@]}" "${json[@]}" \
+  -d '{"model": "tiny", "prompt": "x", "max_tokens": 2}') == 200 ]] &&
+  has_header 'access-control-allow-origin: http://b.example:3000' || fail "a POST from an allowed origin"
+[[ $(headers /v1/completions "${origin_b[@]}" "${auth[@]}" "${json[@]}" \
+  -d '{"model": "tiny", "prompt": "x", "max_tokens": 2, "stream": true}') == 200 ]] &&
+  has_header 'access-control-allow-origin: http://b.example:3000' || fail "a stream to an allowed origin"
+# An error is readable by the page too.
+[[ $(headers /v1/models "${origin_b[@]}") == 401 ]] &&
+  has_header 'access-control-allow-origin: http://b.example:3000' || fail "a 401 to an allowed origin"
+# Another origin gets no CORS header, and no preflight.
+[[ $(headers /v1/models -H "Origin: http://c.example" "${auth[@]}") == 200 ]] &&
+  ! has_header 'access-control-.*' || fail "an origin not given got CORS headers"
+[[ $(headers /v1/chat/completions -X OPTIONS -H "Origin: http://c.example" \
+  -H "Access-Control-Request-Method: POST") != 204 ]] && ! has_header 'access-control-.*' ||
+  fail "a preflight from an origin not given was answered"
+
+stop_server || failures=$((failures + 1))
+
+# --cors-origin '*': any origin, and no Vary (the answer is the same for all).
+start_server --cors-origin '*' || exit 1
+[[ $(headers /v1/chat/completions "${preflight[@]/a.example/anywhere.example}") == 204 ]] &&
+  has_header 'access-control-allow-origin: \*' && ! has_header 'vary: .*' ||
+  fail "--cors-origin '*' does not answer any origin's preflight"
 stop_server || failures=$((failures + 1))
 [[ $failures -eq 0 ]] && echo "all API extension checks passed"
 exit $((failures > 0))

@@ -164,6 +164,13 @@ expect 413 '.error.code == "request_too_large"' "a body over the limit" -- \
 expect 401 '.error.code == "invalid_api_key"' "a wrong key" -- \
   /v1/completions -H "Authorization: Bearer wrong" "${json[@]}" -d '{"model": "tiny", "prompt": "x"}'
 
+# Without --cors-origin, no CORS: a browser's preflight is not answered, nor any header sent.
+curl -s -D "$dir/cors.headers" -o /dev/null -X OPTIONS -H "Origin: http://a.example" \
+  -H "Access-Control-Request-Method: POST" "$http_url/v1/completions"
+curl -s -D - -o /dev/null -H "Origin: http://a.example" "${auth[@]}" "$http_url/v1/models" >>"$dir/cors.headers"
+! grep -qi '^access-control-' "$dir/cors.headers" && ! grep -q '^HTTP/1.1 204' "$dir/cors.headers" ||
+  fail "CORS headers without --cors-origin: $(cat "$dir/cors.headers")"
+
 # Still serving.
 [[ $(call /health) == 200 ]] || fail "/health after the bad input is not 200"
 status=$(call /v1/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny", "prompt": "x", "max_tokens": 2}')
