@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include <spdlog/spdlog.h>
+
 #include "actors/front_end/front_end.hpp"
 #include "model/sampling/sampling_params.hpp"
 
@@ -336,6 +338,19 @@ Check read_n(const json& value, Draft&) {
   return std::nullopt;
 }
 
+// chat_template_kwargs (vLLM's and llama-server's): arguments for a Jinja chat template. mqlm's
+// templates are built in per family and take none (none has a thinking switch), so an object is
+// accepted and what it asks is left undone; the debug log says so.
+Check read_chat_template_kwargs(const json& value, Draft&) {
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_object()) return wrong_type("chat_template_kwargs", "an object", value);
+  for (const auto& [key, argument] : value.items()) {
+    spdlog::debug("http: chat_template_kwargs.{} = {} ignored: mqlm's chat templates take no arguments",
+                  key.substr(0, 64), argument.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 64));
+  }
+  return std::nullopt;
+}
+
 Check read_stream_options(const json& value, Draft& d) {
   if (value.is_null()) return std::nullopt;
   if (!value.is_object()) return wrong_type("stream_options", "an object", value);
@@ -372,6 +387,13 @@ const Field kCommonFields[] = {
     {"repetition_penalty",
      [](const json& v, Draft& d) {
        return read_number(v, "repetition_penalty", 0.0, model::kMaxRepetitionPenalty, sampling(d).repetition_penalty);
+     }},
+    {"ignore_eos", [](const json& v, Draft& d) { return read_bool(v, "ignore_eos", sampling(d).ignore_eos); }},
+    // llama-server's switch for its prompt cache; mqlm's prefix cache is always on.
+    {"cache_prompt",
+     [](const json& v, Draft&) {
+       bool cache_prompt = true;
+       return read_bool(v, "cache_prompt", cache_prompt);
      }},
     {"return_tokens_as_token_ids",
      [](const json& v, Draft& d) { return read_bool(v, "return_tokens_as_token_ids", d.request.tokens_as_ids); }},
@@ -439,6 +461,7 @@ const Field kChatFields[] = {
      }},
     {"reasoning_effort", ignore},
     {"verbosity", ignore},
+    {"chat_template_kwargs", read_chat_template_kwargs},
 };
 
 const Field kCompletionFields[] = {

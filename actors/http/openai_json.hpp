@@ -1,7 +1,8 @@
 // The OpenAI API as the http actor speaks it: request bodies of /v1/chat/completions and
 // /v1/completions parsed into the serving messages (a Submit with validated sampling parameters),
 // and the serving messages' answers (TokenEvents, a FinalEvent) rendered as OpenAI's response
-// bodies and server-sent-event chunks. Pure functions: no sockets, no clock, no actor state.
+// bodies and server-sent-event chunks. Pure functions: no sockets, no clock, no actor state (a
+// debug log line aside).
 //
 // Bodies come from anyone who can connect: parsing checks every type and range, names the
 // offending field, and never throws on input.

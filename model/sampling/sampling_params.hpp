@@ -36,10 +36,12 @@ struct SamplingParams {
   bool logprobs = false;             // report the chosen token's logprob
   std::int32_t top_logprobs = 0;     // and this many alternatives', 0..20 (needs logprobs)
   std::vector<TokenBias> logit_bias; // distinct tokens, at most 1024
+  bool ignore_eos = false;           // the model's end-of-generation tokens do not stop it (stop_token_ids do)
   // The wire form (the serving messages carry it): a positional array of the fields above. New
   // fields go last, so that arrays written before them (recorded traces) still read.
   MSGPACK_DEFINE(temperature, top_k, top_p, min_p, repetition_penalty, repetition_last_n, presence_penalty,
-                 frequency_penalty, seed, max_tokens, stop, stop_token_ids, logprobs, top_logprobs, logit_bias);
+                 frequency_penalty, seed, max_tokens, stop, stop_token_ids, logprobs, top_logprobs, logit_bias,
+                 ignore_eos);
 };
 
 // What validation measures against; the engine knows the model and the room left in the context.

@@ -18,7 +18,7 @@ StopMatcher::StopMatcher(std::vector<std::string> stop_strings,
 StopMatcher StopMatcher::for_request(const SamplingParams& params,
                                      std::span<const std::int32_t> model_stop_tokens) {
   std::vector<std::int32_t> tokens = params.stop_token_ids;
-  tokens.insert(tokens.end(), model_stop_tokens.begin(), model_stop_tokens.end());
+  if (!params.ignore_eos) tokens.insert(tokens.end(), model_stop_tokens.begin(), model_stop_tokens.end());
   return StopMatcher(params.stop, std::move(tokens), params.max_tokens);
 }
 

@@ -37,7 +37,7 @@ class StopMatcher {
   StopMatcher(std::vector<std::string> stop_strings, std::vector<std::int32_t> stop_tokens,
               std::int32_t max_tokens);
   // The request's stop strings, stop tokens and max_tokens, plus the model's own end tokens
-  // (EOS, the chat family's end-of-turn).
+  // (EOS, the chat family's end-of-turn) unless the request has ignore_eos.
   static StopMatcher for_request(const SamplingParams& params,
                                  std::span<const std::int32_t> model_stop_tokens);
 

@@ -1,24 +1,13 @@
 #!/usr/bin/env bash
 # What clients of llama-server and vLLM expect beyond OpenAI's API, against a real `mqlm serve
 # --http` of the tiny model, with curl: token ids beside the text in logprobs; CORS for the origins
-# given with --cors-origin (then for any, with *).
+# given with --cors-origin (then for any, with *); the extension fields ignore_eos, cache_prompt and
+# chat_template_kwargs.
 # Usage: api_extensions_test.sh MQLM_BINARY WORK_DIR
 set -uo pipefail
 mqlm=$1
 dir=$2
 source "$(dirname "${BASH_SOURCE[0]}")/http_server.sh"
-failures=0
-fail() {  # fail DESCRIPTION: counts it, shows the last body
-  echo "FAIL: $1"
-  [[ -f $dir/body ]] && { echo "--- body"; head -c 2000 "$dir/body"; echo; }
-  failures=$((failures + 1))
-}
-# call PATH [CURL ARGS...]: prints the HTTP status; the body is left in $dir/body.
-call() {
-  local path=$1
-  shift
-  curl -s -o "$dir/body" -w '%{http_code}' "$@" "$http_url$path"
-}
 # headers PATH [CURL ARGS...]: prints the HTTP status; the headers are left in $dir/headers.
 headers() {
   local path=$1
@@ -27,8 +16,6 @@ headers() {
 }
 # has_header 'NAME: VALUE': whether the last headers() had it (a regex, case-insensitive).
 has_header() { tr -d '\r' <"$dir/headers" | grep -qiE "^$1\$"; }
-auth=(-H "Authorization: Bearer $api_key")
-json=(-H "Content-Type: application/json")
 
 start_server --cors-origin http://a.example --cors-origin http://b.example:3000 || exit 1
 
@@ -54,6 +41,23 @@ status=$(call /v1/chat/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny
   and all($c[]; (.id | type) == "number" and (.bytes | type) == "array"
                 and (.top_logprobs | length) == 2 and all(.top_logprobs[]; (.id | type) == "number"))' \
   "$dir/body" >/dev/null || fail "chat's logprobs lack the token ids"
+
+# ---- extension fields ----
+# The tiny model's vocabulary ends with five special tokens, <|end_of_text|> (EOS) the second: a
+# bias makes it the first token, which ends the completion unless ignore_eos.
+vocab=$(sed -n 's/.*vocab \([0-9]*\).*/\1/p' "$dir/make.log")
+eos=$((vocab - 4))
+eos_first="\"logit_bias\": {\"$eos\": 100}, \"model\": \"tiny\", \"prompt\": \"x\", \"max_tokens\": 5"
+status=$(call /v1/completions "${auth[@]}" "${json[@]}" -d "{$eos_first, \"logprobs\": 0}")
+[[ $status == 200 ]] && jq -e --argjson eos "$eos" '.choices[0].finish_reason == "stop"
+  and .choices[0].logprobs.token_ids == [$eos]' "$dir/body" >/dev/null || fail "EOS does not end a completion"
+status=$(call /v1/completions "${auth[@]}" "${json[@]}" -d "{$eos_first, \"ignore_eos\": true}")
+[[ $status == 200 ]] && jq -e '.choices[0].finish_reason == "length" and .usage.completion_tokens == 5' \
+  "$dir/body" >/dev/null || fail "ignore_eos does not go on past EOS"
+status=$(call /v1/chat/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny", "max_tokens": 2,
+  "messages": [{"role": "user", "content": "Hi"}], "cache_prompt": true,
+  "chat_template_kwargs": {"enable_thinking": false}}')
+[[ $status == 200 ]] || fail "cache_prompt and chat_template_kwargs are refused ($status)"
 
 # ---- CORS ----
 # A browser's preflight goes without the key; the answer lets its real request through.

@@ -1,10 +1,25 @@
 # Sourced by the http tests: starts `mqlm serve --http` of the tiny model on free ports (or any
-# server, start_server_at) and stops it with SIGTERM. Needs $mqlm and $dir; sets $http_url,
-# $api_key and $server_pid.
+# server, start_server_at) and stops it with SIGTERM; fail and call for curl checks. Needs $mqlm
+# and $dir; sets $http_url, $api_key, $server_pid, $failures, $auth and $json.
 
 api_key="test-key-$$"
 server_pid=""
 trap '[[ -n $server_pid ]] && kill -KILL "$server_pid" 2>/dev/null' EXIT
+
+failures=0
+fail() {  # fail DESCRIPTION: counts it, shows the last body
+  echo "FAIL: $1"
+  [[ -f $dir/body ]] && { echo "--- body"; head -c 2000 "$dir/body"; echo; }
+  failures=$((failures + 1))
+}
+# call PATH [CURL ARGS...]: prints the HTTP status; the body is left in $dir/body.
+call() {
+  local path=$1
+  shift
+  curl -s -o "$dir/body" -w '%{http_code}' "$@" "$http_url$path"
+}
+auth=(-H "Authorization: Bearer $api_key")
+json=(-H "Content-Type: application/json")
 
 free_port() {
   /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

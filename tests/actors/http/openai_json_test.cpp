@@ -212,6 +212,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", "logit_bias": {"5": 1, "05": 2}})",
                 "logit_bias[\"5\"]"},
         BadBody{Endpoint::chat, R"({"model": "m", "frobnicate": 1, )" + kMessages + "}", "frobnicate"},
+        BadBody{Endpoint::chat, R"({"model": "m", "ignore_eos": 1, )" + kMessages + "}", "ignore_eos"},
+        BadBody{Endpoint::chat, R"({"model": "m", "cache_prompt": "yes", )" + kMessages + "}", "cache_prompt"},
+        BadBody{Endpoint::chat, R"({"model": "m", "chat_template_kwargs": [], )" + kMessages + "}",
+                "chat_template_kwargs"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", "chat_template_kwargs": {}})",
+                "chat_template_kwargs"},
         BadBody{Endpoint::chat, R"({"model": "m", "prompt": "x", )" + kMessages + "}", "prompt"},
         BadBody{Endpoint::completions, R"({"model": "m"})", "prompt"},
         BadBody{Endpoint::completions, R"({"model": "m", "prompt": ["a", "b"]})", "prompt"},
@@ -223,6 +229,23 @@ INSTANTIATE_TEST_SUITE_P(
         BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", "suffix": "y"})", "suffix"},
         BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", )" + kMessages + "}", "messages"}),
     [](const ::testing::TestParamInfo<BadBody>& info) { return std::to_string(info.index) + "_" + name(info.param); });
+
+// The extension fields llama-server's and vLLM's clients send: ignore_eos reaches the sampler's
+// stop conditions, cache_prompt and chat_template_kwargs are accepted (the prefix cache is always
+// on; the built-in chat templates take no arguments).
+TEST(OpenAiRequest, CommonExtensionFieldsAreAccepted) {
+  json body = chat_body();
+  body["ignore_eos"] = true;
+  body["cache_prompt"] = false;
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  CompletionRequest chat = parse_ok(Endpoint::chat, body);
+  EXPECT_TRUE(chat.submit.sampling.ignore_eos);
+  EXPECT_EQ(chat.submit.chat.size(), 1u);
+  CompletionRequest plain = parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", "x"}, {"cache_prompt", true}});
+  EXPECT_FALSE(plain.submit.sampling.ignore_eos);
+  EXPECT_TRUE(parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", "x"}, {"ignore_eos", true}})
+                  .submit.sampling.ignore_eos);
+}
 
 TEST(OpenAiRequest, DeeplyNestedJsonIsRefusedWithoutCrashing) {
   std::string body(200'000, '[');

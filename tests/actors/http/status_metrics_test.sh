@@ -9,20 +9,6 @@ set -uo pipefail
 mqlm=$1
 dir=$2
 source "$(dirname "${BASH_SOURCE[0]}")/http_server.sh"
-failures=0
-fail() {  # fail DESCRIPTION: counts it, shows the last body
-  echo "FAIL: $1"
-  [[ -f $dir/body ]] && { echo "--- body"; head -c 2000 "$dir/body"; echo; }
-  failures=$((failures + 1))
-}
-# call PATH [CURL ARGS...]: prints the HTTP status; the body is left in $dir/body.
-call() {
-  local path=$1
-  shift
-  curl -s -o "$dir/body" -w '%{http_code}' "$@" "$http_url$path"
-}
-auth=(-H "Authorization: Bearer $api_key")
-json=(-H "Content-Type: application/json")
 
 start_server || exit 1
 

@@ -120,6 +120,22 @@ TEST(StopMatcher, StopTokenEndsWithoutItsTextAndReleasesHeldText) {
   EXPECT_EQ(other.push(7, "x").stop_token, 7);
 }
 
+// ignore_eos (llama-server's and vLLM's): the model's end tokens are text like any other, the
+// request's own stop tokens still stop it.
+TEST(StopMatcher, IgnoreEosLeavesOutOnlyTheModelsEndTokens) {
+  SamplingParams params;
+  params.max_tokens = 3;
+  params.stop_token_ids = {7};
+  params.ignore_eos = true;
+  auto matcher = StopMatcher::for_request(params, std::vector<std::int32_t>{kEos});
+  EXPECT_FALSE(matcher.push(kEos, "").finish.has_value());
+  EXPECT_EQ(matcher.push(7, "x").stop_token, 7);
+  auto until_length = StopMatcher::for_request(params, std::vector<std::int32_t>{kEos});
+  until_length.push(kEos, "");
+  until_length.push(kEos, "");
+  EXPECT_EQ(until_length.push(kEos, "").finish, FinishReason::length);
+}
+
 TEST(StopMatcher, PushingAfterTheEndIsABug) {
   StopMatcher matcher({}, {kEos}, 1);
   EXPECT_EQ(matcher.push(kText, "a").finish, FinishReason::length);
