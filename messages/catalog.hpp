@@ -159,6 +159,8 @@ struct ProbeReport {
   X(41, ExecutorReport, 3, WhenFull::defer)             \
   X(42, Drain, 1, WhenFull::defer)                      \
   X(43, Drained, 1, WhenFull::defer)                    \
+  X(44, Tokenize, 1, WhenFull::reject)                  \
+  X(45, Tokenized, 1, WhenFull::defer)                  \
   X(48, LoadModel, 1, WhenFull::defer)                  \
   X(49, ModelLoaded, 2, WhenFull::defer)                \
   X(50, UnloadModel, 1, WhenFull::defer)                \

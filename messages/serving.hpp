@@ -176,6 +176,29 @@ struct Drained {
   MSGPACK_DEFINE(requests_served);
 };
 
+// front end -> scheduler: text into token ids, or token ids into text, with a configured model's
+// tokenizer (loaded or not), for /tokenize and /detokenize. Answered with Tokenized, by
+// correlation id.
+struct Tokenize {
+  std::string model;                // "": the server's default model
+  bool detokenize = false;          // false: text -> tokens; true: tokens -> text
+  std::string text;
+  std::vector<std::int32_t> tokens;
+  bool add_special = false;         // BOS / EOS where the vocabulary asks for them
+  bool parse_special = true;        // special tokens written in the text are those tokens
+  bool with_pieces = false;         // each token's bytes beside its id
+  MSGPACK_DEFINE(model, detokenize, text, tokens, add_special, parse_special, with_pieces);
+};
+
+struct Tokenized {
+  std::uint16_t error = 0;          // RequestError; none: the answer is below
+  std::string message;              // what was wrong
+  std::vector<std::int32_t> tokens;
+  std::vector<std::string> pieces;  // with_pieces: one per token (bytes, maybe part of a character)
+  std::string text;                 // detokenize
+  MSGPACK_DEFINE(error, message, tokens, pieces, text);
+};
+
 // ---- scheduler <-> executor -----------------------------------------------------------------
 
 // A sequence the executor has not seen: its sampler is made from these (and lives until the

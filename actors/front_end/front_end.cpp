@@ -206,16 +206,18 @@ void FrontEnd::ask_admin(Context& ctx, Caller caller, AdminQuestion question) {
     return;
   }
   const bool clear_cache = std::holds_alternative<ClearCache>(question);
-  const std::string& peer = clear_cache ? config_.cache_writer : config_.enforcer;
+  const bool to_scheduler = std::holds_alternative<Tokenize>(question);
+  const std::string& peer = clear_cache ? config_.cache_writer : to_scheduler ? config_.scheduler : config_.enforcer;
   const std::uint64_t correlation_id = ++next_correlation_id_;
   const Payload payload = std::visit([](const auto& asked) { return Payload{asked}; }, question);
   SendStatus status = ctx.send(peer, payload, SendOptions{correlation_id, 0, {}});
-  if (!went(ctx, caller, status, clear_cache ? "cache-writer" : "enforcer", peer)) return;
-  pending_admin_.emplace(correlation_id, PendingAdmin{std::move(caller), clear_cache, ctx.now_ns()});
+  if (!went(ctx, caller, status, clear_cache ? "cache-writer" : to_scheduler ? "scheduler" : "enforcer", peer)) return;
+  pending_admin_.emplace(correlation_id, PendingAdmin{std::move(caller), clear_cache, ctx.now_ns(), to_scheduler});
 }
 
 // Why this server cannot take `question` at all, or nullopt.
 std::optional<std::pair<RequestError, std::string>> FrontEnd::admin_refusal(const AdminQuestion& question) const {
+  if (std::holds_alternative<Tokenize>(question)) return std::nullopt;
   if (const auto* clear = std::get_if<ClearCache>(&question)) {
     if (config_.cache_writer.empty()) {
       return std::pair{RequestError::invalid_request, std::string("this server runs no cache-writer (no hot cache: "
@@ -306,6 +308,8 @@ void FrontEnd::on_message(Context& ctx, Message& message) {
     on_admin_answer(ctx, envelope.correlation_id, *unload);
   } else if (const auto* cleared = message.as<CacheCleared>()) {
     on_admin_answer(ctx, envelope.correlation_id, *cleared);
+  } else if (const auto* tokenized = message.as<Tokenized>()) {
+    on_admin_answer(ctx, envelope.correlation_id, *tokenized);
   } else if (const auto* error = message.as<Error>()) {
     on_runtime_error(ctx, envelope, *error);
   } else if (const auto* drain = message.as<Drain>()) {
@@ -493,16 +497,20 @@ void FrontEnd::answer_late_statuses(Context& ctx, std::int64_t now) {
   for (std::uint64_t correlation_id : late) answer_status_if_complete(ctx, pending_status_.find(correlation_id), true);
 }
 
-// An admin question fails after kAdminTimeoutNs without the enforcer's answer.
+// An admin question fails after kAdminTimeoutNs without the enforcer's answer; a Tokenize, which
+// the scheduler answers at once, after unavailable_ms.
 void FrontEnd::give_up_on_enforcer(Context& ctx, std::int64_t now) {
   for (auto it = pending_admin_.begin(); it != pending_admin_.end();) {
-    if (it->second.clear_cache || now - it->second.asked_ns <= kAdminTimeoutNs) {
+    const PendingAdmin& pending = it->second;
+    const std::int64_t limit = pending.to_scheduler ? to_ns(config_.unavailable) : kAdminTimeoutNs;
+    if (pending.clear_cache || now - pending.asked_ns <= limit) {
       ++it;
       continue;
     }
-    port_.send_error(ctx, it->second.caller, RequestError::unavailable,
-                     "the enforcer '" + config_.enforcer + "' did not answer in " +
-                         std::to_string(kAdminTimeoutNs / 1'000'000'000) + " s");
+    const std::string& peer = pending.to_scheduler ? config_.scheduler : config_.enforcer;
+    port_.send_error(ctx, pending.caller, RequestError::unavailable,
+                     std::string(pending.to_scheduler ? "the scheduler '" : "the enforcer '") + peer +
+                         "' did not answer in " + std::to_string(limit / 1'000'000) + " ms");
     it = pending_admin_.erase(it);
   }
 }

@@ -59,12 +59,14 @@ struct Caller {
   bool delimited = false;       // the connection frames messages after an empty delimiter (REQ)
 };
 
-// The questions that go to the enforcer (the model pool) or the cache-writer (ClearCache), as
+// The questions that go to the enforcer (the model pool), the cache-writer (ClearCache) or the
+// scheduler (Tokenize), as
 // they are sent; and their answers.
+// Tokenize goes to the scheduler, which has the tokenizers.
 using AdminQuestion = std::variant<messages::LoadRequest, messages::UnloadRequest, messages::ModelsQuery,
-                                   messages::ClearCache>;
+                                   messages::ClearCache, messages::Tokenize>;
 using AdminAnswer = std::variant<messages::LoadAnswer, messages::UnloadAnswer, messages::ModelsReport,
-                                 messages::CacheCleared>;
+                                 messages::CacheCleared, messages::Tokenized>;
 
 struct OpenRequest {
   Caller caller;
@@ -200,6 +202,7 @@ class FrontEnd {
     Caller caller;
     bool clear_cache = false;
     std::int64_t asked_ns = 0;
+    bool to_scheduler = false;  // a Tokenize: the scheduler's silence fails it, as it fails requests
   };
 
   using RequestIt = std::map<std::uint64_t, OpenRequest>::iterator;

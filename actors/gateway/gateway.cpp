@@ -222,9 +222,9 @@ class Gateway final : public front_end::FrontEndActor {
       }
     } else if (const auto* models = std::get_if<ModelsReport>(&answer)) {
       send_to_client(ctx, caller, cp::encode_json_event("models", caller.id, model_admin::memory_json(*models)));
-    } else {
-      const auto& cleared = std::get<CacheCleared>(answer);
-      send_to_client(ctx, caller, cp::encode_json_event("cache_cleared", caller.id, model_admin::cleared_json(cleared)));
+    } else if (const auto* cleared = std::get_if<CacheCleared>(&answer)) {
+      send_to_client(ctx, caller,
+                     cp::encode_json_event("cache_cleared", caller.id, model_admin::cleared_json(*cleared)));
     }
   }
 

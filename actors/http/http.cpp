@@ -132,6 +132,7 @@ class Http final : public front_end::FrontEndActor {
     if (const auto* unload = std::get_if<UnloadRequest>(&payload)) return *unload;
     if (const auto* models = std::get_if<ModelsQuery>(&payload)) return *models;
     if (const auto* clear = std::get_if<ClearCache>(&payload)) return *clear;
+    if (const auto* tokenize = std::get_if<Tokenize>(&payload)) return *tokenize;
     return std::nullopt;
   }
 

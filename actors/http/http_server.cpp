@@ -295,6 +295,8 @@ class HttpServer::Impl {
     server.Post(R"(/api/models/([^/]+)/unload)", guarded(&Impl::unload_model));
     server.Post("/api/hot-cache/clear", guarded(&Impl::clear_hot_cache));
     server.Post("/api/ssd-cache/clear", guarded(&Impl::clear_ssd_cache));
+    server.Post("/tokenize", guarded(&Impl::tokenize));
+    server.Post("/detokenize", guarded(&Impl::detokenize));
     server.Get("/health", [this](const httplib::Request& req, httplib::Response& res) { health(req, res); });
   }
 
@@ -331,7 +333,8 @@ class HttpServer::Impl {
     if (res.status == 404) {
       error = openai::invalid_request("Unknown request URL: " + req.method + " " + req.path.substr(0, 256) +
                                           " (this server has POST /v1/chat/completions, POST /v1/completions, GET "
-                                          "/v1/models, GET /health, GET /api/status, GET /metrics, POST "
+                                          "/v1/models, POST /tokenize, POST /detokenize, GET /health, GET "
+                                          "/api/status, GET /metrics, POST "
                                           "/api/models/{id}/load, POST /api/models/{id}/unload, POST "
                                           "/api/hot-cache/clear and POST /api/ssd-cache/clear)",
                                       std::nullopt, "unknown_url");
@@ -574,6 +577,30 @@ class HttpServer::Impl {
     }
     res.status = draining(*answer) ? 202 : 200;
     res.set_content(openai::dump(model_admin::unload_json(*answer)), "application/json");
+  }
+
+  // ---- the tokenizers -------------------------------------------------------------------------
+
+  // llama-server's /tokenize and /detokenize (and vLLM's shapes): the scheduler, which has every
+  // configured model's tokenizer, answers.
+  void tokenize(const httplib::Request& req, httplib::Response& res) const { tokenize_either(false, req, res); }
+  void detokenize(const httplib::Request& req, httplib::Response& res) const { tokenize_either(true, req, res); }
+
+  void tokenize_either(bool detokenize, const httplib::Request& req, httplib::Response& res) const {
+    auto question = openai::parse_tokenize_request(req.body, detokenize);
+    if (auto* error = std::get_if<ApiError>(&question)) {
+      reply_error(res, *error);
+      return;
+    }
+    const auto& asked = std::get<messages::Tokenize>(question);
+    auto answer = ask_admin<messages::Tokenized>(asked, res);
+    if (!answer) return;
+    auto body = openai::tokenized_json(asked, *answer);
+    if (auto* error = std::get_if<ApiError>(&body)) {
+      reply_error(res, *error);
+      return;
+    }
+    res.set_content(openai::dump(std::get<nlohmann::json>(body)), "application/json");
   }
 
   // ---- the KV prefix cache ---------------------------------------------------------------------

@@ -3,7 +3,8 @@
 // socket per request. Nothing here touches the actor's state.
 //
 // Endpoints: POST /v1/chat/completions and /v1/completions (streaming as server-sent events
-// ending in `data: [DONE]`, or not), GET /v1/models and /v1/models/{id}, GET /health,
+// ending in `data: [DONE]`, or not), GET /v1/models and /v1/models/{id}, POST /tokenize and
+// /detokenize (llama-server's), GET /health,
 // GET /api/status (JSON) and GET /metrics (Prometheus text); the admin calls POST
 // /api/models/{id}/load and /unload (the enforcer) and POST /api/hot-cache/clear and
 // /api/ssd-cache/clear (the cache-writer). With cors_origins, a browser's preflight (OPTIONS)

@@ -557,6 +557,58 @@ Check finish_draft(Endpoint endpoint, Draft& d, std::uint64_t default_seed) {
   return std::nullopt;
 }
 
+// The body as a JSON object, or the 400 that says why it is not one.
+std::variant<json, ApiError> parse_body(std::string_view body) {
+  json parsed = json::parse(body, nullptr, false);
+  if (parsed.is_discarded()) {
+    return invalid_request(
+        "We could not parse the JSON body of your request: it is not valid JSON (send a JSON object, with "
+        "Content-Type: application/json)",
+        std::nullopt, "invalid_json");
+  }
+  if (!parsed.is_object()) {
+    return invalid_request("The body of your request must be a JSON object, not " + std::string(type_name(parsed)),
+                           std::nullopt, "invalid_json");
+  }
+  return parsed;
+}
+
+// A /tokenize or /detokenize field: llama-server's names and vLLM's. add_special is left unset
+// when not given, because the two servers' defaults differ (vLLM's, whose "prompt" names its
+// style, adds them).
+Check read_tokenize_field(const std::string& key, const json& value, messages::Tokenize& question,
+                          std::optional<bool>& add_special, bool& has_input, bool& vllm_style) {
+  const bool text_side = !question.detokenize;
+  if (key == "model") {
+    if (!value.is_string()) return wrong_type(key, "a string", value);
+    question.model = value.get<std::string>();
+    if (question.model.size() > kMaxModelNameBytes) return out_of_range(key, "is too long");
+    return std::nullopt;
+  }
+  if (text_side && (key == "content" || key == "prompt")) {
+    if (!value.is_string()) return wrong_type(key, "a string", value);
+    question.text = value.get<std::string>();
+    has_input = true;
+    vllm_style = key == "prompt";
+    return std::nullopt;
+  }
+  if (!text_side && key == "tokens") {
+    if (!value.is_array()) return wrong_type(key, "an array of token ids", value);
+    has_input = true;
+    return read_token_ids(value, key, question.tokens);
+  }
+  if (text_side && (key == "add_special" || key == "add_special_tokens")) {
+    bool add = false;
+    if (auto failure = read_bool(value, key, add)) return failure;
+    add_special = add;
+    return std::nullopt;
+  }
+  if (text_side && key == "parse_special") return read_bool(value, key, question.parse_special);
+  if (text_side && key == "with_pieces") return read_bool(value, key, question.with_pieces);
+  return invalid_request("Unrecognized request argument supplied: " + key.substr(0, 64), key.substr(0, 64),
+                         "unknown_parameter");
+}
+
 // ---- rendering ------------------------------------------------------------------------------
 
 double logprob_value(float logprob) { return std::isfinite(logprob) ? static_cast<double>(logprob) : kLowestLogprob; }
@@ -565,6 +617,16 @@ json token_bytes(const std::string& piece) {
   json bytes = json::array();
   for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
   return bytes;
+}
+
+// A piece as llama-server writes it: a string when it is UTF-8 alone, else its bytes.
+json piece_json(const std::string& piece) {
+  try {
+    (void)json(piece).dump();
+    return piece;
+  } catch (const json::type_error&) {
+    return token_bytes(piece);
+  }
 }
 
 // Characters in a piece: bytes that do not continue a UTF-8 sequence.
@@ -614,20 +676,11 @@ std::string error_body(const ApiError& error) { return dump(error_json(error)); 
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(Endpoint endpoint, std::string_view body,
                                                                    std::uint64_t seed) {
-  json parsed = json::parse(body, nullptr, false);
-  if (parsed.is_discarded()) {
-    return invalid_request(
-        "We could not parse the JSON body of your request: it is not valid JSON (send a JSON object, with "
-        "Content-Type: application/json)",
-        std::nullopt, "invalid_json");
-  }
-  if (!parsed.is_object()) {
-    return invalid_request("The body of your request must be a JSON object, not " + std::string(type_name(parsed)),
-                           std::nullopt, "invalid_json");
-  }
+  auto parsed = parse_body(body);
+  if (auto* error = std::get_if<ApiError>(&parsed)) return *error;
   Draft draft;
   draft.request.endpoint = endpoint;
-  for (const auto& [key, value] : parsed.items()) {
+  for (const auto& [key, value] : std::get<json>(parsed).items()) {
     const Field* field = find_field(endpoint, key);
     if (field == nullptr) {
       return invalid_request("Unrecognized request argument supplied: " + key.substr(0, 64), key.substr(0, 64),
@@ -637,6 +690,42 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(Endpoint endp
   }
   if (auto failure = finish_draft(endpoint, draft, seed)) return *failure;
   return std::move(draft.request);
+}
+
+std::variant<messages::Tokenize, ApiError> parse_tokenize_request(std::string_view body, bool detokenize) {
+  auto parsed = parse_body(body);
+  if (auto* error = std::get_if<ApiError>(&parsed)) return *error;
+  messages::Tokenize question;
+  question.detokenize = detokenize;
+  std::optional<bool> add_special;
+  bool has_input = false, vllm_style = false;
+  for (const auto& [key, value] : std::get<json>(parsed).items()) {
+    if (auto failure = read_tokenize_field(key, value, question, add_special, has_input, vllm_style)) {
+      return *failure;
+    }
+  }
+  if (!has_input) {
+    const char* key = detokenize ? "tokens" : "content";
+    return invalid_request(std::string("'") + key + "' is missing", key, "missing_required_parameter");
+  }
+  question.add_special = add_special.value_or(vllm_style);
+  return question;
+}
+
+std::variant<json, ApiError> tokenized_json(const messages::Tokenize& question, const messages::Tokenized& answer) {
+  if (answer.error != 0) {
+    return error_for(front_end::error_final(static_cast<RequestError>(answer.error), answer.message));
+  }
+  if (question.detokenize) return json{{"content", answer.text}, {"prompt", answer.text}};
+  json tokens = json::array();
+  for (std::size_t i = 0; i < answer.tokens.size(); ++i) {
+    if (question.with_pieces && i < answer.pieces.size()) {
+      tokens.push_back({{"id", answer.tokens[i]}, {"piece", piece_json(answer.pieces[i])}});
+    } else {
+      tokens.push_back(answer.tokens[i]);
+    }
+  }
+  return json{{"tokens", std::move(tokens)}, {"count", answer.tokens.size()}};
 }
 
 ApiError error_for(const FinalEvent& final_event) {

@@ -94,6 +94,16 @@ nlohmann::json chat_logprobs(const std::vector<messages::TokenLogprobs>& logprob
 nlohmann::json completion_logprobs(const std::vector<messages::TokenLogprobs>& logprobs, int top_logprobs,
                                    std::size_t& text_offset, bool tokens_as_ids = false);
 
+// POST /tokenize and /detokenize, as llama-server takes them ({"content", "add_special",
+// "parse_special", "with_pieces"}; {"tokens"}) and vLLM does ({"prompt", "add_special_tokens"};
+// {"tokens"}), with "model" optional (the default model).
+std::variant<messages::Tokenize, ApiError> parse_tokenize_request(std::string_view body, bool detokenize);
+// {"tokens": [ids]} ({"id", "piece"} objects with with_pieces, a piece that is not UTF-8 alone
+// as its bytes), "count" beside them; detokenize: {"content", "prompt"} (llama-server's, vLLM's).
+// An error in the answer is the ApiError.
+std::variant<nlohmann::json, ApiError> tokenized_json(const messages::Tokenize& question,
+                                                     const messages::Tokenized& answer);
+
 // "data: JSON\n\n", invalid UTF-8 (a token piece that is part of a character) replaced by U+FFFD.
 std::string sse_event(const nlohmann::json& data);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";

@@ -14,6 +14,11 @@ using namespace messages;
 
 namespace {
 
+// A Tokenized answer's bytes per token at most (a msgpack integer), and what an answer may hold:
+// under the payload limit of the front end's decoder (1 MiB), with room for the rest.
+constexpr std::size_t kTokenizedBytesPerToken = 5;
+constexpr std::size_t kMaxTokenizedBytes = 900'000;
+
 // 0 when the later moment never came (a request refused before it was scheduled).
 std::int64_t elapsed(std::int64_t from_ns, std::int64_t to_ns) { return to_ns > 0 ? to_ns - from_ns : 0; }
 
@@ -33,6 +38,21 @@ TokenLogprobs with_token_texts(const model::Tokenizer& tokenizer, TokenLogprobs 
 }
 
 }  // namespace
+
+// A model by the name a front end gave: its id, an alias of one, or "" for the default.
+ServedModel* SchedulerPolicy::model_named(const std::string& name) const {
+  if (name.empty()) return default_model_;
+  auto alias = config_.aliases.find(name);
+  auto it = models_.find(alias != config_.aliases.end() ? alias->second : name);
+  return it == models_.end() ? nullptr : it->second.get();
+}
+
+std::string SchedulerPolicy::unknown_model_message(const std::string& name) const {
+  std::vector<std::string> names;
+  for (const auto& [id, model] : models_) names.push_back(id);
+  for (const auto& [alias, id] : config_.aliases) names.push_back(alias + " (" + id + ")");
+  return fmt::format("no model named '{}' here (this server has: {})", name, fmt::join(names, ", "));
+}
 
 SchedulerPolicy::SchedulerPolicy(SchedulerConfig config) : config_(std::move(config)) {
   for (const auto& [name, path] : config_.models) models_.emplace(name, read_served_model(name, path));
@@ -55,6 +75,8 @@ void SchedulerPolicy::handle(PolicyOutput& out, Message& message, std::int64_t n
     on_executor_report(ctx, *report);
   } else if (const auto* query = message.as<StatusQuery>()) {
     on_status(ctx, message, *query);
+  } else if (const auto* tokenize = message.as<Tokenize>()) {
+    on_tokenize(ctx, message, *tokenize);
   } else if (const auto* loaded = message.as<ModelLoaded>()) {
     on_model_loaded(ctx, *loaded);
   } else if (const auto* unloaded = message.as<ModelUnloaded>()) {
@@ -101,6 +123,44 @@ void SchedulerPolicy::spill_on_stop(Turn& ctx) {
     spdlog::info("{}: stopping: {} prefix pages of model {} go to the cache-writer", ctx.self(), plan.spill.size(), name);
     ctx.send(config_.executor, std::move(plan));
   }
+}
+
+// The answer goes back by correlation id, whatever it says.
+void SchedulerPolicy::on_tokenize(Turn& ctx, const Message& message, const Tokenize& question) const {
+  ctx.send(message.envelope.from, tokenized(question), {message.envelope.correlation_id, 0, {}});
+}
+
+// With the model's tokenizer, which every configured model has from its file, loaded or not.
+// An answer that would not fit a message's payload limit is refused instead.
+Tokenized SchedulerPolicy::tokenized(const Tokenize& question) const {
+  auto refuse = [](RequestError code, std::string why) {
+    return Tokenized{static_cast<std::uint16_t>(code), std::move(why), {}, {}, {}};
+  };
+  const ServedModel* m = model_named(question.model);
+  if (m == nullptr) return refuse(RequestError::unknown_model, unknown_model_message(question.model));
+  Tokenized answer;
+  if (question.detokenize) {
+    for (std::size_t i = 0; i < question.tokens.size(); ++i) {
+      if (question.tokens[i] < 0 || static_cast<std::uint32_t>(question.tokens[i]) >= m->n_vocab) {
+        return refuse(RequestError::invalid_request, fmt::format("tokens[{}] = {} is not a token id of {} (0 to {})",
+                                                                 i, question.tokens[i], m->name, m->n_vocab - 1));
+      }
+    }
+    answer.text = m->tokenizer->decode(question.tokens, model::DecodeOptions{true, true});
+    return answer;
+  }
+  answer.tokens = m->tokenizer->encode(question.text, {question.add_special, question.parse_special});
+  std::size_t bytes = answer.tokens.size() * kTokenizedBytesPerToken;
+  if (question.with_pieces) {
+    for (std::int32_t token : answer.tokens) answer.pieces.push_back(token_piece(*m->tokenizer, token));
+    for (const auto& piece : answer.pieces) bytes += piece.size();
+  }
+  if (bytes > kMaxTokenizedBytes) {
+    return refuse(RequestError::invalid_request,
+                  fmt::format("the text makes {} tokens, more than one answer may hold: tokenize it in parts",
+                              answer.tokens.size()));
+  }
+  return answer;
 }
 
 std::optional<std::string> SchedulerPolicy::prompt_for(const ServedModel& m, const Submit& submit,
@@ -177,12 +237,7 @@ void SchedulerPolicy::on_submit(Turn& ctx, const Message& message, const Submit&
     return;
   }
 
-  ServedModel* chosen = default_model_;
-  if (!submit.model.empty()) {
-    auto alias = config_.aliases.find(submit.model);
-    auto it = models_.find(alias != config_.aliases.end() ? alias->second : submit.model);
-    chosen = it == models_.end() ? nullptr : it->second.get();
-  }
+  ServedModel* chosen = model_named(submit.model);
   auto request = std::make_unique<Request>();
   Request& r = *request;
   r.model = chosen;
@@ -195,11 +250,7 @@ void SchedulerPolicy::on_submit(Turn& ctx, const Message& message, const Submit&
   by_client_.emplace(client_key, r.sequence);
 
   if (chosen == nullptr) {
-    std::vector<std::string> names;
-    for (const auto& [name, model] : models_) names.push_back(name);
-    for (const auto& [alias, id] : config_.aliases) names.push_back(alias + " (" + id + ")");
-    end_request(ctx, r.sequence, FinishReason::error, RequestError::unknown_model,
-                fmt::format("no model named '{}' here (this server has: {})", submit.model, fmt::join(names, ", ")));
+    end_request(ctx, r.sequence, FinishReason::error, RequestError::unknown_model, unknown_model_message(submit.model));
     return;
   }
   ServedModel& m = *chosen;

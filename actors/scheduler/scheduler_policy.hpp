@@ -114,6 +114,8 @@ class SchedulerPolicy {
   void on_submit(Turn& ctx, const messages::Message& message, const messages::Submit& submit);
   void on_abort(Turn& ctx, const messages::Message& message, const messages::Abort& abort);
   void on_status(Turn& ctx, const messages::Message& message, const messages::StatusQuery& query);
+  void on_tokenize(Turn& ctx, const messages::Message& message, const messages::Tokenize& question) const;
+  messages::Tokenized tokenized(const messages::Tokenize& question) const;
   void on_executor_report(Turn& ctx, const messages::ExecutorReport& report);
   void on_step_result(Turn& ctx, const messages::StepResult& result);
   void fail_step(Turn& ctx, const messages::StepPlan& plan, const messages::StepResult& result);
@@ -140,6 +142,8 @@ class SchedulerPolicy {
   void answer_drained(Turn& ctx);
   ServedModel* next_model_to_step();
 
+  ServedModel* model_named(const std::string& name) const;
+  std::string unknown_model_message(const std::string& name) const;
   // Prompt tokens for a submit, or the error that rejects it.
   std::optional<std::string> prompt_for(const ServedModel& model, const messages::Submit& submit,
                                         std::vector<std::int32_t>& prompt) const;

@@ -106,6 +106,10 @@ inline ExecutorReport sample(std::type_identity<ExecutorReport>) {
 }
 inline Drain sample(std::type_identity<Drain>) { return {true}; }
 inline Drained sample(std::type_identity<Drained>) { return {2000}; }
+inline Tokenize sample(std::type_identity<Tokenize>) {
+  return {"tiny", true, "Hi <|eot_id|>", {1, 2, 3}, true, false, true};
+}
+inline Tokenized sample(std::type_identity<Tokenized>) { return {3, "too long", {5, 6}, {"a", "\xC3"}, "ab"}; }
 inline LoadModel sample(std::type_identity<LoadModel>) { return {"llama3-8b"}; }
 inline ModelLoaded sample(std::type_identity<ModelLoaded>) {
   return {"tiny", true, "slow disk", {"tiny", 512, 16, 4096, 32000, 2 << 20}, 1ULL << 33, sample_pool(), 2'500'000'000};

@@ -2,7 +2,7 @@
 # What clients of llama-server and vLLM expect beyond OpenAI's API, against a real `mqlm serve
 # --http` of the tiny model, with curl: token ids beside the text in logprobs; CORS for the origins
 # given with --cors-origin (then for any, with *); the extension fields ignore_eos, cache_prompt and
-# chat_template_kwargs.
+# chat_template_kwargs; /tokenize and /detokenize.
 # Usage: api_extensions_test.sh MQLM_BINARY WORK_DIR
 set -uo pipefail
 mqlm=$1
@@ -43,10 +43,9 @@ status=$(call /v1/chat/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny
   "$dir/body" >/dev/null || fail "chat's logprobs lack the token ids"
 
 # ---- extension fields ----
-# The tiny model's vocabulary ends with five special tokens, <|end_of_text|> (EOS) the second: a
-# bias makes it the first token, which ends the completion unless ignore_eos.
-vocab=$(sed -n 's/.*vocab \([0-9]*\).*/\1/p' "$dir/make.log")
-eos=$((vocab - 4))
+# A bias makes EOS (<|end_of_text|>, its id from /tokenize) the first token, which ends the
+# completion unless ignore_eos.
+eos=$(curl -s "${auth[@]}" "$http_url/tokenize" -d '{"content": "<|end_of_text|>"}' | jq '.tokens[0]')
 eos_first="\"logit_bias\": {\"$eos\": 100}, \"model\": \"tiny\", \"prompt\": \"x\", \"max_tokens\": 5"
 status=$(call /v1/completions "${auth[@]}" "${json[@]}" -d "{$eos_first, \"logprobs\": 0}")
 [[ $status == 200 ]] && jq -e --argjson eos "$eos" '.choices[0].finish_reason == "stop"
@@ -58,6 +57,40 @@ status=$(call /v1/chat/completions "${auth[@]}" "${json[@]}" -d '{"model": "tiny
   "messages": [{"role": "user", "content": "Hi"}], "cache_prompt": true,
   "chat_template_kwargs": {"enable_thinking": false}}')
 [[ $status == 200 ]] || fail "cache_prompt and chat_template_kwargs are refused ($status)"
+
+# ---- /tokenize and /detokenize ----
+text="Once upon a time"
+[[ $(call /tokenize -d "{\"content\": \"$text\"}") == 401 ]] || fail "/tokenize without the key is not 401"
+[[ $(call /tokenize "${auth[@]}" -d "{\"content\": \"$text\", \"with_pieces\": true}") == 200 ]] &&
+  jq -e --arg text "$text" '.count == (.tokens | length) and .count > 1
+    and all(.tokens[]; (.id | type) == "number") and ([.tokens[].piece] | add) == $text' "$dir/body" >/dev/null ||
+  fail "/tokenize with pieces"
+ids=$(jq -c '[.tokens[].id]' "$dir/body")
+[[ $(call /detokenize "${auth[@]}" -d "{\"tokens\": $ids}") == 200 ]] &&
+  jq -e --arg text "$text" '.content == $text and .prompt == $text' "$dir/body" >/dev/null ||
+  fail "/detokenize does not give the text back"
+# add_special: BOS in front, as a completion's prompt has it; vLLM's shape adds it unless asked not to.
+call /tokenize "${auth[@]}" -d "{\"content\": \"$text\", \"add_special\": true}" >/dev/null
+jq -e --argjson ids "$ids" '.tokens[1:] == $ids and (.tokens[0] | IN($ids[]) | not)' "$dir/body" >/dev/null ||
+  fail "add_special does not put BOS in front"
+with_bos=$(jq -c .tokens "$dir/body")
+call /tokenize "${auth[@]}" -d "{\"model\": \"tiny\", \"prompt\": \"$text\"}" >/dev/null
+jq -e --argjson t "$with_bos" '.tokens == $t and .count == ($t | length)' "$dir/body" >/dev/null ||
+  fail "vLLM's /tokenize shape"
+call /v1/completions "${auth[@]}" "${json[@]}" \
+  -d "{\"model\": \"tiny\", \"prompt\": \"$text\", \"max_tokens\": 1}" >/dev/null
+jq -e --argjson t "$with_bos" '.usage.prompt_tokens == ($t | length)' "$dir/body" >/dev/null ||
+  fail "a completion's prompt tokens are not /tokenize's count"
+# Special tokens written in the text are tokens, unless parse_special is false.
+call /tokenize "${auth[@]}" -d '{"content": "<|end_of_text|>", "parse_special": false}' >/dev/null
+jq -e --argjson eos "$eos" '(.tokens | length) > 1 and (.tokens | index($eos)) == null' "$dir/body" >/dev/null &&
+  [[ $eos =~ ^[0-9]+$ ]] || fail "parse_special false still parses <|end_of_text|> (EOS $eos)"
+[[ $(call /detokenize "${auth[@]}" -d '{"tokens": [99999999]}') == 400 ]] &&
+  jq -e '.error.message | test("not a token id")' "$dir/body" >/dev/null || fail "/detokenize of an unknown id"
+[[ $(call /tokenize "${auth[@]}" -d '{"content": "x", "model": "nope"}') == 404 ]] ||
+  fail "/tokenize for an unknown model is not 404"
+[[ $(call /tokenize "${auth[@]}" -d '{"text": "x"}') == 400 ]] &&
+  jq -e '.error.param == "text"' "$dir/body" >/dev/null || fail "/tokenize with an unknown field is not 400"
 
 # ---- CORS ----
 # A browser's preflight goes without the key; the answer lets its real request through.

@@ -247,6 +247,67 @@ TEST(OpenAiRequest, CommonExtensionFieldsAreAccepted) {
                   .submit.sampling.ignore_eos);
 }
 
+messages::Tokenize tokenize_ok(std::string_view body, bool detokenize) {
+  auto parsed = parse_tokenize_request(body, detokenize);
+  if (auto* error = std::get_if<ApiError>(&parsed)) {
+    ADD_FAILURE() << "refused: " << error->message;
+    return {};
+  }
+  return std::get<messages::Tokenize>(std::move(parsed));
+}
+
+// llama-server's shape adds no BOS unless asked; vLLM's ("prompt") adds it unless asked not to.
+TEST(TokenizeRequest, LlamaServersAndVllmsShapesWithTheirDefaults) {
+  auto llama = tokenize_ok(R"({"content": "hi", "with_pieces": true, "parse_special": false})", false);
+  EXPECT_EQ(llama.text, "hi");
+  EXPECT_FALSE(llama.add_special);
+  EXPECT_FALSE(llama.parse_special);
+  EXPECT_TRUE(llama.with_pieces);
+  EXPECT_TRUE(llama.model.empty());
+  auto vllm = tokenize_ok(R"({"model": "tiny", "prompt": "hi"})", false);
+  EXPECT_TRUE(vllm.add_special);
+  EXPECT_EQ(vllm.model, "tiny");
+  EXPECT_FALSE(tokenize_ok(R"({"prompt": "hi", "add_special_tokens": false})", false).add_special);
+  auto back = tokenize_ok(R"({"tokens": [1, 2, 3]})", true);
+  EXPECT_TRUE(back.detokenize);
+  EXPECT_EQ(back.tokens, (std::vector<std::int32_t>{1, 2, 3}));
+}
+
+TEST(TokenizeRequest, BadBodiesNameTheField) {
+  auto param = [](std::string_view body, bool detokenize) {
+    auto parsed = parse_tokenize_request(body, detokenize);
+    auto* error = std::get_if<ApiError>(&parsed);
+    return error != nullptr && error->status == 400 ? error->param.value_or("(none)") : "(accepted)";
+  };
+  EXPECT_EQ(param(R"({})", false), "content");
+  EXPECT_EQ(param(R"({"content": 5})", false), "content");
+  EXPECT_EQ(param(R"({"content": "x", "with_pieces": "yes"})", false), "with_pieces");
+  EXPECT_EQ(param(R"({"content": "x", "tokens": [1]})", false), "tokens");  // /detokenize's field
+  EXPECT_EQ(param(R"({"tokens": [1, -2]})", true), "tokens[1]");
+  EXPECT_EQ(param(R"({"tokens": "1 2"})", true), "tokens");
+  EXPECT_EQ(param(R"({"content": "x"})", true), "content");
+  EXPECT_EQ(param("[1]", true), "(none)");
+}
+
+TEST(TokenizeAnswer, PiecesAreTextOrBytesAndErrorsMapAsFinalsDo) {
+  messages::Tokenize question;
+  question.with_pieces = true;
+  messages::Tokenized answer{0, "", {7, 8}, {"ab", "\xC3"}, ""};
+  auto body = tokenized_json(question, answer);
+  ASSERT_TRUE(std::holds_alternative<json>(body));
+  EXPECT_EQ(std::get<json>(body), json::parse(R"({"count": 2, "tokens": [{"id": 7, "piece": "ab"},
+                                                                         {"id": 8, "piece": [195]}]})"));
+  question.with_pieces = false;
+  EXPECT_EQ(std::get<json>(tokenized_json(question, answer))["tokens"], json({7, 8}));
+  question.detokenize = true;
+  answer.text = "ab";
+  EXPECT_EQ(std::get<json>(tokenized_json(question, answer)), json::parse(R"({"content": "ab", "prompt": "ab"})"));
+  answer.error = static_cast<std::uint16_t>(RequestError::unknown_model);
+  auto failed = tokenized_json(question, answer);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(failed));
+  EXPECT_EQ(std::get<ApiError>(failed).status, 404);
+}
+
 TEST(OpenAiRequest, DeeplyNestedJsonIsRefusedWithoutCrashing) {
   std::string body(200'000, '[');
   body += std::string(200'000, ']');
