@@ -10,7 +10,8 @@ packages=(
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-zmq python3-msgpack
-  libcpp-httplib-dev jq curl python3-prometheus-client
+  libboost-dev  # Boost.Beast and Asio (header-only): the HTTP server
+  libcpp-httplib-dev jq curl python3-prometheus-client  # cpp-httplib: the http actor tests' client
   file  # cpack -G DEB finds the binaries to list their libraries' packages with it (tools.install)
 )
 # The http tests drive the server with the `openai` npm package (installed by the tests with

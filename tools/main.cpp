@@ -1,10 +1,13 @@
 // mqlm: an LLM inference server whose parts are actors talking over ZeroMQ.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include <spdlog/cfg/env.h>
 #include <spdlog/spdlog.h>
@@ -26,12 +29,24 @@ std::vector<std::string> arguments_for_parse(int argc, char** argv) {
   return arguments;
 }
 
+// Every HTTP connection and ZeroMQ socket takes a file descriptor, and many systems start
+// processes with a soft limit of 1,024 where the hard limit allows far more: a server takes what
+// it is allowed.
+void raise_open_file_limit() {
+  constexpr rlim_t kEnough = 1 << 20;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= std::min(limit.rlim_max, kEnough)) return;
+  limit.rlim_cur = std::min(limit.rlim_max, kEnough);
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) spdlog::debug("the open file limit stays where it was");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(spdlog::level::warn);
   spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug and the like
+  raise_open_file_limit();
 
   CLI::App app{"mqlm: an LLM inference server built from actors that talk over ZeroMQ"};
   app.require_subcommand(1);

@@ -202,7 +202,8 @@ void parse_listen(const std::string& text, HttpServerConfig& server) {
 std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   check_option_names("http", options,
                      {"listen", "scheduler", "enforcer", "cache_writer", "api_key", "cors_origins", "max_body_bytes",
-                      "max_requests", "threads", "keepalive_ms", "heartbeat_ms", "unavailable_ms"});
+                      "max_requests", "threads", "max_connections", "keepalive_ms", "heartbeat_ms",
+                      "unavailable_ms"});
   HttpServerConfig server;
   parse_listen(text_option(options, "listen", "127.0.0.1:8080"), server);
   constexpr std::uint64_t kLongestMs = 3'600'000;
@@ -220,6 +221,7 @@ std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   server.max_body_bytes =
       number_option("http", options, "max_body_bytes", server.max_body_bytes, 1024, front_end::kMaxRequestBytes);
   server.threads = number_option("http", options, "threads", server.threads, 1, 4096);
+  server.max_connections = number_option("http", options, "max_connections", server.max_connections, 128, 1'000'000);
   server.sse_keepalive = front_end::milliseconds_option("http", options, "keepalive_ms", server.sse_keepalive, kLongestMs);
   return std::make_unique<Http>(std::move(server), std::move(core));
 }

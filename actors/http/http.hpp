@@ -1,4 +1,4 @@
-// The http actor: the OpenAI API over HTTP (cpp-httplib), the second adapter to the front end's
+// The http actor: the OpenAI API over HTTP (Boost.Beast), the second adapter to the front end's
 // core (actors/front_end), beside the gateway: the core owns the request table, the scheduler's
 // liveness, Drain and the status / admin / clear-cache fan-outs, so the scheduler cannot tell the
 // front ends apart. The HTTP server's handler threads reach the actor only through an inproc
@@ -17,7 +17,9 @@
 //   max_body_bytes=N     larger request bodies get 413; default and most 1000000 (the scheduler
 //                        decodes Submits of up to 1 MiB)
 //   max_requests=N       requests open at once; beyond, 503; default 4096
-//   threads=N            HTTP connections served at once (a streaming request holds one); default 64
+//   threads=N            requests being answered at once, most (a streaming request holds one
+//                        while it waits for its next token; idle connections hold none); default 1024
+//   max_connections=N    HTTP connections open at once; beyond, 503 and close; default 4096
 //   keepalive_ms=N       an SSE comment to a stream that was sent nothing for this long, so that
 //                        a vanished client is noticed; default 250
 //   heartbeat_ms=N       how often the scheduler is sent a Heartbeat; default 200

@@ -8,13 +8,13 @@
 #include <stdexcept>
 #include <variant>
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/front_end/events.hpp"
 #include "actors/front_end/model_admin.hpp"
 #include "actors/http/bridge.hpp"
 #include "actors/http/http_status.hpp"
+#include "actors/http/http_transport.hpp"
 #include "actors/http/openai_json.hpp"
 
 namespace mqlm::actors {
@@ -28,25 +28,13 @@ using openai::Endpoint;
 
 // How often a handler that waits for the actor looks whether the server is stopping.
 constexpr auto kPollTick = 50ms;
-// An idle keep-alive connection is closed after this long. It holds a pool thread meanwhile, and
-// stop() waits for it, so it is short.
-constexpr time_t kKeepAliveTimeoutS = 2;
 // How long a handler's last frames (its "gone") may wait to reach the actor when it closes.
 constexpr int kBridgeLingerMs = 1000;
-constexpr auto kStartTimeout = 5s;
 // A load waits for the upload (minutes for a large model from a slow disk), an unload with
 // wait=true for the model's requests to end.
 constexpr auto kAdminTimeout = 600s;
 // How long a browser may reuse a CORS preflight's answer (a day, Chromium's cap is 2 hours).
 constexpr int kCorsMaxAgeS = 86400;
-
-// httplib's Server and the one thing its handlers need beyond their request: whether it is
-// stopping (stop() invalidates the listening socket; is_running() stays true until every
-// handler has returned, so it cannot tell them).
-class StoppableServer : public httplib::Server {
- public:
-  bool stopping() const { return svr_sock_ == INVALID_SOCKET; }
-};
 
 // What the actor says about the server (bridge.hpp): the scheduler's report, the actor's figures
 // and, when the server has an enforcer that answered, its memory report.
@@ -129,7 +117,7 @@ class BridgeCall {
 // the actor.
 class SseStream {
  public:
-  SseStream(std::shared_ptr<BridgeCall> call, const StoppableServer& server, openai::StreamRenderer renderer,
+  SseStream(std::shared_ptr<BridgeCall> call, const http::Transport& server, openai::StreamRenderer renderer,
             std::deque<Message> early, std::chrono::milliseconds keepalive)
       : call_(std::move(call)),
         server_(server),
@@ -137,8 +125,8 @@ class SseStream {
         early_(std::move(early)),
         keepalive_(keepalive) {}
 
-  // httplib calls this until it returns false or the sink is done.
-  bool pump(httplib::DataSink& sink) {
+  // The transport calls this until it returns false or the sink is done.
+  bool pump(http::DataSink& sink) {
     if (!started_) {
       started_ = true;
       if (!write(sink, renderer_.start())) return false;
@@ -162,7 +150,7 @@ class SseStream {
 
  private:
   // A StatusReport (the scheduler took the request) says nothing the stream shows.
-  bool handle(httplib::DataSink& sink, Message reply) {
+  bool handle(http::DataSink& sink, Message reply) {
     if (const auto* event = reply.as<messages::TokenEvent>()) return write(sink, renderer_.tokens(*event));
     if (const auto* final_event = reply.as<messages::FinalEvent>()) {
       call_->ended();
@@ -173,7 +161,7 @@ class SseStream {
     return true;
   }
 
-  bool write(httplib::DataSink& sink, std::string_view text) {
+  bool write(http::DataSink& sink, std::string_view text) {
     if (text.empty()) return true;
     if (!sink.write(text.data(), text.size())) return false;
     last_write_ = Clock::now();
@@ -181,7 +169,7 @@ class SseStream {
   }
 
   std::shared_ptr<BridgeCall> call_;
-  const StoppableServer& server_;
+  const http::Transport& server_;
   openai::StreamRenderer renderer_;
   std::deque<Message> early_;
   std::chrono::milliseconds keepalive_;
@@ -207,7 +195,7 @@ std::int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void reply_error(httplib::Response& res, const ApiError& error) {
+void reply_error(http::Response& res, const ApiError& error) {
   res.status = error.status;
   res.set_content(openai::error_body(error), "application/json");
 }
@@ -238,80 +226,71 @@ bool starts_with_ignoring_case(std::string_view text, std::string_view prefix) {
 class HttpServer::Impl {
  public:
   Impl(zmq::context_t& context, std::string bridge, HttpServerConfig config)
-      : context_(context), bridge_(std::move(bridge)), config_(std::move(config)) {
-    const std::size_t threads = config_.threads;
-    // httplib owns the queue it is handed (its interface takes a raw pointer).
-    server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    server.set_payload_max_length(config_.max_body_bytes);
-    server.set_keep_alive_timeout(kKeepAliveTimeoutS);
-    server.set_tcp_nodelay(true);
-    // httplib's default adds SO_REUSEPORT, which would let a second server bind a taken port and
-    // share its connections; SO_REUSEADDR alone only allows rebinding after a restart.
-    server.set_socket_options([](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    });
-    server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-      spdlog::debug("http: {} {} -> {}", req.method, req.path, res.status);
-    });
-    server.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& req, httplib::Response& res) { return fill_error(req, res); }));
-    server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr thrown) {
-      std::string what = "unknown exception";
-      try {
-        if (thrown) std::rethrow_exception(thrown);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
+      : context_(context), bridge_(std::move(bridge)), config_(std::move(config)), server(transport_config(config_)) {
+    server.set_error_handler([this](const http::Request& req, http::Response& res) { fill_error(req, res); });
+    server.set_exception_handler([](const http::Request& req, http::Response& res, const std::string& what) {
       spdlog::error("http: {} {} failed: {}", req.method, req.path, what);
       reply_error(res, server_error(500, "the server failed on this request: " + what, "internal_error"));
     });
+    server.set_authorizer([this](const http::Request& req, http::Response& res) { return !authorized(req, res); });
     if (!config_.cors_origins.empty()) {
-      server.set_pre_routing_handler(
-          [this](const httplib::Request& req, httplib::Response& res) { return cors(req, res); });
+      server.set_pre_routing([this](const http::Request& req, http::Response& res) { return cors(req, res); });
     }
     route();
   }
 
-  StoppableServer server;
+ private:
+  zmq::context_t& context_;
+  std::string bridge_;
+  HttpServerConfig config_;
+
+ public:
+  http::Transport server;
 
  private:
-  using Handler = void (Impl::*)(const httplib::Request&, httplib::Response&) const;
+  using Handler = void (Impl::*)(const http::Request&, http::Response&) const;
+
+  static http::TransportConfig transport_config(const HttpServerConfig& config) {
+    http::TransportConfig transport;
+    transport.host = config.host;
+    transport.port = config.port;
+    transport.max_body_bytes = config.max_body_bytes;
+    transport.threads = config.threads;
+    transport.max_connections = config.max_connections;
+    return transport;
+  }
 
   void route() {
-    auto guarded = [this](Handler handler) {
-      return [this, handler](const httplib::Request& req, httplib::Response& res) {
-        if (authorized(req, res)) (this->*handler)(req, res);
-      };
+    auto bound = [this](Handler handler) {
+      return [this, handler](const http::Request& req, http::Response& res) { (this->*handler)(req, res); };
     };
-    server.Post("/v1/chat/completions", guarded(&Impl::chat));
-    server.Post("/v1/completions", guarded(&Impl::completions));
-    server.Get("/v1/models", guarded(&Impl::models));
-    server.Get(R"(/v1/models/(.+))", guarded(&Impl::one_model));
-    server.Get("/api/status", guarded(&Impl::status));
-    server.Get("/metrics", guarded(&Impl::metrics));
-    server.Post(R"(/api/models/([^/]+)/load)", guarded(&Impl::load_model));
-    server.Post(R"(/api/models/([^/]+)/unload)", guarded(&Impl::unload_model));
-    server.Post("/api/hot-cache/clear", guarded(&Impl::clear_hot_cache));
-    server.Post("/api/ssd-cache/clear", guarded(&Impl::clear_ssd_cache));
-    server.Post("/tokenize", guarded(&Impl::tokenize));
-    server.Post("/detokenize", guarded(&Impl::detokenize));
-    server.Get("/health", [this](const httplib::Request& req, httplib::Response& res) { health(req, res); });
+    server.Post("/v1/chat/completions", bound(&Impl::chat));
+    server.Post("/v1/completions", bound(&Impl::completions));
+    server.Get("/v1/models", bound(&Impl::models));
+    server.Get(R"(/v1/models/(.+))", bound(&Impl::one_model));
+    server.Get("/api/status", bound(&Impl::status));
+    server.Get("/metrics", bound(&Impl::metrics));
+    server.Post(R"(/api/models/([^/]+)/load)", bound(&Impl::load_model));
+    server.Post(R"(/api/models/([^/]+)/unload)", bound(&Impl::unload_model));
+    server.Post("/api/hot-cache/clear", bound(&Impl::clear_hot_cache));
+    server.Post("/api/ssd-cache/clear", bound(&Impl::clear_ssd_cache));
+    server.Post("/tokenize", bound(&Impl::tokenize));
+    server.Post("/detokenize", bound(&Impl::detokenize));
+    server.Get("/health", bound(&Impl::health), http::Access::open);
   }
 
   // CORS, before routing: a browser sends its preflight without the API key, and every answer to
   // an allowed origin (errors included, so that the page can read them) needs the header.
-  httplib::Server::HandlerResponse cors(const httplib::Request& req, httplib::Response& res) const {
+  bool cors(const http::Request& req, http::Response& res) const {
     const std::string origin = req.get_header_value("Origin");
     const auto& origins = config_.cors_origins;
     const bool any = std::find(origins.begin(), origins.end(), "*") != origins.end();
     const bool allowed = any || std::find(origins.begin(), origins.end(), origin) != origins.end();
-    if (origin.empty() || !allowed) return httplib::Server::HandlerResponse::Unhandled;
+    if (origin.empty() || !allowed) return false;
     res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
     // The answer differs by origin, so caches must not give one origin's to another.
     if (!any) res.set_header("Vary", "Origin");
-    if (req.method != "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.method != "OPTIONS") return false;
     // The headers the page asks for are allowed (OpenAI's SDKs send x-stainless-* ones), and
     // always the two an API call needs.
     std::string headers = "Authorization, Content-Type";
@@ -322,35 +301,50 @@ class HttpServer::Impl {
     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
     res.set_header("Access-Control-Allow-Headers", headers);
     res.set_header("Access-Control-Max-Age", std::to_string(kCorsMaxAgeS));
-    return httplib::Server::HandlerResponse::Handled;
+    return true;
   }
 
-  // Errors httplib answers itself (no route, a body over the limit, an unreadable request) get
-  // OpenAI's JSON too; those a handler wrote are left alone.
-  httplib::Server::HandlerResponse fill_error(const httplib::Request& req, httplib::Response& res) const {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError error = openai::invalid_request("the request could not be read", std::nullopt, "bad_request");
-    if (res.status == 404) {
-      error = openai::invalid_request("Unknown request URL: " + req.method + " " + req.path.substr(0, 256) +
-                                          " (this server has POST /v1/chat/completions, POST /v1/completions, GET "
-                                          "/v1/models, POST /tokenize, POST /detokenize, GET /health, GET "
-                                          "/api/status, GET /metrics, POST "
-                                          "/api/models/{id}/load, POST /api/models/{id}/unload, POST "
-                                          "/api/hot-cache/clear and POST /api/ssd-cache/clear)",
-                                      std::nullopt, "unknown_url");
-    } else if (res.status == 413) {
-      error = openai::invalid_request("the request body is over this server's limit of " +
-                                          std::to_string(config_.max_body_bytes) + " bytes",
-                                      std::nullopt, "request_too_large");
-    } else if (res.status >= 500) {
-      error = server_error(res.status, "the server could not answer", "internal_error");
+  // The answers the transport gives itself (no route, a body over the limit, an unreadable
+  // request) carry OpenAI's JSON too.
+  void fill_error(const http::Request& req, http::Response& res) const {
+    if (!res.body.empty()) return;
+    ApiError error = openai::invalid_request("the request could not be read as HTTP", std::nullopt, "bad_request");
+    switch (res.status) {
+      case 404:
+      case 405:
+        error = openai::invalid_request(
+            "Unknown request URL: " + req.method.substr(0, 16) + " " + req.path.substr(0, 256) +
+                " (this server has POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST "
+                "/tokenize, POST /detokenize, GET /health, GET /api/status, GET /metrics, POST "
+                "/api/models/{id}/load, POST /api/models/{id}/unload, POST /api/hot-cache/clear and POST "
+                "/api/ssd-cache/clear)",
+            std::nullopt, "unknown_url");
+        break;
+      case 408:
+        error = openai::invalid_request("the request body did not arrive in time", std::nullopt, "request_timeout");
+        break;
+      case 413:
+        error = openai::invalid_request("the request body is over this server's limit of " +
+                                            std::to_string(config_.max_body_bytes) + " bytes",
+                                        std::nullopt, "request_too_large");
+        break;
+      case 415:
+        error = openai::invalid_request("Content-Encoding " + req.get_header_value("Content-Encoding").substr(0, 64) +
+                                            " is not taken: send the body uncompressed",
+                                        std::nullopt, "unsupported_encoding");
+        break;
+      case 431:
+        error = openai::invalid_request("the request's headers are over this server's limit", std::nullopt,
+                                        "headers_too_large");
+        break;
+      default:
+        if (res.status >= 500) error = server_error(res.status, "the server could not answer", "internal_error");
     }
     error.status = res.status;
     reply_error(res, error);
-    return httplib::Server::HandlerResponse::Handled;
   }
 
-  bool authorized(const httplib::Request& req, httplib::Response& res) const {
+  bool authorized(const http::Request& req, http::Response& res) const {
     if (config_.api_key.empty()) return true;
     constexpr std::string_view kScheme = "Bearer ";
     const std::string header = req.get_header_value("Authorization");
@@ -365,9 +359,12 @@ class HttpServer::Impl {
     return false;
   }
 
-  // The next reply, or nullopt when the deadline passed or the server is stopping.
-  std::optional<Message> await(BridgeCall& call, std::optional<Clock::time_point> deadline = std::nullopt) const {
-    while (!server.stopping()) {
+  // The next reply, or nullopt when the deadline passed, the server is stopping or the client
+  // (when given) hung up: a request nobody will read is given up within a tick, and the
+  // BridgeCall's end aborts it.
+  std::optional<Message> await(BridgeCall& call, std::optional<Clock::time_point> deadline = std::nullopt,
+                               const http::Request* client = nullptr) const {
+    while (!server.stopping() && (client == nullptr || !client->connection_closed())) {
       auto wait = std::chrono::milliseconds(kPollTick);
       if (deadline) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
@@ -381,12 +378,12 @@ class HttpServer::Impl {
 
   // ---- completions ----------------------------------------------------------------------------
 
-  void chat(const httplib::Request& req, httplib::Response& res) const { complete(Endpoint::chat, req, res); }
-  void completions(const httplib::Request& req, httplib::Response& res) const {
+  void chat(const http::Request& req, http::Response& res) const { complete(Endpoint::chat, req, res); }
+  void completions(const http::Request& req, http::Response& res) const {
     complete(Endpoint::completions, req, res);
   }
 
-  void complete(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) const {
+  void complete(Endpoint endpoint, const http::Request& req, http::Response& res) const {
     auto parsed = openai::parse_completion_request(endpoint, req.body, thread_random()());
     if (auto* error = std::get_if<ApiError>(&parsed)) {
       reply_error(res, *error);
@@ -400,16 +397,16 @@ class HttpServer::Impl {
     }
     openai::ResponseIdentity identity{response_id(endpoint), unix_seconds()};
     if (request.stream) {
-      stream(std::move(call), std::move(request), std::move(identity), res);
+      stream(std::move(call), std::move(request), std::move(identity), req, res);
     } else {
-      gather(*call, request, identity, res);
+      gather(*call, request, identity, req, res);
     }
   }
 
   void gather(BridgeCall& call, const openai::CompletionRequest& request, const openai::ResponseIdentity& identity,
-              httplib::Response& res) const {
+              const http::Request& req, http::Response& res) const {
     front_end::GatheredOutput output;
-    while (auto reply = await(call)) {
+    while (auto reply = await(call, std::nullopt, &req)) {
       if (auto* event = std::get_if<messages::TokenEvent>(&reply->payload)) {
         output.append(std::move(*event));
       } else if (const auto* final_event = reply->as<messages::FinalEvent>()) {
@@ -423,7 +420,8 @@ class HttpServer::Impl {
         return;
       }
     }
-    reply_error(res, server_error(503, "the server stopped before this request finished", "shutting_down"));
+    reply_error(res, server_error(503, "the server stopped, or the client left, before this request finished",
+                                  "shutting_down"));
   }
 
   // The status line waits for the scheduler's first word on the request, so that a refusal
@@ -431,10 +429,10 @@ class HttpServer::Impl {
   // headers go out and keepalives with them. The first word is a token, the final or the
   // StatusReport that says the scheduler took the request.
   void stream(std::shared_ptr<BridgeCall> call, openai::CompletionRequest request, openai::ResponseIdentity identity,
-              httplib::Response& res) const {
+              const http::Request& req, http::Response& res) const {
     std::deque<Message> early;
     while (early.empty()) {
-      auto reply = await(*call);
+      auto reply = await(*call, std::nullopt, &req);
       if (!reply) {
         reply_error(res, server_error(503, "the server stopped before this request started", "shutting_down"));
         return;
@@ -453,14 +451,14 @@ class HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider("text/event-stream",
-                                     [sse](std::size_t, httplib::DataSink& sink) { return sse->pump(sink); });
+                                     [sse](http::DataSink& sink) { return sse->pump(sink); });
   }
 
   // ---- status ---------------------------------------------------------------------------------
 
   // The actor's status answer, or the error response already written.
   // trim: the executor trims its pool first, so the pool's figures are after the trim.
-  std::optional<StatusAnswer> ask_status(httplib::Response& res, bool trim = false) const {
+  std::optional<StatusAnswer> ask_status(http::Response& res, bool trim = false) const {
     BridgeCall call(context_, bridge_);
     if (call.ask(messages::StatusQuery{trim})) {
       const auto deadline = Clock::now() + config_.status_timeout;
@@ -487,14 +485,14 @@ class HttpServer::Impl {
     return answer.memory ? &*answer.memory : nullptr;
   }
 
-  void status(const httplib::Request& req, httplib::Response& res) const {
+  void status(const http::Request& req, http::Response& res) const {
     if (auto answer = ask_status(res, flag(req, "trim"))) {
       res.set_content(openai::dump(http_status::status_json(answer->report, answer->figures, memory_of(*answer))),
                       "application/json");
     }
   }
 
-  void metrics(const httplib::Request&, httplib::Response& res) const {
+  void metrics(const http::Request&, http::Response& res) const {
     if (auto answer = ask_status(res)) {
       res.set_content(http_status::prometheus_text(answer->report, answer->figures, memory_of(*answer)),
                       "text/plain; version=0.0.4; charset=utf-8");
@@ -506,7 +504,7 @@ class HttpServer::Impl {
   // The answer of type T to `question`, or the error response already written. An unload is
   // answered twice (draining, then its end): wait_for_end skips the first.
   template <typename T>
-  std::optional<T> ask_admin(const messages::Payload& question, httplib::Response& res,
+  std::optional<T> ask_admin(const messages::Payload& question, http::Response& res,
                              bool wait_for_end = false) const {
     BridgeCall call(context_, bridge_);
     if (call.ask(question)) {
@@ -536,7 +534,7 @@ class HttpServer::Impl {
 
   // A refusal as OpenAI's error body, with its figures beside message and code (a 507 says what
   // was needed, what could be made free, the ceiling and the pinned models).
-  static void reply_refusal(httplib::Response& res, const model_admin::Refusal& refusal, int status_override = 0) {
+  static void reply_refusal(http::Response& res, const model_admin::Refusal& refusal, int status_override = 0) {
     ApiError error = openai::error_for(front_end::error_final(refusal.code, refusal.message));
     if (status_override != 0) {
       error.status = status_override;
@@ -548,14 +546,14 @@ class HttpServer::Impl {
     res.set_content(openai::dump(body), "application/json");
   }
 
-  static bool flag(const httplib::Request& req, const std::string& name) {
+  static bool flag(const http::Request& req, const std::string& name) {
     const std::string value = req.get_param_value(name);
     return value == "1" || value == "true";
   }
 
   // 200 once loaded (evictions listed); 404 unknown; 507 does not fit, with the figures; 500 the
   // load failed.
-  void load_model(const httplib::Request& req, httplib::Response& res) const {
+  void load_model(const http::Request& req, http::Response& res) const {
     auto answer = ask_admin<messages::LoadAnswer>(messages::LoadRequest{req.matches[1]}, res);
     if (!answer) return;
     if (auto refusal = model_admin::load_refusal(*answer)) {
@@ -567,7 +565,7 @@ class HttpServer::Impl {
 
   // 202 draining (its requests end, then its memory is freed); ?wait=true: 200 once freed, with
   // the bytes; 200 when it was not loaded; ?if_idle=true: 409 while requests use it; 404 unknown.
-  void unload_model(const httplib::Request& req, httplib::Response& res) const {
+  void unload_model(const http::Request& req, http::Response& res) const {
     auto answer = ask_admin<messages::UnloadAnswer>(messages::UnloadRequest{req.matches[1], flag(req, "if_idle")}, res,
                                                     flag(req, "wait"));
     if (!answer) return;
@@ -583,10 +581,10 @@ class HttpServer::Impl {
 
   // llama-server's /tokenize and /detokenize (and vLLM's shapes): the scheduler, which has every
   // configured model's tokenizer, answers.
-  void tokenize(const httplib::Request& req, httplib::Response& res) const { tokenize_either(false, req, res); }
-  void detokenize(const httplib::Request& req, httplib::Response& res) const { tokenize_either(true, req, res); }
+  void tokenize(const http::Request& req, http::Response& res) const { tokenize_either(false, req, res); }
+  void detokenize(const http::Request& req, http::Response& res) const { tokenize_either(true, req, res); }
 
-  void tokenize_either(bool detokenize, const httplib::Request& req, httplib::Response& res) const {
+  void tokenize_either(bool detokenize, const http::Request& req, http::Response& res) const {
     auto question = openai::parse_tokenize_request(req.body, detokenize);
     if (auto* error = std::get_if<ApiError>(&question)) {
       reply_error(res, *error);
@@ -608,15 +606,15 @@ class HttpServer::Impl {
   // 200 with what was released (and what could not be, in problems); 400 when the server runs no
   // cache-writer; 503 when the cache-writer does not answer (unavailable) or its queue is full
   // (server_busy).
-  void clear_cache(messages::CacheTier tier, httplib::Response& res) const {
+  void clear_cache(messages::CacheTier tier, http::Response& res) const {
     auto answer = ask_admin<messages::CacheCleared>(messages::ClearCache{static_cast<std::uint8_t>(tier)}, res);
     if (!answer) return;
     res.set_content(openai::dump(model_admin::cleared_json(*answer)), "application/json");
   }
-  void clear_hot_cache(const httplib::Request&, httplib::Response& res) const {
+  void clear_hot_cache(const http::Request&, http::Response& res) const {
     clear_cache(messages::CacheTier::hot, res);
   }
-  void clear_ssd_cache(const httplib::Request&, httplib::Response& res) const {
+  void clear_ssd_cache(const http::Request&, http::Response& res) const {
     clear_cache(messages::CacheTier::ssd, res);
   }
 
@@ -624,7 +622,7 @@ class HttpServer::Impl {
     return unix_seconds() - answer.figures.uptime_ns / 1'000'000'000;
   }
 
-  void models(const httplib::Request&, httplib::Response& res) const {
+  void models(const http::Request&, http::Response& res) const {
     if (auto answer = ask_status(res)) {
       res.set_content(
           openai::dump(http_status::models_json(answer->report, started_unix(*answer), memory_of(*answer))),
@@ -632,7 +630,7 @@ class HttpServer::Impl {
     }
   }
 
-  void one_model(const httplib::Request& req, httplib::Response& res) const {
+  void one_model(const http::Request& req, http::Response& res) const {
     auto answer = ask_status(res);
     if (!answer) return;
     const std::string name = req.matches[1];
@@ -649,7 +647,7 @@ class HttpServer::Impl {
 
   // Open to all: 200 once the scheduler answers and its executor is ready, 503 while the
   // server drains (so that a load balancer sends new requests elsewhere).
-  void health(const httplib::Request&, httplib::Response& res) const {
+  void health(const http::Request&, http::Response& res) const {
     auto answer = ask_status(res);
     if (!answer) return;
     if (!answer->report.executor_ready) {
@@ -663,42 +661,17 @@ class HttpServer::Impl {
     res.set_content(R"({"status":"ok"})", "application/json");
   }
 
-  zmq::context_t& context_;
-  std::string bridge_;
-  HttpServerConfig config_;
 };
 
 HttpServer::HttpServer(zmq::context_t& context, std::string bridge, HttpServerConfig config)
-    : impl_(std::make_unique<Impl>(context, std::move(bridge), config)) {
-  const std::string where = config.host + ":" + std::to_string(config.port);
-  if (config.port == 0) {
-    port_ = impl_->server.bind_to_any_port(config.host);
-  } else if (impl_->server.bind_to_port(config.host, config.port)) {
-    port_ = config.port;
-  } else {
-    port_ = -1;
-  }
-  if (port_ <= 0) {
-    throw std::runtime_error("the http actor cannot listen on " + where +
-                             " (is the address taken, or not one of this host's?)");
-  }
+    : impl_(std::make_unique<Impl>(context, std::move(bridge), std::move(config))) {
+  port_ = impl_->server.bind();
 }
 
 HttpServer::~HttpServer() { stop(); }
 
-void HttpServer::start() {
-  if (thread_.joinable()) return;
-  thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
-  // stop() does nothing to a server that has not started listening, so start() waits for that.
-  const auto deadline = Clock::now() + kStartTimeout;
-  while (!impl_->server.is_running() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  if (!impl_->server.is_running()) throw std::runtime_error("the http server did not start listening");
-}
+void HttpServer::start() { impl_->server.start(); }
 
-void HttpServer::stop() {
-  if (!thread_.joinable()) return;
-  impl_->server.stop();
-  thread_.join();
-}
+void HttpServer::stop() { impl_->server.stop(); }
 
 }  // namespace mqlm::actors

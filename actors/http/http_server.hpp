@@ -1,6 +1,7 @@
-// The HTTP side of the http actor: a cpp-httplib server whose handlers run on its own threads
-// and reach the actor only through the inproc bridge (actors/http/bridge.hpp), one DEALER
-// socket per request. Nothing here touches the actor's state.
+// The HTTP side of the http actor: the OpenAI API's handlers over the transport
+// (actors/http/http_transport.hpp, Boost.Beast). The handlers run on the transport's worker
+// threads and reach the actor only through the inproc bridge (actors/http/bridge.hpp), one
+// DEALER socket per request. Nothing here touches the actor's state.
 //
 // Endpoints: POST /v1/chat/completions and /v1/completions (streaming as server-sent events
 // ending in `data: [DONE]`, or not), GET /v1/models and /v1/models/{id}, POST /tokenize and
@@ -14,7 +15,6 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <zmq.hpp>
@@ -26,7 +26,8 @@ struct HttpServerConfig {
   int port = 8080;            // 0: any free port (port() says which)
   std::string api_key;        // "": no authentication; else Authorization: Bearer KEY everywhere but /health
   std::size_t max_body_bytes = 1'000'000;
-  std::size_t threads = 64;   // connections served at once; each streaming request holds one
+  std::size_t threads = 1024;  // handlers at work at once, most (idle connections take none)
+  std::size_t max_connections = 4096;
   std::chrono::milliseconds sse_keepalive{250};  // ": keepalive" after this long without output
   std::chrono::milliseconds status_timeout{10'000};  // a status question unanswered this long: 503
   // Origins whose browser pages may call the API (CORS); "*": any; empty: no CORS headers at all.
@@ -42,17 +43,18 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Serves on a thread of its own (and its pool), returning once it accepts connections.
+  // Serves on threads of its own; connections are accepted from the constructor on and
+  // answered from here on.
   void start();
-  // Stops accepting, makes every handler give up its wait, and joins every thread. Streams still
-  // open end without [DONE]; their requests are reported gone to the actor.
+  // Stops accepting, makes every handler give up its wait, closes every connection and joins
+  // every thread. Streams still open end without [DONE]; their requests are reported gone to
+  // the actor.
   void stop();
   int port() const { return port_; }
 
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;
-  std::thread thread_;
   int port_ = 0;
 };
 
