@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <thread>
 #include <unordered_set>
+#include <variant>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -99,6 +100,17 @@ Fields query_params(std::string_view query) {
     query.remove_prefix(std::min(end + 1, query.size()));
   }
   return params;
+}
+
+// The request line and headers as a Request (the body comes later).
+template <typename Header>
+void fill_request(const Header& header, Request& req) {
+  req.method = std::string(view(header.method_string()));
+  const std::string_view target = view(header.target());
+  const std::size_t question = target.find('?');
+  req.path = percent_decoded(target.substr(0, question), false);
+  if (question != std::string_view::npos) req.params = query_params(target.substr(question + 1));
+  for (const auto& field : header) req.headers.emplace_back(view(field.name_string()), view(field.value()));
 }
 
 // Threads that run handlers, started as they are needed (up to `most`) and kept for the next.
@@ -425,12 +437,7 @@ asio::awaitable<bool> Transport::Io::serve_one(Connection& connection) {
   }
   const auto& header = exchange.head->get();
   Request& req = exchange.req;
-  req.method = std::string(view(header.method_string()));
-  const std::string_view target = view(header.target());
-  const std::size_t question = target.find('?');
-  req.path = percent_decoded(target.substr(0, question), false);
-  if (question != std::string_view::npos) req.params = query_params(target.substr(question + 1));
-  for (const auto& field : header) req.headers.emplace_back(view(field.name_string()), view(field.value()));
+  fill_request(header, req);
   req.socket = stream.socket().native_handle();
   exchange.keep_alive = header.keep_alive();
   if (gate(exchange)) co_return co_await answer(connection, exchange);
@@ -609,6 +616,29 @@ void Transport::stop() {
   if (!io_ || stopping_.exchange(true)) return;
   io_->stop();
   io_.reset();
+}
+
+std::variant<Request, int> parse_request(std::string_view raw, const TransportConfig& config) {
+  bhttp::request_parser<bhttp::string_body> parser;
+  parser.eager(true);
+  parser.header_limit(static_cast<std::uint32_t>(config.max_header_bytes));
+  parser.body_limit(config.max_body_bytes);
+  boost::system::error_code ec;
+  std::size_t used = 0;
+  while (!ec && !parser.is_done() && used < raw.size()) {
+    used += parser.put(asio::buffer(raw.data() + used, raw.size() - used), ec);
+    if (ec == bhttp::error::need_more) break;
+  }
+  if (!ec && !parser.is_done()) parser.put_eof(ec);
+  if (ec == bhttp::error::header_limit) return 431;
+  if (ec == bhttp::error::body_limit) return 413;
+  if (ec || !parser.is_done()) return 400;
+  Request req;
+  fill_request(parser.get(), req);
+  const std::string encoding = req.get_header_value("Content-Encoding");
+  if (!encoding.empty() && !same_ignoring_case(encoding, "identity")) return 415;
+  req.body = std::move(parser.get().body());
+  return req;
 }
 
 }  // namespace mqlm::actors::http

@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace mqlm::actors::http {
@@ -94,6 +95,11 @@ struct TransportConfig {
   std::chrono::milliseconds idle_timeout{60'000};    // a keep-alive connection between requests
   std::chrono::milliseconds write_timeout{30'000};   // one answer (or one streamed chunk) to go out
 };
+
+// The one request in `raw` (header and body) as the transport reads it under `config`'s limits:
+// the request, or the status it would answer instead (400, 413, 415, 431). The transport reads
+// from sockets with the same parser and limits; this is its form for fuzzers and tests.
+std::variant<Request, int> parse_request(std::string_view raw, const TransportConfig& config);
 
 enum class Access { key, open };
 
