@@ -137,6 +137,36 @@ struct StatusQuery {
   MSGPACK_DEFINE(trim);
 };
 
+// One model's requests as the scheduler ended them, whichever front end opened them.
+struct ModelOutcomes {
+  std::uint64_t finished = 0;         // ended, for any reason
+  // Ended by the server's fault (gpu, internal, unavailable, model_failed, insufficient_memory),
+  // not the client's (a bad request, an abort).
+  std::uint64_t failed = 0;
+  std::uint32_t failed_in_a_row = 0;  // the latest that failed one after another (0: the last did not)
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t completion_tokens = 0;
+  MSGPACK_DEFINE(finished, failed, failed_in_a_row, prompt_tokens, completion_tokens);
+
+  // Counts one ended request. An abort says nothing of the model's health either way.
+  void record(FinishReason finish, RequestError error, std::uint32_t prompt, std::uint32_t completion) {
+    ++finished;
+    prompt_tokens += prompt;
+    completion_tokens += completion;
+    if (finish == FinishReason::abort) return;
+    const bool servers_fault = finish == FinishReason::error &&
+                               (error == RequestError::gpu || error == RequestError::internal ||
+                                error == RequestError::unavailable || error == RequestError::model_failed ||
+                                error == RequestError::insufficient_memory);
+    if (servers_fault) {
+      ++failed;
+      ++failed_in_a_row;
+    } else if (finish != FinishReason::error) {
+      failed_in_a_row = 0;
+    }
+  }
+};
+
 struct StatusReport {
   std::vector<std::string> models;
   std::uint32_t requests = 0;   // in the request table
@@ -158,9 +188,10 @@ struct StatusReport {
   std::uint64_t restored_hot_tokens = 0;
   std::uint64_t restored_ssd_tokens = 0;
   std::uint64_t spilled_pages = 0;     // prefix pages the GPU gave up, sent to the cache-writer
+  std::map<std::string, ModelOutcomes> outcomes;  // by model, for the models requests named
   MSGPACK_DEFINE(models, requests, waiting, running, steps, finished, preemptions, computed_tokens,
                  prefix_hit_tokens, kv_pages, kv_pages_in_use, kv_pages_cached, kv_references, executor_slots,
-                 executor_ready, pool, restored_hot_tokens, restored_ssd_tokens, spilled_pages);
+                 executor_ready, pool, restored_hot_tokens, restored_ssd_tokens, spilled_pages, outcomes);
 };
 
 // Tells a front end the server is stopping: from now on new requests get shutting_down; with

@@ -277,6 +277,8 @@ class HttpServer::Impl {
     server.Post("/tokenize", bound(&Impl::tokenize));
     server.Post("/detokenize", bound(&Impl::detokenize));
     server.Get("/health", bound(&Impl::health), http::Access::open);
+    server.Get("/ready", bound(&Impl::ready), http::Access::open);
+    server.Get("/live", bound(&Impl::live), http::Access::open);
   }
 
   // CORS, before routing: a browser sends its preflight without the API key, and every answer to
@@ -315,7 +317,7 @@ class HttpServer::Impl {
         error = openai::invalid_request(
             "Unknown request URL: " + req.method.substr(0, 16) + " " + req.path.substr(0, 256) +
                 " (this server has POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST "
-                "/tokenize, POST /detokenize, GET /health, GET /api/status, GET /metrics, POST "
+                "/tokenize, POST /detokenize, GET /health, GET /ready, GET /live, GET /api/status, GET /metrics, POST "
                 "/api/models/{id}/load, POST /api/models/{id}/unload, POST /api/hot-cache/clear and POST "
                 "/api/ssd-cache/clear)",
             std::nullopt, "unknown_url");
@@ -645,22 +647,34 @@ class HttpServer::Impl {
                               "model", "model_not_found"});
   }
 
-  // Open to all: 200 once the scheduler answers and its executor is ready, 503 while the
-  // server drains (so that a load balancer sends new requests elsewhere).
-  void health(const http::Request&, http::Response& res) const {
+  // Open to all, for load balancers and supervisors. /health (llama-server's): 200 while the
+  // server takes requests, 503 while it loads, drains or every model asked for is failing.
+  // /ready: the same, or with ?model=NAME that model's readiness. /live: 200 whenever the server
+  // answers at all. Each body is health_json's picture.
+  void health(const http::Request&, http::Response& res) const { answer_health(res, Probe::ready, ""); }
+  void ready(const http::Request& req, http::Response& res) const {
+    answer_health(res, Probe::ready, req.get_param_value("model"));
+  }
+  void live(const http::Request&, http::Response& res) const { answer_health(res, Probe::live, ""); }
+
+  enum class Probe { live, ready };
+
+  void answer_health(http::Response& res, Probe probe, const std::string& model) const {
     auto answer = ask_status(res);
     if (!answer) return;
-    if (!answer->report.executor_ready) {
-      reply_error(res, server_error(503, "the model is still loading", "loading"));
-      return;
+    nlohmann::json picture = http_status::health_json(answer->report, answer->figures, memory_of(*answer));
+    bool ok = probe == Probe::live || picture["ready"].get<bool>();
+    if (!model.empty()) {
+      if (!picture["models"].contains(model)) {
+        reply_error(res, ApiError{404, "invalid_request_error", "The model '" + model.substr(0, 256) +
+                                  "' does not exist", "model", "model_not_found"});
+        return;
+      }
+      ok = picture["models"][model]["ready"].get<bool>();
     }
-    if (answer->figures.draining) {
-      reply_error(res, server_error(503, "the server is draining and takes no new requests", "shutting_down"));
-      return;
-    }
-    res.set_content(R"({"status":"ok"})", "application/json");
+    res.status = ok ? 200 : 503;
+    res.set_content(openai::dump(picture), "application/json");
   }
-
 };
 
 HttpServer::HttpServer(zmq::context_t& context, std::string bridge, HttpServerConfig config)

@@ -1,6 +1,8 @@
 #include "actors/http/http_status.hpp"
 
 #include <algorithm>
+#include <array>
+#include <tuple>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -230,6 +232,27 @@ json status_json(const StatusReport& r, const HttpFigures& f, const messages::Mo
   return out;
 }
 
+// Every request the scheduler ended, whichever front end (HTTP or ZeroMQ) opened it, by model.
+void model_outcome_families(Exposition& e, const StatusReport& r) {
+  using Figure = std::uint64_t (*)(const messages::ModelOutcomes&);
+  const std::array<std::tuple<const char*, const char*, const char*, Figure>, 5> families{{
+      {"mqlm_model_requests_total", "counter", "Requests ended, by model (both front ends).",
+       [](const messages::ModelOutcomes& o) { return o.finished; }},
+      {"mqlm_model_requests_failed_total", "counter", "Requests ended by the server's fault, by model.",
+       [](const messages::ModelOutcomes& o) { return o.failed; }},
+      {"mqlm_model_prompt_tokens_total", "counter", "Prompt tokens of ended requests, by model.",
+       [](const messages::ModelOutcomes& o) { return o.prompt_tokens; }},
+      {"mqlm_model_completion_tokens_total", "counter", "Tokens generated for ended requests, by model.",
+       [](const messages::ModelOutcomes& o) { return o.completion_tokens; }},
+      {"mqlm_model_failing", "gauge", "1 while a model's latest requests all failed by the server's fault.",
+       [](const messages::ModelOutcomes& o) { return std::uint64_t{o.failed_in_a_row >= kFailingAfter}; }},
+  }};
+  for (const auto& [name, type, help, figure] : families) {
+    e.family(name, type, help);
+    for (const auto& [model, outcomes] : r.outcomes) e.sample(name, figure(outcomes), labels("model", model));
+  }
+}
+
 std::string prometheus_text(const StatusReport& r, const HttpFigures& f, const messages::ModelsReport* memory) {
   Exposition e;
   e.family("mqlm_uptime_seconds", "gauge", "Seconds since the HTTP front end started.");
@@ -281,6 +304,8 @@ std::string prometheus_text(const StatusReport& r, const HttpFigures& f, const m
   e.single("mqlm_http_cached_prompt_tokens_total", "counter",
            "Prompt tokens of ended requests found in the prefix cache.", f.cached_tokens);
 
+  model_outcome_families(e, r);
+
   e.histogram("mqlm_http_time_to_first_token_seconds", "Time from submit to the first generated token.",
               f.ttft_seconds);
   e.histogram("mqlm_http_time_per_output_token_seconds", "Time per generated token after the first.",
@@ -307,6 +332,32 @@ std::string prometheus_text(const StatusReport& r, const HttpFigures& f, const m
     if (m.has_cache) cache_families(e, m);
   }
   return e.take();
+}
+
+json health_json(const StatusReport& report, const HttpFigures& figures, const messages::ModelsReport* memory) {
+  const bool serving = report.executor_ready && !figures.draining;
+  json models = json::object();
+  std::size_t failing = 0;
+  for (const auto& name : report.models) {
+    const auto outcome = report.outcomes.find(name);
+    const std::uint32_t in_a_row = outcome == report.outcomes.end() ? 0 : outcome->second.failed_in_a_row;
+    const bool model_failing = in_a_row >= kFailingAfter;
+    failing += model_failing ? 1 : 0;
+    models[name] = {{"ready", serving && !model_failing}, {"failing", model_failing}, {"failed_in_a_row", in_a_row}};
+  }
+  if (memory != nullptr) {
+    for (const auto& model : memory->models) {
+      if (models.contains(model.id)) {
+        models[model.id]["state"] = model_admin::state_name(static_cast<messages::ModelState>(model.state));
+      }
+    }
+  }
+  const bool all_failing = failing > 0 && failing == report.models.size();
+  const char* status = !report.executor_ready ? "loading" : figures.draining ? "draining" : all_failing ? "failing" : "ok";
+  return {{"status", status},
+          {"live", true},
+          {"ready", serving && !all_failing},
+          {"models", std::move(models)}};
 }
 
 json models_json(const StatusReport& report, std::int64_t created, const messages::ModelsReport* memory) {

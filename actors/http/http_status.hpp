@@ -60,6 +60,17 @@ nlohmann::json status_json(const messages::StatusReport& report, const HttpFigur
                            const messages::ModelsReport* memory = nullptr);
 std::string prometheus_text(const messages::StatusReport& report, const HttpFigures& figures,
                             const messages::ModelsReport* memory = nullptr);
+// A model shows as failing once this many of its latest requests failed one after another by
+// the server's fault (messages::ModelOutcomes); one that ends well clears it.
+constexpr std::uint32_t kFailingAfter = 3;
+
+// /health, /ready and /live's picture: "status" ok, loading, draining or failing (every model
+// that has been asked for is failing); "live" (the server answers); "ready" (it takes requests
+// now: its executor is ready, it is not draining, not every model is failing); and "models", each
+// configured model's ready, failing, failed_in_a_row and, with the enforcer's report, state.
+nlohmann::json health_json(const messages::StatusReport& report, const HttpFigures& figures,
+                           const messages::ModelsReport* memory = nullptr);
+
 // /v1/models, created: when this server started (Unix seconds). With the enforcer's report every
 // configured model is listed with its state, pinned and bytes; without, the scheduler's models.
 nlohmann::json models_json(const messages::StatusReport& report, std::int64_t created,

@@ -627,6 +627,7 @@ void SchedulerPolicy::end_request(Turn& ctx, std::uint64_t sequence, FinishReaso
   final.ttft_ns = elapsed(r.submitted_ns, r.first_token_ns);
   final.total_ns = ctx.now_ns() - r.submitted_ns;
   ctx.send(r.front, final, {0, r.client_request, {}});
+  if (r.model != nullptr) r.model->outcomes.record(finish, error, final.prompt_tokens, final.completion_tokens);
 
   by_client_.erase({r.front, r.client_request});
   requests_.erase(it);
@@ -653,7 +654,10 @@ void SchedulerPolicy::answer_status(Turn& ctx) {
 
 StatusReport SchedulerPolicy::status() const {
   StatusReport s;
-  for (const auto& [name, model] : models_) s.models.push_back(name);
+  for (const auto& [name, model] : models_) {
+    s.models.push_back(name);
+    if (model->outcomes.finished > 0) s.outcomes[name] = model->outcomes;
+  }
   s.requests = static_cast<std::uint32_t>(requests_.size());
   s.waiting = static_cast<std::uint32_t>(waiting_.size());
   s.running = static_cast<std::uint32_t>(running_.size());

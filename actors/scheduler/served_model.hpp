@@ -35,6 +35,7 @@ struct ServedModel {
   std::uint32_t open_requests = 0;   // in the request table
   bool load_requested = false;       // a LoadRequest to the enforcer awaits its answer
   bool drain_pending = false;        // AbortModel came: ModelDrained goes once no step of it is in flight
+  messages::ModelOutcomes outcomes;  // its requests' ends, for /health and /metrics
 
   bool served() const { return state == messages::ModelState::loaded && pages.has_value(); }
 };

@@ -378,6 +378,50 @@ TEST(PrometheusText, CacheFamiliesByTierWhenTheServerHasACacheWriter) {
 }
 
 // A status answer is the scheduler's StatusReport with the http actor's figures as its blob.
+TEST(ModelOutcomes, OnlyTheServersFaultsFailAndAGoodEndClearsTheStreak) {
+  using messages::FinishReason;
+  using messages::RequestError;
+  messages::ModelOutcomes o;
+  o.record(FinishReason::error, RequestError::model_failed, 3, 0);
+  o.record(FinishReason::error, RequestError::gpu, 3, 0);
+  o.record(FinishReason::error, RequestError::invalid_request, 3, 0);  // the client's: neither way
+  o.record(FinishReason::abort, RequestError::none, 3, 1);
+  EXPECT_EQ(o.failed_in_a_row, 2u);
+  o.record(FinishReason::error, RequestError::internal, 3, 0);
+  EXPECT_EQ(o.failed_in_a_row, 3u);
+  o.record(FinishReason::length, RequestError::none, 3, 5);
+  EXPECT_EQ(o.failed_in_a_row, 0u);
+  EXPECT_EQ(o.finished, 6u);
+  EXPECT_EQ(o.failed, 3u);
+  EXPECT_EQ(o.prompt_tokens, 18u);
+  EXPECT_EQ(o.completion_tokens, 6u);
+}
+
+TEST(HealthJson, LoadingDrainingOneFailingAndAllFailing) {
+  messages::StatusReport report;
+  report.models = {"a", "b"};
+  HttpFigures figures;
+  EXPECT_EQ(health_json(report, figures)["status"], "loading");
+  EXPECT_EQ(health_json(report, figures)["ready"], false);
+  report.executor_ready = true;
+  EXPECT_EQ(health_json(report, figures)["status"], "ok");
+  report.outcomes["a"].failed_in_a_row = kFailingAfter;
+  auto one = health_json(report, figures);
+  EXPECT_EQ(one["status"], "ok");
+  EXPECT_EQ(one["models"]["a"]["ready"], false);
+  EXPECT_EQ(one["models"]["a"]["failing"], true);
+  EXPECT_EQ(one["models"]["b"]["ready"], true);
+  report.outcomes["b"].failed_in_a_row = kFailingAfter + 4;
+  auto both = health_json(report, figures);
+  EXPECT_EQ(both["status"], "failing");
+  EXPECT_EQ(both["ready"], false);
+  EXPECT_EQ(both["live"], true);
+  figures.draining = true;
+  report.outcomes.clear();
+  EXPECT_EQ(health_json(report, figures)["status"], "draining");
+  EXPECT_EQ(health_json(report, figures)["models"]["a"]["ready"], false);
+}
+
 TEST(Bridge, StatusAnswersCarryTheFiguresAsTheirBlob) {
   HttpFigures figures;
   figures.record(finished(FinishReason::stop, 4, 0.1, 0.5));
