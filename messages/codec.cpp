@@ -115,7 +115,8 @@ std::string validate(const Abort& a) {
 
 std::string validate(const FinalEvent& f) {
   if (f.finish < 1 || f.finish > 4) return "FinalEvent.finish out of range";
-  return f.error <= 11 ? std::string{} : "FinalEvent.error out of range";
+  return f.error <= static_cast<std::uint16_t>(RequestError::forbidden) ? std::string{}
+                                                                         : "FinalEvent.error out of range";
 }
 
 std::string validate(const LoadAnswer& a) {

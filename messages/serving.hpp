@@ -100,6 +100,8 @@ enum class RequestError : std::uint16_t {
   malformed = 9,         // the client's frame could not be decoded (gateway only)
   insufficient_memory = 10,  // its model cannot be loaded under the memory ceiling (HTTP 507)
   model_failed = 11,     // its model could not be loaded (a bad file, a GPU error)
+  unauthorized = 12,     // the server wants an API key, and the request had none or a wrong one
+  forbidden = 13,        // an admin operation with a key that is not an admin key
 };
 
 // The last message of every request, whatever ended it.

@@ -23,6 +23,7 @@ using Clock = std::chrono::steady_clock;
 
 struct ClientOptions {
   std::string server = "tcp://127.0.0.1:5555";
+  std::string api_key;
   std::string model;
   std::string prompt;
   std::vector<std::int32_t> tokens;
@@ -67,6 +68,7 @@ GenerateRequest build_request(const ClientOptions& o) {
   if (auto error = model::validate(o.sampling)) throw CommandFailed(flag_for(error->field) + ": " + error->message, 2);
 
   GenerateRequest request;
+  request.api_key = o.api_key;
   request.id = std::int64_t{1};
   request.model = o.model;
   request.stream = !o.no_stream;
@@ -112,7 +114,9 @@ ServeEvent next_event(ServeClient& client, const ClientOptions& o) {
 
 void print_status(const ClientOptions& o) {
   ServeClient client = connect(o);
-  if (!client.send_status()) throw CommandFailed("cannot queue the status request");
+  if (!client.send_status(StatusRequest{std::nullopt, false, o.api_key})) {
+    throw CommandFailed("cannot queue the status request");
+  }
   // Anything else on a fresh connection is not for us; the status event is what is waited for.
   while (true) {
     ServeEvent event = next_event(client, o);
@@ -200,6 +204,7 @@ void add_client_command(CLI::App& app) {
   auto o = std::make_shared<ClientOptions>();
   auto* cmd = app.add_subcommand("client", "send one request to a running `mqlm serve` and print what comes back");
   cmd->add_option("--server", o->server, "the server's address")->capture_default_str();
+  cmd->add_option("--api-key", o->api_key, "the server's API key, when it was given one")->envname("MQLM_API_KEY");
   cmd->add_option("--model", o->model, "a model the server serves (default: its default)");
   o->prompt_option = cmd->add_option("-p,--prompt", o->prompt, "the prompt, as text");
   o->tokens_option = cmd->add_option("--tokens", o->tokens, "the prompt as token ids: 1,2,3")->delimiter(',');

@@ -93,8 +93,9 @@ std::string to_string(const msgpack::sbuffer& buffer) { return std::string(buffe
 std::string encode_generate(const GenerateRequest& r) {
   msgpack::sbuffer buffer;
   Packer p(buffer);
-  p.pack_map(4 + sampling_keys(r.sampling) + (r.model.empty() ? 0 : 1));
+  p.pack_map(4 + sampling_keys(r.sampling) + (r.model.empty() ? 0 : 1) + (r.api_key.empty() ? 0 : 1));
   p.pack("op"), p.pack("generate");
+  if (!r.api_key.empty()) p.pack("api_key"), p.pack(r.api_key);
   p.pack("id"), pack_id(p, r.id);
   if (!r.model.empty()) p.pack("model"), p.pack(r.model);
   pack_prompt(p, r.prompt);
@@ -103,11 +104,12 @@ std::string encode_generate(const GenerateRequest& r) {
   return to_string(buffer);
 }
 
-std::string encode_abort(const RequestId& id) {
+std::string encode_abort(const RequestId& id, const std::string& api_key) {
   msgpack::sbuffer buffer;
   Packer p(buffer);
-  p.pack_map(2);
+  p.pack_map(2 + (api_key.empty() ? 0 : 1));
   p.pack("op"), p.pack("abort");
+  if (!api_key.empty()) p.pack("api_key"), p.pack(api_key);
   p.pack("id"), pack_id(p, id);
   return to_string(buffer);
 }
@@ -115,8 +117,9 @@ std::string encode_abort(const RequestId& id) {
 std::string encode_status(const StatusRequest& r) {
   msgpack::sbuffer buffer;
   Packer p(buffer);
-  p.pack_map(1 + (r.id ? 1 : 0) + (r.trim ? 1 : 0));
+  p.pack_map(1 + (r.id ? 1 : 0) + (r.trim ? 1 : 0) + (r.api_key.empty() ? 0 : 1));
   p.pack("op"), p.pack("status");
+  if (!r.api_key.empty()) p.pack("api_key"), p.pack(r.api_key);
   if (r.id) p.pack("id"), pack_id(p, *r.id);
   if (r.trim) p.pack("trim"), p.pack(true);
   return to_string(buffer);
@@ -393,7 +396,9 @@ bool ServeClient::send(const std::string& frame) {
 }
 
 bool ServeClient::send_generate(const GenerateRequest& request) { return send(encode_generate(request)); }
-bool ServeClient::send_abort(const RequestId& id) { return send(encode_abort(id)); }
+bool ServeClient::send_abort(const RequestId& id, const std::string& api_key) {
+  return send(encode_abort(id, api_key));
+}
 bool ServeClient::send_status(const StatusRequest& request) { return send(encode_status(request)); }
 
 Received ServeClient::receive(std::chrono::milliseconds timeout) {

@@ -45,16 +45,18 @@ struct GenerateRequest {
   // Sent in full (every field, defaults too), so a request says what it asked for whatever the
   // server's defaults are.
   model::SamplingParams sampling;
+  std::string api_key;  // "": none sent
 };
 
 struct StatusRequest {
   std::optional<RequestId> id;  // echoed by the status event
   bool trim = false;            // the executor trims its buffer pool first
+  std::string api_key;          // "": none sent
 };
 
 // One msgpack map each, as sent in one frame.
 std::string encode_generate(const GenerateRequest& request);
-std::string encode_abort(const RequestId& id);
+std::string encode_abort(const RequestId& id, const std::string& api_key = {});
 std::string encode_status(const StatusRequest& request);
 
 enum class EventKind { token, final, error, status };
@@ -124,7 +126,7 @@ class ServeClient {
 
   // False when the request could not be queued (ZeroMQ's send queue is full).
   [[nodiscard]] bool send_generate(const GenerateRequest& request);
-  [[nodiscard]] bool send_abort(const RequestId& id);
+  [[nodiscard]] bool send_abort(const RequestId& id, const std::string& api_key = {});
   [[nodiscard]] bool send_status(const StatusRequest& request = {});
 
   // The next event, waiting at most `timeout`. Keepalive frames are skipped without extending

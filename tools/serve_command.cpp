@@ -71,7 +71,9 @@ struct ServeOptions {
   std::string http;     // HOST:PORT of the http actor (--http, or --host and --port)
   std::string host;     // --host, --port: the http actor's address the llama-server way
   int port = -1;        // -1: not given
-  std::string api_key;  // the http actor's; "" : none
+  std::string api_key;  // both front ends'; "" : none
+  std::vector<std::string> admin_api_keys;  // keys that may also load, unload and clear caches
+  bool insecure = false;  // no warning for a front end beyond loopback without keys
   std::vector<std::string> cors_origins;  // the http actor's CORS origins, or "*"; empty: no CORS
   std::vector<std::string> run;  // empty: the back end and the front ends asked for (choose_front_ends)
   std::vector<std::string> addresses;
@@ -260,6 +262,18 @@ void settle_context(ServeOptions& o) {
   if (o.ctx_size > 0) o.kv_pages = (o.ctx_size + o.page_size - 1) / o.page_size;
 }
 
+// The gateway's and the http actor's: where they listen, their keys, CORS.
+void add_front_end_options(const ServeOptions& o, std::map<std::string, ActorOptions>& options) {
+  // A backend process that dies is noticed within about 0.6 s: clients hear within a second.
+  options["gateway"] = {{"listen", o.listen}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
+  options["http"] = {{"listen", o.http}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
+  for (const char* kind : {"gateway", "http"}) {
+    if (!o.api_key.empty()) options[kind]["api_key"] = o.api_key;
+    if (!o.admin_api_keys.empty()) options[kind]["admin_api_keys"] = fmt::format("{}", fmt::join(o.admin_api_keys, ","));
+  }
+  if (!o.cors_origins.empty()) options["http"]["cors_origins"] = fmt::format("{}", fmt::join(o.cors_origins, ","));
+}
+
 NodeConfig serve_config(const ServeOptions& o) {
   NodeConfig config;
   add_addresses(config.topology, o.addresses, "scheduler=ipc:///tmp/mqlm-scheduler");
@@ -310,11 +324,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   const bool enforcer_elsewhere = std::any_of(o.addresses.begin(), o.addresses.end(),
                                               [](const std::string& a) { return a.starts_with("enforcer="); });
   if (runs(o, "enforcer") || enforcer_elsewhere) options["scheduler"]["enforcer"] = "enforcer";
-  // A backend process that dies is noticed within about 0.6 s: clients hear within a second.
-  options["gateway"] = {{"listen", o.listen}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
-  options["http"] = {{"listen", o.http}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
-  if (!o.api_key.empty()) options["http"]["api_key"] = o.api_key;
-  if (!o.cors_origins.empty()) options["http"]["cors_origins"] = fmt::format("{}", fmt::join(o.cors_origins, ","));
+  add_front_end_options(o, options);
   // Admin requests and the memory picture go to the enforcer.
   for (const char* kind : {"gateway", "http"}) {
     if (runs(o, "enforcer") || enforcer_elsewhere) options[kind]["enforcer"] = "enforcer";
@@ -372,10 +382,31 @@ std::string start_failure_advice(const ServeOptions& o, const std::string& what)
   return what;
 }
 
+// An address other than loopback reaches beyond this machine: without keys, anyone there may
+// generate, load, unload and clear. Said loudly at start unless --insecure.
+void warn_if_open(const ServeOptions& o) {
+  if (o.insecure || !o.api_key.empty() || !o.admin_api_keys.empty()) return;
+  auto beyond_loopback = [](std::string_view host) {
+    return !(host.starts_with("127.") || host == "localhost" || host == "::1" || host == "[::1]");
+  };
+  std::vector<std::string> open;
+  if (runs(o, "http") && beyond_loopback(o.http.substr(0, o.http.rfind(':')))) open.push_back("http://" + o.http);
+  if (runs(o, "gateway") && o.listen.starts_with("tcp://")) {
+    const std::string host = o.listen.substr(6, o.listen.rfind(':') - 6);
+    if (beyond_loopback(host)) open.push_back(o.listen);
+  }
+  if (open.empty()) return;
+  spdlog::warn("WARNING: {} can be reached beyond this machine and takes no API key: anyone who can connect may "
+               "generate, load and unload models and clear caches. Give --api-key (and --admin-api-key), or "
+               "--insecure to serve so on purpose.",
+               fmt::join(open, " and "));
+}
+
 void serve(ServeOptions o) {
   check_run(o);
   settle_models(o);
   choose_front_ends(o);
+  warn_if_open(o);
   settle_context(o);
   NodeConfig config = serve_config(o);
   std::vector<std::string> front_ends;
@@ -456,9 +487,21 @@ void add_front_end_flags(CLI::App* cmd, ServeOptions& o) {
                                "is given)");
   cmd->add_option("--host", o.host, "the HTTP API's address (default 127.0.0.1)")->excludes(http);
   cmd->add_option("--port", o.port, "the HTTP API's port (default 8080)")->excludes(http)->check(CLI::Range(0, 65535));
+  auto no_commas = [](const std::string& key) {
+    if (key.find(',') != std::string::npos) throw CLI::ValidationError("an API key holds no commas");
+  };
   cmd->add_option("--api-key", o.api_key,
-                  "the HTTP API's key: clients send Authorization: Bearer KEY (all endpoints but /health)")
-      ->envname("MQLM_API_KEY");
+                  "the server's key: HTTP clients send Authorization: Bearer KEY (every endpoint but /health, /ready "
+                  "and /live), ZeroMQ clients \"api_key\"")
+      ->envname("MQLM_API_KEY")
+      ->each(no_commas);
+  cmd->add_option("--admin-api-key", o.admin_api_keys,
+                  "a key that may also load and unload models and clear caches (repeatable); once one is given, "
+                  "only these may")
+      ->each(no_commas);
+  cmd->add_flag("--insecure", o.insecure,
+                "serve beyond this machine (a --host or --listen address other than loopback) without API keys, "
+                "and without the warning");
   cmd->add_option("--cors-origin", o.cors_origins,
                   "let browser pages from this origin (such as http://localhost:3000) call the HTTP API; "
                   "repeatable, or * for any")

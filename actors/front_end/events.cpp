@@ -18,6 +18,8 @@ std::string_view error_code_name(RequestError code) {
     case RequestError::malformed: return "malformed";
     case RequestError::insufficient_memory: return "insufficient_memory";
     case RequestError::model_failed: return "model_failed";
+    case RequestError::unauthorized: return "unauthorized";
+    case RequestError::forbidden: return "forbidden";
   }
   return "internal";
 }

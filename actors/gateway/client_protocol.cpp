@@ -502,9 +502,20 @@ std::string to_string(const msgpack::sbuffer& buffer) { return std::string(buffe
 
 double to_ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
+// Takes "api_key" out of `entries`, into `key`: a failure when it is there but unusable.
+std::optional<Failure> take_api_key(Entries& entries, std::string& key) {
+  if (entries.is_repeated("api_key")) return malformed("the key 'api_key' appears twice");
+  auto it = std::find_if(entries.items.begin(), entries.items.end(),
+                         [](const auto& item) { return item.first == "api_key"; });
+  if (it == entries.items.end()) return std::nullopt;
+  if (auto failure = read_string(*it->second, "api_key", kMaxApiKeyBytes, key)) return failure;
+  entries.items.erase(it);
+  return std::nullopt;
+}
+
 }  // namespace
 
-ClientRequest parse_request(std::span<const std::byte> frame) {
+ClientRequest parse_request(std::span<const std::byte> frame, std::string* api_key) {
   if (frame.size() > kMaxFrameBytes) {
     return problem(malformed("the frame is " + std::to_string(frame.size()) + " bytes: at most " +
                              std::to_string(kMaxFrameBytes) + " are accepted"));
@@ -522,6 +533,9 @@ ClientRequest parse_request(std::span<const std::byte> frame) {
                              std::to_string(kMaxKeys)));
   }
   Entries entries = read_entries(root);
+  std::string key;
+  std::optional<Failure> key_problem = take_api_key(entries, key);
+  if (api_key != nullptr) *api_key = std::move(key);
 
   // The id first, so that every later error can name the request it is about.
   std::optional<ClientId> id;
@@ -550,6 +564,7 @@ ClientRequest parse_request(std::span<const std::byte> frame) {
                    id);
   }
   if (id_problem) return problem(std::move(*id_problem));
+  if (key_problem) return problem(std::move(*key_problem), id, generate);
   if (!id && (generate || op == "abort")) {
     return problem(malformed("'id' is missing: " + std::string(op) + " needs one"));
   }

@@ -76,7 +76,10 @@ struct RequestProblem {
 
 using ClientRequest = std::variant<GenerateRequest, AbortRequest, StatusRequest, AdminRequest, RequestProblem>;
 
-ClientRequest parse_request(std::span<const std::byte> frame);
+// api_key, when given, receives the frame's "api_key" (a string any request may carry; "" when
+// it has none), which the parsed request leaves out.
+inline constexpr std::size_t kMaxApiKeyBytes = 256;
+ClientRequest parse_request(std::span<const std::byte> frame, std::string* api_key = nullptr);
 
 // The event encoders; each returns one frame's bytes.
 std::string encode_token_event(const ClientId& id, const messages::TokenEvent& event, bool with_logprobs);

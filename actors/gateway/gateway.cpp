@@ -12,6 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "actors/front_end/api_keys.hpp"
 #include "actors/front_end/front_end.hpp"
 #include "actors/front_end/model_admin.hpp"
 #include "actors/gateway/client_protocol.hpp"
@@ -49,7 +50,8 @@ constexpr int kStopLingerMs = 200;
 // answers become the protocol's events.
 class Gateway final : public front_end::FrontEndActor {
  public:
-  Gateway(std::string listen, front_end::FrontEndConfig core) : FrontEndActor(std::move(core)), listen_(std::move(listen)) {}
+  Gateway(std::string listen, front_end::FrontEndConfig core, front_end::ApiKeys keys)
+      : FrontEndActor(std::move(core)), listen_(std::move(listen)), keys_(std::move(keys)) {}
 
   void on_start(Context& ctx) override {
     socket_ = zmq::socket_t(live_context(ctx), zmq::socket_type::router);
@@ -131,7 +133,10 @@ class Gateway final : public front_end::FrontEndActor {
     const zmq::message_t& body = frames[body_index];
     // An empty frame is a keepalive, ours or a client's; nothing to answer.
     if (body.size() == 0) return;
-    auto request = cp::parse_request(std::span<const std::byte>(static_cast<const std::byte*>(body.data()), body.size()));
+    std::string key;
+    auto request =
+        cp::parse_request(std::span<const std::byte>(static_cast<const std::byte*>(body.data()), body.size()), &key);
+    if (auto refusal = refused(request, key)) request = std::move(*refusal);
     if (auto* generate = std::get_if<cp::GenerateRequest>(&request)) {
       start_generate(ctx, std::move(caller), std::move(*generate));
     } else if (const auto* abort = std::get_if<cp::AbortRequest>(&request)) {
@@ -146,6 +151,31 @@ class Gateway final : public front_end::FrontEndActor {
     } else {
       reject_frame(ctx, caller, std::get<cp::RequestProblem>(std::move(request)));
     }
+  }
+
+  // The request as a problem when its key does not allow it (keys_.check), as on HTTP.
+  std::optional<cp::RequestProblem> refused(const cp::ClientRequest& request, const std::string& key) const {
+    if (std::holds_alternative<cp::RequestProblem>(request)) return std::nullopt;
+    const auto* admin = std::get_if<cp::AdminRequest>(&request);
+    const bool changes_server = admin != nullptr && admin->op != cp::AdminOp::models;
+    using Verdict = front_end::ApiKeys::Verdict;
+    const Verdict verdict = keys_.check(key, changes_server);
+    if (verdict == Verdict::allowed) return std::nullopt;
+    cp::RequestProblem problem;
+    problem.generate = std::holds_alternative<cp::GenerateRequest>(request);
+    std::visit(
+        [&](const auto& r) {
+          if constexpr (requires { r.id; }) problem.id = r.id;
+        },
+        request);
+    if (verdict == Verdict::forbidden) {
+      problem.code = RequestError::forbidden;
+      problem.message = "load, unload and clear_cache take an admin key (--admin-api-key) as api_key";
+    } else {
+      problem.code = RequestError::unauthorized;
+      problem.message = key.empty() ? "this server wants an API key: send it as api_key" : "incorrect API key";
+    }
+    return problem;
   }
 
   static front_end::AdminQuestion admin_question(const cp::AdminRequest& request) {
@@ -248,6 +278,7 @@ class Gateway final : public front_end::FrontEndActor {
 
   std::string listen_;
   zmq::socket_t socket_;
+  front_end::ApiKeys keys_;
   std::uint64_t malformed_frames_ = 0;
 };
 
@@ -256,7 +287,7 @@ class Gateway final : public front_end::FrontEndActor {
 std::unique_ptr<Actor> make_gateway(const ActorOptions& options) {
   check_option_names("gateway", options,
                      {"listen", "scheduler", "enforcer", "cache_writer", "max_requests", "keepalive_ms",
-                      "heartbeat_ms", "unavailable_ms"});
+                      "heartbeat_ms", "unavailable_ms", "api_key", "api_keys", "admin_api_keys"});
   std::string listen = text_option(options, "listen", "tcp://127.0.0.1:5555");
   if (listen.find("://") == std::string::npos) {
     throw std::invalid_argument("gateway option listen=" + listen + " is not an address such as tcp://127.0.0.1:5555");
@@ -267,7 +298,7 @@ std::unique_ptr<Actor> make_gateway(const ActorOptions& options) {
   front_end::read_core_options(options, kNoLongest, core);
   core.max_pending_status = kMaxPendingStatus;
   core.keepalive = front_end::milliseconds_option("gateway", options, "keepalive_ms", kKeepalive, kNoLongest);
-  return std::make_unique<Gateway>(std::move(listen), std::move(core));
+  return std::make_unique<Gateway>(std::move(listen), std::move(core), front_end::read_api_keys(options));
 }
 
 }  // namespace mqlm::actors

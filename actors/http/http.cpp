@@ -58,7 +58,7 @@ class Http final : public front_end::FrontEndActor {
     started_ns_ = ctx.now_ns();
     core_.start(ctx);
     spdlog::info("http listening on {}:{} for scheduler '{}'{}", server_config_.host, server_->port(),
-                 core_.config().scheduler, server_config_.api_key.empty() ? "" : " (API key required)");
+                 core_.config().scheduler, server_config_.keys.any() ? " (API key required)" : "");
   }
 
   void on_stop(Context& ctx) override {
@@ -201,7 +201,8 @@ void parse_listen(const std::string& text, HttpServerConfig& server) {
 
 std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   check_option_names("http", options,
-                     {"listen", "scheduler", "enforcer", "cache_writer", "api_key", "cors_origins", "max_body_bytes",
+                     {"listen", "scheduler", "enforcer", "cache_writer", "api_key", "api_keys", "admin_api_keys",
+                      "cors_origins", "max_body_bytes",
                       "max_requests", "threads", "max_connections", "keepalive_ms", "heartbeat_ms",
                       "unavailable_ms"});
   HttpServerConfig server;
@@ -213,7 +214,7 @@ std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   // The callers' liveness is the handlers' (SSE keepalives), so the core sends none; a handler
   // commits to a 200 once the scheduler took its request.
   core.confirm_acceptance = true;
-  server.api_key = text_option(options, "api_key", "");
+  server.keys = front_end::read_api_keys(options);
   const std::string origins = text_option(options, "cors_origins", "");
   for (std::string_view origin : split_option(origins, ',')) {
     if (!origin.empty()) server.cors_origins.emplace_back(origin);

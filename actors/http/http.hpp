@@ -13,7 +13,10 @@
 //   scheduler=NAME       the scheduler actor; default scheduler
 //   enforcer=NAME        the memory enforcer; default none (no admin endpoints, no memory in status)
 //   cache_writer=NAME    the KV prefix cache's cache-writer; default none (the clears answer 400)
-//   api_key=KEY          when set, every endpoint but /health wants Authorization: Bearer KEY
+//   api_key=KEY, api_keys=K1,K2, admin_api_keys=K1,K2
+//                        when any is set, every endpoint but /health, /ready and /live wants
+//                        Authorization: Bearer KEY; with admin keys, only they may load, unload
+//                        and clear caches
 //   max_body_bytes=N     larger request bodies get 413; default and most 1000000 (the scheduler
 //                        decodes Submits of up to 1 MiB)
 //   max_requests=N       requests open at once; beyond, 503; default 4096

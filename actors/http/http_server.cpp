@@ -204,13 +204,6 @@ ApiError server_error(int status, std::string message, std::string code) {
   return ApiError{status, "server_error", std::move(message), std::nullopt, std::move(code)};
 }
 
-bool equal_in_constant_time(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char difference = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) difference |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return difference == 0;
-}
-
 bool starts_with_ignoring_case(std::string_view text, std::string_view prefix) {
   if (text.size() < prefix.size()) return false;
   for (std::size_t i = 0; i < prefix.size(); ++i) {
@@ -232,7 +225,9 @@ class HttpServer::Impl {
       spdlog::error("http: {} {} failed: {}", req.method, req.path, what);
       reply_error(res, server_error(500, "the server failed on this request: " + what, "internal_error"));
     });
-    server.set_authorizer([this](const http::Request& req, http::Response& res) { return !authorized(req, res); });
+    server.set_authorizer([this](const http::Request& req, http::Response& res, http::Access access) {
+      return !authorized(req, res, access == http::Access::admin);
+    });
     if (!config_.cors_origins.empty()) {
       server.set_pre_routing([this](const http::Request& req, http::Response& res) { return cors(req, res); });
     }
@@ -270,10 +265,10 @@ class HttpServer::Impl {
     server.Get(R"(/v1/models/(.+))", bound(&Impl::one_model));
     server.Get("/api/status", bound(&Impl::status));
     server.Get("/metrics", bound(&Impl::metrics));
-    server.Post(R"(/api/models/([^/]+)/load)", bound(&Impl::load_model));
-    server.Post(R"(/api/models/([^/]+)/unload)", bound(&Impl::unload_model));
-    server.Post("/api/hot-cache/clear", bound(&Impl::clear_hot_cache));
-    server.Post("/api/ssd-cache/clear", bound(&Impl::clear_ssd_cache));
+    server.Post(R"(/api/models/([^/]+)/load)", bound(&Impl::load_model), http::Access::admin);
+    server.Post(R"(/api/models/([^/]+)/unload)", bound(&Impl::unload_model), http::Access::admin);
+    server.Post("/api/hot-cache/clear", bound(&Impl::clear_hot_cache), http::Access::admin);
+    server.Post("/api/ssd-cache/clear", bound(&Impl::clear_ssd_cache), http::Access::admin);
     server.Post("/tokenize", bound(&Impl::tokenize));
     server.Post("/detokenize", bound(&Impl::detokenize));
     server.Get("/health", bound(&Impl::health), http::Access::open);
@@ -346,13 +341,21 @@ class HttpServer::Impl {
     reply_error(res, error);
   }
 
-  bool authorized(const http::Request& req, http::Response& res) const {
-    if (config_.api_key.empty()) return true;
+  bool authorized(const http::Request& req, http::Response& res, bool admin_route) const {
+    if (!config_.keys.any()) return true;
     constexpr std::string_view kScheme = "Bearer ";
     const std::string header = req.get_header_value("Authorization");
-    const bool ok = starts_with_ignoring_case(header, kScheme) &&
-                    equal_in_constant_time(std::string_view(header).substr(kScheme.size()), config_.api_key);
-    if (ok) return true;
+    const std::string_view key =
+        starts_with_ignoring_case(header, kScheme) ? std::string_view(header).substr(kScheme.size()) : "";
+    using Verdict = front_end::ApiKeys::Verdict;
+    const Verdict verdict = config_.keys.check(key, admin_route);
+    if (verdict == Verdict::allowed) return true;
+    if (verdict == Verdict::forbidden) {
+      reply_error(res, ApiError{403, "invalid_request_error",
+                                "this endpoint changes the server: it takes an admin key (--admin-api-key)",
+                                std::nullopt, "forbidden"});
+      return false;
+    }
     reply_error(res, ApiError{401, "invalid_request_error",
                               header.empty() ? "You didn't provide an API key: send it as Authorization: Bearer KEY"
                                              : "Incorrect API key provided",

@@ -19,12 +19,16 @@
 
 #include <zmq.hpp>
 
+#include "actors/front_end/api_keys.hpp"
+
 namespace mqlm::actors {
 
 struct HttpServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;            // 0: any free port (port() says which)
-  std::string api_key;        // "": no authentication; else Authorization: Bearer KEY everywhere but /health
+  // None: no authentication; else Authorization: Bearer KEY everywhere but /health, /ready and
+  // /live (and an admin key for the model pool's and the caches' endpoints, when there are any).
+  front_end::ApiKeys keys;
   std::size_t max_body_bytes = 1'000'000;
   std::size_t threads = 1024;  // handlers at work at once, most (idle connections take none)
   std::size_t max_connections = 4096;

@@ -471,7 +471,8 @@ bool Transport::Io::gate(Exchange& exchange) const {
     fail(exchange, path_known ? 405 : 404);
     return true;
   }
-  if (exchange.route->access == Access::key && owner_.authorizer_ && owner_.authorizer_(req, res)) {
+  if (exchange.route->access != Access::open && owner_.authorizer_ &&
+      owner_.authorizer_(req, res, exchange.route->access)) {
     exchange.route = nullptr;
     return true;
   }

@@ -77,10 +77,14 @@ struct Response {
   void set_chunked_content_provider(std::string content_type, ContentProvider content);
 };
 
+// Who may call a route: anyone with a key (when the server has keys), anyone, or an admin key.
+enum class Access { key, open, admin };
+
 // Fills `res` for `req`. Runs on a worker thread.
 using Handler = std::function<void(const Request& req, Response& res)>;
 // Runs on the I/O thread before the body is read: true when it answered `res` itself.
 using Gate = std::function<bool(const Request& req, Response& res)>;
+using Authorizer = std::function<bool(const Request& req, Response& res, Access access)>;
 
 struct TransportConfig {
   std::string host = "127.0.0.1";
@@ -101,8 +105,6 @@ struct TransportConfig {
 // from sockets with the same parser and limits; this is its form for fuzzers and tests.
 std::variant<Request, int> parse_request(std::string_view raw, const TransportConfig& config);
 
-enum class Access { key, open };
-
 class Transport {
  public:
   explicit Transport(TransportConfig config);
@@ -116,8 +118,8 @@ class Transport {
   // Before routing, for every request (CORS preflights): may answer, or add headers to `res`
   // that every answer to this request then carries.
   void set_pre_routing(Gate gate) { pre_routing_ = std::move(gate); }
-  // For routes with Access::key, before the body is read.
-  void set_authorizer(Gate gate) { authorizer_ = std::move(gate); }
+  // For routes that are not Access::open, before the body is read.
+  void set_authorizer(Authorizer gate) { authorizer_ = std::move(gate); }
   // Fills the body of an answer the transport gave itself (404, 413, 431, ...): res.status is
   // set and res.body empty.
   void set_error_handler(Handler handler) { error_handler_ = std::move(handler); }
@@ -149,7 +151,7 @@ class Transport {
   TransportConfig config_;
   std::vector<Route> routes_;
   Gate pre_routing_;
-  Gate authorizer_;
+  Authorizer authorizer_;
   Handler error_handler_;
   std::function<void(const Request&, Response&, const std::string&)> exception_handler_;
   std::atomic<bool> stopping_{false};

@@ -749,6 +749,9 @@ ApiError error_for(const FinalEvent& final_event) {
     case RequestError::insufficient_memory:
       return ApiError{507, "server_error", message, std::nullopt, "insufficient_memory"};
     case RequestError::model_failed: return ApiError{500, "server_error", message, std::nullopt, "model_failed"};
+    case RequestError::unauthorized:
+      return ApiError{401, "invalid_request_error", message, std::nullopt, "invalid_api_key"};
+    case RequestError::forbidden: return ApiError{403, "invalid_request_error", message, std::nullopt, "forbidden"};
     case RequestError::none:
     case RequestError::internal: break;
   }

@@ -145,7 +145,7 @@ Outcome run_one(const std::string& endpoint, const GenerateRequest& request) {
 
 nlohmann::json status(const std::string& endpoint, bool trim = false) {
   ServeClient client = connect(endpoint);
-  EXPECT_TRUE(client.send_status({std::nullopt, trim}));
+  EXPECT_TRUE(client.send_status({std::nullopt, trim, {}}));
   while (true) {
     auto received = client.receive(30s);
     if (!std::holds_alternative<ServeEvent>(received)) throw std::runtime_error("no status answer");

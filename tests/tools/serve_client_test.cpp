@@ -136,7 +136,7 @@ TEST(ServeClientEncoding, AbortAndStatus) {
   EXPECT_EQ(plain.keys.size(), 1u);
   EXPECT_EQ(plain.get<std::string>("op"), "status");
 
-  RequestMap full(encode_status({std::string("s"), true}));
+  RequestMap full(encode_status({std::string("s"), true, {}}));
   EXPECT_EQ(full.keys.size(), 3u);
   EXPECT_EQ(full.get<std::string>("id"), "s");
   EXPECT_TRUE(full.get<bool>("trim"));

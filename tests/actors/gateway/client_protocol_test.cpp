@@ -145,6 +145,30 @@ TEST(ClientProtocolTest, AbortAndStatus) {
   EXPECT_TRUE(std::get<StatusRequest>(status).trim);
 }
 
+TEST(ClientProtocolTest, AnyRequestMayCarryAnApiKeyWhichTheRequestLeavesOut) {
+  for (const json& frame : {json{{"op", "status"}, {"api_key", "k1"}},
+                            json{{"op", "abort"}, {"id", 3}, {"api_key", "k1"}},
+                            json{{"op", "unload"}, {"model", "m"}, {"api_key", "k1"}},
+                            json{{"op", "generate"}, {"id", 1}, {"prompt", "hi"}, {"api_key", "k1"}}}) {
+    auto bytes = json::to_msgpack(frame);
+    std::string key;
+    auto parsed = parse_request(std::as_bytes(std::span(bytes)), &key);
+    EXPECT_EQ(std::get_if<RequestProblem>(&parsed), nullptr) << frame.dump();
+    EXPECT_EQ(key, "k1") << frame.dump();
+  }
+  std::string key = "stale";
+  auto bytes = json::to_msgpack(json{{"op", "status"}});
+  parse_request(std::as_bytes(std::span(bytes)), &key);
+  EXPECT_EQ(key, "");
+
+  auto wrong_type = parse({{"op", "generate"}, {"id", 1}, {"prompt", "hi"}, {"api_key", 5}});
+  ASSERT_NE(std::get_if<RequestProblem>(&wrong_type), nullptr);
+  EXPECT_TRUE(std::get<RequestProblem>(wrong_type).generate);  // answered by a final, naming the key
+  EXPECT_NE(std::get<RequestProblem>(wrong_type).message.find("api_key"), std::string::npos);
+  auto too_long = parse({{"op", "status"}, {"api_key", std::string(kMaxApiKeyBytes + 1, 'k')}});
+  ASSERT_NE(std::get_if<RequestProblem>(&too_long), nullptr);
+}
+
 AdminRequest admin(const ClientRequest& parsed) {
   const auto* request = std::get_if<AdminRequest>(&parsed);
   if (request == nullptr) {
