@@ -158,9 +158,12 @@ struct StatusReport {
   std::uint64_t restored_hot_tokens = 0;
   std::uint64_t restored_ssd_tokens = 0;
   std::uint64_t spilled_pages = 0;     // prefix pages the GPU gave up, sent to the cache-writer
+  // Tokens sampled and sent to a front end, whichever protocol asked. Last in the wire form, so
+  // that recorded traces without it still read.
+  std::uint64_t generated_tokens = 0;
   MSGPACK_DEFINE(models, requests, waiting, running, steps, finished, preemptions, computed_tokens,
                  prefix_hit_tokens, kv_pages, kv_pages_in_use, kv_pages_cached, kv_references, executor_slots,
-                 executor_ready, pool, restored_hot_tokens, restored_ssd_tokens, spilled_pages);
+                 executor_ready, pool, restored_hot_tokens, restored_ssd_tokens, spilled_pages, generated_tokens);
 };
 
 // Tells a front end the server is stopping: from now on new requests get shutting_down; with

@@ -73,6 +73,7 @@ struct ServeOptions {
   int port = -1;        // -1: not given
   std::string api_key;  // the http actor's; "" : none
   std::vector<std::string> cors_origins;  // the http actor's CORS origins, or "*"; empty: no CORS
+  std::uint32_t status_sample_ms = 0;     // the status page's sampling interval; 0: the http actor's default
   std::vector<std::string> run;  // empty: the back end and the front ends asked for (choose_front_ends)
   std::vector<std::string> addresses;
   std::string device;
@@ -315,6 +316,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   options["http"] = {{"listen", o.http}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
   if (!o.api_key.empty()) options["http"]["api_key"] = o.api_key;
   if (!o.cors_origins.empty()) options["http"]["cors_origins"] = fmt::format("{}", fmt::join(o.cors_origins, ","));
+  if (o.status_sample_ms > 0) options["http"]["history_ms"] = std::to_string(o.status_sample_ms);
   // Admin requests and the memory picture go to the enforcer.
   for (const char* kind : {"gateway", "http"}) {
     if (runs(o, "enforcer") || enforcer_elsewhere) options[kind]["enforcer"] = "enforcer";
@@ -459,6 +461,9 @@ void add_front_end_flags(CLI::App* cmd, ServeOptions& o) {
   cmd->add_option("--api-key", o.api_key,
                   "the HTTP API's key: clients send Authorization: Bearer KEY (all endpoints but /health)")
       ->envname("MQLM_API_KEY");
+  cmd->add_option("--status-sample-ms", o.status_sample_ms,
+                  "how often the status page at / samples the server (it plots the last 360; default 10000)")
+      ->check(CLI::Range(10u, 3'600'000u));
   cmd->add_option("--cors-origin", o.cors_origins,
                   "let browser pages from this origin (such as http://localhost:3000) call the HTTP API; "
                   "repeatable, or * for any")

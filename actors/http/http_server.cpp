@@ -15,6 +15,7 @@
 #include "actors/front_end/model_admin.hpp"
 #include "actors/http/bridge.hpp"
 #include "actors/http/http_status.hpp"
+#include "actors/http/status_page.hpp"
 #include "actors/http/openai_json.hpp"
 
 namespace mqlm::actors {
@@ -298,6 +299,7 @@ class HttpServer::Impl {
     server.Post("/tokenize", guarded(&Impl::tokenize));
     server.Post("/detokenize", guarded(&Impl::detokenize));
     server.Get("/health", [this](const httplib::Request& req, httplib::Response& res) { health(req, res); });
+    server.Get("/", [](const httplib::Request&, httplib::Response& res) { page(res); });
   }
 
   // CORS, before routing: a browser sends its preflight without the API key, and every answer to
@@ -333,8 +335,8 @@ class HttpServer::Impl {
     if (res.status == 404) {
       error = openai::invalid_request("Unknown request URL: " + req.method + " " + req.path.substr(0, 256) +
                                           " (this server has POST /v1/chat/completions, POST /v1/completions, GET "
-                                          "/v1/models, POST /tokenize, POST /detokenize, GET /health, GET "
-                                          "/api/status, GET /metrics, POST "
+                                          "/v1/models, POST /tokenize, POST /detokenize, GET /health, GET / (the "
+                                          "status page), GET /api/status, GET /metrics, POST "
                                           "/api/models/{id}/load, POST /api/models/{id}/unload, POST "
                                           "/api/hot-cache/clear and POST /api/ssd-cache/clear)",
                                       std::nullopt, "unknown_url");
@@ -489,9 +491,16 @@ class HttpServer::Impl {
 
   void status(const httplib::Request& req, httplib::Response& res) const {
     if (auto answer = ask_status(res, flag(req, "trim"))) {
-      res.set_content(openai::dump(http_status::status_json(answer->report, answer->figures, memory_of(*answer))),
+      res.set_content(openai::dump(http_status::status_json(answer->report, answer->figures, memory_of(*answer),
+                                                            flag(req, "history"))),
                       "application/json");
     }
+  }
+
+  // The status page, without the key: its own API calls ask for it when they get 401.
+  static void page(httplib::Response& res) {
+    res.set_header("Content-Security-Policy", std::string(status_page::kContentSecurityPolicy));
+    res.set_content(std::string(status_page::html()), "text/html; charset=utf-8");
   }
 
   void metrics(const httplib::Request&, httplib::Response& res) const {
