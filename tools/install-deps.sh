@@ -12,6 +12,7 @@ packages=(
   python3 python3-zmq python3-msgpack
   libcpp-httplib-dev jq curl python3-prometheus-client
   file  # cpack -G DEB finds the binaries to list their libraries' packages with it (tools.install)
+  chromium  # the status page's test loads it headless (http.status_page)
 )
 # The http tests drive the server with the `openai` npm package (installed by the tests with
 # `npm ci`), so they need Node.js and npm. A machine that has them (Node 20 on ours) keeps its
