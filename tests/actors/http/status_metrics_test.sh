@@ -12,6 +12,12 @@ dir=$2
 source "$(dirname "${BASH_SOURCE[0]}")/http_server.sh"
 
 start_server --status-sample-ms 100 || exit 1
+# A rate needs a sample before the tokens it counts: the first one has nothing to compare with.
+for _ in $(seq 50); do
+  [[ $(call '/api/status?history=1' "${auth[@]}") == 200 ]] && jq -e '.history.samples | length > 0' "$dir/body" >/dev/null &&
+    break
+  sleep 0.1
+done
 
 # Two requests that finish, so that the counters and histograms have something to show.
 completions="[]"
