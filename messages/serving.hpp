@@ -191,9 +191,13 @@ struct StatusReport {
   std::uint64_t restored_ssd_tokens = 0;
   std::uint64_t spilled_pages = 0;     // prefix pages the GPU gave up, sent to the cache-writer
   std::map<std::string, ModelOutcomes> outcomes;  // by model, for the models requests named
+  // Tokens sampled and sent to a front end, whichever protocol asked.
+  std::uint64_t generated_tokens = 0;
+  // New fields go last, so that recorded traces without them still read.
   MSGPACK_DEFINE(models, requests, waiting, running, steps, finished, preemptions, computed_tokens,
                  prefix_hit_tokens, kv_pages, kv_pages_in_use, kv_pages_cached, kv_references, executor_slots,
-                 executor_ready, pool, restored_hot_tokens, restored_ssd_tokens, spilled_pages, outcomes);
+                 executor_ready, pool, restored_hot_tokens, restored_ssd_tokens, spilled_pages, outcomes,
+                 generated_tokens);
 };
 
 // Tells a front end the server is stopping: from now on new requests get shutting_down; with

@@ -13,6 +13,7 @@ packages=(
   libboost-dev  # Boost.Beast and Asio (header-only): the HTTP server
   libcpp-httplib-dev jq curl python3-prometheus-client  # cpp-httplib: the http actor tests' client
   file  # cpack -G DEB finds the binaries to list their libraries' packages with it (tools.install)
+  chromium  # the status page's test loads it headless (http.status_page)
 )
 # The http tests drive the server with the `openai` npm package (installed by the tests with
 # `npm ci`), so they need Node.js and npm. A machine that has them (Node 20 on ours) keeps its

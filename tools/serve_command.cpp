@@ -75,6 +75,7 @@ struct ServeOptions {
   std::vector<std::string> admin_api_keys;  // keys that may also load, unload and clear caches
   bool insecure = false;  // no warning for a front end beyond loopback without keys
   std::vector<std::string> cors_origins;  // the http actor's CORS origins, or "*"; empty: no CORS
+  std::uint32_t status_sample_ms = 0;     // the status page's sampling interval; 0: the http actor's default
   std::vector<std::string> run;  // empty: the back end and the front ends asked for (choose_front_ends)
   std::vector<std::string> addresses;
   std::string device;
@@ -272,6 +273,7 @@ void add_front_end_options(const ServeOptions& o, std::map<std::string, ActorOpt
     if (!o.admin_api_keys.empty()) options[kind]["admin_api_keys"] = fmt::format("{}", fmt::join(o.admin_api_keys, ","));
   }
   if (!o.cors_origins.empty()) options["http"]["cors_origins"] = fmt::format("{}", fmt::join(o.cors_origins, ","));
+  if (o.status_sample_ms > 0) options["http"]["history_ms"] = std::to_string(o.status_sample_ms);
 }
 
 NodeConfig serve_config(const ServeOptions& o) {
@@ -502,6 +504,9 @@ void add_front_end_flags(CLI::App* cmd, ServeOptions& o) {
   cmd->add_flag("--insecure", o.insecure,
                 "serve beyond this machine (a --host or --listen address other than loopback) without API keys, "
                 "and without the warning");
+  cmd->add_option("--status-sample-ms", o.status_sample_ms,
+                  "how often the status page at / samples the server (it plots the last 360; default 10000)")
+      ->check(CLI::Range(10u, 3'600'000u));
   cmd->add_option("--cors-origin", o.cors_origins,
                   "let browser pages from this origin (such as http://localhost:3000) call the HTTP API; "
                   "repeatable, or * for any")

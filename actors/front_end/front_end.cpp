@@ -14,7 +14,6 @@ using namespace messages;
 
 namespace {
 
-constexpr std::uint32_t kTickTimer = 1;
 // Admin questions waiting for the enforcer or the cache-writer, and how long one may wait for
 // the enforcer: a load is as long as an upload (minutes for a large model on a slow disk); an
 // unload's end waits for its requests.
@@ -82,7 +81,7 @@ void FrontEnd::start(Context& ctx) {
   const auto tick = std::max(shortest / 4, std::chrono::milliseconds(10));
   tick_ns_ = to_ns(tick);
   last_tick_ns_ = ctx.now_ns();
-  ctx.set_timer(kTickTimer, tick, true);
+  ctx.set_timer(kCoreTickTimer, tick, true);
 }
 
 void FrontEnd::stop(Context& ctx) {
@@ -106,7 +105,7 @@ void FrontEnd::stop(Context& ctx) {
     port_.send_error(ctx, pending.caller, RequestError::shutting_down, "the server is stopping");
   }
   pending_admin_.clear();
-  ctx.cancel_timer(kTickTimer);
+  ctx.cancel_timer(kCoreTickTimer);
 }
 
 // ---- what callers ask -------------------------------------------------------------------------
@@ -314,8 +313,12 @@ void FrontEnd::on_message(Context& ctx, Message& message) {
     on_runtime_error(ctx, envelope, *error);
   } else if (const auto* drain = message.as<Drain>()) {
     on_drain(ctx, drain->abort_running, std::move(message));
-  } else if (message.as<Timer>() != nullptr) {
-    on_tick(ctx);
+  } else if (const auto* timer = message.as<Timer>()) {
+    if (timer->timer_id == kCoreTickTimer) {
+      on_tick(ctx);
+    } else {
+      port_.on_timer(ctx, timer->timer_id);
+    }
   } else if (message.as<HeartbeatAck>() == nullptr) {
     spdlog::debug("{}: ignored a {} from {}", config_.name, kind_name(message.kind()), envelope.from);
   }

@@ -49,6 +49,9 @@ inline constexpr std::size_t kMaxPromptTokens = std::size_t{1} << 18;
 inline constexpr std::size_t kMaxChatTurns = 4096;
 inline constexpr std::size_t kMaxRoleBytes = 64;
 
+// The core's own timer; an adapter's timers take other ids and reach FrontEndPort::on_timer.
+inline constexpr std::uint32_t kCoreTickTimer = 1;
+
 // A caller's name for a request, an integer or a string, echoed as the caller gave it.
 using ClientId = std::variant<std::int64_t, std::string>;
 
@@ -102,6 +105,8 @@ class FrontEndPort {
                           const std::string& message) = 0;
   // A connection with requests open that was sent nothing for FrontEndConfig::keepalive.
   virtual void send_keepalive(Context&, const Caller&) {}
+  // A timer the adapter set itself (any id but kCoreTickTimer) fired.
+  virtual void on_timer(Context&, std::uint32_t /*timer_id*/) {}
 };
 
 struct FrontEndConfig {

@@ -23,6 +23,10 @@ using front_end::Caller;
 using front_end::OpenRequest;
 
 constexpr std::uint32_t kBridgeWatch = 1;
+constexpr std::uint32_t kHistoryTimer = front_end::kCoreTickTimer + 1;
+// The status sampler's connection name: handlers' DEALERs have ZeroMQ's routing ids, which start
+// with a zero byte, so no handler can be taken for it.
+constexpr const char* kSampler = "status-history";
 // Handler messages read per wake, so that a burst of HTTP requests cannot starve the inbox.
 constexpr int kMaxReadsPerWake = 256;
 // Replies queued for one handler before it is deemed stuck (its client stopped reading) and gone.
@@ -33,8 +37,8 @@ constexpr std::size_t kMaxPendingStatus = 256;
 // answers go back to the handler that asked.
 class Http final : public front_end::FrontEndActor {
  public:
-  Http(HttpServerConfig server, front_end::FrontEndConfig core)
-      : FrontEndActor(std::move(core)), server_config_(std::move(server)) {}
+  Http(HttpServerConfig server, front_end::FrontEndConfig core, std::chrono::milliseconds history_interval)
+      : FrontEndActor(std::move(core)), server_config_(std::move(server)), history_interval_(history_interval) {}
 
   void on_start(Context& ctx) override {
     zmq::context_t& context = live_context(ctx);
@@ -57,11 +61,13 @@ class Http final : public front_end::FrontEndActor {
     }
     started_ns_ = ctx.now_ns();
     core_.start(ctx);
+    ctx.set_timer(kHistoryTimer, history_interval_, true);
     spdlog::info("http listening on {}:{} for scheduler '{}'{}", server_config_.host, server_->port(),
                  core_.config().scheduler, server_config_.keys.any() ? " (API key required)" : "");
   }
 
   void on_stop(Context& ctx) override {
+    ctx.cancel_timer(kHistoryTimer);
     core_.stop(ctx);
     // The handlers still waiting see the server stop and give up; stop() joins them.
     if (server_) server_->stop();
@@ -152,12 +158,24 @@ class Http final : public front_end::FrontEndActor {
     send_to_handler(request.caller.connection, report);
   }
 
+  // The status page's sample: asked like a handler's status, answered into the history.
+  void on_timer(Context& ctx, std::uint32_t timer_id) override {
+    if (timer_id == kHistoryTimer) core_.ask_status(ctx, Caller{kSampler, std::nullopt, false}, false);
+  }
+
   void send_status(Context& ctx, const Caller& caller, const StatusReport& report, const ModelsReport* memory) override {
+    if (caller.connection == kSampler) {
+      history_.add(report, memory, ctx.now_ns() - started_ns_);
+      return;
+    }
     if (memory != nullptr) send_to_handler(caller.connection, *memory);
     http_status::HttpFigures figures = figures_;
     figures.uptime_ns = ctx.now_ns() - started_ns_;
     figures.open_requests = static_cast<std::uint32_t>(core_.open_requests());
     figures.draining = core_.draining();
+    figures.history = history_.samples();
+    figures.history_interval_s = std::chrono::duration<double>(history_interval_).count();
+    figures.history_capacity = static_cast<std::uint32_t>(history_.capacity());
     Frames blobs;
     blobs.push_back(http_bridge::figures_frame(figures));
     send_to_handler(caller.connection, report, std::move(blobs));
@@ -167,7 +185,9 @@ class Http final : public front_end::FrontEndActor {
     std::visit([&](const auto& message) { send_to_handler(caller.connection, message); }, answer);
   }
 
+  // A sample the scheduler did not answer is a gap in the plots.
   void send_error(Context&, const Caller& caller, RequestError code, const std::string& message) override {
+    if (caller.connection == kSampler) return;
     send_to_handler(caller.connection, front_end::error_final(code, message));
   }
 
@@ -182,6 +202,8 @@ class Http final : public front_end::FrontEndActor {
   zmq::socket_t bridge_;
   std::unique_ptr<HttpServer> server_;  // after bridge_: destroyed first, so no handler outlives the socket
   http_status::HttpFigures figures_;
+  std::chrono::milliseconds history_interval_;
+  http_status::StatusHistory history_;
   std::int64_t started_ns_ = 0;
 };
 
@@ -202,9 +224,8 @@ void parse_listen(const std::string& text, HttpServerConfig& server) {
 std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   check_option_names("http", options,
                      {"listen", "scheduler", "enforcer", "cache_writer", "api_key", "api_keys", "admin_api_keys",
-                      "cors_origins", "max_body_bytes",
-                      "max_requests", "threads", "max_connections", "keepalive_ms", "heartbeat_ms",
-                      "unavailable_ms"});
+                      "cors_origins", "max_body_bytes", "max_requests", "threads", "max_connections",
+                      "keepalive_ms", "heartbeat_ms", "unavailable_ms", "history_ms"});
   HttpServerConfig server;
   parse_listen(text_option(options, "listen", "127.0.0.1:8080"), server);
   constexpr std::uint64_t kLongestMs = 3'600'000;
@@ -224,7 +245,9 @@ std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   server.threads = number_option("http", options, "threads", server.threads, 1, 4096);
   server.max_connections = number_option("http", options, "max_connections", server.max_connections, 128, 1'000'000);
   server.sse_keepalive = front_end::milliseconds_option("http", options, "keepalive_ms", server.sse_keepalive, kLongestMs);
-  return std::make_unique<Http>(std::move(server), std::move(core));
+  const auto history_interval = front_end::milliseconds_option("http", options, "history_ms",
+                                                                std::chrono::milliseconds(10'000), kLongestMs);
+  return std::make_unique<Http>(std::move(server), std::move(core), history_interval);
 }
 
 }  // namespace mqlm::actors

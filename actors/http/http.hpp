@@ -30,6 +30,8 @@
 //                        long (more than heartbeat_ms); default 800. A cache clear answers 503
 //                        when the cache-writer (heartbeaten while clears wait) said nothing for
 //                        this long.
+//   history_ms=N         how often the status page's samples are taken (the last 360 are kept,
+//                        an hour at the default 10000)
 #pragma once
 
 #include <memory>

@@ -15,6 +15,7 @@
 #include "actors/http/bridge.hpp"
 #include "actors/http/http_status.hpp"
 #include "actors/http/http_transport.hpp"
+#include "actors/http/status_page.hpp"
 #include "actors/http/openai_json.hpp"
 
 namespace mqlm::actors {
@@ -274,6 +275,7 @@ class HttpServer::Impl {
     server.Get("/health", bound(&Impl::health), http::Access::open);
     server.Get("/ready", bound(&Impl::ready), http::Access::open);
     server.Get("/live", bound(&Impl::live), http::Access::open);
+    server.Get("/", [](const http::Request&, http::Response& res) { page(res); }, http::Access::open);
   }
 
   // CORS, before routing: a browser sends its preflight without the API key, and every answer to
@@ -312,7 +314,7 @@ class HttpServer::Impl {
         error = openai::invalid_request(
             "Unknown request URL: " + req.method.substr(0, 16) + " " + req.path.substr(0, 256) +
                 " (this server has POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST "
-                "/tokenize, POST /detokenize, GET /health, GET /ready, GET /live, GET /api/status, GET /metrics, POST "
+                "/tokenize, POST /detokenize, GET /health, GET /ready, GET /live, GET / (the status page), GET /api/status, GET /metrics, POST "
                 "/api/models/{id}/load, POST /api/models/{id}/unload, POST /api/hot-cache/clear and POST "
                 "/api/ssd-cache/clear)",
             std::nullopt, "unknown_url");
@@ -492,9 +494,16 @@ class HttpServer::Impl {
 
   void status(const http::Request& req, http::Response& res) const {
     if (auto answer = ask_status(res, flag(req, "trim"))) {
-      res.set_content(openai::dump(http_status::status_json(answer->report, answer->figures, memory_of(*answer))),
+      res.set_content(openai::dump(http_status::status_json(answer->report, answer->figures, memory_of(*answer),
+                                                            flag(req, "history"))),
                       "application/json");
     }
+  }
+
+  // The status page, without the key: its own API calls ask for it when they get 401.
+  static void page(http::Response& res) {
+    res.set_header("Content-Security-Policy", std::string(status_page::kContentSecurityPolicy));
+    res.set_content(std::string(status_page::html()), "text/html; charset=utf-8");
   }
 
   void metrics(const http::Request&, http::Response& res) const {

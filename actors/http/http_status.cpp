@@ -182,7 +182,8 @@ std::uint64_t model_bytes(const StatusReport& report, const std::string& model) 
   return it == report.pool.active_by_owner.end() ? 0 : it->second;
 }
 
-json status_json(const StatusReport& r, const HttpFigures& f, const messages::ModelsReport* memory) {
+json status_json(const StatusReport& r, const HttpFigures& f, const messages::ModelsReport* memory,
+                 bool with_history) {
   json models = json::array();
   for (const auto& name : r.models) models.push_back({{"name", name}, {"bytes", model_bytes(r, name)}});
   json owners = json::object();
@@ -207,6 +208,7 @@ json status_json(const StatusReport& r, const HttpFigures& f, const messages::Mo
             {"finished", r.finished},
             {"preemptions", r.preemptions},
             {"computed_tokens", r.computed_tokens},
+            {"generated_tokens", r.generated_tokens},
             {"prefix_hit_tokens", r.prefix_hit_tokens},
             {"restored_hot_tokens", r.restored_hot_tokens},
             {"restored_ssd_tokens", r.restored_ssd_tokens},
@@ -228,6 +230,10 @@ json status_json(const StatusReport& r, const HttpFigures& f, const messages::Mo
     picture["process_rss_bytes"] = memory->device.process_rss_bytes;
     picture["ceiling_fraction"] = memory->ceiling_fraction;
     out["memory"] = std::move(picture);
+  }
+  if (with_history) {
+    const double uptime_s = static_cast<double>(f.uptime_ns) / kNsPerSecond;
+    out["history"] = history_json(f.history, f.history_interval_s, f.history_capacity, uptime_s);
   }
   return out;
 }
@@ -283,6 +289,8 @@ std::string prometheus_text(const StatusReport& r, const HttpFigures& f, const m
   e.single("mqlm_scheduler_preemptions_total", "counter", "Sequences preempted for lack of KV pages.", r.preemptions);
   e.single("mqlm_scheduler_computed_tokens_total", "counter", "Prompt and recomputed tokens run through the model.",
            r.computed_tokens);
+  e.single("mqlm_scheduler_generated_tokens_total", "counter", "Tokens sampled, for every front end's requests.",
+           r.generated_tokens);
   e.single("mqlm_scheduler_prefix_hit_tokens_total", "counter", "Prompt tokens taken from the prefix cache.",
            r.prefix_hit_tokens);
   e.family("mqlm_scheduler_restored_tokens_total", "counter",

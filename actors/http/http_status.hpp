@@ -13,6 +13,7 @@
 #include <msgpack.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/http/status_history.hpp"
 #include "messages/models.hpp"
 #include "messages/serving.hpp"
 
@@ -43,8 +44,12 @@ struct HttpFigures {
   Histogram ttft_seconds;   // submit to first token
   Histogram tpot_seconds;   // first token to last, per token after the first
   bool draining = false;    // told to Drain: new requests are refused
+  // The status page's samples (status_history.hpp), oldest first, taken every history_interval_s.
+  std::vector<StatusSample> history;
+  double history_interval_s = 0.0;
+  std::uint32_t history_capacity = 0;
   MSGPACK_DEFINE(uptime_ns, open_requests, finished, errors, prompt_tokens, completion_tokens, cached_tokens,
-                 ttft_seconds, tpot_seconds, draining);
+                 ttft_seconds, tpot_seconds, draining, history, history_interval_s, history_capacity);
 
   HttpFigures();
   // Counts one ended request; its timings go to the histograms when it had the tokens to time.
@@ -56,8 +61,9 @@ std::uint64_t model_bytes(const messages::StatusReport& report, const std::strin
 
 // memory: the enforcer's report, when the server has one: /api/status's "memory" (the ceiling,
 // watermarks, pressure, each model's state and bytes, the device), and its Prometheus gauges.
+// with_history: the figures' samples as "history" (history_json), for the status page.
 nlohmann::json status_json(const messages::StatusReport& report, const HttpFigures& figures,
-                           const messages::ModelsReport* memory = nullptr);
+                           const messages::ModelsReport* memory = nullptr, bool with_history = false);
 std::string prometheus_text(const messages::StatusReport& report, const HttpFigures& figures,
                             const messages::ModelsReport* memory = nullptr);
 // A model shows as failing once this many of its latest requests failed one after another by

@@ -579,6 +579,7 @@ void SchedulerPolicy::log_step_times(Turn& ctx, const InFlight& step, const Step
 void SchedulerPolicy::deliver_token(Turn& ctx, Request& r, const OutputToken& output) {
   if (r.first_token_ns == 0) r.first_token_ns = ctx.now_ns();
   r.history.push_back(output.token);
+  ++generated_tokens_;
   const model::Tokenizer& tokenizer = *r.model->tokenizer;
   std::string text = tokenizer.ends_generation(output.token) ? std::string{} : r.decoder->push(output.token);
   model::StopStep step = r.stops->push(output.token, text);
@@ -669,6 +670,7 @@ StatusReport SchedulerPolicy::status() const {
   s.restored_hot_tokens = restored_hot_tokens_;
   s.restored_ssd_tokens = restored_ssd_tokens_;
   s.spilled_pages = spilled_pages_;
+  s.generated_tokens = generated_tokens_;
   for (const auto& [name, model] : models_) {
     if (!model->pages) continue;
     const PageTableStats p = model->pages->stats();

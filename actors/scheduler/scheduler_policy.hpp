@@ -210,7 +210,7 @@ class SchedulerPolicy {
   std::uint32_t executor_slots_ = 0;
 
   std::uint64_t steps_ = 0, finished_ = 0, preemptions_ = 0, computed_tokens_ = 0, prefix_hit_tokens_ = 0;
-  std::uint64_t restored_hot_tokens_ = 0, restored_ssd_tokens_ = 0, spilled_pages_ = 0;
+  std::uint64_t restored_hot_tokens_ = 0, restored_ssd_tokens_ = 0, spilled_pages_ = 0, generated_tokens_ = 0;
 };
 
 }  // namespace mqlm::actors

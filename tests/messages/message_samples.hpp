@@ -85,7 +85,7 @@ inline CacheReport sample_cache_report() {
 }
 inline StatusReport sample(std::type_identity<StatusReport>) {
   return {{"tiny", "llama3-8b"}, 3, 1, 2, 1ULL << 40, 99, 4, 123456, 4096, 512, 17, 9, 33, 2, true, sample_pool(),
-          8000, 1600, 21, {{"tiny", {12, 3, 2, 340, 560}}}};
+          8000, 1600, 21, {{"tiny", {12, 3, 2, 340, 560}}}, 777};
 }
 inline StepPlan sample(std::type_identity<StepPlan>) {
   return {7, "tiny", {{42, sample_sampling(), {1, 2, 3}}}, {{42, 16, {5, 6}, {3, 9}, true}}, {41, 40}, true,

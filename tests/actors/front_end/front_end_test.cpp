@@ -76,6 +76,7 @@ class RecordingPort final : public FrontEndPort {
   void send_error(Context&, const Caller& caller, RequestError code, const std::string& message) override {
     heard.push_back("error " + caller.connection + " " + std::string(error_code_name(code)) + " " + message);
   }
+  void on_timer(Context&, std::uint32_t timer_id) override { heard.push_back("timer " + std::to_string(timer_id)); }
 
   std::vector<std::string> heard;
   int ended = 0;
@@ -141,6 +142,19 @@ TEST(FrontEnd, StreamsTokensThenEndsWithTheSchedulersFinal) {
   EXPECT_EQ(h.port.ended, 1);
   h.hear("scheduler", TokenEvent{{2}, "late", {}}, 0, id);
   EXPECT_EQ(h.core.dropped_events(), 1u);
+}
+
+// The adapter's own timers (the http actor's status sampler) reach it; the core's tick does not.
+TEST(FrontEnd, PassesTheAdaptersTimersOnAndKeepsItsTick) {
+  Harness h;
+  const std::size_t heartbeats = h.ctx.sent_to<Heartbeat>("scheduler").size();
+  h.ctx.now += 250 * kMs;
+  h.hear("front", Timer{kCoreTickTimer, 1});
+  EXPECT_TRUE(h.port.heard.empty());
+  EXPECT_EQ(h.ctx.sent_to<Heartbeat>("scheduler").size(), heartbeats + 1);
+  h.hear("front", Timer{kCoreTickTimer + 1, 1});
+  EXPECT_EQ(h.last(), "timer 2");
+  EXPECT_EQ(h.ctx.sent_to<Heartbeat>("scheduler").size(), heartbeats + 1);
 }
 
 TEST(FrontEnd, GathersTheOutputOfACallerThatDoesNotStream) {

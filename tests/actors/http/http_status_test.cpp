@@ -490,5 +490,76 @@ TEST(Bridge, TokenTextsCrossTheWireInTokenEvents) {
   EXPECT_EQ(back->logprobs[0].top_texts, entry.top_texts);
 }
 
+StatusReport counters(std::uint64_t generated, std::uint64_t computed, std::uint32_t running) {
+  StatusReport r;
+  r.generated_tokens = generated;
+  r.computed_tokens = computed;
+  r.running = running;
+  r.pool.active_bytes = 1000 + running;
+  return r;
+}
+
+constexpr std::int64_t kSecond = 1'000'000'000;
+
+// Rates are the counters' growth between two samples; prompt tokens are those computed beyond
+// the generated ones fed back.
+TEST(StatusHistory, RatesFromTheSchedulersCountersBetweenSamples) {
+  StatusHistory history(8);
+  history.add(counters(0, 0, 0), nullptr, 1 * kSecond);
+  history.add(counters(20, 120, 2), nullptr, 3 * kSecond);  // 20 generated, 100 prompt in 2 s
+  messages::ModelsReport memory;
+  memory.device.usage_bytes = 7;
+  memory.device.process_rss_bytes = 9;
+  history.add(counters(10, 10, 1), &memory, 4 * kSecond);  // the scheduler restarted: no rate
+  const std::vector<StatusSample> samples = history.samples();
+  ASSERT_EQ(samples.size(), 3u);
+  EXPECT_DOUBLE_EQ(samples[0].generated_per_s, 0.0);  // nothing to compare the first with
+  EXPECT_DOUBLE_EQ(samples[1].generated_per_s, 10.0);
+  EXPECT_DOUBLE_EQ(samples[1].prompt_per_s, 50.0);
+  EXPECT_EQ(samples[1].running, 2u);
+  EXPECT_EQ(samples[1].pool_active_bytes, 1002u);
+  EXPECT_EQ(samples[1].device_usage_bytes, 0u);
+  EXPECT_DOUBLE_EQ(samples[2].generated_per_s, 0.0);
+  EXPECT_DOUBLE_EQ(samples[2].prompt_per_s, 0.0);
+  EXPECT_EQ(samples[2].device_usage_bytes, 7u);
+  EXPECT_EQ(samples[2].host_rss_bytes, 9u);
+  EXPECT_DOUBLE_EQ(samples[2].uptime_s, 4.0);
+}
+
+TEST(StatusHistory, KeepsTheNewestCapacitySamplesOldestFirst) {
+  StatusHistory history(3);
+  for (std::uint32_t i = 0; i < 5; ++i) history.add(counters(0, 0, i), nullptr, i * kSecond);
+  const std::vector<StatusSample> samples = history.samples();
+  ASSERT_EQ(samples.size(), 3u);
+  EXPECT_EQ(samples.front().running, 2u);
+  EXPECT_EQ(samples.back().running, 4u);
+}
+
+// /api/status?history=1: the samples with their age, the interval and how many are kept; the
+// figures carry them across the bridge.
+TEST(StatusJson, ShowsTheHistoryOnlyWhenAskedWithAgesBeforeNow) {
+  StatusHistory history;
+  history.add(counters(0, 0, 0), nullptr, 8 * kSecond);
+  history.add(counters(30, 30, 3), nullptr, 9 * kSecond);
+  HttpFigures figures;
+  figures.uptime_ns = 10 * kSecond;
+  figures.history = history.samples();
+  figures.history_interval_s = 1.0;
+  figures.history_capacity = 360;
+  messages::Frames blobs;
+  blobs.push_back(http_bridge::figures_frame(figures));
+  auto back = http_bridge::figures_of(*http_bridge::decode(http_bridge::encode(report(), std::move(blobs))));
+  ASSERT_TRUE(back);
+  EXPECT_FALSE(status_json(report(), *back).contains("history"));
+  const nlohmann::json j = status_json(report(), *back, nullptr, true)["history"];
+  EXPECT_EQ(j["interval_seconds"], 1.0);
+  EXPECT_EQ(j["capacity"], 360);
+  ASSERT_EQ(j["samples"].size(), 2u);
+  EXPECT_DOUBLE_EQ(j["samples"][0]["t"].get<double>(), -2.0);
+  EXPECT_DOUBLE_EQ(j["samples"][1]["t"].get<double>(), -1.0);
+  EXPECT_DOUBLE_EQ(j["samples"][1]["generated_tokens_per_s"].get<double>(), 30.0);
+  EXPECT_EQ(j["samples"][1]["running"], 3);
+}
+
 }  // namespace
 }  // namespace mqlm::actors::http_status

@@ -2,7 +2,8 @@
 # /api/status and /metrics of a real `mqlm serve --http` of the tiny model, read with curl and
 # parsed: jq for the JSON, prometheus_client's parser (Debian's python3-prometheus-client) for
 # the text exposition, checking types, label sets, cumulative buckets and counts against the
-# requests made. Then bad HTTP input, each answered with OpenAI's JSON error and its status,
+# requests made; the status page at / without the key and /api/status?history=1 (sampled every
+# 100 ms). Then bad HTTP input, each answered with OpenAI's JSON error and its status,
 # while the server stays up; then SIGTERM.
 # Usage: status_metrics_test.sh MQLM_BINARY WORK_DIR
 set -uo pipefail
@@ -10,7 +11,13 @@ mqlm=$1
 dir=$2
 source "$(dirname "${BASH_SOURCE[0]}")/http_server.sh"
 
-start_server || exit 1
+start_server --status-sample-ms 100 || exit 1
+# A rate needs a sample before the tokens it counts: the first one has nothing to compare with.
+for _ in $(seq 50); do
+  [[ $(call '/api/status?history=1' "${auth[@]}") == 200 ]] && jq -e '.history.samples | length > 0' "$dir/body" >/dev/null &&
+    break
+  sleep 0.1
+done
 
 # Two requests that finish, so that the counters and histograms have something to show.
 completions="[]"
@@ -41,6 +48,31 @@ jq -e --argjson done "$completions" '
   and .http.completion_tokens == ($done | map(.usage.completion_tokens) | add)
   and .http.prompt_tokens == ($done | map(.usage.prompt_tokens) | add)
 ' "$dir/status.json" >/dev/null || fail "/api/status does not add up: $(cat "$dir/status.json")"
+
+# ---- the status page and its history ----
+curl -s -D "$dir/page.headers" -o "$dir/page.html" "$http_url/"
+grep -q '^HTTP/1.1 200' "$dir/page.headers" || fail "/ without the key is not 200: $(head -1 "$dir/page.headers")"
+grep -qi '^content-type: text/html; charset=utf-8' "$dir/page.headers" || fail "/ is not text/html"
+grep -qi "^content-security-policy: default-src 'none';" "$dir/page.headers" || fail "/ has no Content-Security-Policy"
+grep -q '<title>mqlm status</title>' "$dir/page.html" || fail "/ is not the status page"
+# The samples taken before the model loaded have no pool or resident set yet; the newest has. A
+# sample after the completions comes within a few intervals (more on a busy machine).
+history_adds_up() {
+  [[ $(call '/api/status?history=1' "${auth[@]}") == 200 ]] && jq -e --argjson done "$completions" '
+    .scheduler.generated_tokens == ($done | map(.usage.completion_tokens) | add)
+    and .history.interval_seconds == 0.1 and .history.capacity == 360 and (.history.samples | length) > 3
+    and all(.history.samples[]; .t <= 0) and (.history.samples | map(.t) | . == sort)
+    and (.history.samples[-1] | .pool_active_bytes > 0 and .host_rss_bytes > 0)
+    and (.history.samples | map(.generated_tokens_per_s) | max) > 0
+    and (.history.samples | map(.prompt_tokens_per_s) | max) > 0
+  ' "$dir/body" >/dev/null
+}
+for _ in $(seq 50); do
+  history_adds_up && break
+  sleep 0.1
+done
+history_adds_up || fail "/api/status?history=1 does not add up: $(jq -c '.scheduler, .history' "$dir/body")"
+jq -e 'has("history") | not' "$dir/status.json" >/dev/null || fail "/api/status has the history unasked"
 
 # ---- /metrics ----
 [[ $(call /metrics) == 401 ]] || fail "/metrics without the key is not 401"
@@ -95,6 +127,7 @@ assert finished["stop"] + finished["length"] == len(done) and finished["abort"] 
 assert single("mqlm_http_completion_tokens", "counter", "_total") == sum(d["usage"]["completion_tokens"] for d in done)
 assert single("mqlm_http_prompt_tokens", "counter", "_total") == sum(d["usage"]["prompt_tokens"] for d in done)
 assert single("mqlm_scheduler_steps", "counter", "_total") > 0
+assert single("mqlm_scheduler_generated_tokens", "counter", "_total") == sum(d["usage"]["completion_tokens"] for d in done)
 
 # Histograms: buckets by le, cumulative, ending at +Inf with the count.
 def histogram(name, observations):
