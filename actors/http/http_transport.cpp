@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -113,17 +114,23 @@ void fill_request(const Header& header, Request& req) {
   for (const auto& field : header) req.headers.emplace_back(view(field.name_string()), view(field.value()));
 }
 
-// Threads that run handlers, started as they are needed (up to `most`) and kept for the next.
+// Threads that run handlers: `least` started at once and always kept, more started as they are
+// needed (up to `most`), each of those ending after it has been idle for kRetireAfter. So a burst
+// of requests leaves no threads behind, and a steady load starts none.
 class WorkerPool {
  public:
-  explicit WorkerPool(std::size_t most) : most_(most) {}
+  WorkerPool(std::size_t least, std::size_t most) : least_(std::min(least, most)), most_(most) {
+    std::lock_guard lock(mutex_);
+    while (threads_.size() < least_) start_thread();
+  }
   ~WorkerPool() {
     {
       std::lock_guard lock(mutex_);
       closing_ = true;
     }
     wake_.notify_all();
-    for (auto& thread : threads_) thread.join();
+    for (auto& [id, thread] : threads_) thread.join();
+    for (auto& thread : retired_) thread.join();
   }
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -132,33 +139,60 @@ class WorkerPool {
     std::lock_guard lock(mutex_);
     tasks_.push_back(std::move(task));
     if (idle_ < tasks_.size() && threads_.size() < most_) {
-      threads_.emplace_back([this] { work(); });
+      start_thread();
     } else {
       wake_.notify_one();
     }
   }
 
  private:
+  static constexpr auto kRetireAfter = std::chrono::seconds(10);
+
+  // With mutex_ held.
+  void start_thread() {
+    std::thread thread([this] { work(); });
+    const auto id = thread.get_id();
+    threads_.emplace(id, std::move(thread));
+  }
+
   void work() {
     std::unique_lock lock(mutex_);
     while (true) {
       ++idle_;
-      wake_.wait(lock, [this] { return closing_ || !tasks_.empty(); });
+      const bool woken = wake_.wait_for(lock, kRetireAfter, [this] { return closing_ || !tasks_.empty(); });
       --idle_;
-      if (tasks_.empty()) return;
+      if (!woken && threads_.size() > least_) {
+        // Idle too long and beyond the threads always kept: this one ends (joined later).
+        auto self = threads_.find(std::this_thread::get_id());
+        retired_.push_back(std::move(self->second));
+        threads_.erase(self);
+        return;
+      }
+      if (tasks_.empty()) {
+        if (closing_) return;
+        continue;
+      }
       auto task = std::move(tasks_.front());
       tasks_.pop_front();
       lock.unlock();
       task();
       lock.lock();
+      // Threads that retired earlier are joined here, off the request's path.
+      for (auto& thread : std::exchange(retired_, {})) {
+        lock.unlock();
+        thread.join();
+        lock.lock();
+      }
     }
   }
 
+  const std::size_t least_;
   const std::size_t most_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> tasks_;
-  std::vector<std::thread> threads_;
+  std::map<std::thread::id, std::thread> threads_;
+  std::vector<std::thread> retired_;
   std::size_t idle_ = 0;
   bool closing_ = false;
 };
@@ -233,8 +267,8 @@ class Transport::Io {
       : owner_(owner),
         config_(owner.config_),
         acceptor_(context_),
-        posts_(config_.threads),
-        gets_(kGetThreads) {}
+        posts_(kPostThreadsKept, config_.threads),
+        gets_(kGetThreads, kGetThreads) {}
 
   int bind() {
     boost::system::error_code ec;
@@ -281,6 +315,7 @@ class Transport::Io {
 
  private:
   static constexpr std::size_t kGetThreads = 16;
+  static constexpr std::size_t kPostThreadsKept = 16;
 
   struct Connection;
   struct Exchange;
