@@ -73,6 +73,7 @@ struct ServeOptions {
   int port = -1;        // -1: not given
   std::string api_key;  // the http actor's; "" : none
   std::vector<std::string> cors_origins;  // the http actor's CORS origins, or "*"; empty: no CORS
+  std::string pooling = "mean";  // how /v1/embeddings pools the final hidden states: mean or last
   std::vector<std::string> run;  // empty: the back end and the front ends asked for (choose_front_ends)
   std::vector<std::string> addresses;
   std::string device;
@@ -315,6 +316,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   options["http"] = {{"listen", o.http}, {"heartbeat_ms", "100"}, {"unavailable_ms", "500"}};
   if (!o.api_key.empty()) options["http"]["api_key"] = o.api_key;
   if (!o.cors_origins.empty()) options["http"]["cors_origins"] = fmt::format("{}", fmt::join(o.cors_origins, ","));
+  options["http"]["pooling"] = o.pooling;
   // Admin requests and the memory picture go to the enforcer.
   for (const char* kind : {"gateway", "http"}) {
     if (runs(o, "enforcer") || enforcer_elsewhere) options[kind]["enforcer"] = "enforcer";
@@ -467,6 +469,11 @@ void add_front_end_flags(CLI::App* cmd, ServeOptions& o) {
           throw CLI::ValidationError("an origin is SCHEME://HOST[:PORT] or *, without commas");
         }
       });
+  cmd->add_option("--pooling", o.pooling,
+                  "how POST /v1/embeddings pools a model's final hidden states: mean (of every position) or last "
+                  "(the last position's), as llama-server's --pooling")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"mean", "last"}));
 }
 
 // How much the server holds and computes at once: KV cache, sequences, step budget, queue.

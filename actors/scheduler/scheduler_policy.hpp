@@ -161,9 +161,10 @@ class SchedulerPolicy {
   bool plan_sequence(Request& request, std::uint32_t budget, bool may_preempt, messages::StepPlan& plan);
   void preempt(Request& request);
   void deliver_token(Turn& ctx, Request& request, const messages::OutputToken& output);
+  void finish_embeddings(Turn& ctx, const messages::StepPlan& plan, const messages::StepResult& result);
   void end_request(Turn& ctx, std::uint64_t sequence, messages::FinishReason finish,
                    messages::RequestError error = messages::RequestError::none, std::string message = {},
-                   std::string stop = {});
+                   std::string stop = {}, std::vector<float> embedding = {});
   void apply_pending_aborts(Turn& ctx);
   void answer_status(Turn& ctx);
   bool in_flight_for(const std::string& model) const;
