@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <span>
@@ -201,20 +202,29 @@ class LlamaCppModel {
   llama_context_ptr context_;
 };
 
-std::vector<std::vector<float>> mqlm_logits(const gguf::GgufFile& file, const std::vector<Prompt>& prompts) {
+GpuContext shared_context() {
+  auto& g = gpu::testing::shared_gpu();
+  return GpuContext{g.queue, g.pool, g.kernels};
+}
+
+// The file's model on the shared GPU (lavapipe here).
+std::unique_ptr<GpuModel> gpu_model(const gguf::GgufFile& file) {
   auto config = read_llama_config(file);
   if (auto* problem = std::get_if<std::string>(&config)) throw std::runtime_error(*problem);
-  auto& g = gpu::testing::shared_gpu();
-  GpuContext ctx{g.queue, g.pool, g.kernels};
-  GpuModel model(ctx, std::get<LlamaConfig>(config), gguf_tensor_source(file), "weights:oracle");
+  return std::make_unique<GpuModel>(shared_context(), std::get<LlamaConfig>(config), gguf_tensor_source(file),
+                                    "weights:oracle");
+}
+
+std::vector<std::vector<float>> mqlm_logits(const gguf::GgufFile& file, const std::vector<Prompt>& prompts) {
+  const std::unique_ptr<GpuModel> model = gpu_model(file);
   std::vector<std::vector<float>> out;
   for (const auto& prompt : prompts) {
     constexpr std::uint32_t kPageSize = 16;
-    GpuKvCache cache(ctx, model.config(), 4, kPageSize);
+    GpuKvCache cache(shared_context(), model->config(), 4, kPageSize);
     StepBatch batch;
     batch.block_tables = {{2, 0, 3, 1}};
     for (std::uint32_t i = 0; i < prompt.size(); ++i) batch.tokens.push_back({0, i, prompt[i], i + 1 == prompt.size()});
-    out.push_back(model.forward(batch, cache));
+    out.push_back(model->forward(batch, cache));
   }
   return out;
 }
@@ -375,15 +385,11 @@ INSTANTIATE_TEST_SUITE_P(FileTypes, MqlmMixtureFile,
 // then the rest), the hidden states pooled over both.
 std::vector<std::vector<float>> mqlm_embeddings(const gguf::GgufFile& file, const std::vector<Prompt>& prompts,
                                                 Pooling pooling) {
-  auto config = read_llama_config(file);
-  if (auto* problem = std::get_if<std::string>(&config)) throw std::runtime_error(*problem);
-  auto& g = gpu::testing::shared_gpu();
-  GpuContext ctx{g.queue, g.pool, g.kernels};
-  GpuModel model(ctx, std::get<LlamaConfig>(config), gguf_tensor_source(file), "weights:oracle");
+  const std::unique_ptr<GpuModel> model = gpu_model(file);
   std::vector<std::vector<float>> out;
   for (const auto& prompt : prompts) {
-    GpuKvCache cache(ctx, model.config(), 4, 16);
-    EmbeddingPool pool(pooling, model.config().n_embd);
+    GpuKvCache cache(shared_context(), model->config(), 4, 16);
+    EmbeddingPool pool(pooling, model->config().n_embd);
     const auto n = static_cast<std::uint32_t>(prompt.size());
     const std::uint32_t split = std::min(n, n / 2 + 1);  // a prompt of one token: one step
     for (auto [from, to] : {std::pair{0u, split}, std::pair{split, n}}) {
@@ -392,7 +398,7 @@ std::vector<std::vector<float>> mqlm_embeddings(const gguf::GgufFile& file, cons
       batch.block_tables = {{2, 0, 3, 1}};
       for (std::uint32_t i = from; i < to; ++i) batch.tokens.push_back({0, i, prompt[i], false});
       std::vector<float> hidden;
-      model.forward_sampled(batch, cache, nullptr, &hidden);
+      model->forward_sampled(batch, cache, nullptr, &hidden);
       if (!pool.add(hidden, from)) throw std::runtime_error("a chunk's hidden states do not continue the pool");
     }
     out.push_back(pool.vector());
