@@ -258,15 +258,10 @@ struct OutputToken {
   MSGPACK_DEFINE(sequence, token, has_logprobs, logprobs);
 };
 
-// An embedding sequence's output: its prompt's pooled hidden state, L2-normalised.
-struct PooledOutput {
-  std::uint64_t sequence = 0;
-  std::vector<float> embedding;
-  MSGPACK_DEFINE(sequence, embedding);
-};
-
-// The answer to a StepPlan: a token for each sequence that asked for output (a vector in
-// embeddings for an embedding sequence), or an error
+// The answer to a StepPlan: a token for each sequence that asked for output (for an embedding
+// sequence its vector: pooled names it, and the message's blob of the same index holds the
+// L2-normalised float32 values, in the host's order: a step's vectors may be megabytes, past a
+// payload's limit), or an error
 // (RequestError::gpu or internal) that fails every sequence of the step. kv_lost: the KV cache's
 // contents are gone (the device was recreated), so every computed page must be recomputed.
 struct StepResult {
@@ -279,8 +274,8 @@ struct StepResult {
   bool has_pool = false;     // pool statistics ride along now and then, and after a trim
   PoolStatsWire pool;
   std::int64_t gpu_ns = 0;   // time the step took in the executor
-  std::vector<PooledOutput> embeddings{};
-  MSGPACK_DEFINE(step, tokens, error, message, kv_lost, slots, has_pool, pool, gpu_ns, embeddings);
+  std::vector<std::uint64_t> pooled{};
+  MSGPACK_DEFINE(step, tokens, error, message, kv_lost, slots, has_pool, pool, gpu_ns, pooled);
 };
 
 struct ExecutorQuery {

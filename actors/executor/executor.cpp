@@ -201,6 +201,7 @@ struct Step {
   std::vector<model::SampledToken> chosen;  // (outputs): the GPU's picks, with the logprobs asked for
   std::optional<StepFailure> failure;
   StepResult result;
+  Frames pooled;  // the vectors of result.pooled, as the answer's blobs
 };
 
 // ---- the actor -------------------------------------------------------------------------------
@@ -841,7 +842,8 @@ void Executor::send_result(Context& ctx, Step& step) {
     result.pool = to_wire(gpu_->pool.stats());
   }
   result.gpu_ns = nanoseconds_since(step.started);
-  ctx.send(step.to.from, std::move(result), SendOptions{step.to.correlation_id, step.to.request_id, {}});
+  Frames blobs = result.pooled.empty() ? Frames{} : std::move(step.pooled);
+  ctx.send(step.to.from, std::move(result), SendOptions{step.to.correlation_id, step.to.request_id, std::move(blobs)});
   advance_spills(ctx, false);
 }
 
@@ -999,7 +1001,10 @@ void Executor::pool_embeddings(Step& step, std::span<const float> hidden, std::u
                                              seq.sequence, pool.positions(), seq.position)};
       return;
     }
-    if (seq.output) step.result.embeddings.push_back({seq.sequence, pool.vector()});
+    if (!seq.output) continue;
+    const std::vector<float> vector = pool.vector();
+    step.result.pooled.push_back(seq.sequence);
+    step.pooled.emplace_back(vector.data(), vector.size() * sizeof(float));
   }
 }
 
@@ -1092,7 +1097,7 @@ void Executor::fail_step(const StepPlan& plan, StepResult& result, RequestError 
   spdlog::warn("executor: step {} failed ({}): {}", plan.step, error == RequestError::gpu ? "gpu" : "internal",
                message);
   result.tokens.clear();
-  result.embeddings.clear();
+  result.pooled.clear();
   result.error = static_cast<std::uint16_t>(error);
   result.message = std::move(message);
   for (const SequenceStart& start : plan.starts) sequences_.erase(start.sequence);

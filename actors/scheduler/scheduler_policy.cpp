@@ -1,6 +1,7 @@
 #include "actors/scheduler/scheduler_policy.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -70,7 +71,7 @@ void SchedulerPolicy::handle(PolicyOutput& out, Message& message, std::int64_t n
   } else if (const auto* abort = message.as<Abort>()) {
     on_abort(ctx, message, *abort);
   } else if (const auto* result = message.as<StepResult>()) {
-    on_step_result(ctx, *result);
+    on_step_result(ctx, *result, message.blobs);
   } else if (const auto* report = message.as<ExecutorReport>()) {
     on_executor_report(ctx, *report);
   } else if (const auto* query = message.as<StatusQuery>()) {
@@ -481,7 +482,7 @@ void SchedulerPolicy::usage_changed(Turn& ctx, ServedModel& m, int delta) {
 
 // ---- results --------------------------------------------------------------------------------
 
-void SchedulerPolicy::on_step_result(Turn& ctx, const StepResult& result) {
+void SchedulerPolicy::on_step_result(Turn& ctx, const StepResult& result, const Frames& blobs) {
   if (in_flight_.empty() || result.step != in_flight_.front().plan.step) {
     spdlog::warn("{}: a result for step {} that is not the oldest in flight: ignored", ctx.self(), result.step);
     return;
@@ -512,6 +513,7 @@ void SchedulerPolicy::on_step_result(Turn& ctx, const StepResult& result) {
     fail_step(ctx, plan, result);
   } else {
     apply_answer(ctx, step, result);
+    finish_embeddings(ctx, plan, result, blobs);
   }
   answer_drained(ctx);
   schedule(ctx);
@@ -569,16 +571,18 @@ void SchedulerPolicy::apply_answer(Turn& ctx, const InFlight& step, const StepRe
     if (it == requests_.end()) continue;
     deliver_token(ctx, *it->second, output);
   }
-  finish_embeddings(ctx, plan, result);
 }
 
 // An embedding ends with its output step, carrying the vector; one the executor left without one
 // would otherwise wait for ever.
-void SchedulerPolicy::finish_embeddings(Turn& ctx, const StepPlan& plan, const StepResult& result) {
-  for (const PooledOutput& pooled : result.embeddings) {
-    auto it = requests_.find(pooled.sequence);
-    if (it == requests_.end() || !it->second->embedding()) continue;
-    end_request(ctx, pooled.sequence, FinishReason::stop, RequestError::none, {}, {}, pooled.embedding);
+void SchedulerPolicy::finish_embeddings(Turn& ctx, const StepPlan& plan, const StepResult& result,
+                                        const Frames& blobs) {
+  for (std::size_t i = 0; i < result.pooled.size() && result.pooled.size() == blobs.size(); ++i) {
+    auto it = requests_.find(result.pooled[i]);
+    if (it == requests_.end() || !it->second->embedding() || blobs[i].size() % sizeof(float) != 0) continue;
+    std::vector<float> vector(blobs[i].size() / sizeof(float));
+    std::memcpy(vector.data(), blobs[i].data(), blobs[i].size());
+    end_request(ctx, result.pooled[i], FinishReason::stop, RequestError::none, {}, {}, std::move(vector));
   }
   for (const PlanSequence& s : plan.sequences) {
     auto it = requests_.find(s.sequence);

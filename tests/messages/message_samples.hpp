@@ -93,7 +93,7 @@ inline StepPlan sample(std::type_identity<StepPlan>) {
 }
 inline StepResult sample(std::type_identity<StepResult>) {
   return {7, {{42, 13, true, sample_logprobs()}}, static_cast<std::uint16_t>(RequestError::gpu), "out of memory",
-          true, 3, true, sample_pool(), 5'000'000, {{43, {0.6f, -0.8f}}}};
+          true, 3, true, sample_pool(), 5'000'000, {43, 44}};
 }
 inline ExecutorQuery sample(std::type_identity<ExecutorQuery>) { return {true}; }
 inline ExecutorReport sample(std::type_identity<ExecutorReport>) {

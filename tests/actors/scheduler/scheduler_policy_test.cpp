@@ -145,15 +145,18 @@ class Harness {
     }
     StepResult result;
     result.step = plan.step;
+    Frames blobs;
     for (const auto& s : plan.sequences) {
       if (!s.output) continue;
       if (!embeddings.contains(s.sequence)) {
         result.tokens.push_back({s.sequence, token_for(s.sequence), false, {}});
       } else if (vectors) {
-        result.embeddings.push_back({s.sequence, {0.6f, 0.8f}});
+        const float vector[] = {0.6f, 0.8f};
+        result.pooled.push_back(s.sequence);
+        blobs.emplace_back(vector, sizeof(vector));
       }
     }
-    hand("executor", std::move(result));
+    hand("executor", std::move(result), 0, 0, std::move(blobs));
   }
 
   SchedulerPolicy policy;
