@@ -119,7 +119,11 @@ std::variant<json, ApiError> embeddings_json(const EmbeddingRequest& request,
   std::uint64_t prompt_tokens = 0;
   for (std::size_t i = 0; i < finals.size(); ++i) {
     const messages::FinalEvent& final_event = finals[i];
-    if (!finish_reason(final_event)) return error_for(final_event);
+    if (!finish_reason(final_event)) {
+      ApiError error = error_for(final_event);
+      if (finals.size() > 1) error.message = "input[" + std::to_string(i) + "]: " + error.message;
+      return error;
+    }
     if (final_event.embedding.empty()) return ApiError{500, "server_error", "input " + std::to_string(i) +
                                                        " was computed but no embedding came back", std::nullopt,
                                                        "internal_error"};

@@ -106,6 +106,7 @@ TEST(EmbeddingAnswer, AFailedInputOrAnotherWidthIsTheAnswersError) {
   ASSERT_TRUE(std::holds_alternative<ApiError>(failed));
   EXPECT_EQ(std::get<ApiError>(failed).status, 400);
   EXPECT_EQ(std::get<ApiError>(failed).code, "context_length_exceeded");
+  EXPECT_EQ(std::get<ApiError>(failed).message, "input[1]: the input makes 9000 tokens");
   request.dimensions = 3;
   auto wrong_width = embeddings_json(request, {finished({0.6f, 0.8f}, 3), finished({1.0f, 0.0f}, 1)});
   ASSERT_TRUE(std::holds_alternative<ApiError>(wrong_width));
