@@ -38,7 +38,9 @@ enum class PromptKind : std::uint8_t {
 };
 
 // A request to generate. Answered by TokenEvents (each sampled token, whether or not the client
-// streams: front ends gather them for clients that do not) and one FinalEvent.
+// streams: front ends gather them for clients that do not) and one FinalEvent. With pooling (an
+// embedding), its prompt is computed and nothing generated: no TokenEvent, and the FinalEvent
+// carries the pooled vector; sampling is not used.
 struct Submit {
   std::string model;  // "" : the server's default model
   std::uint8_t prompt_kind = 1;  // PromptKind
@@ -46,7 +48,8 @@ struct Submit {
   std::vector<std::int32_t> tokens;
   std::vector<ChatTurn> chat;
   model::SamplingParams sampling;
-  MSGPACK_DEFINE(model, prompt_kind, text, tokens, chat, sampling);
+  std::uint8_t pooling = 0;  // model::Pooling: none generates
+  MSGPACK_DEFINE(model, prompt_kind, text, tokens, chat, sampling, pooling);
 };
 
 enum class AbortReason : std::uint8_t {
@@ -117,8 +120,9 @@ struct FinalEvent {
   std::int64_t queue_ns = 0;        // submit to first scheduled
   std::int64_t ttft_ns = 0;         // submit to first token (0: none)
   std::int64_t total_ns = 0;        // submit to end
+  std::vector<float> embedding{};   // an embedding request's vector (L2-normalised), when it finished
   MSGPACK_DEFINE(finish, error, message, text, stop, prompt_tokens, completion_tokens, cached_tokens, queue_ns,
-                 ttft_ns, total_ns);
+                 ttft_ns, total_ns, embedding);
 };
 
 // The buffer pool's statistics (gpu::PoolStats on the wire).
@@ -240,16 +244,18 @@ struct Tokenized {
 
 // A sequence the executor has not seen: its sampler is made from these (and lives until the
 // sequence is released, across preemptions, so recomputing it draws the same tokens).
+// pooling: an embedding, whose output is its prompt's pooled final hidden state, not a token.
 struct SequenceStart {
   std::uint64_t sequence = 0;
   model::SamplingParams sampling;
   std::vector<std::int32_t> prompt;  // what the repetition penalty sees
-  MSGPACK_DEFINE(sequence, sampling, prompt);
+  std::uint8_t pooling = 0;          // model::Pooling
+  MSGPACK_DEFINE(sequence, sampling, prompt, pooling);
 };
 
 // One sequence's share of a step: tokens at positions position, position + 1, ... whose K and V
 // go to the pages of block_table (page i holds positions i * page_size ...). output: sample a
-// token after the last of them. follows: its one token is the one the sequence's previous step
+// token after the last of them (an embedding's: pool its prompt, which ends there). follows: its one token is the one the sequence's previous step
 // samples, which the scheduler did not know when it planned this step (the executor puts it in;
 // tokens holds a 0 in its place). A follower whose sampler the executor no longer has (its
 // previous step failed) is left out of the step.
@@ -289,7 +295,10 @@ struct OutputToken {
   MSGPACK_DEFINE(sequence, token, has_logprobs, logprobs);
 };
 
-// The answer to a StepPlan: a token for each sequence that asked for output, or an error
+// The answer to a StepPlan: a token for each sequence that asked for output (for an embedding
+// sequence its vector: pooled names it, and the message's blob of the same index holds the
+// L2-normalised float32 values, in the host's order: a step's vectors may be megabytes, past a
+// payload's limit), or an error
 // (RequestError::gpu or internal) that fails every sequence of the step. kv_lost: the KV cache's
 // contents are gone (the device was recreated), so every computed page must be recomputed.
 struct StepResult {
@@ -302,7 +311,8 @@ struct StepResult {
   bool has_pool = false;     // pool statistics ride along now and then, and after a trim
   PoolStatsWire pool;
   std::int64_t gpu_ns = 0;   // time the step took in the executor
-  MSGPACK_DEFINE(step, tokens, error, message, kv_lost, slots, has_pool, pool, gpu_ns);
+  std::vector<std::uint64_t> pooled{};
+  MSGPACK_DEFINE(step, tokens, error, message, kv_lost, slots, has_pool, pool, gpu_ns, pooled);
 };
 
 struct ExecutorQuery {

@@ -76,6 +76,7 @@ struct ServeOptions {
   bool insecure = false;  // no warning for a front end beyond loopback without keys
   std::vector<std::string> cors_origins;  // the http actor's CORS origins, or "*"; empty: no CORS
   std::uint32_t status_sample_ms = 0;     // the status page's sampling interval; 0: the http actor's default
+  std::string pooling = "mean";  // how /v1/embeddings pools the final hidden states: mean or last
   std::vector<std::string> run;  // empty: the back end and the front ends asked for (choose_front_ends)
   std::vector<std::string> addresses;
   std::string device;
@@ -274,6 +275,7 @@ void add_front_end_options(const ServeOptions& o, std::map<std::string, ActorOpt
   }
   if (!o.cors_origins.empty()) options["http"]["cors_origins"] = fmt::format("{}", fmt::join(o.cors_origins, ","));
   if (o.status_sample_ms > 0) options["http"]["history_ms"] = std::to_string(o.status_sample_ms);
+  options["http"]["pooling"] = o.pooling;
 }
 
 NodeConfig serve_config(const ServeOptions& o) {
@@ -515,6 +517,11 @@ void add_front_end_flags(CLI::App* cmd, ServeOptions& o) {
           throw CLI::ValidationError("an origin is SCHEME://HOST[:PORT] or *, without commas");
         }
       });
+  cmd->add_option("--pooling", o.pooling,
+                  "how POST /v1/embeddings pools a model's final hidden states: mean (of every position) or last "
+                  "(the last position's), as llama-server's --pooling")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"mean", "last"}));
 }
 
 // How much the server holds and computes at once: KV cache, sequences, step budget, queue.

@@ -32,6 +32,7 @@
 #include "gpu/vulkan_error.hpp"
 #include "model/gguf/gguf_file.hpp"
 #include "model/gguf/vocabulary_metadata.hpp"
+#include "model/llama/embedding_pool.hpp"
 #include "model/llama/gguf_model.hpp"
 #include "model/llama/gpu_model.hpp"
 #include "model/sampling/sampler.hpp"
@@ -171,6 +172,7 @@ struct SequenceState {
   std::string model_id;
   model::Sampler sampler;
   std::int32_t last_token = -1;  // its last step's sample: what a follower (PlanSequence::follows) takes
+  std::optional<model::EmbeddingPool> pool{};  // an embedding's: pooled from its prompt's chunks, never sampled
 };
 
 // Why a step failed, found on its way (checking, submitting, collecting) and applied in its turn:
@@ -199,6 +201,7 @@ struct Step {
   std::vector<model::SampledToken> chosen;  // (outputs): the GPU's picks, with the logprobs asked for
   std::optional<StepFailure> failure;
   StepResult result;
+  Frames pooled;  // the vectors of result.pooled, as the answer's blobs
 };
 
 // ---- the actor -------------------------------------------------------------------------------
@@ -243,6 +246,9 @@ class Executor final : public Actor {
   void start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts);
   void fail_if_injected(std::uint64_t gpu_step) const;
   bool all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded) const;
+  bool pooled(const PlanSequence& seq) const;
+  bool samples(const PlanSequence& seq) const { return seq.output && !pooled(seq); }
+  void pool_embeddings(Step& step, std::span<const float> hidden, std::uint32_t width);
   void log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took,
                    std::uint64_t new_blocks) const;
   void warm_up(const LoadedModel& loaded);
@@ -622,7 +628,7 @@ LoadedModel* Executor::ahead_model(const StepPlan& plan) {
   LoadedModel* loaded = model_for(plan, problem);
   if (loaded == nullptr || plan_problem(plan, *loaded)) return nullptr;
   for (const PlanSequence& seq : plan.sequences) {
-    if (!seq.output) return nullptr;
+    if (!seq.output || pooled(seq)) return nullptr;  // an embedding's hidden states come back only waited for
   }
   return loaded;
 }
@@ -706,7 +712,11 @@ void Executor::run_forward(Step& step, LoadedModel& loaded) {
     model::StepProfile profile;
     model::StepProfile* profiling = options_.log_steps_over_ms > 0 ? &profile : nullptr;
     const std::uint64_t blocks_before = profiling != nullptr ? gpu_->pool.stats().blocks : 0;
-    step.chosen = loaded.weights->forward_sampled(batch, *loaded.kv_cache, profiling);
+    const bool embeds = std::any_of(step.plan.sequences.begin(), step.plan.sequences.end(),
+                                    [&](const PlanSequence& seq) { return pooled(seq); });
+    std::vector<float> hidden;
+    step.chosen = loaded.weights->forward_sampled(batch, *loaded.kv_cache, profiling, embeds ? &hidden : nullptr);
+    if (embeds) pool_embeddings(step, hidden, loaded.config.n_embd);
     if (profiling != nullptr) {
       const std::uint64_t blocks_after = gpu_->pool.stats().blocks;
       log_if_slow(step.plan, profile, Clock::now() - started,
@@ -832,7 +842,8 @@ void Executor::send_result(Context& ctx, Step& step) {
     result.pool = to_wire(gpu_->pool.stats());
   }
   result.gpu_ns = nanoseconds_since(step.started);
-  ctx.send(step.to.from, std::move(result), SendOptions{step.to.correlation_id, step.to.request_id, {}});
+  Frames blobs = result.pooled.empty() ? Frames{} : std::move(step.pooled);
+  ctx.send(step.to.from, std::move(result), SendOptions{step.to.correlation_id, step.to.request_id, std::move(blobs)});
   advance_spills(ctx, false);
 }
 
@@ -900,6 +911,9 @@ std::optional<std::string> Executor::plan_problem(const StepPlan& plan, const Lo
   std::unordered_set<std::uint64_t> starting;
   for (const SequenceStart& start : plan.starts) {
     starting.insert(start.sequence);
+    if (start.pooling > static_cast<std::uint8_t>(model::Pooling::last)) {
+      return fmt::format("sequence {}: pooling {} is not none, mean or last", start.sequence, start.pooling);
+    }
     if (auto error = model::validate(start.sampling, {static_cast<std::int32_t>(n_vocab)})) {
       return fmt::format("sequence {}: sampling {}: {}", start.sequence, error->field, error->message);
     }
@@ -959,7 +973,38 @@ std::optional<std::string> Executor::plan_problem(const StepPlan& plan, const Lo
 
 void Executor::start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts) {
   for (const SequenceStart& start : starts) {
-    sequences_.insert_or_assign(start.sequence, SequenceState{model_id, model::Sampler(start.sampling, start.prompt)});
+    SequenceState state{model_id, model::Sampler(start.sampling, start.prompt)};
+    if (start.pooling != 0) state.pool.emplace(static_cast<model::Pooling>(start.pooling), models_.at(model_id).config.n_embd);
+    sequences_.insert_or_assign(start.sequence, std::move(state));
+  }
+}
+
+bool Executor::pooled(const PlanSequence& seq) const {
+  const auto state = sequences_.find(seq.sequence);
+  return state != sequences_.end() && state->second.pool;
+}
+
+// Each embedding sequence of the step takes its rows of the step's hidden states (tokens, width),
+// in plan order; one whose prompt ends here answers with its vector.
+void Executor::pool_embeddings(Step& step, std::span<const float> hidden, std::uint32_t width) {
+  std::size_t row = 0;
+  for (const PlanSequence& seq : step.plan.sequences) {
+    const std::span<const float> rows = hidden.subspan(row * width, seq.tokens.size() * width);
+    row += seq.tokens.size();
+    auto state = sequences_.find(seq.sequence);
+    if (state == sequences_.end() || !state->second.pool) continue;
+    model::EmbeddingPool& pool = *state->second.pool;
+    if (!pool.add(rows, seq.position)) {
+      step.failure = StepFailure{RequestError::internal,
+                                 fmt::format("invalid step plan: embedding sequence {} has {} positions pooled and a "
+                                             "chunk at position {}",
+                                             seq.sequence, pool.positions(), seq.position)};
+      return;
+    }
+    if (!seq.output) continue;
+    const std::vector<float> vector = pool.vector();
+    step.result.pooled.push_back(seq.sequence);
+    step.pooled.emplace_back(vector.data(), vector.size() * sizeof(float));
   }
 }
 
@@ -998,7 +1043,7 @@ void Executor::log_if_slow(const StepPlan& plan, const model::StepProfile& profi
 bool Executor::all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded) const {
   if (loaded.n_vocab != loaded.config.n_vocab) return false;  // the argmax would consider the padding rows
   return std::all_of(plan.sequences.begin(), plan.sequences.end(), [&](const PlanSequence& seq) {
-    return !seq.output || model::plain_greedy(sequences_.at(seq.sequence).sampler.params());
+    return !samples(seq) || model::plain_greedy(sequences_.at(seq.sequence).sampler.params());
   });
 }
 
@@ -1007,11 +1052,13 @@ bool Executor::all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded)
 // in flight, whose choices the samplers have not accepted yet).
 model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending) const {
   model::StepBatch batch = make_batch(plan, loaded.page_size);
+  // An embedding's last row is pooled, not sampled: no logits for it.
+  for (model::StepToken& token : batch.tokens) token.output = token.output && samples(plan.sequences[token.sequence]);
   if (all_plain_greedy(plan, loaded)) return batch;
   model::StepSampling& sampling = batch.sampling.emplace();
   std::uint32_t row = 0;
   for (const PlanSequence& seq : plan.sequences) {
-    if (!seq.output) continue;
+    if (!samples(seq)) continue;
     const model::Sampler& sampler = sequences_.at(seq.sequence).sampler;
     model::add_sampling_row(sampling, sampler.gpu_row(follows_pending), loaded.n_vocab,
                             follows_pending ? std::optional<std::uint32_t>(row) : std::nullopt);
@@ -1024,7 +1071,7 @@ model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& l
 void Executor::take_outputs(const StepPlan& plan, std::span<const model::SampledToken> chosen, StepResult& result) {
   std::size_t row = 0;
   for (const PlanSequence& seq : plan.sequences) {
-    if (!seq.output) continue;
+    if (!samples(seq)) continue;
     const model::SampledToken& sampled = chosen[row++];
     SequenceState& state = sequences_.at(seq.sequence);
     if (!model::plain_greedy(state.sampler.params())) state.sampler.accept(sampled.token);
@@ -1050,6 +1097,7 @@ void Executor::fail_step(const StepPlan& plan, StepResult& result, RequestError 
   spdlog::warn("executor: step {} failed ({}): {}", plan.step, error == RequestError::gpu ? "gpu" : "internal",
                message);
   result.tokens.clear();
+  result.pooled.clear();
   result.error = static_cast<std::uint16_t>(error);
   result.message = std::move(message);
   for (const SequenceStart& start : plan.starts) sequences_.erase(start.sequence);

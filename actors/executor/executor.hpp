@@ -6,7 +6,8 @@
 // Messages:
 //   StepPlan -> StepResult        one step of the plan's model (plan.model; empty means the only
 //                                 loaded model): one sampled token per sequence that asked for
-//                                 output, or an error that fails the step's sequences (internal,
+//                                 output (an embedding's, started with pooling: its pooled
+//                                 vector), or an error that fails the step's sequences (internal,
 //                                 naming the model, when it is not loaded). A plan with no starts
 //                                 and no sequences only releases, whatever its model.
 //   ExecutorQuery -> ExecutorReport  every loaded model's shape (none at all is a valid answer)

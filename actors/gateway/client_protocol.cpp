@@ -297,6 +297,14 @@ const GenerateKey kGenerateKeys[] = {
      }},
     {"logit_bias",
      [](const msgpack::object& o, GenerateDraft& d) { return read_logit_bias(o, sampling(d).logit_bias); }},
+    {"pooling",
+     [](const msgpack::object& o, GenerateDraft& d) -> Check {
+       std::string name;
+       if (auto failure = read_string(o, "pooling", kMaxModelNameBytes, name)) return failure;
+       if (name != "mean" && name != "last") return invalid("pooling is \"" + name + "\": it must be \"mean\" or \"last\"");
+       d.request.submit.pooling = name == "mean" ? 1 : 2;  // model::Pooling
+       return std::nullopt;
+     }},
 };
 
 // The frame's map, its keys checked: strings, short, each once.
@@ -614,9 +622,11 @@ std::string encode_final_event(const ClientId& id, const messages::FinalEvent& f
   auto reason = static_cast<messages::FinishReason>(final_event.finish);
   bool is_error = reason == messages::FinishReason::error;
   bool has_stop = !final_event.stop.empty();
+  bool has_embedding = !final_event.embedding.empty();
   msgpack::sbuffer buffer;
   Packer pk(buffer);
-  begin_event(pk, "final", &id, 5 + (with_logprobs ? 1 : 0) + (has_stop ? 1 : 0) + (is_error ? 1 : 0));
+  begin_event(pk, "final", &id,
+              5 + (with_logprobs ? 1 : 0) + (has_stop ? 1 : 0) + (is_error ? 1 : 0) + (has_embedding ? 1 : 0));
   pack_text(pk, "finish_reason");
   pack_text(pk, finish_reason_name(reason));
   pack_text(pk, "text");
@@ -630,6 +640,10 @@ std::string encode_final_event(const ClientId& id, const messages::FinalEvent& f
   if (has_stop) {
     pack_text(pk, "stop");
     pack_text(pk, final_event.stop);
+  }
+  if (has_embedding) {
+    pack_text(pk, "embedding");
+    pk.pack(final_event.embedding);  // float32s
   }
   pack_text(pk, "usage");
   pk.pack_map(3);

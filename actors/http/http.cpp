@@ -224,7 +224,7 @@ void parse_listen(const std::string& text, HttpServerConfig& server) {
 std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   check_option_names("http", options,
                      {"listen", "scheduler", "enforcer", "cache_writer", "api_key", "api_keys", "admin_api_keys",
-                      "cors_origins", "max_body_bytes", "max_requests", "threads", "max_connections",
+                      "cors_origins", "pooling", "max_body_bytes", "max_requests", "threads", "max_connections",
                       "keepalive_ms", "heartbeat_ms", "unavailable_ms", "history_ms"});
   HttpServerConfig server;
   parse_listen(text_option(options, "listen", "127.0.0.1:8080"), server);
@@ -240,6 +240,11 @@ std::unique_ptr<Actor> make_http(const ActorOptions& options) {
   for (std::string_view origin : split_option(origins, ',')) {
     if (!origin.empty()) server.cors_origins.emplace_back(origin);
   }
+  const std::string pooling = text_option(options, "pooling", "mean");
+  if (pooling != "mean" && pooling != "last") {
+    throw std::invalid_argument("http: option pooling is '" + pooling + "': it must be mean or last");
+  }
+  server.pooling = pooling == "mean" ? 1 : 2;
   server.max_body_bytes =
       number_option("http", options, "max_body_bytes", server.max_body_bytes, 1024, front_end::kMaxRequestBytes);
   server.threads = number_option("http", options, "threads", server.threads, 1, 4096);

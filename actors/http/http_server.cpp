@@ -16,6 +16,7 @@
 #include "actors/http/http_status.hpp"
 #include "actors/http/http_transport.hpp"
 #include "actors/http/status_page.hpp"
+#include "actors/http/openai_embeddings.hpp"
 #include "actors/http/openai_json.hpp"
 
 namespace mqlm::actors {
@@ -262,6 +263,7 @@ class HttpServer::Impl {
     };
     server.Post("/v1/chat/completions", bound(&Impl::chat));
     server.Post("/v1/completions", bound(&Impl::completions));
+    server.Post("/v1/embeddings", bound(&Impl::embeddings));
     server.Get("/v1/models", bound(&Impl::models));
     server.Get(R"(/v1/models/(.+))", bound(&Impl::one_model));
     server.Get("/api/status", bound(&Impl::status));
@@ -313,7 +315,8 @@ class HttpServer::Impl {
       case 405:
         error = openai::invalid_request(
             "Unknown request URL: " + req.method.substr(0, 16) + " " + req.path.substr(0, 256) +
-                " (this server has POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST "
+                " (this server has POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings, GET "
+                "/v1/models, POST "
                 "/tokenize, POST /detokenize, GET /health, GET /ready, GET /live, GET / (the status page), GET /api/status, GET /metrics, POST "
                 "/api/models/{id}/load, POST /api/models/{id}/unload, POST /api/hot-cache/clear and POST "
                 "/api/ssd-cache/clear)",
@@ -429,6 +432,52 @@ class HttpServer::Impl {
     }
     reply_error(res, server_error(503, "the server stopped, or the client left, before this request finished",
                                   "shutting_down"));
+  }
+
+  // ---- embeddings (openai_embeddings.hpp) ------------------------------------------------------
+
+  // Every input is a request of its own, kInputsAtOnce of them open at once so that the scheduler
+  // batches them; leaving early (an error, the server stopping) aborts those still open.
+  void embeddings(const http::Request& req, http::Response& res) const {
+    constexpr std::size_t kInputsAtOnce = 32;
+    auto parsed = openai::parse_embedding_request(req.body, config_.pooling);
+    if (auto* error = std::get_if<ApiError>(&parsed)) return reply_error(res, *error);
+    const auto& request = std::get<openai::EmbeddingRequest>(parsed);
+    std::vector<messages::FinalEvent> finals;
+    for (std::size_t first = 0; first < request.submits.size(); first += kInputsAtOnce) {
+      std::vector<std::unique_ptr<BridgeCall>> calls;
+      for (std::size_t i = first; i < std::min(first + kInputsAtOnce, request.submits.size()); ++i) {
+        calls.push_back(std::make_unique<BridgeCall>(context_, bridge_));
+        if (!calls.back()->open(request.submits[i])) {
+          return reply_error(res,
+                             server_error(503, "the server cannot take requests now: try again later", "unavailable"));
+        }
+      }
+      for (auto& call : calls) {
+        std::optional<messages::FinalEvent> final_event = await_final(*call, req);
+        if (!final_event) {
+          return reply_error(res, server_error(503, "the server stopped, or the client left, before this request "
+                                                    "finished",
+                                               "shutting_down"));
+        }
+        finals.push_back(std::move(*final_event));
+      }
+    }
+    auto body = openai::embeddings_json(request, finals);
+    if (auto* error = std::get_if<ApiError>(&body)) return reply_error(res, *error);
+    res.set_content(openai::dump(std::get<nlohmann::json>(body)), "application/json");
+  }
+
+  // The request's FinalEvent (what comes before it, such as the scheduler's acceptance, is not
+  // wanted), or nullopt when the server stops or the client leaves first.
+  std::optional<messages::FinalEvent> await_final(BridgeCall& call, const http::Request& req) const {
+    while (auto reply = await(call, std::nullopt, &req)) {
+      if (auto* final_event = std::get_if<messages::FinalEvent>(&reply->payload)) {
+        call.ended();
+        return std::move(*final_event);
+      }
+    }
+    return std::nullopt;
   }
 
   // The status line waits for the scheduler's first word on the request, so that a refusal

@@ -4,7 +4,7 @@
 // DEALER socket per request. Nothing here touches the actor's state.
 //
 // Endpoints: POST /v1/chat/completions and /v1/completions (streaming as server-sent events
-// ending in `data: [DONE]`, or not), GET /v1/models and /v1/models/{id}, POST /tokenize and
+// ending in `data: [DONE]`, or not), POST /v1/embeddings, GET /v1/models and /v1/models/{id}, POST /tokenize and
 // /detokenize (llama-server's), GET /health,
 // GET /api/status (JSON) and GET /metrics (Prometheus text); the admin calls POST
 // /api/models/{id}/load and /unload (the enforcer) and POST /api/hot-cache/clear and
@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ struct HttpServerConfig {
   std::chrono::milliseconds status_timeout{10'000};  // a status question unanswered this long: 503
   // Origins whose browser pages may call the API (CORS); "*": any; empty: no CORS headers at all.
   std::vector<std::string> cors_origins;
+  std::uint8_t pooling = 1;  // /v1/embeddings' model::Pooling: mean (1) or last (2)
 };
 
 class HttpServer {

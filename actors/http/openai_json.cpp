@@ -46,10 +46,14 @@ std::string_view type_name(const json& value) {
   }
 }
 
+}  // namespace
+
 ApiError wrong_type(const std::string& key, std::string_view expected, const json& value) {
   return invalid_request("'" + key + "' must be " + std::string(expected) + ", not " + std::string(type_name(value)),
                          key, "invalid_type");
 }
+
+namespace {
 
 ApiError out_of_range(const std::string& key, const std::string& what) {
   return invalid_request("'" + key + "' " + what, key, "invalid_value");
@@ -74,6 +78,8 @@ Check read_number(const json& value, const std::string& key, double low, double 
 }
 
 // A whole number (16 or 16.0) in [low, high]; null leaves `out` as it was.
+}  // namespace
+
 Check read_integer(const json& value, const std::string& key, std::int64_t low, std::int64_t high,
                    std::optional<std::int64_t>& out) {
   if (value.is_null()) return std::nullopt;
@@ -100,6 +106,8 @@ Check read_integer(const json& value, const std::string& key, std::int64_t low, 
   }
   return std::nullopt;
 }
+
+namespace {
 
 Check read_bool(const json& value, const std::string& key, bool& out) {
   if (value.is_null()) return std::nullopt;
@@ -207,6 +215,8 @@ Check read_messages(const json& value, std::vector<messages::ChatTurn>& out) {
   return std::nullopt;
 }
 
+}  // namespace
+
 Check read_token_ids(const json& value, const std::string& key, std::vector<std::int32_t>& out) {
   if (value.size() > kMaxPromptTokens) {
     return out_of_range(key, "has " + std::to_string(value.size()) + " tokens: at most " +
@@ -222,6 +232,8 @@ Check read_token_ids(const json& value, const std::string& key, std::vector<std:
   }
   return std::nullopt;
 }
+
+namespace {
 
 // OpenAI's logit_bias: an object from token ids, written as decimal strings, to biases in
 // [-100, 100]. Ids past the vocabulary are the scheduler's to refuse: it knows the model.
@@ -558,6 +570,8 @@ Check finish_draft(Endpoint endpoint, Draft& d, std::uint64_t default_seed) {
 }
 
 // The body as a JSON object, or the 400 that says why it is not one.
+}  // namespace
+
 std::variant<json, ApiError> parse_body(std::string_view body) {
   json parsed = json::parse(body, nullptr, false);
   if (parsed.is_discarded()) {
@@ -572,6 +586,8 @@ std::variant<json, ApiError> parse_body(std::string_view body) {
   }
   return parsed;
 }
+
+namespace {
 
 // A /tokenize or /detokenize field: llama-server's names and vLLM's. add_special is left unset
 // when not given, because the two servers' defaults differ (vLLM's, whose "prompt" names its

@@ -63,6 +63,15 @@ inline constexpr std::int32_t kCompletionsDefaultMaxTokens = 16;
 std::variant<CompletionRequest, ApiError> parse_completion_request(Endpoint endpoint, std::string_view body,
                                                                    std::uint64_t seed);
 
+// Parsing pieces the endpoints share (openai_embeddings.cpp too): a field of the wrong type; an
+// integer in [low, high] (null leaves out unset); token ids; the body as a JSON object.
+ApiError wrong_type(const std::string& key, std::string_view expected, const nlohmann::json& value);
+std::optional<ApiError> read_integer(const nlohmann::json& value, const std::string& key, std::int64_t low,
+                                     std::int64_t high, std::optional<std::int64_t>& out);
+std::optional<ApiError> read_token_ids(const nlohmann::json& value, const std::string& key,
+                                       std::vector<std::int32_t>& out);
+std::variant<nlohmann::json, ApiError> parse_body(std::string_view body);
+
 // The HTTP error for a FinalEvent that ended with error or abort (and for refusals before one).
 ApiError error_for(const messages::FinalEvent& final_event);
 

@@ -18,6 +18,7 @@ void SchedulerPolicy::start_lookup(Turn& ctx, Request& r) {
   r.lookup = Request::Lookup::done;
   ServedModel& m = *r.model;
   if (config_.cache_writer.empty() || m.page_bytes == 0 || r.admitted_once || !m.pages) return;
+  if (r.pooling == model::Pooling::mean) return;  // computes every position: no prefix is of use
   const std::vector<std::uint64_t> keys = m.pages->prefix_keys(m.key, r.history);
   const std::size_t held = m.pages->held_prefix(keys);
   if (held == keys.size()) return;
@@ -153,7 +154,7 @@ bool SchedulerPolicy::plan_sequence(Request& r, std::uint32_t budget, bool may_p
 // stop string or end token it brings is found only when it comes, and the follower's step is
 // then wasted (its answer for an ended request is dropped).
 bool SchedulerPolicy::may_follow(const Request& r) const {
-  if (!config_.overlap || r.pending == 0 || r.planned != r.history.size()) return false;
+  if (!config_.overlap || r.pending == 0 || r.planned != r.history.size() || r.embedding()) return false;
   if (r.generated() + r.pending >= static_cast<std::uint32_t>(std::max(r.sampling.max_tokens, 1))) return false;
   return r.model->n_ctx == 0 || r.history.size() + r.pending < r.model->n_ctx;
 }
@@ -238,13 +239,12 @@ void SchedulerPolicy::admit_waiting(Turn& ctx, ServedModel& m, PlannedStep& step
       ++it;
       continue;
     }
-    const auto longest =
-        static_cast<std::uint64_t>(r.prompt_tokens) + static_cast<std::uint64_t>(r.sampling.max_tokens);
+    const auto longest = static_cast<std::uint64_t>(r.prompt_tokens) + r.generation_room();
     if (longest > m.kv_capacity_tokens) {
       it = waiting_.erase(it);
       end_request(ctx, r.sequence, FinishReason::error, RequestError::prompt_too_long,
-                  fmt::format("{} prompt tokens and max_tokens {} do not fit in the KV cache's {} tokens",
-                              r.prompt_tokens, r.sampling.max_tokens, m.kv_capacity_tokens));
+                  fmt::format("{} prompt tokens and {} more do not fit in the KV cache's {} tokens", r.prompt_tokens,
+                              r.generation_room(), m.kv_capacity_tokens));
       continue;
     }
     // Before its first admission, a prompt asks the cache-writer for the pages the GPU lacks;
@@ -266,8 +266,11 @@ void SchedulerPolicy::admit_waiting(Turn& ctx, ServedModel& m, PlannedStep& step
 bool SchedulerPolicy::admit(Turn& ctx, Request& r, PlannedStep& step, std::uint32_t budget) {
   ServedModel& m = *r.model;
   // Waiting sequences hold no pages (preemption and a failed admission release them), so each
-  // admission starts from the prefix cache.
-  const std::uint32_t reused = m.pages->begin(r.sequence, m.key, r.history);
+  // admission starts from the prefix cache; but mean pooling needs every position's state, so
+  // such an embedding computes all of them.
+  const bool shares_prefix = r.pooling != model::Pooling::mean;
+  const std::uint32_t reused =
+      m.pages->begin(r.sequence, m.key, shares_prefix ? std::span<const std::int32_t>(r.history) : std::span<const std::int32_t>{});
   const std::uint32_t restored = restore_prefix(r, reused, step.plan, step.restore_blobs);
   r.computed = reused + restored;
   r.planned = r.computed;
@@ -290,7 +293,8 @@ bool SchedulerPolicy::admit(Turn& ctx, Request& r, PlannedStep& step, std::uint3
     r.cached_tokens = std::min(reused + restored, r.prompt_tokens);
   }
   if (!r.executor_has_it) {
-    step.plan.starts.push_back({r.sequence, r.sampling, {r.history.begin(), r.history.begin() + r.prompt_tokens}});
+    step.plan.starts.push_back({r.sequence, r.sampling, {r.history.begin(), r.history.begin() + r.prompt_tokens},
+                                static_cast<std::uint8_t>(r.pooling)});
     r.executor_has_it = true;
   }
   return true;

@@ -1,6 +1,7 @@
 #include "actors/scheduler/scheduler_policy.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -70,7 +71,7 @@ void SchedulerPolicy::handle(PolicyOutput& out, Message& message, std::int64_t n
   } else if (const auto* abort = message.as<Abort>()) {
     on_abort(ctx, message, *abort);
   } else if (const auto* result = message.as<StepResult>()) {
-    on_step_result(ctx, *result);
+    on_step_result(ctx, *result, message.blobs);
   } else if (const auto* report = message.as<ExecutorReport>()) {
     on_executor_report(ctx, *report);
   } else if (const auto* query = message.as<StatusQuery>()) {
@@ -203,10 +204,21 @@ std::optional<std::pair<RequestError, std::string>> SchedulerPolicy::refusal(con
   if (waiting_.size() >= config_.max_waiting) {
     return std::pair{RequestError::busy, fmt::format("{} requests are waiting already: try again later", waiting_.size())};
   }
+  if (submit.pooling > static_cast<std::uint8_t>(model::Pooling::last)) {
+    return std::pair{RequestError::invalid_request, fmt::format("pooling {} is not none (0), mean (1) or last (2)",
+                                                                submit.pooling)};
+  }
   if (auto why = prompt_for(m, submit, prompt)) return std::pair{RequestError::invalid_request, std::move(*why)};
   if (prompt.empty()) return std::pair{RequestError::invalid_request, std::string("the prompt is empty")};
   const std::uint64_t longest = std::min<std::uint64_t>(
       m.n_ctx > 0 ? m.n_ctx : UINT32_MAX, m.kv_capacity_tokens > 0 ? m.kv_capacity_tokens : UINT32_MAX);
+  if (submit.pooling != 0) {
+    if (prompt.size() <= longest) return std::nullopt;  // its sampling is not used
+    return std::pair{RequestError::prompt_too_long,
+                     fmt::format("the input makes {} tokens, more than the {} a sequence may have here: embed a "
+                                 "shorter input",
+                                 prompt.size(), longest)};
+  }
   if (prompt.size() + static_cast<std::uint64_t>(std::max(1, submit.sampling.max_tokens)) > longest) {
     return std::pair{RequestError::prompt_too_long,
                      fmt::format("{} prompt tokens and max_tokens {} exceed the {} tokens a sequence may have here",
@@ -262,6 +274,8 @@ void SchedulerPolicy::on_submit(Turn& ctx, const Message& message, const Submit&
   }
   r.history = std::move(prompt);
   r.prompt_tokens = static_cast<std::uint32_t>(r.history.size());
+  r.pooling = static_cast<model::Pooling>(submit.pooling);
+  if (r.embedding()) r.sampling = model::SamplingParams{};  // the executor makes a sampler all the same
   r.decoder.emplace(*m.tokenizer, model::DecodeOptions{false, false});
   r.stops.emplace(model::StopMatcher::for_request(r.sampling, m.stop_tokens));
   waiting_.push_back(r.sequence);
@@ -468,7 +482,7 @@ void SchedulerPolicy::usage_changed(Turn& ctx, ServedModel& m, int delta) {
 
 // ---- results --------------------------------------------------------------------------------
 
-void SchedulerPolicy::on_step_result(Turn& ctx, const StepResult& result) {
+void SchedulerPolicy::on_step_result(Turn& ctx, const StepResult& result, const Frames& blobs) {
   if (in_flight_.empty() || result.step != in_flight_.front().plan.step) {
     spdlog::warn("{}: a result for step {} that is not the oldest in flight: ignored", ctx.self(), result.step);
     return;
@@ -499,6 +513,7 @@ void SchedulerPolicy::on_step_result(Turn& ctx, const StepResult& result) {
     fail_step(ctx, plan, result);
   } else {
     apply_answer(ctx, step, result);
+    finish_embeddings(ctx, plan, result, blobs);
   }
   answer_drained(ctx);
   schedule(ctx);
@@ -558,6 +573,25 @@ void SchedulerPolicy::apply_answer(Turn& ctx, const InFlight& step, const StepRe
   }
 }
 
+// An embedding ends with its output step, carrying the vector; one the executor left without one
+// would otherwise wait for ever.
+void SchedulerPolicy::finish_embeddings(Turn& ctx, const StepPlan& plan, const StepResult& result,
+                                        const Frames& blobs) {
+  for (std::size_t i = 0; i < result.pooled.size() && result.pooled.size() == blobs.size(); ++i) {
+    auto it = requests_.find(result.pooled[i]);
+    if (it == requests_.end() || !it->second->embedding() || blobs[i].size() % sizeof(float) != 0) continue;
+    std::vector<float> vector(blobs[i].size() / sizeof(float));
+    std::memcpy(vector.data(), blobs[i].data(), blobs[i].size());
+    end_request(ctx, result.pooled[i], FinishReason::stop, RequestError::none, {}, {}, std::move(vector));
+  }
+  for (const PlanSequence& s : plan.sequences) {
+    auto it = requests_.find(s.sequence);
+    if (!s.output || it == requests_.end() || !it->second->embedding()) continue;
+    end_request(ctx, s.sequence, FinishReason::error, RequestError::internal,
+                "the executor computed the input but returned no embedding for it");
+  }
+}
+
 void SchedulerPolicy::log_step_times(Turn& ctx, const InFlight& step, const StepResult& result) {
   constexpr std::uint64_t every = 500;
   StepTimes& t = step_times_;
@@ -598,7 +632,7 @@ void SchedulerPolicy::deliver_token(Turn& ctx, Request& r, const OutputToken& ou
 
 // The one way a request ends.
 void SchedulerPolicy::end_request(Turn& ctx, std::uint64_t sequence, FinishReason finish, RequestError error,
-                            std::string message, std::string stop) {
+                                  std::string message, std::string stop, std::vector<float> embedding) {
   auto it = requests_.find(sequence);
   if (it == requests_.end()) return;
   Request& r = *it->second;
@@ -615,6 +649,7 @@ void SchedulerPolicy::end_request(Turn& ctx, std::uint64_t sequence, FinishReaso
   final.error = static_cast<std::uint16_t>(error);
   final.message = std::move(message);
   final.stop = std::move(stop);
+  final.embedding = std::move(embedding);
   // Text held back (a stop string's possible start, a character's first bytes) is the client's
   // unless a stop string ended the request, in which case the matcher has dropped it already.
   if (r.stops && !r.stops->finished()) {

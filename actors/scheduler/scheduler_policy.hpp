@@ -117,7 +117,7 @@ class SchedulerPolicy {
   void on_tokenize(Turn& ctx, const messages::Message& message, const messages::Tokenize& question) const;
   messages::Tokenized tokenized(const messages::Tokenize& question) const;
   void on_executor_report(Turn& ctx, const messages::ExecutorReport& report);
-  void on_step_result(Turn& ctx, const messages::StepResult& result);
+  void on_step_result(Turn& ctx, const messages::StepResult& result, const messages::Frames& blobs);
   void fail_step(Turn& ctx, const messages::StepPlan& plan, const messages::StepResult& result);
   void forget_kv_cache();
   void apply_answer(Turn& ctx, const InFlight& step, const messages::StepResult& result);
@@ -161,9 +161,11 @@ class SchedulerPolicy {
   bool plan_sequence(Request& request, std::uint32_t budget, bool may_preempt, messages::StepPlan& plan);
   void preempt(Request& request);
   void deliver_token(Turn& ctx, Request& request, const messages::OutputToken& output);
+  void finish_embeddings(Turn& ctx, const messages::StepPlan& plan, const messages::StepResult& result,
+                         const messages::Frames& blobs);
   void end_request(Turn& ctx, std::uint64_t sequence, messages::FinishReason finish,
                    messages::RequestError error = messages::RequestError::none, std::string message = {},
-                   std::string stop = {});
+                   std::string stop = {}, std::vector<float> embedding = {});
   void apply_pending_aborts(Turn& ctx);
   void answer_status(Turn& ctx);
   bool in_flight_for(const std::string& model) const;

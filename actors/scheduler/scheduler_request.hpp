@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/scheduler/scheduler_policy.hpp"
+#include "model/llama/embedding_pool.hpp"
 #include "model/sampling/stop_matcher.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
@@ -36,11 +37,17 @@ struct SchedulerPolicy::Request {
   bool running = false;
   bool executor_has_it = false;       // the executor holds its sampler
   model::SamplingParams sampling;
+  model::Pooling pooling = model::Pooling::none;  // an embedding: its prompt's output is a vector
   std::optional<model::StreamDecoder> decoder;
   std::optional<model::StopMatcher> stops;
   std::int64_t submitted_ns = 0, scheduled_ns = 0, first_token_ns = 0;
 
   std::uint32_t generated() const { return static_cast<std::uint32_t>(history.size()) - prompt_tokens; }
+  bool embedding() const { return pooling != model::Pooling::none; }
+  // The positions it may take beyond its prompt: an embedding generates nothing.
+  std::uint32_t generation_room() const {
+    return embedding() ? 0 : static_cast<std::uint32_t>(std::max(sampling.max_tokens, 0));
+  }
 };
 
 }  // namespace mqlm::actors

@@ -204,8 +204,9 @@ std::vector<std::int32_t> GpuModel::forward_argmax(const StepBatch& batch, GpuKv
   return collect(pending);
 }
 
-std::vector<SampledToken> GpuModel::forward_sampled(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile) {
-  auto pending = std::get<PendingTokens>(run(batch, cache, StepOutput::tokens, profile, nullptr));
+std::vector<SampledToken> GpuModel::forward_sampled(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile,
+                                                    std::vector<float>* hidden) {
+  auto pending = std::get<PendingTokens>(run(batch, cache, StepOutput::tokens, profile, nullptr, hidden));
   return collect_sampled(pending);
 }
 

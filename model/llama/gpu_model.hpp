@@ -162,8 +162,11 @@ class GpuModel {
   std::vector<std::int32_t> forward_argmax(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr);
 
   // The same step, each output row's token chosen on the GPU as batch.sampling says (the argmax
-  // without it), with the logprobs asked for: only those come back.
-  std::vector<SampledToken> forward_sampled(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr);
+  // without it), with the logprobs asked for: only those come back. hidden: when not null, every
+  // token's final hidden state after output_norm, (tokens, n_embd), comes back there too (what
+  // embeddings are pooled from); a step with no output rows then computes only that.
+  std::vector<SampledToken> forward_sampled(const StepBatch& batch, GpuKvCache& cache, StepProfile* profile = nullptr,
+                                            std::vector<float>* hidden = nullptr);
 
   // forward_sampled sent to the GPU without waiting for it; collect() waits and returns its tokens.
   // The next step may be sent before that, its tokens taken on the GPU from this one's argmax
@@ -197,7 +200,7 @@ class GpuModel {
 
   GpuTensor upload(gpu::Uploader& uploader, const TensorSource& source, const TensorSpec& spec);
   StepResult run(const StepBatch& batch, GpuKvCache& cache, StepOutput want, StepProfile* profile,
-                 const PendingTokens* tokens_from);
+                 const PendingTokens* tokens_from, std::vector<float>* hidden = nullptr);
 
   gpu::UniqueQueryPool timestamps_;  // made on the first profiled step
   GpuContext gpu_;

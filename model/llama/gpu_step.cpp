@@ -118,7 +118,7 @@ struct PendingSum {
 class GpuModel::Step {
  public:
   Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache, StepProfile* profile,
-       const PendingTokens* tokens_from);
+       const PendingTokens* tokens_from, std::vector<float>* hidden);
   void record_embedding();
   // x += wo x attention(rope(wq x a), rope(wk x a), wv x a), a = rmsnorm(x); k and v to the cache.
   void record_attention(std::uint32_t l);
@@ -164,6 +164,7 @@ class GpuModel::Step {
   void upload_sampling();
   void record_sampling(const PoolBuffer& ids, const PoolBuffer& readback, std::uint32_t rows);
   void finish();
+  void read_hidden();
 
   GpuModel& model_;
   const LlamaConfig& c_;
@@ -171,6 +172,8 @@ class GpuModel::Step {
   StepProfile* profile_;
   const PendingTokens* tokens_from_;
   const StepSampling* sampling_;
+  std::vector<float>* hidden_;  // where the normed hidden states go, when asked for
+  PoolBuffer hidden_readback_;  // (tokens, n_embd) host-visible, copied at the end of the step
   gpu::ComputeQueue& queue_;
   gpu::BufferPool& pool_;
   gpu::KernelLibrary& lib_;
@@ -195,13 +198,14 @@ class GpuModel::Step {
 };
 
 GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache, StepProfile* profile,
-                     const PendingTokens* tokens_from)
+                     const PendingTokens* tokens_from, std::vector<float>* hidden)
     : model_(model),
       c_(model.config_),
       cache_(cache),
       profile_(profile),
       tokens_from_(tokens_from),
       sampling_(batch.sampling ? &*batch.sampling : nullptr),
+      hidden_(hidden),
       queue_(model.gpu_.queue),
       pool_(model.gpu_.pool),
       lib_(model.gpu_.kernels),
@@ -675,13 +679,24 @@ GpuModel::StepResult GpuModel::Step::record_output(StepOutput want) {
   pending.sampled = sampling_ != nullptr;
   pending.count = n_out;
   pending.collected = false;
+  if (hidden_ != nullptr && want == StepOutput::in_flight) {
+    throw std::invalid_argument("a step sent without waiting cannot bring back hidden states");
+  }
+  if (n_out > 0 || hidden_ != nullptr) {
+    ops::rms_norm(rec(), lib_, s_.x.range(), model_.output_norm_.buffer.range(), s_.h.range(), n_, c_.n_embd,
+                  c_.rms_eps);
+  }
+  if (hidden_ != nullptr) {
+    const std::uint64_t bytes = std::uint64_t{n_} * c_.n_embd * 4;
+    hidden_readback_ = pool_.allocate(bytes, "scratch", gpu::MemoryKind::host);
+    rec().copy(s_.h.range(0, bytes), hidden_readback_.range());
+  }
   if (n_out == 0) {
     finish();
     if (want == StepOutput::logits) return std::vector<float>{};
     pending.done_at = queue_.last_submitted();  // no tokens: collect() finds none
     return pending;
   }
-  ops::rms_norm(rec(), lib_, s_.x.range(), model_.output_norm_.buffer.range(), s_.h.range(), n_, c_.n_embd, c_.rms_eps);
   // Only the rows whose logits are wanted go through the output matrix.
   ops::get_rows(rec(), lib_, gpu::WeightType::f32, s_.h.range(), s_.output_rows.range(), s_.picked.range(), c_.n_embd,
                 n_out);
@@ -767,10 +782,19 @@ void GpuModel::Step::record_sampling(const PoolBuffer& ids, const PoolBuffer& re
   rec().copy(out.range(), readback.range());
 }
 
-// Submits what is left of the step and waits for it; a profile takes its times.
+// The normed hidden states, once the step is done.
+void GpuModel::Step::read_hidden() {
+  if (hidden_ == nullptr) return;
+  hidden_->resize(std::size_t{n_} * c_.n_embd);
+  std::memcpy(hidden_->data(), hidden_readback_.mapped(), hidden_->size() * 4);
+}
+
+// Submits what is left of the step and waits for it (and reads the hidden states asked for); a
+// profile takes its times.
 void GpuModel::Step::finish() {
   const auto submit_at = std::chrono::steady_clock::now();
   queue_.submit_and_wait(rec());
+  read_hidden();
   if (profile_ == nullptr) return;
   auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   profile_->record_ms += ms(submit_at - start_);
@@ -793,7 +817,7 @@ void GpuModel::Step::finish() {
 }
 
 GpuModel::StepResult GpuModel::run(const StepBatch& batch, GpuKvCache& cache, StepOutput want, StepProfile* profile,
-                                   const PendingTokens* tokens_from) {
+                                   const PendingTokens* tokens_from, std::vector<float>* hidden) {
   const auto n = static_cast<std::uint32_t>(batch.tokens.size());
   if (n == 0) {
     if (want == StepOutput::logits) return std::vector<float>{};
@@ -803,7 +827,7 @@ GpuModel::StepResult GpuModel::run(const StepBatch& batch, GpuKvCache& cache, St
     throw std::invalid_argument("a step's tokens from the step before: " + std::to_string(tokens_from->count) +
                                 " there, " + std::to_string(n) + " here");
   }
-  Step step(*this, batch, cache, profile, tokens_from);
+  Step step(*this, batch, cache, profile, tokens_from, hidden);
   step.record_embedding();
   for (std::uint32_t l = 0; l < config_.n_layers; ++l) {
     step.record_attention(l);

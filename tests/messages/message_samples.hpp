@@ -67,7 +67,7 @@ inline PoolStatsWire sample_pool() {
 }
 inline Submit sample(std::type_identity<Submit>) {
   return {"llama3-8b", static_cast<std::uint8_t>(PromptKind::chat), "Hello \xe4\xb8\x96", {1, 2, 3},
-          {{"system", "be brief"}, {"user", "hi"}}, sample_sampling()};
+          {{"system", "be brief"}, {"user", "hi"}}, sample_sampling(), 2};
 }
 inline Abort sample(std::type_identity<Abort>) { return {static_cast<std::uint8_t>(AbortReason::client_gone)}; }
 inline TokenEvent sample(std::type_identity<TokenEvent>) {
@@ -75,7 +75,7 @@ inline TokenEvent sample(std::type_identity<TokenEvent>) {
 }
 inline FinalEvent sample(std::type_identity<FinalEvent>) {
   return {static_cast<std::uint8_t>(FinishReason::error), static_cast<std::uint16_t>(RequestError::gpu),
-          "device lost", "held", "\n\n", 602, 128, 592, 1'000, 20'000'000, 900'000'000};
+          "device lost", "held", "\n\n", 602, 128, 592, 1'000, 20'000'000, 900'000'000, {0.6f, -0.8f}};
 }
 inline StatusQuery sample(std::type_identity<StatusQuery>) { return {true}; }
 inline KvPageId sample_page_id() { return {0xFEDC'BA98'7654'3210ULL, 0x0123'4567'89AB'CDEFULL, {1, 2, 3, 4}}; }
@@ -88,12 +88,12 @@ inline StatusReport sample(std::type_identity<StatusReport>) {
           8000, 1600, 21, {{"tiny", {12, 3, 2, 340, 560}}}, 777};
 }
 inline StepPlan sample(std::type_identity<StepPlan>) {
-  return {7, "tiny", {{42, sample_sampling(), {1, 2, 3}}}, {{42, 16, {5, 6}, {3, 9}, true}}, {41, 40}, true,
+  return {7, "tiny", {{42, sample_sampling(), {1, 2, 3}, 1}}, {{42, 16, {5, 6}, {3, 9}, true}}, {41, 40}, true,
           {{11, sample_page_id()}}, {12, 13}, 0xABCD'EF01'2345'6789ULL};
 }
 inline StepResult sample(std::type_identity<StepResult>) {
   return {7, {{42, 13, true, sample_logprobs()}}, static_cast<std::uint16_t>(RequestError::gpu), "out of memory",
-          true, 3, true, sample_pool(), 5'000'000};
+          true, 3, true, sample_pool(), 5'000'000, {43, 44}};
 }
 inline ExecutorQuery sample(std::type_identity<ExecutorQuery>) { return {true}; }
 inline ExecutorReport sample(std::type_identity<ExecutorReport>) {

@@ -115,6 +115,20 @@ TEST(ClientProtocolTest, OmittedKeysTakeTheDocumentedDefaults) {
             messages::pack_payload(request->submit));
 }
 
+TEST(ClientProtocolTest, PoolingMakesAnEmbeddingRequest) {
+  auto parsed = parse({{"op", "generate"}, {"id", 1}, {"prompt", "hi"}, {"pooling", "last"}});
+  auto* request = std::get_if<GenerateRequest>(&parsed);
+  ASSERT_NE(request, nullptr) << std::get<RequestProblem>(parsed).message;
+  EXPECT_EQ(request->submit.pooling, 2);
+  auto bad = parse({{"op", "generate"}, {"id", 1}, {"prompt", "hi"}, {"pooling", "cls"}});
+  ASSERT_TRUE(std::holds_alternative<RequestProblem>(bad));
+  EXPECT_NE(std::get<RequestProblem>(bad).message.find("pooling"), std::string::npos);
+  messages::FinalEvent event;
+  event.finish = static_cast<std::uint8_t>(messages::FinishReason::stop);
+  event.embedding = {0.5f, -0.25f};
+  EXPECT_EQ(read(encode_final_event(ClientId{std::int64_t{1}}, event, {}, false))["embedding"], (json{0.5, -0.25}));
+}
+
 TEST(ClientProtocolTest, MessagesBecomeAChat) {
   auto parsed = parse({{"op", "generate"},
                        {"id", 1},
@@ -497,6 +511,7 @@ TEST(ClientProtocolTest, FinalEventJoinsGatheredOutputAndConvertsTimings) {
   EXPECT_DOUBLE_EQ(final_event["timings"]["ttft_ms"].get<double>(), 2.0);
   EXPECT_DOUBLE_EQ(final_event["timings"]["total_ms"].get<double>(), 12.25);
   EXPECT_FALSE(final_event.contains("error"));
+  EXPECT_FALSE(final_event.contains("embedding"));
 
   json failed = read(encode_final_event(ClientId{std::int64_t{1}}, front_end::error_final(RequestError::busy, "try later"), {}, false));
   EXPECT_EQ(failed["finish_reason"], "error");

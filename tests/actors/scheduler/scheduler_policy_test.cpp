@@ -9,12 +9,14 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "actors/scheduler/scheduler_policy.hpp"
+#include "model/llama/embedding_pool.hpp"
 #include "model/gguf/synthetic_model.hpp"
 
 namespace mqlm::actors {
@@ -84,6 +86,7 @@ std::string render(const std::string& to, const Payload& payload, const SendOpti
       line += fmt::format(" {}+{}", final->prompt_tokens, final->completion_tokens);
     }
     if (!final->stop.empty()) line += " on \"" + final->stop + "\"";
+    if (!final->embedding.empty()) line += fmt::format(" vector:{}", final->embedding.size());
     return line;
   }
   if (std::holds_alternative<ExecutorQuery>(payload)) return to + " query";
@@ -131,21 +134,34 @@ class Harness {
                     std::move(blobs)};
     policy.handle(out, message, now_ns, self);
   }
-  // Answers the oldest plan in flight: every sequence it asks output of samples `token_for`.
-  void answer(const std::function<std::int32_t(std::uint64_t)>& token_for) {
+  // Answers the oldest plan in flight: every sequence it asks output of samples `token_for`, or
+  // for an embedding, pools a vector of two (unless `vectors` is false: then it answers nothing).
+  void answer(const std::function<std::int32_t(std::uint64_t)>& token_for, bool vectors = true) {
     ASSERT_FALSE(out.plans.empty()) << "no plan in flight to answer";
     StepPlan plan = std::move(out.plans.front());
     out.plans.pop_front();
+    for (const auto& start : plan.starts) {
+      if (start.pooling != 0) embeddings.insert(start.sequence);
+    }
     StepResult result;
     result.step = plan.step;
+    Frames blobs;
     for (const auto& s : plan.sequences) {
-      if (s.output) result.tokens.push_back({s.sequence, token_for(s.sequence), false, {}});
+      if (!s.output) continue;
+      if (!embeddings.contains(s.sequence)) {
+        result.tokens.push_back({s.sequence, token_for(s.sequence), false, {}});
+      } else if (vectors) {
+        const float vector[] = {0.6f, 0.8f};
+        result.pooled.push_back(s.sequence);
+        blobs.emplace_back(vector, sizeof(vector));
+      }
     }
-    hand("executor", std::move(result));
+    hand("executor", std::move(result), 0, 0, std::move(blobs));
   }
 
   SchedulerPolicy policy;
   Recorder out;
+  std::set<std::uint64_t> embeddings;  // sequences started with pooling
   std::int64_t now_ns = 1'000'000'000;
   std::string self = "scheduler";
 };
@@ -181,6 +197,7 @@ struct Options {
   std::vector<std::string> stop_strings = {};
   std::string model = {};
   std::string from = "gateway";
+  model::Pooling pooling = model::Pooling::none;
 };
 
 // A greedy request with a prompt of `length` token ids.
@@ -194,6 +211,7 @@ Input submit(std::uint64_t id, std::uint32_t length, Options o = {}) {
     s.sampling.max_tokens = o.max_tokens;
     s.sampling.stop_token_ids = o.stop_tokens;
     s.sampling.stop = o.stop_strings;
+    s.pooling = static_cast<std::uint8_t>(o.pooling);
     h.hand(o.from, std::move(s), id);
   };
 }
@@ -506,10 +524,55 @@ std::vector<Case> planning_cases() {
   };
 }
 
+// Embeddings: a prefill that samples nothing and ends with its vector, whatever way it ends.
+std::vector<Case> embedding_cases() {
+  constexpr auto mean = model::Pooling::mean;
+  constexpr auto last = model::Pooling::last;
+  auto budget = [](std::uint32_t tokens) { return [=](SchedulerConfig& c) { c.token_budget = tokens; }; };
+  auto answer_without_vectors = [](Harness& h) { h.answer([](std::uint64_t) { return kToken; }, false); };
+  return {
+      {"an_embedding_is_a_prefill_that_ends_with_its_vector",
+       {ready(), submit(1, 6, {.pooling = mean}), answer(), pages_free(), run_to_end()},
+       {"plan 1 1@0+6o start:1", "gateway final #1 stop 6+0 vector:2", "plan 2 release:1"},
+       {"gateway token", "1@6"}},
+      {"a_long_embedding_is_computed_in_chunks_under_the_budget",
+       {ready(), submit(1, 10, {.pooling = last}), run_to_end(), pages_free()},
+       {"plan 1 1@0+4 start:1", "plan 2 1@4+4", "plan 3 1@8+2o", "gateway final #1 stop 10+0 vector:2"},
+       {"gateway token", "1@10"},
+       budget(4)},
+      {"mean_pooling_computes_every_position_and_last_shares_the_prefix",
+       {ready(), submit(1, 9), run_to_end(), submit(2, 9, {.pooling = mean}), run_to_end(),
+        submit(3, 9, {.pooling = last}), run_to_end(), pages_free()},
+       {"gateway final #1 length 9+2", "2@0+9o start:2", "gateway final #2 stop 9+0 vector:2", "3@8+1o start:3",
+        "gateway final #3 stop 9+0 vector:2"}},
+      {"mean_pooling_asks_the_cache_writer_for_nothing",
+       {ready(), submit(1, 9, {.pooling = mean}), run_to_end(), pages_free()},
+       {"plan 1 1@0+9o start:1", "gateway final #1 stop 9+0 vector:2"},
+       {"lookup"},
+       [](SchedulerConfig& c) { c.cache_writer = "cache-writer"; }},
+      {"an_embedding_aborted_between_chunks_gives_its_pages_back",
+       {ready(), submit(1, 10, {.pooling = mean}), abort(1), pages_in_use(2), answer(), pages_free(), run_to_end()},
+       {"plan 1 1@0+4 start:1", "gateway final #1 abort 10+0", "release:1"},
+       {"vector"},
+       budget(4)},
+      {"an_embedding_longer_than_the_cache_is_refused",
+       {ready(), submit(1, 65, {.pooling = mean}), run_to_end()},
+       {"gateway final #1 error prompt_too_long"}},
+      {"an_embedding_as_long_as_the_cache_is_computed",
+       {ready(), submit(1, 64, {.pooling = mean}), run_to_end(), pages_free()},
+       {"gateway final #1 stop 64+0 vector:2"}},
+      {"an_output_step_without_the_vector_is_an_internal_error",
+       {ready(), submit(1, 6, {.pooling = mean}), answer_without_vectors, pages_free(), run_to_end()},
+       {"plan 1 1@0+6o start:1", "gateway final #1 error internal", "release:1"}},
+      {"a_failed_step_ends_the_embedding",
+       {ready(), submit(1, 6, {.pooling = last}), fail_step(), pages_free(), run_to_end()},
+       {"gateway final #1 error gpu"}},
+  };
+}
+
 std::vector<Case> cases() {
   std::vector<Case> all = ending_cases();
-  std::vector<Case> planning = planning_cases();
-  all.insert(all.end(), planning.begin(), planning.end());
+  for (auto more : {planning_cases(), embedding_cases()}) all.insert(all.end(), more.begin(), more.end());
   return all;
 }
 

@@ -274,3 +274,76 @@ test('bad parameters are 400s naming the parameter, and the server stays up', as
   const r = await client.chat.completions.create({ model, messages, max_tokens: 2, temperature: 0 });
   checkUsage(r.usage, 2);
 });
+
+// ---- embeddings ----------------------------------------------------------------------------------
+
+function norm(vector) {
+  return Math.sqrt(vector.reduce((sum, v) => sum + v * v, 0));
+}
+
+function assertSameVector(got, want, what) {
+  assert.equal(got.length, want.length, `${what}: length`);
+  const worst = got.reduce((w, v, i) => Math.max(w, Math.abs(v - want[i])), 0);
+  assert.ok(worst < 1e-6, `${what}: differs by ${worst}`);
+}
+
+test('embeddings: a string, strings, token ids, and base64 (the package default) as the float form', async () => {
+  const one = await client.embeddings.create({ model, input: 'The quick brown fox', encoding_format: 'float' });
+  assert.equal(one.object, 'list');
+  assert.equal(one.model, model);
+  assert.equal(one.data.length, 1);
+  assert.equal(one.data[0].object, 'embedding');
+  assert.equal(one.data[0].index, 0);
+  const vector = one.data[0].embedding;
+  assert.ok(vector.length > 0 && vector.every(Number.isFinite), 'a vector of numbers');
+  assert.ok(Math.abs(norm(vector) - 1) < 1e-5, `L2-normalised: norm ${norm(vector)}`);
+  assert.ok(one.usage.prompt_tokens > 0);
+  assert.equal(one.usage.total_tokens, one.usage.prompt_tokens);
+
+  // Without encoding_format the package asks for base64 and decodes it to numbers.
+  const decoded = await client.embeddings.create({ model, input: 'The quick brown fox' });
+  assertSameVector(decoded.data[0].embedding, vector, 'base64');
+
+  const several = await client.embeddings.create({ model, input: ['jumps over', 'The quick brown fox'], encoding_format: 'float' });
+  assert.deepEqual(several.data.map((d) => d.index), [0, 1]);
+  assertSameVector(several.data[1].embedding, vector, 'the same input among others');
+  const cosine = several.data[0].embedding.reduce((sum, v, i) => sum + v * vector[i], 0);
+  assert.ok(cosine < 0.9999, `other text, another vector (cosine ${cosine})`);
+  assert.ok(several.usage.prompt_tokens > one.usage.prompt_tokens);
+
+  const tokens = [5, 17, 300, 42, 9];
+  const byIds = await client.embeddings.create({ model, input: tokens, encoding_format: 'float' });
+  assert.equal(byIds.usage.prompt_tokens, tokens.length, 'token ids are used as given');
+  const lists = await client.embeddings.create({ model, input: [tokens, [7, 8]], encoding_format: 'float' });
+  assert.equal(lists.data.length, 2);
+  assertSameVector(lists.data[0].embedding, byIds.data[0].embedding, 'ids alone and in a list');
+});
+
+test('embeddings: bad input is a 400, and no request or page is left behind', async () => {
+  const bad = [
+    [{ input: '' }, 'input'],
+    [{ input: [] }, 'input'],
+    [{ input: ['fine', ''] }, 'input[1]'],
+    [{ input: 'x', dimensions: 3 }, 'dimensions'],
+    [{ input: 'x', encoding_format: 'int8' }, 'encoding_format'],
+    [{ input: 'x', frobnicate: 1 }, 'frobnicate'],
+  ];
+  for (const [fields, param] of bad) {
+    await assert.rejects(() => client.embeddings.create({ model, encoding_format: 'float', ...fields }), (error) => {
+      assert.ok(error instanceof OpenAI.BadRequestError, `${JSON.stringify(fields)}: ${error}`);
+      assert.equal(error.param, param);
+      return true;
+    });
+  }
+  // Longer than the model's context: refused by the scheduler, which knows it.
+  await assert.rejects(
+    () => client.embeddings.create({ model, input: Array(100_000).fill(5), encoding_format: 'float' }),
+    (error) => error instanceof OpenAI.BadRequestError && error.code === 'context_length_exceeded',
+  );
+  const r = await client.embeddings.create({ model, input: 'still up', encoding_format: 'float' });
+  assert.equal(r.data.length, 1);
+  const now = await status();
+  assert.equal(now.requests.tracked, 0, 'the scheduler still has a request');
+  assert.equal(now.requests.http_open, 0, 'the http actor still has a request');
+  assert.equal(now.kv_pages.used, 0, 'a page is still held');
+});
