@@ -39,6 +39,24 @@ bool same_ignoring_case(std::string_view a, std::string_view b) {
   return true;
 }
 
+// A Content-Length's numbers (RFC 9110 lets a list of one number repeated stand for it), each the
+// one seen before.
+void read_lengths(std::string_view value, std::optional<std::uint64_t>& length) {
+  while (true) {
+    while (value.starts_with(' ') || value.starts_with('\t')) value.remove_prefix(1);
+    std::uint64_t n = 0;
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (error != std::errc()) contract_broken("a Content-Length not a number");
+    if (length && *length != n) contract_broken("two different Content-Lengths accepted");
+    length = n;
+    value.remove_prefix(static_cast<std::size_t>(end - value.data()));
+    while (value.starts_with(' ') || value.starts_with('\t')) value.remove_prefix(1);
+    if (value.empty()) return;
+    if (!value.starts_with(',')) contract_broken("a Content-Length not a list of numbers");
+    value.remove_prefix(1);
+  }
+}
+
 void check_length(const Request& req) {
   bool chunked = false;
   std::optional<std::uint64_t> length;
@@ -47,12 +65,7 @@ void check_length(const Request& req) {
       if (!same_ignoring_case(value, "chunked")) contract_broken("a transfer coding other than chunked accepted");
       chunked = true;
     }
-    if (!same_ignoring_case(name, "Content-Length")) continue;
-    std::uint64_t n = 0;
-    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (error != std::errc() || end != value.data() + value.size()) contract_broken("a Content-Length not a number");
-    if (length && *length != n) contract_broken("two different Content-Lengths accepted");
-    length = n;
+    if (same_ignoring_case(name, "Content-Length")) read_lengths(value, length);
   }
   if (chunked && length) contract_broken("both Transfer-Encoding and Content-Length accepted");
   if (length && *length != req.body.size()) contract_broken("a body not of its Content-Length");
