@@ -3,8 +3,8 @@
 // for what they accept.
 //
 // The input's first byte picks the parser (bits 0-1: chat, completions, tokenize, detokenize)
-// and how the rest becomes a body (bit 2 clear: the bytes as they are; set: msgpack, decoded by
-// nlohmann and written out as JSON), so that byte mutations of the msgpack form change the
+// and how the rest becomes a body (bit 2 clear: the bytes as they are; set: msgpack, at most 512
+// bytes of it, decoded by nlohmann and written out as JSON), so that byte mutations of the msgpack form change the
 // JSON's shape (a key, a type, a nesting) instead of mostly breaking its syntax.
 //
 // Beyond "no crash, leak, UB, hang or allocation past libFuzzer's limit" it checks the parsers'
@@ -100,8 +100,14 @@ void check_tokenize(const mqlm::messages::Tokenize& question, bool detokenize) {
   if (!detokenize && !question.tokens.empty()) contract_broken("a tokenize question with tokens");
 }
 
+// nlohmann reads msgpack and writes JSON recursively, a level of nesting at a time: the msgpack
+// form is cut to kMaxMsgpackBytes (nesting as deep as that) so that the harness's own stack holds.
+// The parser's input has no such bound: raw bodies nest as deep as max_len lets them.
+constexpr std::size_t kMaxMsgpackBytes = 512;
+
 std::optional<std::string> body_of(std::string_view rest, bool msgpack_form) {
   if (!msgpack_form) return std::string(rest);
+  rest = rest.substr(0, kMaxMsgpackBytes);
   json value = json::from_msgpack(rest.begin(), rest.end(), true, false);
   if (value.is_discarded()) return std::nullopt;
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
