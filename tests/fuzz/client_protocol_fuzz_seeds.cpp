@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
       {"generate-two-prompts", {{"op", "generate"}, {"id", 2}, {"prompt", "a"}, {"tokens", {1}}}},
       {"generate-bad-temperature", {{"op", "generate"}, {"id", 3}, {"prompt", "a"}, {"temperature", -1}}},
       {"abort", {{"op", "abort"}, {"id", 1}}},
+      {"generate-api-key", {{"op", "generate"}, {"id", 6}, {"prompt", "a"}, {"api_key", "sk-test"}}},
+      {"unload-api-key", {{"op", "unload"}, {"model", "tiny"}, {"api_key", std::string(300, 'k')}}},
       {"status", {{"op", "status"}}},
       {"status-trim", {{"op", "status"}, {"id", "s"}, {"trim", true}}},
       {"load", {{"op", "load"}, {"id", 4}, {"model", "tiny"}}},

@@ -2,10 +2,10 @@
 // input one frame as a client sends it.
 //
 // Beyond "no crash, leak, UB, hang or allocation past libFuzzer's limit" it checks the parser's
-// contract: no exception; a problem is malformed or invalid_request with a message; a request
-// keeps every documented limit (one non-empty prompt of a known kind, validated sampling, bounded
-// model, ids and turns) and its Submit survives the wire; and the events answering it encode to
-// one msgpack map whose "id" is the client's id as given.
+// contract: no exception; an api_key within its limit; a problem is malformed or invalid_request
+// with a message; a request keeps every documented limit (one non-empty prompt of a known kind,
+// validated sampling, bounded model, ids and turns) and its Submit survives the wire; and the
+// events answering it encode to one msgpack map whose "id" is the client's id as given.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -100,11 +100,13 @@ void check_admin(const AdminRequest& request) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   ClientRequest request;
+  std::string api_key;
   try {
-    request = parse_request(std::span(reinterpret_cast<const std::byte*>(data), size));
+    request = parse_request(std::span(reinterpret_cast<const std::byte*>(data), size), &api_key);
   } catch (...) {
     contract_broken("parse_request threw");
   }
+  if (api_key.size() > kMaxApiKeyBytes) contract_broken("an api_key past the limit");
   if (const auto* problem = std::get_if<RequestProblem>(&request)) check_problem(*problem);
   if (const auto* generate = std::get_if<GenerateRequest>(&request)) check_generate(*generate);
   if (const auto* admin = std::get_if<AdminRequest>(&request)) check_admin(*admin);
