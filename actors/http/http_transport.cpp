@@ -1,4 +1,5 @@
 #include "actors/http/http_transport.hpp"
+#include "actors/http/http_request_reading.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -47,72 +48,6 @@ constexpr auto kRefusalTimeout = 1s;
 // under an answer the client has not read yet (a 413 while it is still sending its body).
 constexpr auto kLingerTime = 1s;
 constexpr std::size_t kLingerBytes = 8 << 20;
-
-bool same_ignoring_case(std::string_view a, std::string_view b) {
-  return beast::iequals(beast::string_view(a.data(), a.size()), beast::string_view(b.data(), b.size()));
-}
-
-std::string_view view(beast::string_view text) { return {text.data(), text.size()}; }
-
-std::string value_of(const Fields& fields, std::string_view name) {
-  for (const auto& [key, value] : fields) {
-    if (same_ignoring_case(key, name)) return value;
-  }
-  return {};
-}
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// %XX decoded (a malformed escape is kept as it is); in a query, '+' is a space.
-std::string percent_decoded(std::string_view text, bool query) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '%' && i + 2 < text.size()) {
-      const int high = hex_digit(text[i + 1]);
-      const int low = hex_digit(text[i + 2]);
-      if (high >= 0 && low >= 0) {
-        out += static_cast<char>(high * 16 + low);
-        i += 2;
-        continue;
-      }
-    }
-    out += (query && c == '+') ? ' ' : c;
-  }
-  return out;
-}
-
-Fields query_params(std::string_view query) {
-  Fields params;
-  while (!query.empty()) {
-    const std::size_t end = std::min(query.find('&'), query.size());
-    const std::string_view pair = query.substr(0, end);
-    const std::size_t equals = pair.find('=');
-    if (!pair.empty()) {
-      params.emplace_back(percent_decoded(pair.substr(0, equals), true),
-                          equals == std::string_view::npos ? "" : percent_decoded(pair.substr(equals + 1), true));
-    }
-    query.remove_prefix(std::min(end + 1, query.size()));
-  }
-  return params;
-}
-
-// The request line and headers as a Request (the body comes later).
-template <typename Header>
-void fill_request(const Header& header, Request& req) {
-  req.method = std::string(view(header.method_string()));
-  const std::string_view target = view(header.target());
-  const std::size_t question = target.find('?');
-  req.path = percent_decoded(target.substr(0, question), false);
-  if (question != std::string_view::npos) req.params = query_params(target.substr(question + 1));
-  for (const auto& field : header) req.headers.emplace_back(view(field.name_string()), view(field.value()));
-}
 
 // Threads that run handlers: `least` started at once and always kept, more started as they are
 // needed (up to `most`), each of those ending after it has been idle for kRetireAfter. So a burst
@@ -215,14 +150,6 @@ asio::awaitable<void> on_worker(WorkerPool& pool, Work& work) {
 }  // namespace
 
 // ---- requests and responses --------------------------------------------------------------------
-
-std::string Request::get_header_value(std::string_view name) const { return value_of(headers, name); }
-std::string Request::get_param_value(std::string_view name) const {
-  for (const auto& [key, value] : params) {
-    if (key == name) return value;
-  }
-  return {};
-}
 
 bool Request::connection_closed() const {
   if (socket < 0) return false;
@@ -511,9 +438,8 @@ bool Transport::Io::gate(Exchange& exchange) const {
     exchange.route = nullptr;
     return true;
   }
-  const std::string encoding = req.get_header_value("Content-Encoding");
-  if (!encoding.empty() && !same_ignoring_case(encoding, "identity")) {
-    fail(exchange, 415);
+  if (auto status = refused_coding(req)) {
+    fail(exchange, *status);
     return true;
   }
   const auto declared = exchange.head->content_length();
@@ -652,29 +578,6 @@ void Transport::stop() {
   if (!io_ || stopping_.exchange(true)) return;
   io_->stop();
   io_.reset();
-}
-
-std::variant<Request, int> parse_request(std::string_view raw, const TransportConfig& config) {
-  bhttp::request_parser<bhttp::string_body> parser;
-  parser.eager(true);
-  parser.header_limit(static_cast<std::uint32_t>(config.max_header_bytes));
-  parser.body_limit(config.max_body_bytes);
-  boost::system::error_code ec;
-  std::size_t used = 0;
-  while (!ec && !parser.is_done() && used < raw.size()) {
-    used += parser.put(asio::buffer(raw.data() + used, raw.size() - used), ec);
-    if (ec == bhttp::error::need_more) break;
-  }
-  if (!ec && !parser.is_done()) parser.put_eof(ec);
-  if (ec == bhttp::error::header_limit) return 431;
-  if (ec == bhttp::error::body_limit) return 413;
-  if (ec || !parser.is_done()) return 400;
-  Request req;
-  fill_request(parser.get(), req);
-  const std::string encoding = req.get_header_value("Content-Encoding");
-  if (!encoding.empty() && !same_ignoring_case(encoding, "identity")) return 415;
-  req.body = std::move(parser.get().body());
-  return req;
 }
 
 }  // namespace mqlm::actors::http

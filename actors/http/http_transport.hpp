@@ -11,7 +11,8 @@
 // 503 and close; connections that have not sent a whole header yet may take all but
 // `reserved_connections` of it), the header limit (431) within header_timeout, the routes
 // (404), the authorizer (401, before any of the body is read), Content-Encoding (415: bodies are
-// never decompressed), the declared length (413), then the body as it arrives, chunked or not,
+// never decompressed) and Transfer-Encoding (400 unless chunked alone), the declared length
+// (413), then the body as it arrives, chunked or not,
 // within body_timeout (413 past the limit, 400 for a malformed one). Pipelined requests are
 // answered in order, one at a time. An answer after which the connection's input cannot be
 // trusted (an unread or refused body, a malformed request) closes the connection.

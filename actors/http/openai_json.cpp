@@ -356,9 +356,11 @@ Check read_n(const json& value, Draft&) {
 Check read_chat_template_kwargs(const json& value, Draft&) {
   if (value.is_null()) return std::nullopt;
   if (!value.is_object()) return wrong_type("chat_template_kwargs", "an object", value);
+  // The value's type only: writing a value out recurses once per level of nesting, and a 1 MB
+  // body can nest deep enough to overflow the stack.
   for (const auto& [key, argument] : value.items()) {
-    spdlog::debug("http: chat_template_kwargs.{} = {} ignored: mqlm's chat templates take no arguments",
-                  key.substr(0, 64), argument.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 64));
+    spdlog::debug("http: chat_template_kwargs.{} ({}) ignored: mqlm's chat templates take no arguments",
+                  key.substr(0, 64), type_name(argument));
   }
   return std::nullopt;
 }

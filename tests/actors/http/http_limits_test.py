@@ -265,6 +265,9 @@ def malformed_framing():
                              + f"Authorization: Bearer {KEY}\r\n\r\n".encode() +
                              b"zz\r\nhello\r\n0\r\n\r\n",
         "a request line that is not HTTP": b"HELLO THERE\r\n\r\n",
+        "a transfer coding other than chunked": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                                b"Transfer-Encoding: gzip\r\nContent-Length: 5\r\n"
+                                                + f"Authorization: Bearer {KEY}\r\n\r\n".encode() + b"hello",
     }
     for what, raw in cases.items():
         with connect() as s:

@@ -56,7 +56,14 @@ TEST(HttpTransport, WhatIsOverALimitOrUnreadableGetsItsStatus) {
   EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), 400);
   EXPECT_EQ(status_of("HELLO\r\n\r\n"), 400);
   EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: h\r\n"), 400);  // cut off before the header's end
+  // Found by http_request.fuzz: a transfer coding other than chunked alone left the body's
+  // length to Content-Length (or none), where a proxy in front may read it otherwise.
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nContent-Length: 2\r\n\r\nab"), 400);
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n2\r\nab\r\n0\r\n\r\n"),
+            400);
+  EXPECT_EQ(status_of(""), 400);  // found by http_request.fuzz: it was a request without a method
   EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nab"), 200);
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n"), 200);
 }
 
 }  // namespace

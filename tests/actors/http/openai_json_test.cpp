@@ -247,6 +247,18 @@ TEST(OpenAiRequest, CommonExtensionFieldsAreAccepted) {
                   .submit.sampling.ignore_eos);
 }
 
+// A body within the HTTP limit (1 MB) whose chat_template_kwargs value nests 400,000 arrays deep:
+// writing the value out for the debug log recursed once per level and overflowed the handler's
+// stack (the server crashed on one request). Nothing in the body is written out now.
+TEST(OpenAiRequest, ADeeplyNestedIgnoredArgumentIsNotWalked) {
+  constexpr std::size_t kDepth = 400'000;
+  const std::string body = R"({"model": "m", "messages": [{"role": "user", "content": "Hi"}], )"
+                           R"("chat_template_kwargs": {"k": )" +
+                           std::string(kDepth, '[') + std::string(kDepth, ']') + "}}";
+  auto parsed = parse_completion_request(Endpoint::chat, body, kSeed);
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parsed));
+}
+
 messages::Tokenize tokenize_ok(std::string_view body, bool detokenize) {
   auto parsed = parse_tokenize_request(body, detokenize);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
