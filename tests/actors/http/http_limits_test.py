@@ -219,7 +219,10 @@ def answer_while_sending(head, pieces):
         try:
             status, _, body = Reader(s).response()
         finally:
-            s.shutdown(socket.SHUT_RDWR)
+            try:  # the server may have ended the connection already (its linger is 1 s or 8 MB)
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             sender.join()
         return status, body, sent[0]
 
