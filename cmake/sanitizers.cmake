@@ -43,6 +43,15 @@ file(WRITE ${CMAKE_BINARY_DIR}/sanitizer-options.cmake
 set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY TEST_INCLUDE_FILES
              ${CMAKE_BINARY_DIR}/sanitizer-options.cmake)
 
+# ASan: shared libraries stay loaded to the end (tests/sanitizers/keep_libraries_loaded.cpp says
+# why), in every executable: its dlclose comes first on the link line (--undefined pulls it).
+if(MQLM_SANITIZE MATCHES "address")
+  add_library(mqlm_keep_libraries_loaded STATIC ${PROJECT_SOURCE_DIR}/tests/sanitizers/keep_libraries_loaded.cpp)
+  target_link_libraries(mqlm_keep_libraries_loaded PRIVATE mqlm_warnings)
+  target_link_options(mqlm_keep_libraries_loaded INTERFACE LINKER:--undefined=dlclose)
+  link_libraries(mqlm_keep_libraries_loaded)
+endif()
+
 # TSan: ZeroMQ's hand-over between threads, modelled for TSan (tests/sanitizers/zmq_tsan_model.cpp)
 # in every target that links cppzmq, by wrapping the calls that pass a message's bytes.
 if(MQLM_SANITIZE STREQUAL "thread")
