@@ -14,7 +14,9 @@ message(STATUS "sanitizers: ${MQLM_SANITIZE}")
 
 # Frame pointers keep the reports' stacks whole; an undefined-behaviour report ends the process,
 # so a test cannot pass past one.
-add_compile_options(-fsanitize=${MQLM_SANITIZE} -fno-omit-frame-pointer)
+# -O1 -g1 after the build type's -O2 -g: the reports keep their file:line stacks, and compiling
+# takes about 40% less CPU (actors/http/bridge.cpp under ASan: 15.0 s against 24.5 s).
+add_compile_options(-fsanitize=${MQLM_SANITIZE} -fno-omit-frame-pointer -O1 -g1)
 add_link_options(-fsanitize=${MQLM_SANITIZE})
 if(MQLM_SANITIZE MATCHES "undefined")
   add_compile_options(-fno-sanitize-recover=undefined)
