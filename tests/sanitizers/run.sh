@@ -32,7 +32,7 @@ for report in "${reports[@]}"; do
   cat "$report"
 done
 if ((${#reports[@]} > 0)); then
-  echo "run.sh $kind: ${#reports[@]} sanitizer report(s) in $logs"
+  echo "run.sh $kind: sanitizer reports from ${#reports[@]} process(es), in $logs"
   status=1
 fi
 ((status == 0)) && echo "run.sh $kind: every test passed, no sanitizer reports"
