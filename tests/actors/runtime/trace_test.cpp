@@ -2,6 +2,8 @@
 // trace file is an error, not a crash.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -15,8 +17,10 @@ namespace {
 
 using namespace messages;
 
-std::filesystem::path record_conversation(const std::string& file_name) {
-  auto file = std::filesystem::temp_directory_path() / file_name;
+// The trace file's name has the process id: two suites running at once (ctest -j, another build
+// folder) would otherwise write one file.
+std::filesystem::path record_conversation(const std::string& stem) {
+  auto file = std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(::getpid()) + ".trc");
   auto report = run_probe({Transport::inproc, ProberConfig{"echo", "tester", 60, 4, 3000, 9}, file, true,
                            std::chrono::seconds(20)});
   EXPECT_TRUE(report && report->pongs == 60);
@@ -30,7 +34,7 @@ std::vector<TraceRecord> read_ok(const std::filesystem::path& file) {
 }
 
 TEST(TraceTest, RecordedConversationReplaysWithNoDifference) {
-  auto trace = read_ok(record_conversation("mqlm-trace-test-same.trc"));
+  auto trace = read_ok(record_conversation("mqlm-trace-test-same"));
   EchoActor echo;
   ReplayReport report = replay_actor(trace, "echo", echo);
   EXPECT_EQ(report.inbox_messages, 1u + 60u + 1u);  // start marker, 60 pings, Stop
@@ -62,7 +66,7 @@ class ChangedEcho final : public Actor {
 };
 
 TEST(TraceTest, ChangedActorsDifferenceIsReported) {
-  auto trace = read_ok(record_conversation("mqlm-trace-test-changed.trc"));
+  auto trace = read_ok(record_conversation("mqlm-trace-test-changed"));
   ChangedEcho changed;
   ReplayReport report = replay_actor(trace, "echo", changed);
   EXPECT_FALSE(report.same());
@@ -74,7 +78,7 @@ TEST(TraceTest, ChangedActorsDifferenceIsReported) {
 }
 
 TEST(TraceTest, DamagedTraceFilesAreErrorsWithAnOffset) {
-  auto file = record_conversation("mqlm-trace-test-damaged.trc");
+  auto file = record_conversation("mqlm-trace-test-damaged");
   std::string bytes;
   {
     std::ifstream in(file, std::ios::binary);
