@@ -50,6 +50,8 @@ std::variant<std::vector<KeyLine>, KeyError> read_key_lines(const std::string& p
   std::string line;
   for (int number = 1; std::getline(file, line); ++number) {
     std::string text = trimmed(line);
+    // '#' is a Z85 character, but never a key's first: 4 bytes are below 83 * 85^4, so a 5-character
+    // group starts with Z85's character 82 ('%') at most, and '#' is its 84th.
     if (!text.empty() && text[0] != '#') lines.push_back({number, std::move(text)});
   }
   return lines;

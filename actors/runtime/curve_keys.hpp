@@ -6,7 +6,7 @@
 //   NAME.pub  the public key: comment lines, then the key alone on a line
 //
 // A file of allowed client keys is any number of NAME.pub files put together: one key per line,
-// blank lines and # comments ignored. A directory stands for every *.pub file in it.
+// blank lines and # comments ignored (no Z85 key starts with '#'). A directory stands for every *.pub file in it.
 //
 // Every function here takes bad input from outside (a damaged or hand-edited file): it answers
 // with a message that names the file and says what to do, never with an exception. A secret key

@@ -77,6 +77,8 @@ TEST(CurveKeys, KeyFilesRoundTrip) {
             fs::perms::owner_read | fs::perms::owner_write);
   EXPECT_EQ(curve::z85_key(curve::key_bytes(pair.public_key)), pair.public_key);
   EXPECT_EQ(curve::key_bytes(pair.public_key).size(), curve::kKeyBytes);
+  // Key files take '#' for a comment because no key starts with it: the largest starts with '%'.
+  EXPECT_EQ(curve::z85_key(std::string(curve::kKeyBytes, '\xff'))[0], '%');
 
   // Allowed clients: a .pub file, files put together with comments, a directory of .pub files.
   const curve::KeyPair other = curve::generate();
