@@ -97,13 +97,13 @@ class Gateway final : public front_end::FrontEndActor {
       socket_.set(zmq::sockopt::linger, kStopLingerMs);
       socket_.close();
     }
+    spdlog::info("gateway stopped: {} requests served, {} malformed frames, {} events for unknown requests, {} "
+                 "CURVE handshakes refused",
+                 core_.served(), malformed_frames_, core_.dropped_events(), curve_refused());
     if (zap_) {
       ctx.unwatch(kZapWatch);
       zap_.reset();
     }
-    spdlog::info("gateway stopped: {} requests served, {} malformed frames, {} events for unknown requests, {} "
-                 "CURVE handshakes refused",
-                 core_.served(), malformed_frames_, core_.dropped_events(), curve_refused());
   }
 
   void on_readable(Context& ctx, std::uint32_t watch_id) override {

@@ -159,6 +159,8 @@ def main():
     finally:
         process.send_signal(signal.SIGTERM)
         check(process.wait(timeout=30) == 0, "the CURVE server did not stop cleanly")
+    stopped = [line for line in open(log_path) if "gateway stopped" in line]
+    check(stopped and " 0 CURVE handshakes refused" not in stopped[0], f"the stop line counts no refusal: {stopped}")
     if FAILURES:
         print(open(log_path).read()[-3000:])
     print(f"{len(FAILURES)} failures")
