@@ -30,7 +30,7 @@ trap stop_server EXIT
 start_server() {  # extra serve flags...
   : >$OUT/serve-stdout.txt
   mqlm --log-level info serve --model a=/tmp/pool-model.gguf --model b=/tmp/pool-model.gguf \
-    --listen $listen --http $http --kv-pages ${KV_PAGES:-1024} ${POOL_BLOCK_MIB:+--pool-block-mib $POOL_BLOCK_MIB} "$@" \
+    --listen $listen --insecure --http $http --kv-pages ${KV_PAGES:-1024} ${POOL_BLOCK_MIB:+--pool-block-mib $POOL_BLOCK_MIB} "$@" \
     >$OUT/serve-stdout.txt 2>&1 &
   server=$!
   for _ in $(seq 1 600); do

@@ -33,7 +33,7 @@ stop_server() { [ -n "$server" ] && { kill -TERM "$server" 2>/dev/null || true; 
 trap stop_server EXIT
 start_server() {  # name, extra serve flags...
   local name=$1; shift
-  mqlm --log-level info serve /tmp/prefix-model.gguf --listen $listen --http $http --kv-pages "$pages" "$@" \
+  mqlm --log-level info serve /tmp/prefix-model.gguf --listen $listen --insecure --http $http --kv-pages "$pages" "$@" \
     >"$OUT/serve-$name.txt" 2>&1 &
   server=$!
   for _ in $(seq 1 600); do

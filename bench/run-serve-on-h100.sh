@@ -17,7 +17,8 @@ type=${TYPE:-q4_0}
 mqlm make-model --preset "${PRESET:-llama3-8b}" --type "$type" --pure -o /tmp/m.gguf >>"$log"
 listen=tcp://127.0.0.1:5555
 source bench/serve-lib.sh
-start_server "$log" /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages ${KV_PAGES:-8192} \
+# --insecure: loopback, and figures of the plain protocol as every earlier run measured them.
+start_server "$log" /tmp/m.gguf --name llama3-8b --listen $listen --insecure --kv-pages ${KV_PAGES:-8192} \
   --max-sequences 64 --token-budget ${TOKEN_BUDGET:-2048} ${SERVE_FLAGS:-}
 # The batched (tensor-core) path must give the lone request's greedy tokens before it is timed.
 bench/check-batched-greedy.sh $listen 16 32 >>"$log" 2>&1 || echo "the batched greedy check failed" >>"$log"

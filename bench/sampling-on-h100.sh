@@ -23,7 +23,7 @@ for round in $(seq 1 ${GENERATE_ROUNDS:-2}); do
 done
 listen=tcp://127.0.0.1:5555
 source bench/serve-lib.sh
-start_server "$log" /tmp/m.gguf --name llama3-8b --listen $listen --kv-pages 8192 --max-sequences 64 --token-budget 2048
+start_server "$log" /tmp/m.gguf --name llama3-8b --listen $listen --insecure --kv-pages 8192 --max-sequences 64 --token-budget 2048
 for pass in $(seq 1 ${PASSES:-1}); do
   for c in ${CONCURRENCY:-1 8 32 64}; do
     # Which goes first alternates: a server's first runs can be faster than its later ones.

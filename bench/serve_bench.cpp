@@ -397,6 +397,7 @@ void add_serve_bench(CLI::App& bench) {
     ServeBenchOptions bench;
     std::int64_t timeout_ms = ServeBenchOptions{}.timeout.count();
     std::string json_path;
+    CurveClientFlags curve;
   };
   auto o = std::make_shared<Options>();
   auto& b = o->bench;
@@ -419,6 +420,7 @@ void add_serve_bench(CLI::App& bench) {
   cmd->add_option("--warmup", b.warmup, "requests run first and not counted")->capture_default_str();
   cmd->add_option("--timeout-ms", o->timeout_ms, "no event for this long stops the run")->capture_default_str();
   cmd->add_option("--json", o->json_path, "also write the results to this JSON file");
+  add_curve_client_flags(*cmd, o->curve);
   cmd->callback([o] {
     ServeBenchOptions& b = o->bench;
     if (b.requests == 0) throw CommandFailed("--requests must be at least 1", 2);
@@ -439,7 +441,7 @@ void add_serve_bench(CLI::App& bench) {
       throw CommandFailed(flag + ": " + error->message, 2);
     }
     b.timeout = std::chrono::milliseconds(o->timeout_ms);
-    auto connected = ServeClient::connect(b.server);
+    auto connected = ServeClient::connect(b.server, read_curve_client_flags(o->curve));
     if (auto* why = std::get_if<std::string>(&connected)) throw CommandFailed(*why, 2);
     auto& client = std::get<ServeClient>(connected);
 

@@ -5,14 +5,33 @@ Exits 1 on an error event or a final that is not stop or length, or when nothing
 --timeout seconds.
 
 Needs pyzmq and msgpack (Debian: python3-zmq python3-msgpack); run it with /usr/bin/python3.
+A server that serves CURVE (`mqlm serve --curve-key`) wants its public key and this client's key
+pair, files from `mqlm keygen` (docs/protocol.md, "Security: CURVE over tcp://").
 
-    /usr/bin/python3 examples/python_client.py --prompt "Once upon a time" --max-tokens 32
+    /usr/bin/python3 examples/python_client.py --prompt "Once upon a time" --max-tokens 32 \
+        --curve-server-key server.pub --curve-key alice.key
 """
 import argparse
+import os
 import sys
 
 import msgpack
 import zmq
+
+
+def key_file_lines(path):
+    """The words of each line of a key file that is not blank or a # comment (no Z85 key starts with #)."""
+    with open(path) as f:
+        return [line.split() for line in f if line.strip() and not line.lstrip().startswith("#")]
+
+
+def use_curve(socket, server_key_file, key_file):
+    """Makes socket a CURVE client: the server's NAME.pub (one key), this client's NAME.key
+    ("public-key KEY" and "secret-key KEY" lines), all Z85 text."""
+    socket.curve_serverkey = key_file_lines(server_key_file)[0][0].encode()
+    keys = dict(key_file_lines(key_file))
+    socket.curve_publickey = keys["public-key"].encode()
+    socket.curve_secretkey = keys["secret-key"].encode()
 
 
 def main():
@@ -22,11 +41,19 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens to generate")
     parser.add_argument("--temperature", type=float, default=1.0, help="0 is greedy")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds without an event that end the wait")
+    parser.add_argument("--curve-server-key", default=os.environ.get("MQLM_CURVE_SERVER_KEY"),
+                        help="the server's CURVE public key file, NAME.pub (or MQLM_CURVE_SERVER_KEY)")
+    parser.add_argument("--curve-key", default=os.environ.get("MQLM_CURVE_KEY"),
+                        help="this client's CURVE key pair file, NAME.key (or MQLM_CURVE_KEY)")
     args = parser.parse_args()
+    if bool(args.curve_server_key) != bool(args.curve_key):
+        parser.error("--curve-server-key and --curve-key go together")
 
     context = zmq.Context()
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 1000)
+    if args.curve_key:
+        use_curve(socket, args.curve_server_key, args.curve_key)
     socket.connect(args.server)
     request_id = 1
     socket.send(msgpack.packb({

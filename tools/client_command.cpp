@@ -24,6 +24,8 @@ using Clock = std::chrono::steady_clock;
 struct ClientOptions {
   std::string server = "tcp://127.0.0.1:5555";
   std::string api_key;
+  CurveClientFlags curve_flags;
+  std::optional<actors::curve::ClientKeys> curve;  // read from curve_flags before the request
   std::string model;
   std::string prompt;
   std::vector<std::int32_t> tokens;
@@ -88,7 +90,7 @@ GenerateRequest build_request(const ClientOptions& o) {
 }
 
 ServeClient connect(const ClientOptions& o) {
-  auto connected = ServeClient::connect(o.server);
+  auto connected = ServeClient::connect(o.server, o.curve);
   if (auto* why = std::get_if<std::string>(&connected)) throw CommandFailed(*why, 2);
   return std::move(std::get<ServeClient>(connected));
 }
@@ -97,8 +99,11 @@ ServeClient connect(const ClientOptions& o) {
 ServeEvent next_event(ServeClient& client, const ClientOptions& o) {
   auto received = client.receive(std::chrono::milliseconds(o.timeout_ms));
   if (std::holds_alternative<NoEvent>(received)) {
-    throw CommandFailed(fmt::format("no event from {} for {} ms: is `mqlm serve --listen {}` running? (--timeout-ms "
-                                    "waits longer)", o.server, o.timeout_ms, o.server));
+    throw CommandFailed(fmt::format("no event from {} for {} ms: is `mqlm serve --listen {}` running? {}(--timeout-ms "
+                                    "waits longer)", o.server, o.timeout_ms, o.server,
+                                    o.curve ? "Is --curve-server-key its key, and your key's NAME.pub in its "
+                                              "--curve-clients? "
+                                            : "Does it serve CURVE (then give --curve-server-key and --curve-key)? "));
   }
   if (auto* bad = std::get_if<BadEvent>(&received)) {
     throw CommandFailed("the server sent a frame that is not a protocol event: " + bad->reason);
@@ -205,6 +210,7 @@ void add_client_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("client", "send one request to a running `mqlm serve` and print what comes back");
   cmd->add_option("--server", o->server, "the server's address")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "the server's API key, when it was given one")->envname("MQLM_API_KEY");
+  add_curve_client_flags(*cmd, o->curve_flags);
   cmd->add_option("--model", o->model, "a model the server serves (default: its default)");
   o->prompt_option = cmd->add_option("-p,--prompt", o->prompt, "the prompt, as text");
   o->tokens_option = cmd->add_option("--tokens", o->tokens, "the prompt as token ids: 1,2,3")->delimiter(',');
@@ -219,6 +225,7 @@ void add_client_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "print every event as a JSON line instead of text");
   cmd->callback([o] {
     if (o->timeout_ms < 1) throw CommandFailed("--timeout-ms must be at least 1", 2);
+    o->curve = read_curve_client_flags(o->curve_flags);
     if (o->status) {
       if (o->prompt_option->count() + o->tokens_option->count() + o->chat_option->count() > 0) {
         throw CommandFailed("--status sends no prompt: leave out -p, --tokens and --chat-user", 2);

@@ -2,12 +2,15 @@
 #pragma once
 
 #include <csignal>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "actors/runtime/curve_keys.hpp"
 #include "actors/runtime/topology.hpp"
+#include "tools/commands.hpp"
 #include "model/sampling/sampling_params.hpp"
 
 namespace mqlm::tools {
@@ -45,6 +48,39 @@ inline void add_logit_bias_flag(CLI::App& cmd, std::vector<model::TokenBias>& lo
          "add BIAS, in [-100, 100], to token ID's logit (repeatable; -100 bans the token)")
       ->type_name("ID=BIAS");
 }
+// A client's CURVE flags: --curve-server-key FILE (the server's NAME.pub) and --curve-key FILE
+// (the client's own NAME.key), or MQLM_CURVE_SERVER_KEY and MQLM_CURVE_KEY. Inline, like
+// add_logit_bias_flag: `bench serve` takes them too.
+struct CurveClientFlags {
+  std::string server_key_file;
+  std::string key_file;
+};
+
+inline void add_curve_client_flags(CLI::App& cmd, CurveClientFlags& flags) {
+  cmd.add_option("--curve-server-key", flags.server_key_file,
+                 "the server's CURVE public key (its NAME.pub), for a server that serves CURVE (--curve-key)")
+      ->envname("MQLM_CURVE_SERVER_KEY");
+  cmd.add_option("--curve-key", flags.key_file,
+                 "this client's CURVE key pair (NAME.key from `mqlm keygen NAME`); the server must list NAME.pub in "
+                 "its --curve-clients")
+      ->envname("MQLM_CURVE_KEY");
+}
+
+// The keys the flags name, or none when neither is given; a CommandFailed (exit 2) for one
+// without the other or for a file that will not do.
+inline std::optional<actors::curve::ClientKeys> read_curve_client_flags(const CurveClientFlags& flags) {
+  if (flags.server_key_file.empty() && flags.key_file.empty()) return std::nullopt;
+  if (flags.server_key_file.empty() || flags.key_file.empty()) {
+    throw CommandFailed("--curve-server-key and --curve-key go together: the server's NAME.pub and this client's own "
+                        "NAME.key", 2);
+  }
+  auto keys = actors::curve::read_client_keys(flags.server_key_file, flags.key_file);
+  if (auto* error = std::get_if<actors::curve::KeyError>(&keys)) {
+    throw CommandFailed(error->message, 2);
+  }
+  return std::get<actors::curve::ClientKeys>(std::move(keys));
+}
+
 // --logprobs and --top-logprobs, into `sampling`; `where` says where they are printed.
 void add_logprobs_flags(CLI::App& cmd, model::SamplingParams& sampling, const std::string& where);
 

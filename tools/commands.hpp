@@ -12,6 +12,7 @@ void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_client_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_keygen_command(CLI::App& app);
 // `mqlm bench NAME`: each benchmark adds itself to the bench subcommand (code in bench/).
 void add_runtime_bench(CLI::App& bench);
 void add_kernel_bench(CLI::App& bench);

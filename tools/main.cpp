@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   mqlm::tools::add_generate_command(app);
   mqlm::tools::add_client_command(app);
   mqlm::tools::add_serve_command(app);
+  mqlm::tools::add_keygen_command(app);
   auto* bench = app.add_subcommand("bench", "benchmarks (figures that matter are measured on the H100)");
   bench->require_subcommand(1);
   mqlm::tools::add_runtime_bench(*bench);

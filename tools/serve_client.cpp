@@ -374,7 +374,8 @@ std::variant<ServeEvent, BadEvent> decode_event(std::span<const std::byte> frame
 
 // ---- the socket -----------------------------------------------------------------------------
 
-std::variant<ServeClient, std::string> ServeClient::connect(const std::string& endpoint) {
+std::variant<ServeClient, std::string> ServeClient::connect(const std::string& endpoint,
+                                                            const std::optional<actors::curve::ClientKeys>& curve) {
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   // Long enough for a last abort to leave when the client exits, short enough not to hang an
@@ -383,6 +384,7 @@ std::variant<ServeClient, std::string> ServeClient::connect(const std::string& e
   // Detects a server that vanished without closing the connection (the protocol's advice).
   socket.set(zmq::sockopt::heartbeat_ivl, 5000);
   socket.set(zmq::sockopt::heartbeat_timeout, 15000);
+  if (curve) actors::curve::set_client_options(socket, *curve);
   try {
     socket.connect(endpoint);
   } catch (const zmq::error_t& e) {

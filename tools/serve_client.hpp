@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "actors/runtime/curve_keys.hpp"
 #include "model/sampling/sampling_params.hpp"
 
 namespace mqlm::tools {
@@ -121,8 +122,11 @@ using Received = std::variant<ServeEvent, BadEvent, NoEvent>;
 class ServeClient {
  public:
   // ZeroMQ connects in the background (and reconnects), so this fails only for an endpoint it
-  // cannot use; the message says why. Whether a server answers shows in receive().
-  static std::variant<ServeClient, std::string> connect(const std::string& endpoint);
+  // cannot use; the message says why. Whether a server answers shows in receive(). With `curve`,
+  // the connection is CURVE (encrypted, and the server checks the client's key): a server
+  // that refuses the key, or is not the server the key names, never answers.
+  static std::variant<ServeClient, std::string> connect(const std::string& endpoint,
+                                                        const std::optional<actors::curve::ClientKeys>& curve = {});
 
   // False when the request could not be queued (ZeroMQ's send queue is full).
   [[nodiscard]] bool send_generate(const GenerateRequest& request);

@@ -73,7 +73,9 @@ struct ServeOptions {
   int port = -1;        // -1: not given
   std::string api_key;  // both front ends'; "" : none
   std::vector<std::string> admin_api_keys;  // keys that may also load, unload and clear caches
-  bool insecure = false;  // no warning for a front end beyond loopback without keys
+  bool insecure = false;  // no warning for a front end beyond loopback without keys, ZeroMQ over tcp:// without CURVE
+  std::string curve_key;      // the gateway's CURVE key pair file; "": none
+  std::string curve_clients;  // the client keys it lets in (a file or a directory of *.pub); "": any
   std::vector<std::string> cors_origins;  // the http actor's CORS origins, or "*"; empty: no CORS
   std::uint32_t status_sample_ms = 0;     // the status page's sampling interval; 0: the http actor's default
   std::string pooling = "mean";  // how /v1/embeddings pools the final hidden states: mean or last
@@ -273,6 +275,8 @@ void add_front_end_options(const ServeOptions& o, std::map<std::string, ActorOpt
     if (!o.api_key.empty()) options[kind]["api_key"] = o.api_key;
     if (!o.admin_api_keys.empty()) options[kind]["admin_api_keys"] = fmt::format("{}", fmt::join(o.admin_api_keys, ","));
   }
+  if (!o.curve_key.empty()) options["gateway"]["curve_key"] = o.curve_key;
+  if (!o.curve_clients.empty()) options["gateway"]["curve_clients"] = o.curve_clients;
   if (!o.cors_origins.empty()) options["http"]["cors_origins"] = fmt::format("{}", fmt::join(o.cors_origins, ","));
   if (o.status_sample_ms > 0) options["http"]["history_ms"] = std::to_string(o.status_sample_ms);
   options["http"]["pooling"] = o.pooling;
@@ -395,7 +399,8 @@ void warn_if_open(const ServeOptions& o) {
   };
   std::vector<std::string> open;
   if (runs(o, "http") && beyond_loopback(o.http.substr(0, o.http.rfind(':')))) open.push_back("http://" + o.http);
-  if (runs(o, "gateway") && o.listen.starts_with("tcp://")) {
+  // With --curve-clients only the clients listed may connect at all.
+  if (runs(o, "gateway") && o.listen.starts_with("tcp://") && o.curve_clients.empty()) {
     const std::string host = o.listen.substr(6, o.listen.rfind(':') - 6);
     if (beyond_loopback(host)) open.push_back(o.listen);
   }
@@ -406,10 +411,35 @@ void warn_if_open(const ServeOptions& o) {
                fmt::join(open, " and "));
 }
 
+// ZeroMQ over tcp:// goes encrypted and authenticated (CURVE) unless --insecure says otherwise;
+// ipc:// is guarded by the file system's permissions.
+void check_curve(const ServeOptions& o) {
+  if (!o.curve_clients.empty() && o.curve_key.empty()) {
+    throw CommandFailed("--curve-clients needs --curve-key (the server's key pair, from `mqlm keygen NAME`)", 2);
+  }
+  if (!runs(o, "gateway")) return;
+  if (o.curve_key.empty()) {
+    if (o.listen.starts_with("tcp://") && !o.insecure) {
+      throw CommandFailed("ZeroMQ over tcp:// (" + o.listen + ") is encrypted and authenticated with CURVE: give "
+                              "--curve-key FILE (make one with `mqlm keygen server`) and --curve-clients with the "
+                              "clients' public keys, or --insecure to serve it in the clear to anyone who can "
+                              "connect (docs/protocol.md, \"Security\")",
+                          2);
+    }
+    return;
+  }
+  if (o.curve_clients.empty()) {
+    spdlog::warn("WARNING: CURVE without --curve-clients: any client that knows this server's public key may connect "
+                 "to {}; give --curve-clients FILE|DIR to let in only the keys listed there",
+                 o.listen);
+  }
+}
+
 void serve(ServeOptions o) {
   check_run(o);
   settle_models(o);
   choose_front_ends(o);
+  check_curve(o);
   warn_if_open(o);
   settle_context(o);
   NodeConfig config = serve_config(o);
@@ -505,7 +535,14 @@ void add_front_end_flags(CLI::App* cmd, ServeOptions& o) {
       ->each(no_commas);
   cmd->add_flag("--insecure", o.insecure,
                 "serve beyond this machine (a --host or --listen address other than loopback) without API keys, "
-                "and without the warning");
+                "and without the warning; and serve ZeroMQ over tcp:// without CURVE");
+  cmd->add_option("--curve-key", o.curve_key,
+                  "encrypt and authenticate ZeroMQ clients with CURVE, with this key pair file (NAME.key from "
+                  "`mqlm keygen NAME`); required for a tcp:// --listen unless --insecure");
+  cmd->add_option("--curve-clients", o.curve_clients,
+                  "with --curve-key: let in only these clients' keys, a file of public keys (one per line, # "
+                  "comments) or a directory of NAME.pub files (default: any client that knows the server's public "
+                  "key)");
   cmd->add_option("--status-sample-ms", o.status_sample_ms,
                   "how often the status page at / samples the server (it plots the last 360; default 10000)")
       ->check(CLI::Range(10u, 3'600'000u));

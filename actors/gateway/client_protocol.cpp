@@ -684,10 +684,10 @@ std::string encode_error_event(RequestError code, std::string_view message, cons
 }
 
 std::string encode_status_event(const std::optional<ClientId>& id, const messages::StatusReport& report,
-                                std::uint64_t gateway_requests, const messages::ModelsReport* memory) {
+                                const GatewayFigures& gateway, const messages::ModelsReport* memory) {
   msgpack::sbuffer buffer;
   Packer pk(buffer);
-  begin_event(pk, "status", id ? &*id : nullptr, memory != nullptr ? 21 : 20);
+  begin_event(pk, "status", id ? &*id : nullptr, memory != nullptr ? 22 : 21);
   if (memory != nullptr) {
     pack_text(pk, "memory");
     const std::vector<std::uint8_t> packed = nlohmann::json::to_msgpack(model_admin::memory_json(*memory));
@@ -728,7 +728,8 @@ std::string encode_status_event(const std::optional<ClientId>& id, const message
   pack_text(pk, "active_by_owner");
   pk.pack_map(static_cast<std::uint32_t>(report.pool.active_by_owner.size()));
   for (const auto& [owner, bytes] : report.pool.active_by_owner) number(owner, bytes);
-  number("gateway_requests", gateway_requests);
+  number("gateway_requests", gateway.open_requests);
+  number("curve_refused", gateway.curve_refused);
   return to_string(buffer);
 }
 

@@ -88,9 +88,14 @@ std::string encode_final_event(const ClientId& id, const messages::FinalEvent& f
                                const front_end::GatheredOutput& gathered, bool with_logprobs);
 std::string encode_error_event(messages::RequestError code, std::string_view message,
                                const std::optional<ClientId>& id);
+// The gateway's own figures in a status event.
+struct GatewayFigures {
+  std::uint64_t open_requests = 0;  // "gateway_requests"
+  std::uint64_t curve_refused = 0;  // CURVE handshakes its ZAP handler refused
+};
 // memory: the enforcer's report, when the server has one (the event's "memory" key).
 std::string encode_status_event(const std::optional<ClientId>& id, const messages::StatusReport& report,
-                                std::uint64_t gateway_requests, const messages::ModelsReport* memory = nullptr);
+                                const GatewayFigures& gateway, const messages::ModelsReport* memory = nullptr);
 // An event whose fields are `fields` (a JSON object) besides "event" and, when given, "id".
 std::string encode_json_event(std::string_view event, const std::optional<ClientId>& id, nlohmann::json fields);
 

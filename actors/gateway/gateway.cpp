@@ -16,6 +16,8 @@
 #include "actors/front_end/front_end.hpp"
 #include "actors/front_end/model_admin.hpp"
 #include "actors/gateway/client_protocol.hpp"
+#include "actors/runtime/curve_keys.hpp"
+#include "actors/runtime/zap_handler.hpp"
 
 namespace mqlm::actors {
 namespace {
@@ -26,6 +28,7 @@ using front_end::OpenRequest;
 namespace cp = client_protocol;
 
 constexpr std::uint32_t kClientSocketWatch = 1;
+constexpr std::uint32_t kZapWatch = 2;
 // Client messages (and their bytes) read per wake, so a flood from clients cannot starve the
 // inbox: the scheduler's events and heartbeat answers wait there.
 constexpr int kMaxReadsPerWake = 256;
@@ -46,15 +49,25 @@ constexpr std::chrono::milliseconds kKeepalive{250};
 // On stop, how long the final events of cut-off requests may take to leave.
 constexpr int kStopLingerMs = 200;
 
+// CURVE on the client socket: the server's key pair and the clients it lets in (none: any client
+// that knows the server's public key).
+struct CurveServer {
+  curve::KeyPair keys;
+  std::optional<std::set<std::string>> allowed_clients;
+};
+
 // The client protocol's adapter to the front end's core: client frames become its calls, its
 // answers become the protocol's events.
 class Gateway final : public front_end::FrontEndActor {
  public:
-  Gateway(std::string listen, front_end::FrontEndConfig core, front_end::ApiKeys keys)
-      : FrontEndActor(std::move(core)), listen_(std::move(listen)), keys_(std::move(keys)) {}
+  Gateway(std::string listen, front_end::FrontEndConfig core, front_end::ApiKeys keys,
+          std::optional<CurveServer> curve)
+      : FrontEndActor(std::move(core)), listen_(std::move(listen)), keys_(std::move(keys)), curve_(std::move(curve)) {}
 
   void on_start(Context& ctx) override {
+    if (curve_) start_authenticator(ctx);
     socket_ = zmq::socket_t(live_context(ctx), zmq::socket_type::router);
+    if (curve_) curve::set_server_options(socket_, curve_->keys);
     socket_.set(zmq::sockopt::router_mandatory, 1);
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::heartbeat_ivl, kZmtpHeartbeatIntervalMs);
@@ -69,7 +82,12 @@ class Gateway final : public front_end::FrontEndActor {
     }
     ctx.watch(socket_, kClientSocketWatch);
     core_.start(ctx);
-    spdlog::info("gateway listening on {} for scheduler '{}'", listen_, core_.config().scheduler);
+    std::string security;
+    if (curve_) {
+      security = curve_->allowed_clients ? fmt::format(" (CURVE, allowed client keys: {})", curve_->allowed_clients->size())
+                                         : " (CURVE, any client that knows the server's key)";
+    }
+    spdlog::info("gateway listening on {}{} for scheduler '{}'", listen_, security, core_.config().scheduler);
   }
 
   void on_stop(Context& ctx) override {
@@ -79,11 +97,20 @@ class Gateway final : public front_end::FrontEndActor {
       socket_.set(zmq::sockopt::linger, kStopLingerMs);
       socket_.close();
     }
-    spdlog::info("gateway stopped: {} requests served, {} malformed frames, {} events for unknown requests",
-                 core_.served(), malformed_frames_, core_.dropped_events());
+    spdlog::info("gateway stopped: {} requests served, {} malformed frames, {} events for unknown requests, {} "
+                 "CURVE handshakes refused",
+                 core_.served(), malformed_frames_, core_.dropped_events(), curve_refused());
+    if (zap_) {
+      ctx.unwatch(kZapWatch);
+      zap_.reset();
+    }
   }
 
   void on_readable(Context& ctx, std::uint32_t watch_id) override {
+    if (watch_id == kZapWatch && zap_) {
+      zap_->answer_waiting(ctx.now_ns());
+      return;
+    }
     if (watch_id != kClientSocketWatch || !socket_) return;
     std::size_t bytes = 0;
     for (int i = 0; i < kMaxReadsPerWake && bytes < kMaxReadBytesPerWake; ++i) {
@@ -97,6 +124,15 @@ class Gateway final : public front_end::FrontEndActor {
   }
 
  private:
+  // The ZAP handler answers every CURVE handshake; it is bound before the client socket, so that
+  // no client ever finds the socket without it (which set_server_options makes a refusal anyway).
+  void start_authenticator(Context& ctx) {
+    zap_.emplace(live_context(ctx), curve_->allowed_clients);
+    ctx.watch(zap_->socket(), kZapWatch);
+  }
+
+  std::uint64_t curve_refused() const { return zap_ ? zap_->refused() : 0; }
+
   // ---- client input ---------------------------------------------------------------------------
 
   // One multipart message from the ROUTER, keeping at most kMaxFramesKept frames; count says how
@@ -224,7 +260,8 @@ class Gateway final : public front_end::FrontEndActor {
   }
 
   void send_status(Context& ctx, const Caller& caller, const StatusReport& report, const ModelsReport* memory) override {
-    send_to_client(ctx, caller, cp::encode_status_event(caller.id, report, core_.open_requests(), memory));
+    send_to_client(ctx, caller,
+                   cp::encode_status_event(caller.id, report, {core_.open_requests(), curve_refused()}, memory));
   }
 
   void send_error(Context& ctx, const Caller& caller, RequestError code, const std::string& message) override {
@@ -279,15 +316,43 @@ class Gateway final : public front_end::FrontEndActor {
   std::string listen_;
   zmq::socket_t socket_;
   front_end::ApiKeys keys_;
+  std::optional<CurveServer> curve_;
+  std::optional<ZapHandler> zap_;
   std::uint64_t malformed_frames_ = 0;
 };
+
+// curve_key=FILE (a key pair from `mqlm keygen`) and curve_clients=PATH (allowed client keys: a
+// file of them or a directory of *.pub files), read now: a file that will not do fails the start.
+std::optional<CurveServer> read_curve_options(const ActorOptions& options) {
+  const std::string key_file = text_option(options, "curve_key", "");
+  const std::string clients = text_option(options, "curve_clients", "");
+  if (key_file.empty()) {
+    if (!clients.empty()) {
+      throw std::invalid_argument("gateway option curve_clients needs curve_key (the server's key pair)");
+    }
+    return std::nullopt;
+  }
+  if (!curve::available()) {
+    throw std::invalid_argument("this libzmq was built without CURVE (libsodium), so curve_key cannot be used");
+  }
+  auto keys = curve::read_key_pair(key_file);
+  if (auto* error = std::get_if<curve::KeyError>(&keys)) throw std::invalid_argument(error->message);
+  CurveServer curve{std::get<curve::KeyPair>(std::move(keys)), std::nullopt};
+  if (!clients.empty()) {
+    auto allowed = curve::read_allowed_clients(clients);
+    if (auto* error = std::get_if<curve::KeyError>(&allowed)) throw std::invalid_argument(error->message);
+    curve.allowed_clients = std::get<std::set<std::string>>(std::move(allowed));
+  }
+  return curve;
+}
 
 }  // namespace
 
 std::unique_ptr<Actor> make_gateway(const ActorOptions& options) {
   check_option_names("gateway", options,
                      {"listen", "scheduler", "enforcer", "cache_writer", "max_requests", "keepalive_ms",
-                      "heartbeat_ms", "unavailable_ms", "api_key", "api_keys", "admin_api_keys"});
+                      "heartbeat_ms", "unavailable_ms", "api_key", "api_keys", "admin_api_keys", "curve_key",
+                      "curve_clients"});
   std::string listen = text_option(options, "listen", "tcp://127.0.0.1:5555");
   if (listen.find("://") == std::string::npos) {
     throw std::invalid_argument("gateway option listen=" + listen + " is not an address such as tcp://127.0.0.1:5555");
@@ -298,7 +363,9 @@ std::unique_ptr<Actor> make_gateway(const ActorOptions& options) {
   front_end::read_core_options(options, kNoLongest, core);
   core.max_pending_status = kMaxPendingStatus;
   core.keepalive = front_end::milliseconds_option("gateway", options, "keepalive_ms", kKeepalive, kNoLongest);
-  return std::make_unique<Gateway>(std::move(listen), std::move(core), front_end::read_api_keys(options));
+  std::optional<CurveServer> curve = read_curve_options(options);
+  return std::make_unique<Gateway>(std::move(listen), std::move(core), front_end::read_api_keys(options),
+                                   std::move(curve));
 }
 
 }  // namespace mqlm::actors

@@ -80,7 +80,7 @@ stop_server || fail "the server did not stop cleanly"
 
 # ZeroMQ with --listen, and then no HTTP; its requests are logged too.
 zmq="tcp://127.0.0.1:$(free_port)"
-"$mqlm" --log-level info serve -m "$dir/tiny.gguf" --listen "$zmq" >"$dir/zmq.log" 2>&1 &
+"$mqlm" --log-level info serve -m "$dir/tiny.gguf" --listen "$zmq" --insecure >"$dir/zmq.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 120); do "$mqlm" client --server "$zmq" --status --timeout-ms 1000 >/dev/null 2>&1 && break; sleep 0.5; done
 "$mqlm" client --server "$zmq" -p "Once upon a time" -n 4 --temperature 0 >/dev/null 2>"$dir/client.err" ||
@@ -90,7 +90,7 @@ grep -qE "request done: id=gateway-[0-9]+ model=default prompt_tokens=[0-9]+ cac
   "$dir/zmq.log" || fail "no request line for the ZeroMQ request" "$dir/zmq.log"
 
 # A second server on the same ZeroMQ address: refused, naming it and --listen.
-"$mqlm" serve -m "$dir/tiny.gguf" --listen "$zmq" >"$dir/second-zmq.out" 2>&1
+"$mqlm" serve -m "$dir/tiny.gguf" --listen "$zmq" --insecure >"$dir/second-zmq.out" 2>&1
 rc=$?
 [[ $rc -eq 1 ]] && grep -qF "$zmq" "$dir/second-zmq.out" && grep -q -- "--listen" "$dir/second-zmq.out" ||
   fail "a second server at $zmq: exit $rc, wanted 1 naming the address and --listen" "$dir/second-zmq.out"

@@ -405,7 +405,7 @@ TEST(Server, SplitDeploymentServesTheSameOutputAndFailsFastWhenTheBackendDies) {
   std::vector<std::int32_t> single_tokens;
   {
     const std::string listen = free_tcp_endpoint();
-    actors::testing::ChildProcess single(serve_args({"--listen", listen}));
+    actors::testing::ChildProcess single(serve_args({"--listen", listen, "--insecure"}));
     wait_for_ready(single);
     single_tokens = run_one(listen, greedy("x", prompt, 10)).tokens;
     EXPECT_EQ(single.terminate(SIGTERM), 0);
@@ -422,7 +422,7 @@ TEST(Server, SplitDeploymentServesTheSameOutputAndFailsFastWhenTheBackendDies) {
   };
   actors::testing::ChildProcess backend(with({"--run", "executor,enforcer,scheduler"}));
   wait_for_ready(backend);
-  actors::testing::ChildProcess front(with({"--run", "gateway", "--listen", listen}));
+  actors::testing::ChildProcess front(with({"--run", "gateway", "--listen", listen, "--insecure"}));
   wait_for_ready(front);
   EXPECT_EQ(run_one(listen, greedy("x", prompt, 10)).tokens, single_tokens);
 

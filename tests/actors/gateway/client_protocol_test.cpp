@@ -547,7 +547,7 @@ TEST(ClientProtocolTest, ErrorAndStatusEvents) {
   report.executor_slots = 2;
   report.executor_ready = true;
   report.pool = {1024, 2048, 4096, 8192, 3, {{"kv", 512}, {"weights:m", 512}}};
-  json status = read(encode_status_event(ClientId{std::string("s")}, report, 5));
+  json status = read(encode_status_event(ClientId{std::string("s")}, report, {5, 2}));
   EXPECT_EQ(status, (json{{"event", "status"},
                           {"id", "s"},
                           {"models", {"m"}},
@@ -575,8 +575,9 @@ TEST(ClientProtocolTest, ErrorAndStatusEvents) {
                             {"held_bytes", 8192},
                             {"blocks", 3},
                             {"active_by_owner", {{"kv", 512}, {"weights:m", 512}}}}},
-                          {"gateway_requests", 5}}));
-  EXPECT_FALSE(read(encode_status_event(std::nullopt, report, 0)).contains("id"));
+                          {"gateway_requests", 5},
+                          {"curve_refused", 2}}));
+  EXPECT_FALSE(read(encode_status_event(std::nullopt, report, {})).contains("id"));
 }
 
 // The keys of an event's top map in the order packed, read with msgpack-c: a count in the map's
@@ -667,12 +668,12 @@ TEST(ClientProtocolTest, StatusEventCarriesTheMemoryPictureOnlyWhenGiven) {
   report.pool = {1, 2, 3, 4, 5, {{"weights:a", 1}}};
   const messages::ModelsReport memory = memory_report();
 
-  const std::string with_bytes = encode_status_event(ClientId{std::int64_t{8}}, report, 3, &memory);
+  const std::string with_bytes = encode_status_event(ClientId{std::int64_t{8}}, report, {3, 0}, &memory);
   const std::vector<std::string> keys = packed_keys(with_bytes);
-  EXPECT_EQ(keys.size(), 23u);  // 21 fields, event and id
+  EXPECT_EQ(keys.size(), 24u);  // 22 fields, event and id
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size()) << "a key packed twice";
   json with = read(with_bytes);
-  EXPECT_EQ(with.size(), 23u);
+  EXPECT_EQ(with.size(), 24u);
   EXPECT_EQ(with["event"], "status");
   EXPECT_EQ(with["id"], 8);
   ASSERT_TRUE(with.contains("memory"));
@@ -696,15 +697,15 @@ TEST(ClientProtocolTest, StatusEventCarriesTheMemoryPictureOnlyWhenGiven) {
   for (const json& model : picture["models"]) EXPECT_TRUE(model["state"].is_string()) << model;
 
   // Everything else is the event without memory.
-  const std::string without_bytes = encode_status_event(ClientId{std::int64_t{8}}, report, 3);
-  EXPECT_EQ(packed_keys(without_bytes).size(), 22u);
+  const std::string without_bytes = encode_status_event(ClientId{std::int64_t{8}}, report, {3, 0});
+  EXPECT_EQ(packed_keys(without_bytes).size(), 23u);
   json without = read(without_bytes);
   EXPECT_FALSE(without.contains("memory"));
   with.erase("memory");
   EXPECT_EQ(with, without);
 
-  // No id: 21 fields and event.
-  EXPECT_EQ(packed_keys(encode_status_event(std::nullopt, report, 0, &memory)).size(), 22u);
+  // No id: 22 fields and event.
+  EXPECT_EQ(packed_keys(encode_status_event(std::nullopt, report, {}, &memory)).size(), 23u);
 }
 
 }  // namespace

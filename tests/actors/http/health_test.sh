@@ -14,7 +14,7 @@ cp "$dir/tiny.gguf" "$dir/bad.gguf"
 http_port=$(free_port)
 gateway_port=$(free_port)
 start_server_at "$http_port" serve --model "tiny=$dir/tiny.gguf" --model "bad=$dir/bad.gguf" \
-  --http "127.0.0.1:$http_port" --listen "tcp://127.0.0.1:$gateway_port" || exit 1
+  --http "127.0.0.1:$http_port" --listen "tcp://127.0.0.1:$gateway_port" --insecure || exit 1
 truncate -s 30000 "$dir/bad.gguf"
 
 # probe PATH WANT JQ_CHECK DESCRIPTION

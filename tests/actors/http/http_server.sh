@@ -36,7 +36,7 @@ start_server() {
   http_port=$(free_port)
   gateway_port=$(free_port)
   start_server_at "$http_port" serve "$dir/tiny.gguf" --http "127.0.0.1:$http_port" \
-    --listen "tcp://127.0.0.1:$gateway_port" --api-key "$api_key" "$@"
+    --listen "tcp://127.0.0.1:$gateway_port" --insecure --api-key "$api_key" "$@"
 }
 
 # start_server_at PORT MQLM ARGS...: `$mqlm ARGS...` (its output in $dir/serve.log) answering

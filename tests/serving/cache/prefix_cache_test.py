@@ -51,7 +51,7 @@ class Server:
         self.http = f"http://127.0.0.1:{free_port()}"
         self.log_path = os.path.join(work, f"{name}.log")
         args = [mqlm, "--log-level", os.environ.get("MQLM_TEST_LOG_LEVEL", "info"), "serve", *models,
-                "--http", self.http.removeprefix("http://"), "--listen", f"tcp://127.0.0.1:{free_port()}",
+                "--http", self.http.removeprefix("http://"), "--listen", f"tcp://127.0.0.1:{free_port()}", "--insecure",
                 "--kv-pages", "16", "--page-size", "16", *extra]
 
         def limit_files():

@@ -51,7 +51,7 @@ class Server:
         level = ["--log-level", os.environ["MQLM_TEST_LOG_LEVEL"]] if "MQLM_TEST_LOG_LEVEL" in os.environ else []
         models = models if models is not None else ["--model", f"a={work}/a.gguf", "--model", f"b={work}/b.gguf"]
         args = [mqlm, *level, "serve", *models,
-                "--http", self.http.removeprefix("http://"), "--listen", self.zmq_endpoint,
+                "--http", self.http.removeprefix("http://"), "--listen", self.zmq_endpoint, "--insecure",
                 "--memory-ceiling", CEILING, "--memory-soft", "1", "--memory-hard", "1",
                 "--pool-block-mib", "1", "--kv-pages", "64", *extra]
         self.process = subprocess.Popen(args, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT)

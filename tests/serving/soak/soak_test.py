@@ -194,7 +194,7 @@ def main():
     http_port, zmq_port = free_port(), free_port()
     endpoint = f"tcp://127.0.0.1:{zmq_port}"
     log = open(os.path.join(WORK, "serve.log"), "w")
-    server = subprocess.Popen([MQLM, "serve", model, "--http", f"127.0.0.1:{http_port}", "--listen", endpoint,
+    server = subprocess.Popen([MQLM, "serve", model, "--http", f"127.0.0.1:{http_port}", "--listen", endpoint, "--insecure",
                                "--kv-pages", "96", "--page-size", "16", "--hot-cache", "8M", "-np", "32", "--spill-piece-pages", "4"],
                               stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{http_port}"
