@@ -163,6 +163,12 @@ def tables(http_base, context, endpoint):
             "kv pages used": status["kv_pages"]["used"], "gateway open": gateway.get("gateway_requests", -1)}
 
 
+def hot_tier(http_base):
+    _, status = http_json(http_base, "GET", "/api/status")
+    cache = status.get("memory", {}).get("cache", {})
+    return {key: cache.get(key) for key in ("hot_bytes", "hot_budget_bytes", "hot_pages", "hot_hits", "spilled", "dropped")}
+
+
 def run_phase(tally, http_port, context, endpoint, pid, rss):
     """Runs tally's requests on CONCURRENCY clients (half HTTP, half ZeroMQ); rss gets the server's
     resident set as a quarter, half and three quarters of them are done. Returns the seconds taken."""
@@ -213,6 +219,7 @@ def main():
     run_phase(Tally(REQUESTS), http_port, context, endpoint, server.pid, {})
     time.sleep(2)  # the last vanished clients' aborts settle
     rss["warm"] = rss_kb(server.pid)
+    print("hot tier after the warm-up:", hot_tier(base), flush=True)
     tally = Tally(REQUESTS)
     took = run_phase(tally, http_port, context, endpoint, server.pid, rss)
     time.sleep(2)
@@ -232,8 +239,7 @@ def main():
     print(f"rss growth over the soak: {growth * 100:.2f}%")
     if RSS_CHECK:
         check(growth <= RSS_GROWTH_LIMIT, f"the resident set grew {growth * 100:.2f}% after the hot tier filled")
-    _, status = http_json(base, "GET", "/api/status")
-    print("hot tier:", json.dumps(status.get("memory", {}).get("cache", {}))[:300])
+    print("hot tier after the soak:", hot_tier(base))
     server.terminate()
     check(server.wait(timeout=30) == 0, "mqlm serve did not stop cleanly")
     print(f"{len(FAILURES)} failures")
