@@ -45,11 +45,12 @@ set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY TEST_INCLUDE_FILES
              ${CMAKE_BINARY_DIR}/sanitizer-options.cmake)
 
 # ASan: shared libraries stay loaded to the end (tests/sanitizers/keep_libraries_loaded.cpp says
-# why), in every executable: its dlclose comes first on the link line (--undefined pulls it).
+# why), in every executable, whose own dlclose comes before the C library's and ASan's.
 if(MQLM_SANITIZE MATCHES "address")
-  add_library(mqlm_keep_libraries_loaded STATIC ${PROJECT_SOURCE_DIR}/tests/sanitizers/keep_libraries_loaded.cpp)
+  # An object, not an archive: libasan.so defines dlclose too (its interceptor), and comes first on
+  # the link line, so an archive's member would never be pulled in (nm showed dlclose undefined).
+  add_library(mqlm_keep_libraries_loaded OBJECT ${PROJECT_SOURCE_DIR}/tests/sanitizers/keep_libraries_loaded.cpp)
   target_link_libraries(mqlm_keep_libraries_loaded PRIVATE mqlm_warnings)
-  target_link_options(mqlm_keep_libraries_loaded INTERFACE LINKER:--undefined=dlclose)
   link_libraries(mqlm_keep_libraries_loaded)
 endif()
 
