@@ -1,5 +1,6 @@
 // `mqlm bench runtime`: messages per second and round-trip latency between two actors (a
-// prober and an echo) over inproc, ipc and tcp, for small messages and 1 MiB blob frames.
+// prober and an echo) over inproc, ipc and tcp (plain, and CURVE as split deployments link), for
+// small messages and 1 MiB blob frames.
 // Latency is measured with one ping in flight; throughput with a window of pings in flight.
 #include <chrono>
 #include <ctime>
@@ -20,9 +21,16 @@ using namespace actors;
 
 namespace {
 
-messages::ProbeReport probe(Transport transport, std::uint64_t rounds, std::uint64_t window, std::uint64_t blob) {
-  auto report = run_probe({transport, ProberConfig{"echo", "bench", rounds, window, blob, 7}, {}, true,
-                           std::chrono::minutes(5)});
+// A transport, and whether its links are CURVE.
+struct Link {
+  const char* name;
+  Transport transport;
+  bool curve;
+};
+
+messages::ProbeReport probe(Link link, std::uint64_t rounds, std::uint64_t window, std::uint64_t blob) {
+  auto report = run_probe({link.transport, ProberConfig{"echo", "bench", rounds, window, blob, 7}, {}, true,
+                           std::chrono::minutes(5), link.curve});
   if (!report) throw CommandFailed("a probe run did not report within 5 minutes");
   if (report->pongs != rounds || report->mismatches != 0) {
     throw CommandFailed(fmt::format("a probe run lost or changed messages: {} of {} pongs, {} mismatched",
@@ -65,16 +73,17 @@ void add_runtime_bench(CLI::App& bench) {
     std::ostringstream table;
     table << "| transport | payload | round trips/s | messages/s | blob MB/s | RTT p50 us | RTT p99 us |\n"
           << "|---|---|---|---|---|---|---|\n";
-    for (auto [name, transport] : {std::pair{"inproc", Transport::inproc}, std::pair{"ipc", Transport::ipc},
-                                   std::pair{"tcp", Transport::tcp}}) {
+    for (Link link : {Link{"inproc", Transport::inproc, false}, Link{"ipc", Transport::ipc, false},
+                      Link{"tcp", Transport::tcp, false}, Link{"tcp, CURVE", Transport::tcp, true}}) {
       for (std::uint64_t blob : {std::uint64_t{0}, std::uint64_t{1} << 20}) {
         std::uint64_t rounds = blob == 0 ? o->small_rounds : o->large_rounds;
-        auto latency = probe(transport, rounds, 1, blob);
-        auto throughput = probe(transport, rounds, o->window, blob);
+        auto latency = probe(link, rounds, 1, blob);
+        auto throughput = probe(link, rounds, o->window, blob);
         double per_second = throughput.pongs / (throughput.elapsed_ns / 1e9);
         std::string row = fmt::format(
-            "| {} | {} | {:.0f} | {:.0f} | {:.0f} | {:.1f} | {:.1f} |\n", name, blob == 0 ? "small (~40 B)" : "1 MiB blob",
-            per_second, 2 * per_second, per_second * blob / 1e6, latency.rtt_p50_ns / 1e3, latency.rtt_p99_ns / 1e3);
+            "| {} | {} | {:.0f} | {:.0f} | {:.0f} | {:.1f} | {:.1f} |\n", link.name,
+            blob == 0 ? "small (~40 B)" : "1 MiB blob", per_second, 2 * per_second, per_second * blob / 1e6,
+            latency.rtt_p50_ns / 1e3, latency.rtt_p99_ns / 1e3);
         table << row;
         std::cerr << row << std::flush;
       }

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "actors/runtime/links.hpp"
 #include "tools/commands.hpp"
 
 namespace mqlm::tools {
@@ -35,13 +36,61 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
+void add_address_flags(CLI::App& cmd, std::vector<std::string>& addresses, std::string& link_key) {
+  cmd.add_option("--address", addresses,
+                 "NAME=ENDPOINT where an actor's inbox is, here or in another process (default inproc://mqlm/NAME); "
+                 "over tcp:// NAME=tcp://HOST:PORT@FILE.pub, FILE.pub the public key of the process that binds it");
+  cmd.add_option("--link-key", link_key,
+                 "this process's CURVE key pair (NAME.key from `mqlm keygen NAME`) for its links over tcp:// to "
+                 "the deployment's other processes: required with a tcp:// --address unless --insecure");
+}
+
 void add_addresses(actors::Topology& topology, const std::vector<std::string>& addresses, const std::string& example) {
   for (const auto& a : addresses) {
-    std::string name, endpoint;
-    if (!actors::parse_address(a, name, endpoint)) {
-      throw CommandFailed("--address wants NAME=ENDPOINT (like " + example + "), not '" + a + "'", 2);
+    std::string name, endpoint, key_file;
+    if (!actors::parse_address(a, name, endpoint, key_file)) {
+      throw CommandFailed(
+          "--address wants NAME=ENDPOINT (like " + example + "), or NAME=tcp://HOST:PORT@FILE.pub, not '" + a + "'", 2);
     }
     topology.add(name, endpoint);
+    topology.inbox_keys.erase(name);
+    if (key_file.empty()) continue;
+    auto key = actors::curve::read_public_key(key_file);
+    if (auto* error = std::get_if<actors::curve::KeyError>(&key)) {
+      throw CommandFailed("--address " + a + ": " + error->message, 2);
+    }
+    topology.inbox_keys[name] = std::get<std::string>(std::move(key));
+  }
+}
+
+void add_link_keys(actors::Topology& topology, const std::string& key_file, bool insecure) {
+  const std::string usage =
+      "give --link-key FILE (this process's key pair: `mqlm keygen NAME`) and each tcp:// address the public key of "
+      "the process that binds it (--address NAME=tcp://HOST:PORT@OTHER.pub)";
+  if (!key_file.empty()) {
+    if (!actors::curve::available()) {
+      throw CommandFailed("this libzmq was built without CURVE (libsodium), so --link-key cannot be used", 2);
+    }
+    auto pair = actors::curve::read_key_pair(key_file);
+    if (auto* error = std::get_if<actors::curve::KeyError>(&pair)) throw CommandFailed(error->message, 2);
+    topology.link_keys = std::get<actors::curve::KeyPair>(std::move(pair));
+  } else if (!topology.inbox_keys.empty()) {
+    throw CommandFailed("--address " + topology.inbox_keys.begin()->first + "=...@KEY names a public key, so the " +
+                            "links are CURVE: " + usage,
+                        2);
+  }
+  for (const auto& [name, endpoint] : topology.endpoints) {
+    if (!actors::is_tcp_endpoint(endpoint) || topology.inbox_keys.contains(name)) continue;
+    if (topology.link_keys) {
+      throw CommandFailed(
+          "--address " + name + "=" + endpoint + " has no public key, and the links are CURVE: " + usage, 2);
+    }
+    if (!insecure) {
+      throw CommandFailed("links over tcp:// (" + name + "=" + endpoint +
+                              ") are encrypted and authenticated with CURVE: " + usage +
+                              ", or --insecure to link in the clear (docs/protocol.md, \"Security\")",
+                          2);
+    }
   }
 }
 

@@ -95,8 +95,19 @@ void add_model_positional(CLI::App& cmd, std::string& model);
 // `model`, or the bundled demo model when it is empty; a CommandFailed (exit 2) if the file is not there.
 std::string resolve_model(const std::string& model);
 
-// Adds each NAME=ENDPOINT of --address to the topology; a malformed one is a CommandFailed
-// (exit 2) whose message shows `example`.
+// --address NAME=ENDPOINT (repeatable; NAME=tcp://HOST:PORT@FILE.pub over tcp://) and --link-key
+// FILE, as every command that runs actors takes them.
+void add_address_flags(CLI::App& cmd, std::vector<std::string>& addresses, std::string& link_key);
+
+// Adds each NAME=ENDPOINT of --address to the topology, and the public key of a
+// NAME=tcp://HOST:PORT@FILE.pub; a malformed one, or a key file that will not do, is a
+// CommandFailed (exit 2) whose message shows `example`.
 void add_addresses(actors::Topology& topology, const std::vector<std::string>& addresses, const std::string& example);
+
+// CURVE on the links between processes (docs/protocol.md): --link-key FILE, this process's key
+// pair, into the topology. Every tcp:// address must then carry its process's public key; without
+// --link-key a tcp:// address is refused (exit 2, saying what to give) unless `insecure`, which
+// links in the clear. ipc:// and inproc:// take no keys.
+void add_link_keys(actors::Topology& topology, const std::string& key_file, bool insecure);
 
 }  // namespace mqlm::tools

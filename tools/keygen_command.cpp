@@ -1,6 +1,7 @@
-// `mqlm keygen NAME`: a CURVE key pair for the ZeroMQ client port (docs/protocol.md, "Security:
-// CURVE over tcp://"): NAME.key (both keys, mode 0600: keep it where it is used) and NAME.pub
-// (the public key: give it to the other side). Never overwrites a file.
+// `mqlm keygen NAME`: a CURVE key pair for the ZeroMQ client port or for a process's links to the
+// others of a split deployment (docs/protocol.md, "Security: CURVE over tcp://"): NAME.key (both
+// keys, mode 0600: keep it where it is used) and NAME.pub (the public key: give it to the other
+// side). Never overwrites a file.
 #include <iostream>
 
 #include "actors/runtime/curve_keys.hpp"
@@ -13,8 +14,8 @@ namespace curve = actors::curve;
 void add_keygen_command(CLI::App& app) {
   auto name = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("keygen",
-                                 "make a CURVE key pair for the ZeroMQ client port: NAME.key (secret, mode 0600) and "
-                                 "NAME.pub (public)");
+                                 "make a CURVE key pair for the ZeroMQ client port or a process's tcp:// links: "
+                                 "NAME.key (secret, mode 0600) and NAME.pub (public)");
   cmd->add_option("NAME", *name, "the files' path without .key and .pub (server, clients/alice, ...)")->required();
   cmd->callback([name] {
     if (!curve::available()) {

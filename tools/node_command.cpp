@@ -18,6 +18,8 @@ struct NodeOptions {
   std::vector<std::string> actors;     // NAME or NAME=KIND
   std::vector<std::string> addresses;  // NAME=ENDPOINT
   std::vector<std::string> settings;   // NAME.KEY=VALUE
+  std::string link_key;                // this process's CURVE key pair for tcp:// links; "": none
+  bool insecure = false;               // tcp:// links in the clear
   std::string trace;
   bool trace_without_blobs = false;
   std::string report_to;
@@ -28,7 +30,8 @@ struct NodeOptions {
 
 NodeConfig node_config(const NodeOptions& o) {
   NodeConfig config;
-  add_addresses(config.topology, o.addresses, "echo=tcp://127.0.0.1:5601");
+  add_addresses(config.topology, o.addresses, "echo=tcp://127.0.0.1:5601@echo-node.pub");
+  add_link_keys(config.topology, o.link_key, o.insecure);
   std::map<std::string, ActorOptions> settings;
   for (const auto& s : o.settings) {
     std::string key, value;
@@ -64,8 +67,8 @@ void add_node_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("node", "run actors in this process until SIGINT or SIGTERM");
   cmd->add_option("--actor", o->actors, "an actor to run here: NAME or NAME=KIND (kinds: echo, prober)")
       ->required();
-  cmd->add_option("--address", o->addresses,
-                  "NAME=ENDPOINT for any participant, here or elsewhere (default inproc://mqlm/NAME)");
+  add_address_flags(*cmd, o->addresses, o->link_key);
+  cmd->add_flag("--insecure", o->insecure, "link over tcp:// without CURVE: in the clear, to anyone who can connect");
   cmd->add_option("--set", o->settings, "an actor option: NAME.KEY=VALUE");
   cmd->add_option("--trace", o->trace, "record every message of this process's actors to this file");
   cmd->add_flag("--trace-without-blobs", o->trace_without_blobs, "record blob frames by size only");

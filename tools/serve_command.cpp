@@ -76,6 +76,7 @@ struct ServeOptions {
   bool insecure = false;  // no warning for a front end beyond loopback without keys, ZeroMQ over tcp:// without CURVE
   std::string curve_key;      // the gateway's CURVE key pair file; "": none
   std::string curve_clients;  // the client keys it lets in (a file or a directory of *.pub); "": any
+  std::string link_key;       // this process's CURVE key pair for tcp:// links to other processes; "": none
   std::vector<std::string> cors_origins;  // the http actor's CORS origins, or "*"; empty: no CORS
   std::uint32_t status_sample_ms = 0;     // the status page's sampling interval; 0: the http actor's default
   std::string pooling = "mean";  // how /v1/embeddings pools the final hidden states: mean or last
@@ -288,6 +289,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   for (const char* name : {"gateway", "http", "scheduler", "executor", "enforcer", kCacheWriter, kServeMailbox}) {
     config.topology.add(name);
   }
+  add_link_keys(config.topology, o.link_key, o.insecure);
 
   // The model pool: every actor of it gets the same list. One model named on the command line is
   // a pool of one, loaded at start.
@@ -535,7 +537,7 @@ void add_front_end_flags(CLI::App* cmd, ServeOptions& o) {
       ->each(no_commas);
   cmd->add_flag("--insecure", o.insecure,
                 "serve beyond this machine (a --host or --listen address other than loopback) without API keys, "
-                "and without the warning; and serve ZeroMQ over tcp:// without CURVE");
+                "and without the warning; and serve ZeroMQ over tcp:// (--listen, --address) without CURVE");
   cmd->add_option("--curve-key", o.curve_key,
                   "encrypt and authenticate ZeroMQ clients with CURVE, with this key pair file (NAME.key from "
                   "`mqlm keygen NAME`); required for a tcp:// --listen unless --insecure");
@@ -646,8 +648,7 @@ void add_serve_command(CLI::App& app) {
                   "which actors this process runs (default: cache-writer executor enforcer scheduler, gateway with "
                   "--listen, http with --http, --host, --port or without --listen)")
       ->delimiter(',');
-  cmd->add_option("--address", o->addresses,
-                  "NAME=ENDPOINT where an actor's inbox is, here or in another process (default inproc://mqlm/NAME)");
+  add_address_flags(*cmd, o->addresses, o->link_key);
   cmd->add_option("--device", o->device, "Vulkan device: index or name substring (default MQLM_VULKAN_DEVICE)");
   add_capacity_flags(cmd, *o);
   cmd->add_option("--trace", o->trace, "record every message of this process's actors to this file");

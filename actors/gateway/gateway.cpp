@@ -66,7 +66,7 @@ class Gateway final : public front_end::FrontEndActor {
 
   void on_start(Context& ctx) override {
     if (curve_) start_authenticator(ctx);
-    socket_ = zmq::socket_t(live_context(ctx), zmq::socket_type::router);
+    socket_ = zmq::socket_t(client_context(ctx), zmq::socket_type::router);
     if (curve_) curve::set_server_options(socket_, curve_->keys);
     socket_.set(zmq::sockopt::router_mandatory, 1);
     socket_.set(zmq::sockopt::linger, 0);
@@ -104,6 +104,7 @@ class Gateway final : public front_end::FrontEndActor {
       ctx.unwatch(kZapWatch);
       zap_.reset();
     }
+    own_context_.reset();
   }
 
   void on_readable(Context& ctx, std::uint32_t watch_id) override {
@@ -126,10 +127,16 @@ class Gateway final : public front_end::FrontEndActor {
  private:
   // The ZAP handler answers every CURVE handshake; it is bound before the client socket, so that
   // no client ever finds the socket without it (which set_server_options makes a refusal anyway).
+  // Both live in a ZeroMQ context of their own: a context has one ZAP handler, and the node's may
+  // be the links' (runtime/links.hpp), which lets in the deployment's processes, not its clients.
   void start_authenticator(Context& ctx) {
-    zap_.emplace(live_context(ctx), curve_->allowed_clients);
+    live_context(ctx);  // a replay has none: say so before making one
+    own_context_.emplace(1);
+    zap_.emplace(*own_context_, curve_->allowed_clients);
     ctx.watch(zap_->socket(), kZapWatch);
   }
+
+  zmq::context_t& client_context(Context& ctx) { return own_context_ ? *own_context_ : live_context(ctx); }
 
   std::uint64_t curve_refused() const { return zap_ ? zap_->refused() : 0; }
 
@@ -314,6 +321,7 @@ class Gateway final : public front_end::FrontEndActor {
   }
 
   std::string listen_;
+  std::optional<zmq::context_t> own_context_;  // with CURVE; declared first, so closed after its sockets
   zmq::socket_t socket_;
   front_end::ApiKeys keys_;
   std::optional<CurveServer> curve_;

@@ -24,8 +24,10 @@
 //   api_key=KEY, api_keys=K1,K2, admin_api_keys=K1,K2   as the http actor's (front_end/api_keys.hpp)
 //   curve_key=FILE      CURVE on the client socket with this key pair (`mqlm keygen`): clients
 //                       encrypt and prove their key in the handshake, which a ZAP handler in this
-//                       actor's loop answers (runtime/zap_handler.hpp); refusals are counted in
-//                       the status event's curve_refused. Default: none (plain ZMTP)
+//                       actor's loop answers (runtime/zap_handler.hpp), the client socket and it in
+//                       a ZeroMQ context of their own (the node's may hold the links' handler);
+//                       refusals are counted in the status event's curve_refused. Default: none
+//                       (plain ZMTP)
 //   curve_clients=PATH  with curve_key: the client keys let in, a file of them (one per line) or
 //                       a directory of *.pub files, read at construction; default: any client
 //                       that knows the server's public key

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <zmq_addon.hpp>
 
+#include "actors/runtime/links.hpp"
 #include "actors/runtime/trace.hpp"
 
 namespace mqlm::actors {
@@ -219,17 +220,10 @@ ActorThread::~ActorThread() {
 void ActorThread::start() {
   if (thread_.joinable()) throw std::logic_error("actor " + name_ + " started twice");
   if (!inbox_) {
-    auto endpoint = topology_->endpoint_of(name_);
-    if (!endpoint) throw std::runtime_error("actor " + name_ + " has no address in the topology");
     inbox_ = zmq::socket_t(context_, zmq::socket_type::pull);
     inbox_.set(zmq::sockopt::rcvhwm, topology_->mailbox_capacity);
     inbox_.set(zmq::sockopt::linger, 0);
-    try {
-      inbox_.bind(*endpoint);
-    } catch (const zmq::error_t& e) {
-      inbox_.close();
-      throw std::runtime_error("actor " + name_ + " cannot bind its inbox at " + *endpoint + ": " + e.what());
-    }
+    bind_inbox(inbox_, *topology_, name_);
   }
   joined_ = false;
   std::promise<void> ready;
@@ -279,7 +273,7 @@ bool ActorThread::stop(std::chrono::milliseconds timeout, const std::string& fro
     zmq::socket_t control(context_, zmq::socket_type::push);
     control.set(zmq::sockopt::linger, 0);
     control.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout.count()));
-    control.connect(*topology_->endpoint_of(name_));
+    connect_to_inbox(control, *topology_, name_);
     auto frames = make_frames(from, name_, Stop{"stop requested"});
     // Stop waits for room: it must arrive after everything already queued.
     if (!zmq::send_multipart(control, frames)) {

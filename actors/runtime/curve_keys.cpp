@@ -237,13 +237,14 @@ std::variant<ClientKeys, KeyError> read_client_keys(const std::string& server_pu
   return ClientKeys{std::get<std::string>(std::move(server)), std::get<KeyPair>(std::move(client))};
 }
 
-void set_server_options(zmq::socket_t& socket, const KeyPair& keys) {
+void set_server_options(zmq::socket_t& socket, const KeyPair& keys, const char* domain) {
   socket.set(zmq::sockopt::curve_server, 1);
   socket.set(zmq::sockopt::curve_secretkey, key_bytes(keys.secret_key));
-  socket.set(zmq::sockopt::zap_domain, kZapDomain);
+  socket.set(zmq::sockopt::zap_domain, domain);
   // No handler to ask is a refusal, not a pass: the server is never open by accident. The option
   // is a draft in zmq.h 4.3 (ZMQ_ZAP_ENFORCE_DOMAIN) that libzmq 4.3 takes all the same; a libzmq
-  // without it lets clients in when no handler is bound, and the gateway binds one first anyway.
+  // without it lets clients in when no handler is bound, and the gateway and the Node bind one first
+  // anyway.
   constexpr int kZapEnforceDomain = 93;
   const int on = 1;
   (void)zmq_setsockopt(socket.handle(), kZapEnforceDomain, &on, sizeof on);

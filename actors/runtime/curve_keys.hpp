@@ -23,8 +23,10 @@ namespace mqlm::actors::curve {
 
 inline constexpr std::size_t kKeyBytes = 32;
 inline constexpr std::size_t kZ85KeyChars = 40;
-// The ZAP domain of CURVE server sockets (set_server_options).
+// The ZAP domains of CURVE server sockets (set_server_options): the gateway's client port, and the
+// inboxes of actors linked over tcp:// (actors/runtime/links.hpp).
 inline constexpr const char* kZapDomain = "mqlm-clients";
+inline constexpr const char* kLinkZapDomain = "mqlm-links";
 
 // Z85 text of each key (kZ85KeyChars characters).
 struct KeyPair {
@@ -70,9 +72,9 @@ std::variant<ClientKeys, KeyError> read_client_keys(const std::string& server_pu
                                                     const std::string& client_key_file);
 
 // Makes `socket` a CURVE server with `keys`, its handshakes checked by the ZAP handler of its
-// context (actors/runtime/zap_handler.hpp), in kZapDomain, and refused when there is none.
+// context (actors/runtime/zap_handler.hpp), in `domain`, and refused when there is none.
 // Call before it binds.
-void set_server_options(zmq::socket_t& socket, const KeyPair& keys);
+void set_server_options(zmq::socket_t& socket, const KeyPair& keys, const char* domain = kZapDomain);
 // Makes `socket` a CURVE client. Call before it connects.
 void set_client_options(zmq::socket_t& socket, const ClientKeys& keys);
 

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <zmq_addon.hpp>
 
+#include "actors/runtime/links.hpp"
+
 namespace mqlm::actors {
 
 using namespace messages;
@@ -12,11 +14,9 @@ Mailbox::Mailbox(zmq::context_t& context, std::shared_ptr<const Topology> topolo
       name_(std::move(name)),
       inbox_(context, zmq::socket_type::pull),
       outbox_(context, *topology_) {
-  auto endpoint = topology_->endpoint_of(name_);
-  if (!endpoint) throw std::runtime_error("mailbox " + name_ + " has no address in the topology");
   inbox_.set(zmq::sockopt::rcvhwm, topology_->mailbox_capacity);
   inbox_.set(zmq::sockopt::linger, 0);
-  inbox_.bind(*endpoint);
+  bind_inbox(inbox_, *topology_, name_);
 }
 
 SendStatus Mailbox::send(const std::string& to, Payload payload, SendOptions options) {

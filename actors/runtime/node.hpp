@@ -1,7 +1,9 @@
 // One process's share of a deployment: the ZeroMQ context, the topology, the trace recorder if
-// asked for, and a supervisor that runs this process's actors. start() starts them in order
-// (participants that are not actors, like a tool's Mailbox, open between construction and
-// start); stop() (or destruction) stops them in reverse, then closes the trace.
+// asked for, the link authenticator when the topology has link keys (links.hpp: it starts with
+// the node, before any inbox binds), and a supervisor that runs this process's actors. start()
+// starts them in order (participants that are not actors, like a tool's Mailbox, open between
+// construction and start); stop() (or destruction) stops them in reverse, then the link
+// authenticator, then closes the trace.
 #pragma once
 
 #include <filesystem>
@@ -43,6 +45,7 @@ class Node {
   zmq::context_t context_;
   std::shared_ptr<const Topology> topology_;
   std::optional<TraceRecorder> recorder_;
+  std::unique_ptr<ActorThread> link_authenticator_;
   std::vector<ChildSpec> actors_;
   SupervisorConfig supervisor_config_;
   std::unique_ptr<ActorThread> supervisor_;

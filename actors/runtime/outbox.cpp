@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <zmq_addon.hpp>
 
+#include "actors/runtime/links.hpp"
+
 namespace mqlm::actors {
 
 using messages::WhenFull;
@@ -23,14 +25,13 @@ Outbox::Outbox(zmq::context_t& context, const Topology& topology)
 
 Outbox::Peer* Outbox::peer(const std::string& name) {
   if (auto it = peers_.find(name); it != peers_.end()) return &it->second;
-  auto endpoint = topology_.endpoint_of(name);
-  if (!endpoint) return nullptr;
+  if (!topology_.knows(name)) return nullptr;
   zmq::socket_t socket(context_, zmq::socket_type::push);
   socket.set(zmq::sockopt::sndhwm, topology_.send_capacity);
   // Messages already handed to ZeroMQ (a last Pong, a StopAck) still leave over tcp/ipc when the
   // actor stops; a peer that is gone holds the shutdown up at most this long.
   socket.set(zmq::sockopt::linger, 500);
-  socket.connect(*endpoint);
+  connect_to_inbox(socket, topology_, name);
   return &peers_.emplace(name, Peer{std::move(socket), {}}).first->second;
 }
 

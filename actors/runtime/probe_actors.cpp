@@ -121,8 +121,10 @@ std::optional<messages::ProbeReport> run_probe(ProbeRun run) {
   run.prober.target = "echo";
   if (run.prober.report_to.empty()) run.prober.report_to = "client";
   NodeConfig config;
+  if (run.curve_links && run.transport == Transport::tcp) config.topology.link_keys = curve::generate();
   for (const auto& name : {std::string("echo"), std::string("prober"), run.prober.report_to}) {
     config.topology.add(name, make_endpoint(run.transport, name));
+    if (config.topology.link_keys) config.topology.inbox_keys[name] = config.topology.link_keys->public_key;
   }
   config.topology.trace_blobs = run.trace_blobs;
   config.trace_file = run.trace_file;

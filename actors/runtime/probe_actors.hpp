@@ -62,6 +62,7 @@ struct ProbeRun {
   std::filesystem::path trace_file;  // empty: no trace
   bool trace_blobs = true;
   std::chrono::milliseconds timeout{60000};
+  bool curve_links = false;  // over tcp://: CURVE links (links.hpp), with a key pair made for the run
 };
 
 // Runs an echo and a prober in one node over the transport, waits for the prober's report and

@@ -63,11 +63,20 @@ std::string make_endpoint(Transport transport, const std::string& name) {
   return default_endpoint(name);
 }
 
-bool parse_address(const std::string& text, std::string& name, std::string& endpoint) {
+bool parse_address(const std::string& text, std::string& name, std::string& endpoint, std::string& key_file) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) return false;
   name = text.substr(0, eq);
   endpoint = text.substr(eq + 1);
+  key_file.clear();
+  if (endpoint.starts_with("tcp://")) {
+    // A host and port never hold '@'; the file's path may.
+    if (auto at = endpoint.find('@'); at != std::string::npos) {
+      key_file = endpoint.substr(at + 1);
+      endpoint.resize(at);
+      if (key_file.empty()) return false;
+    }
+  }
   return endpoint.find("://") != std::string::npos;
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/runtime/curve_keys.hpp"
+
 namespace mqlm::actors {
 
 struct Topology {
@@ -17,6 +19,11 @@ struct Topology {
   // Where every actor mirrors what it receives and sends; empty: no trace.
   std::string trace_endpoint;
   bool trace_blobs = true;  // false: blob frames are recorded as sizes only
+  // CURVE on tcp:// links (actors/runtime/links.hpp): this process's key pair and, for each
+  // participant whose inbox is on tcp://, the public key (Z85) of the process that binds it.
+  // Without a key pair, tcp:// links are plain ZMTP.
+  std::optional<curve::KeyPair> link_keys;
+  std::map<std::string, std::string> inbox_keys;
 
   int mailbox_capacity = 1000;     // receiver's high-water mark (messages)
   int send_capacity = 100;         // each sender's high-water mark towards one peer
@@ -37,7 +44,9 @@ bool parse_transport(const std::string& text, Transport& out);
 // 127.0.0.1 at a port free at the time of the call.
 std::string make_endpoint(Transport transport, const std::string& name);
 
-// Parses "name=endpoint" (as given on the command line).
-bool parse_address(const std::string& text, std::string& name, std::string& endpoint);
+// Parses "name=endpoint" (as given on the command line), or "name=tcp://host:port@FILE": FILE is
+// the public key file of the process that binds that inbox (key_file is "" without one). Only a
+// tcp:// endpoint takes a key: an ipc:// path may hold '@' itself.
+bool parse_address(const std::string& text, std::string& name, std::string& endpoint, std::string& key_file);
 
 }  // namespace mqlm::actors

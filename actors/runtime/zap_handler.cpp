@@ -29,14 +29,17 @@ std::string text_of(const zmq::message_t& frame) { return frame.to_string(); }
 
 }  // namespace
 
-ZapHandler::ZapHandler(zmq::context_t& context, std::optional<std::set<std::string>> allowed_clients)
-    : socket_(context, zmq::socket_type::rep), allowed_clients_(std::move(allowed_clients)) {
+ZapHandler::ZapHandler(zmq::context_t& context, std::optional<std::set<std::string>> allowed_clients,
+                       std::string domain)
+    : socket_(context, zmq::socket_type::rep),
+      allowed_clients_(std::move(allowed_clients)),
+      domain_(std::move(domain)) {
   socket_.set(zmq::sockopt::linger, 0);
   try {
     socket_.bind(kZapEndpoint);
   } catch (const zmq::error_t& e) {
     throw std::runtime_error(std::string("cannot start the CURVE authenticator (ZAP handler at ") + kZapEndpoint +
-                             "): " + e.what() + "; one process serves one CURVE front end");
+                             "): " + e.what() + "; a ZeroMQ context has one handler");
   }
 }
 
@@ -64,8 +67,9 @@ ZapVerdict ZapHandler::answer_one(const std::vector<zmq::message_t>& request) {
     status_text = "only CURVE clients are served here";
   } else {
     verdict.client_key = curve::z85_key(text_of(request[kCredentials]));
-    verdict.allowed = !allowed_clients_ || allowed_clients_->contains(verdict.client_key);
-    status_text = verdict.allowed ? "OK" : "unknown client key";
+    const bool our_domain = text_of(request[kDomain]) == domain_;
+    verdict.allowed = our_domain && (!allowed_clients_ || allowed_clients_->contains(verdict.client_key));
+    status_text = verdict.allowed ? "OK" : our_domain ? "unknown client key" : "not a domain this handler serves";
   }
   std::array<zmq::const_buffer, 6> reply = {
       zmq::buffer(kZapVersion),
@@ -90,9 +94,9 @@ void ZapHandler::log_refusal(const ZapVerdict& verdict, const std::string& addre
   }
   last_logged_ns_[key] = now_ns;
   spdlog::warn(
-      "refused a CURVE handshake from {} (client key {}: {}); {} refused so far, each key logged at most "
+      "refused a CURVE handshake from {} to {} (client key {}: {}); {} refused so far, each key logged at most "
       "once a minute",
-      address.empty() ? "an unknown address" : address, key,
+      address.empty() ? "an unknown address" : address, domain_, key,
       verdict.client_key.empty() ? "not a CURVE client" : "not an allowed client", refused_);
 }
 

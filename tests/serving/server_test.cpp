@@ -94,8 +94,8 @@ class Server {
   std::unique_ptr<actors::Node> node_;
 };
 
-ServeClient connect(const std::string& endpoint) {
-  auto client = ServeClient::connect(endpoint);
+ServeClient connect(const std::string& endpoint, const std::optional<actors::curve::ClientKeys>& curve = {}) {
+  auto client = ServeClient::connect(endpoint, curve);
   if (auto* error = std::get_if<std::string>(&client)) throw std::runtime_error(*error);
   return std::get<ServeClient>(std::move(client));
 }
@@ -137,8 +137,9 @@ std::map<std::string, Outcome> collect(ServeClient& client, std::size_t requests
   return out;
 }
 
-Outcome run_one(const std::string& endpoint, const GenerateRequest& request) {
-  ServeClient client = connect(endpoint);
+Outcome run_one(const std::string& endpoint, const GenerateRequest& request,
+                const std::optional<actors::curve::ClientKeys>& curve = {}) {
+  ServeClient client = connect(endpoint, curve);
   EXPECT_TRUE(client.send_generate(request));
   return collect(client, 1).begin()->second;
 }
@@ -400,16 +401,19 @@ void wait_for_ready(actors::testing::ChildProcess& child) {
   }
 }
 
+// What one `mqlm serve` process answers a greedy request of 10 tokens.
+std::vector<std::int32_t> single_process_tokens(const std::string& prompt) {
+  const std::string listen = free_tcp_endpoint();
+  actors::testing::ChildProcess single(serve_args({"--listen", listen, "--insecure"}));
+  wait_for_ready(single);
+  std::vector<std::int32_t> tokens = run_one(listen, greedy("x", prompt, 10)).tokens;
+  EXPECT_EQ(single.terminate(SIGTERM), 0);
+  return tokens;
+}
+
 TEST(Server, SplitDeploymentServesTheSameOutputAndFailsFastWhenTheBackendDies) {
   const std::string prompt = "Once upon a time";
-  std::vector<std::int32_t> single_tokens;
-  {
-    const std::string listen = free_tcp_endpoint();
-    actors::testing::ChildProcess single(serve_args({"--listen", listen, "--insecure"}));
-    wait_for_ready(single);
-    single_tokens = run_one(listen, greedy("x", prompt, 10)).tokens;
-    EXPECT_EQ(single.terminate(SIGTERM), 0);
-  }
+  const std::vector<std::int32_t> single_tokens = single_process_tokens(prompt);
   ASSERT_EQ(single_tokens.size(), 10u);
 
   const std::string listen = free_tcp_endpoint();
@@ -451,6 +455,43 @@ TEST(Server, SplitDeploymentServesTheSameOutputAndFailsFastWhenTheBackendDies) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 1s);
   EXPECT_EQ(front.terminate(SIGTERM), 0);
+}
+
+// The same split over tcp://, its links CURVE (docs/protocol.md): each process a key pair, each
+// address the public key of the process that binds it. The front process serves its clients
+// CURVE too: its gateway's ZAP handler and the links' are in one process, each in its own context.
+TEST(Server, SplitDeploymentOverTcpWithLinkKeysServesTheSameOutput) {
+  const std::string prompt = "Once upon a time";
+  const std::vector<std::int32_t> single_tokens = single_process_tokens(prompt);
+  ASSERT_EQ(single_tokens.size(), 10u);
+
+  const auto keys = work_dir() / "link-keys";
+  std::filesystem::create_directories(keys);
+  const actors::curve::KeyPair front_pair = actors::curve::generate(), client_pair = actors::curve::generate();
+  ASSERT_TRUE(std::holds_alternative<std::monostate>(actors::curve::write_key_files(keys / "front", front_pair)));
+  ASSERT_TRUE(
+      std::holds_alternative<std::monostate>(actors::curve::write_key_files(keys / "back", actors::curve::generate())));
+  const std::string listen = free_tcp_endpoint();
+  const std::vector<std::string> addresses{
+      "--address", "gateway=" + actors::make_endpoint(actors::Transport::tcp, "split-gateway") + "@" +
+                       (keys / "front.pub").string(),
+      "--address", "scheduler=" + actors::make_endpoint(actors::Transport::tcp, "split-scheduler") + "@" +
+                       (keys / "back.pub").string()};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), addresses.begin(), addresses.end());
+    return serve_args(args);
+  };
+  actors::testing::ChildProcess backend(
+      with({"--run", "executor,enforcer,scheduler", "--link-key", (keys / "back.key").string()}));
+  wait_for_ready(backend);
+  const std::string front_key = (keys / "front.key").string();
+  actors::testing::ChildProcess front(
+      with({"--run", "gateway", "--listen", listen, "--curve-key", front_key, "--link-key", front_key}));
+  wait_for_ready(front);
+  const actors::curve::ClientKeys client{front_pair.public_key, client_pair};
+  EXPECT_EQ(run_one(listen, greedy("x", prompt, 10), client).tokens, single_tokens);
+  EXPECT_EQ(front.terminate(SIGTERM), 0);
+  EXPECT_EQ(backend.terminate(SIGTERM), 0);
 }
 
 }  // namespace

@@ -55,6 +55,19 @@ check "node with a malformed address" 2 "$mqlm" node --actor echo --address echo
 check "node with an unknown actor kind" 2 "$mqlm" node --actor x=teapot
 check "node with a bad option" 2 "$mqlm" node --actor prober --set prober.rounds=many
 
+# Links over tcp:// are CURVE (docs/protocol.md): keys, or --insecure, or no start.
+check "node over tcp:// without keys" 2 "$mqlm" node --actor echo --address echo=tcp://127.0.0.1:5601
+expect_output "the refusal says what to give" "--link-key FILE .*--insecure"
+check "keygen for a node" 0 "$mqlm" keygen "$dir/node"
+check "an address's key without --link-key" 2 "$mqlm" node --actor echo --address "echo=tcp://127.0.0.1:5601@$dir/node.pub"
+expect_output "the refusal names the missing flag" "names a public key, so the links are CURVE: give --link-key"
+check "--link-key and a tcp:// address without a key" 2 "$mqlm" node --actor echo --link-key "$dir/node.key" --address echo=tcp://127.0.0.1:5601
+expect_output "the refusal names the address" "echo=tcp://127.0.0.1:5601 has no public key"
+check "an address's key file that is not there" 2 "$mqlm" node --actor echo --link-key "$dir/node.key" --address "echo=tcp://127.0.0.1:5601@$dir/nobody.pub"
+expect_output "the refusal names the file" "nobody.pub: No such file"
+check "a secret key where a public key goes" 2 "$mqlm" node --actor echo --link-key "$dir/node.key" --address "echo=tcp://127.0.0.1:5601@$dir/node.key"
+expect_output "the refusal says which file is which" "give public keys \(NAME.pub\) here"
+
 # A model made on the spot, generated from on the GPU (lavapipe here).
 check "make a tiny model" 0 "$mqlm" make-model --preset tiny --type q8_0 -o "$dir/tiny.gguf"
 check "greedy generation" 0 "$mqlm" generate "$dir/tiny.gguf" -p "Once upon a time" -n 12 --temperature 0
@@ -72,6 +85,8 @@ check "more tokens than the context" 2 "$mqlm" generate "$dir/tiny.gguf" -p "Hel
 head -c 5000 "$dir/tiny.gguf" >"$dir/cut.gguf"
 check "a truncated model" 2 "$mqlm" generate "$dir/cut.gguf" -p "Hello"
 expect_output "the error names the offset" "at byte [0-9]+"
+check "serve with a tcp:// link without keys" 2 "$mqlm" serve "$dir/tiny.gguf" --run gateway --listen "ipc://$dir/gw" --address scheduler=tcp://127.0.0.1:5602
+expect_output "serve's refusal says what to give" "links over tcp:// \(scheduler=tcp://127.0.0.1:5602\) are encrypted"
 
 [[ $failures -eq 0 ]] && echo "all command-line checks passed"
 exit $((failures > 0))

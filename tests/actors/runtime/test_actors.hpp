@@ -1,6 +1,8 @@
 // Actors and helpers the runtime tests share.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <future>
 #include <memory>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "actors/runtime/actor_thread.hpp"
 #include "actors/runtime/mailbox.hpp"
+#include "child_process.hpp"
 
 namespace mqlm::actors::testing {
 
@@ -75,6 +78,20 @@ std::vector<messages::Message> receive_until(Mailbox& mailbox, Done done,
     if (m) got.push_back(std::move(*m));
   }
   return got;
+}
+
+// A prober in `node` (an `mqlm node` child) pings `echo`, running here, `rounds` times and
+// reports to `tester`: every ping answered and unchanged, and the echo handled each, then Stop.
+inline void expect_probe_conversation(ChildProcess& node, Mailbox& tester, ActorThread& echo, std::uint64_t rounds) {
+  EXPECT_EQ(node.read_line(), "ready");
+  auto report = tester.receive(std::chrono::seconds(30));
+  ASSERT_TRUE(report.has_value());
+  ASSERT_NE(report->as<messages::ProbeReport>(), nullptr);
+  EXPECT_EQ(report->as<messages::ProbeReport>()->pongs, rounds);
+  EXPECT_EQ(report->as<messages::ProbeReport>()->mismatches, 0u);
+  EXPECT_EQ(node.terminate(), 0);
+  EXPECT_TRUE(echo.stop());
+  EXPECT_EQ(echo.join().stats.handled, rounds + 1u);
 }
 
 }  // namespace mqlm::actors::testing

@@ -58,8 +58,11 @@ Exchange across_processes(Transport transport) {
   world.topology.add("tester", make_endpoint(transport, "tester"));
   auto topology = world.freeze();
   Mailbox tester(world.context, topology, "tester");
-  ChildProcess node({MQLM_BINARY, "node", "--actor", "echo", "--address", "echo=" + *topology->endpoint_of("echo"),
-                     "--address", "tester=" + *topology->endpoint_of("tester")});
+  std::vector<std::string> argv{MQLM_BINARY, "node", "--actor", "echo", "--address",
+                                "echo=" + *topology->endpoint_of("echo"), "--address",
+                                "tester=" + *topology->endpoint_of("tester")};
+  if (transport == Transport::tcp) argv.push_back("--insecure");  // CURVE links: links_test.cpp
+  ChildProcess node(argv);
   EXPECT_EQ(node.read_line(), "ready");
   Exchange pongs = converse(tester);
   EXPECT_EQ(node.terminate(), 0);
@@ -91,16 +94,9 @@ TEST_P(CrossProcessActors, ProberAndEchoConverse) {
     argv.push_back("--address");
     argv.push_back(std::string(name) + "=" + *topology->endpoint_of(name));
   }
+  if (GetParam() == Transport::tcp) argv.push_back("--insecure");
   ChildProcess node(argv);
-  EXPECT_EQ(node.read_line(), "ready");
-  auto report = tester.receive(std::chrono::seconds(30));
-  ASSERT_TRUE(report.has_value());
-  ASSERT_NE(report->as<ProbeReport>(), nullptr);
-  EXPECT_EQ(report->as<ProbeReport>()->pongs, 200u);
-  EXPECT_EQ(report->as<ProbeReport>()->mismatches, 0u);
-  EXPECT_EQ(node.terminate(), 0);
-  EXPECT_TRUE(echo.stop());
-  EXPECT_EQ(echo.join().stats.handled, 200u + 1u);  // every ping, then the Stop
+  testing::expect_probe_conversation(node, tester, echo, 200);
 }
 
 INSTANTIATE_TEST_SUITE_P(IpcAndTcp, CrossProcessActors, ::testing::Values(Transport::ipc, Transport::tcp),
