@@ -74,7 +74,10 @@ class Server {
                            {"token_budget", std::to_string(o.token_budget)},
                            {"overlap", o.overlap ? "1" : "0"}};
     scheduler_options_ = scheduler;
-    ActorOptions gateway{{"listen", endpoint_}};
+    // As the supervisor's timeout below: a burst of 2,000 submissions under TSan kept the scheduler
+    // from answering for 831 ms, past the default 800, and every open request failed unavailable.
+    // The scheduler's silence is tested with real processes (SplitDeployment...).
+    ActorOptions gateway{{"listen", endpoint_}, {"unavailable_ms", "60000"}};
     for (auto& [kind, options] : std::vector<std::pair<std::string, ActorOptions>>{
              {"executor", executor}, {"scheduler", scheduler}, {"gateway", gateway}}) {
       config.actors.push_back({kind, [kind, options] { return actors::make_actor(kind, options); }, {}});
