@@ -10,6 +10,8 @@ namespace {
 
 std::string megabytes(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
+constexpr std::size_t kMaxNesting = 1500;  // a few hundred KiB of stack
+
 // The loop variable of one iteration.
 Value loop_object(const Array& items, std::size_t i) {
   const auto n = static_cast<std::int64_t>(items.size());
@@ -109,7 +111,15 @@ Interpreter::Flow Interpreter::exec(const Body& body) {
   return Flow::next;
 }
 
+Interpreter::Nested::Nested(Interpreter& interpreter) : in(interpreter) {
+  if (++in.nesting_ > kMaxNesting) {
+    --in.nesting_;
+    in.fail("the template nests more than " + std::to_string(kMaxNesting) + " blocks and expressions deep as it runs");
+  }
+}
+
 Interpreter::Flow Interpreter::exec(const Stmt& stmt) {
+  Nested nested(*this);
   step();
   line_ = stmt.line;
   switch (stmt.kind) {
@@ -287,6 +297,7 @@ CallArgs Interpreter::eval_args(const Expr& expr, std::size_t first) {
 }
 
 Value Interpreter::eval(const Expr& expr) {
+  Nested nested(*this);
   step();
   line_ = expr.line;
   switch (expr.kind) {

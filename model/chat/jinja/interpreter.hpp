@@ -32,6 +32,12 @@ class Interpreter {
     std::shared_ptr<Frame> parent;
   };
   enum class Flow { next, break_loop, continue_loop };
+  // Bounds the C++ stack a template can take (macros recursing through deeply nested blocks).
+  struct Nested {
+    explicit Nested(Interpreter& in);
+    ~Nested() { --in.nesting_; }
+    Interpreter& in;
+  };
 
   Flow exec(const Body& body);
   Flow exec(const Stmt& stmt);
@@ -64,6 +70,7 @@ class Interpreter {
   std::uint64_t steps_ = 0;
   std::size_t string_bytes_ = 0;
   std::size_t call_depth_ = 0;
+  std::size_t nesting_ = 0;  // statements and expressions being run, one inside another
   int line_ = 0;  // of the node being run, for errors
 };
 

@@ -196,6 +196,12 @@ TEST(JinjaLimits, RecursionOutputAndMemoryAreBounded) {
                 .find("nest more than 256"),
             std::string::npos);
   EXPECT_NE(error_of("{% set ns = namespace() %}{% set ns.me = ns %}").find("cannot hold a namespace"), std::string::npos);
+  // Macros recursing through blocks nested as deep as the parser allows: bounded as it runs.
+  std::string nested = "{% macro f(n) %}";
+  for (int i = 0; i < 100; ++i) nested += "{% if n < 64 %}";
+  nested += "{{ f(n + 1) }}";
+  for (int i = 0; i < 100; ++i) nested += "{% endif %}";
+  EXPECT_NE(error_of(nested + "{% endmacro %}{{ f(0) }}").find("nests more than 1500"), std::string::npos);
 }
 
 TEST(JinjaLimits, DeepNestingInTheSourceIsASyntaxError) {
