@@ -10,6 +10,7 @@ packages=(
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-zmq python3-msgpack
+  python3-jinja2  # the chat template conformance test renders every template with jinja2 too
   libboost-dev  # Boost.Beast and Asio (header-only): the HTTP server
   libcpp-httplib-dev jq curl python3-prometheus-client  # cpp-httplib: the http actor tests' client
   file  # cpack -G DEB finds the binaries to list their libraries' packages with it (tools.install)

@@ -80,6 +80,7 @@ struct ServeOptions {
   std::vector<std::string> cors_origins;  // the http actor's CORS origins, or "*"; empty: no CORS
   std::uint32_t status_sample_ms = 0;     // the status page's sampling interval; 0: the http actor's default
   std::string pooling = "mean";  // how /v1/embeddings pools the final hidden states: mean or last
+  std::string chat_template;     // --chat-template FILE: in place of every model's own; "": theirs
   std::vector<std::string> run;  // empty: the back end and the front ends asked for (choose_front_ends)
   std::vector<std::string> addresses;
   std::string device;
@@ -329,6 +330,7 @@ NodeConfig serve_config(const ServeOptions& o) {
                           {"token_budget", std::to_string(o.token_budget)},
                           {"max_waiting", std::to_string(o.max_waiting)},
                           {"overlap", o.no_overlap ? "0" : "1"}};
+  if (!o.chat_template.empty()) options["scheduler"]["chat_template"] = o.chat_template;
   if (!aliases.empty()) options["scheduler"]["aliases"] = aliases;  // and so may generate requests
   // Without an enforcer here or at a given address, only the models loaded at start are served.
   const bool enforcer_elsewhere = std::any_of(o.addresses.begin(), o.addresses.end(),
@@ -561,6 +563,10 @@ void add_front_end_flags(CLI::App* cmd, ServeOptions& o) {
                   "(the last position's), as llama-server's --pooling")
       ->capture_default_str()
       ->check(CLI::IsMember({"mean", "last"}));
+  cmd->add_option("--chat-template", o.chat_template,
+                  "a Jinja chat template file that renders the messages of chat requests, in place of the models' own "
+                  "(tokenizer.chat_template): for a model without one, or to fix one")
+      ->check(CLI::ExistingFile);
 }
 
 // How much the server holds and computes at once: KV cache, sequences, step budget, queue.

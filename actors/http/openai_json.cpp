@@ -350,16 +350,16 @@ Check read_n(const json& value, Draft&) {
   return std::nullopt;
 }
 
-// chat_template_kwargs (vLLM's and llama-server's): arguments for a Jinja chat template. mqlm's
-// templates are built in per family and take none (none has a thinking switch), so an object is
-// accepted and what it asks is left undone; the debug log says so.
+// chat_template_kwargs (vLLM's and llama-server's): arguments for the Jinja chat template. They
+// do not reach the scheduler, which renders the template, yet: an object is accepted and what it
+// asks is left undone; the debug log says so.
 Check read_chat_template_kwargs(const json& value, Draft&) {
   if (value.is_null()) return std::nullopt;
   if (!value.is_object()) return wrong_type("chat_template_kwargs", "an object", value);
   // The value's type only: writing a value out recurses once per level of nesting, and a 1 MB
   // body can nest deep enough to overflow the stack.
   for (const auto& [key, argument] : value.items()) {
-    spdlog::debug("http: chat_template_kwargs.{} ({}) ignored: mqlm's chat templates take no arguments",
+    spdlog::debug("http: chat_template_kwargs.{} ({}) ignored: not passed to chat templates yet",
                   key.substr(0, 64), type_name(argument));
   }
   return std::nullopt;

@@ -1,5 +1,8 @@
 #include "actors/scheduler/scheduler.hpp"
 
+#include <chrono>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace mqlm::actors {
@@ -25,11 +28,42 @@ class ContextOutput final : public PolicyOutput {
 
 }  // namespace
 
+namespace {
+
+std::string read_chat_template(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream text;
+  text << file.rdbuf();
+  if (!file) throw std::invalid_argument("scheduler: chat_template=" + path + " cannot be read");
+  if (text.str().find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw std::invalid_argument("scheduler: chat_template=" + path + " is empty");
+  }
+  return text.str();
+}
+
+// Unix time minus the steady clock, in ns: measured now (the config is read at the edge, before
+// the actor runs) unless the option gives it.
+std::int64_t clock_offset_option(const ActorOptions& options) {
+  if (auto given = options.find("unix_clock_offset_ns"); given != options.end()) {
+    try {
+      return std::stoll(given->second);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("scheduler option unix_clock_offset_ns=" + given->second + " is not an integer");
+    }
+  }
+  auto since_epoch = [](auto now) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  };
+  return since_epoch(std::chrono::system_clock::now()) - since_epoch(std::chrono::steady_clock::now());
+}
+
+}  // namespace
+
 SchedulerConfig scheduler_config(const ActorOptions& options) {
   check_option_names("scheduler", options,
                      {"model", "name", "models", "aliases", "default_model", "executor", "enforcer", "max_sequences",
                       "token_budget", "max_waiting", "step_timeout_ms", "cache_writer", "lookup_timeout_ms", "stop_spill_bytes",
-                      "overlap"});
+                      "overlap", "chat_template", "unix_clock_offset_ns"});
   SchedulerConfig c;
   auto model = options.find("model");
   auto models = options.find("models");
@@ -65,6 +99,8 @@ SchedulerConfig scheduler_config(const ActorOptions& options) {
   c.lookup_timeout_ms = count("lookup_timeout_ms", c.lookup_timeout_ms, 1, 3'600'000);
   c.stop_spill_bytes = number_option("scheduler", options, "stop_spill_bytes", 0);
   c.overlap = count("overlap", c.overlap ? 1 : 0, 0, 1) == 1;
+  if (auto file = options.find("chat_template"); file != options.end()) c.chat_template = read_chat_template(file->second);
+  c.unix_clock_offset_ns = clock_offset_option(options);
   return c;
 }
 

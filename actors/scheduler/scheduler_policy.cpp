@@ -56,7 +56,9 @@ std::string SchedulerPolicy::unknown_model_message(const std::string& name) cons
 }
 
 SchedulerPolicy::SchedulerPolicy(SchedulerConfig config) : config_(std::move(config)) {
-  for (const auto& [name, path] : config_.models) models_.emplace(name, read_served_model(name, path));
+  for (const auto& [name, path] : config_.models) {
+    models_.emplace(name, read_served_model(name, path, config_.chat_template));
+  }
   default_model_ = models_.at(config_.default_model).get();
 }
 
@@ -164,8 +166,8 @@ Tokenized SchedulerPolicy::tokenized(const Tokenize& question) const {
   return answer;
 }
 
-std::optional<std::string> SchedulerPolicy::prompt_for(const ServedModel& m, const Submit& submit,
-                                                 std::vector<std::int32_t>& prompt) const {
+std::optional<std::string> SchedulerPolicy::prompt_for(const ServedModel& m, const Submit& submit, std::int64_t now_ns,
+                                                       std::vector<std::int32_t>& prompt) const {
   switch (static_cast<PromptKind>(submit.prompt_kind)) {
     case PromptKind::text:
       prompt = m.tokenizer->encode(submit.text, {true, false});
@@ -180,10 +182,11 @@ std::optional<std::string> SchedulerPolicy::prompt_for(const ServedModel& m, con
       prompt = submit.tokens;
       return std::nullopt;
     case PromptKind::chat: {
-      if (!m.chat) return "model " + m.name + " has no chat template it recognises: send a prompt instead";
+      if (!m.chat) return "model " + m.name + ": " + m.chat_problem;
       std::vector<model::ChatMessage> turns;
       for (const auto& t : submit.chat) turns.push_back({t.role, t.content});
-      auto rendered = model::render_chat(*m.chat, turns, true);
+      const std::int64_t unix_s = (now_ns + config_.unix_clock_offset_ns) / 1'000'000'000;
+      auto rendered = m.chat->render(turns, true, unix_s);
       if (auto* e = std::get_if<model::ChatTemplateError>(&rendered)) return "messages: " + e->message;
       // The template writes the special tokens as text; BOS is added where the model wants it,
       // unless the template wrote it already.
@@ -200,6 +203,7 @@ std::optional<std::string> SchedulerPolicy::prompt_for(const ServedModel& m, con
 // Why a submit cannot be served: the queue is full, the prompt is not one, or prompt and sampling
 // do not fit the model. Fills `prompt` on the way.
 std::optional<std::pair<RequestError, std::string>> SchedulerPolicy::refusal(const ServedModel& m, const Submit& submit,
+                                                                             std::int64_t now_ns,
                                                                              std::vector<std::int32_t>& prompt) const {
   if (waiting_.size() >= config_.max_waiting) {
     return std::pair{RequestError::busy, fmt::format("{} requests are waiting already: try again later", waiting_.size())};
@@ -208,7 +212,7 @@ std::optional<std::pair<RequestError, std::string>> SchedulerPolicy::refusal(con
     return std::pair{RequestError::invalid_request, fmt::format("pooling {} is not none (0), mean (1) or last (2)",
                                                                 submit.pooling)};
   }
-  if (auto why = prompt_for(m, submit, prompt)) return std::pair{RequestError::invalid_request, std::move(*why)};
+  if (auto why = prompt_for(m, submit, now_ns, prompt)) return std::pair{RequestError::invalid_request, std::move(*why)};
   if (prompt.empty()) return std::pair{RequestError::invalid_request, std::string("the prompt is empty")};
   const std::uint64_t longest = std::min<std::uint64_t>(
       m.n_ctx > 0 ? m.n_ctx : UINT32_MAX, m.kv_capacity_tokens > 0 ? m.kv_capacity_tokens : UINT32_MAX);
@@ -268,7 +272,7 @@ void SchedulerPolicy::on_submit(Turn& ctx, const Message& message, const Submit&
   ServedModel& m = *chosen;
   usage_changed(ctx, m, +1);
   std::vector<std::int32_t> prompt;
-  if (auto refused = refusal(m, submit, prompt)) {
+  if (auto refused = refusal(m, submit, ctx.now_ns(), prompt)) {
     end_request(ctx, r.sequence, FinishReason::error, refused->first, std::move(refused->second));
     return;
   }

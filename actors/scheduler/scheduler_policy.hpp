@@ -36,6 +36,10 @@ struct SchedulerConfig {
   // read when the scheduler is built. Which are loaded it learns from the executor's report at
   // start and from the ModelLoaded / ModelUnloaded messages the enforcer forwards.
   std::map<std::string, std::filesystem::path> models;
+  std::string chat_template;  // a Jinja chat template for every model, in place of their own; "": theirs
+  // Unix time minus the steady clock (ns): what the chat templates' strftime_now formats is
+  // now_ns plus this. Measured when the config is read, unless given (a replay gives the recorded one).
+  std::int64_t unix_clock_offset_ns = 0;
   std::map<std::string, std::string> aliases;  // other names for models: alias -> id
   std::string default_model;         // what a Submit with no model gets (default: the first id)
   std::string executor = "executor";
@@ -145,11 +149,11 @@ class SchedulerPolicy {
   ServedModel* model_named(const std::string& name) const;
   std::string unknown_model_message(const std::string& name) const;
   // Prompt tokens for a submit, or the error that rejects it.
-  std::optional<std::string> prompt_for(const ServedModel& model, const messages::Submit& submit,
+  std::optional<std::string> prompt_for(const ServedModel& model, const messages::Submit& submit, std::int64_t now_ns,
                                         std::vector<std::int32_t>& prompt) const;
   // Why a submit for `model` with this prompt cannot be served, or nullopt.
   std::optional<std::pair<messages::RequestError, std::string>> refusal(const ServedModel& model,
-                                                                        const messages::Submit& submit,
+                                                                        const messages::Submit& submit, std::int64_t now_ns,
                                                                         std::vector<std::int32_t>& prompt) const;
   void schedule(Turn& ctx);
   std::optional<PlannedStep> plan_step(Turn& ctx);

@@ -40,7 +40,8 @@ std::uint64_t model_identity(const std::string& name, const std::filesystem::pat
 
 }  // namespace
 
-std::unique_ptr<ServedModel> read_served_model(const std::string& name, const std::filesystem::path& path) {
+std::unique_ptr<ServedModel> read_served_model(const std::string& name, const std::filesystem::path& path,
+                                               const std::string& chat_template) {
   const std::string where = path.string();
   auto opened = model::gguf::GgufFile::open(path);
   if (auto* e = std::get_if<model::gguf::GgufError>(&opened)) throw std::invalid_argument(where + ": " + e->message());
@@ -61,11 +62,12 @@ std::unique_ptr<ServedModel> read_served_model(const std::string& name, const st
   if (const auto* arch = file.get<std::string>("general.architecture")) {
     if (const auto* ctx = file.get<std::uint32_t>(*arch + ".context_length")) m.n_ctx = *ctx;
   }
-  auto chat = model::chat_template_for(m.vocabulary);
+  auto chat = model::chat_template_for(m.vocabulary, chat_template);
   if (auto* t = std::get_if<model::ChatTemplate>(&chat)) {
     m.chat = *t;
-    m.stop_tokens = model::end_of_turn_token_ids(t->family, m.vocabulary);
+    m.stop_tokens = t->end_of_turn_tokens(m.vocabulary);
   } else {
+    m.chat_problem = std::get<model::ChatTemplateError>(chat).message;
     for (std::int32_t id : {m.tokenizer->eos(), m.tokenizer->eot()}) {
       if (id >= 0) m.stop_tokens.push_back(id);
     }

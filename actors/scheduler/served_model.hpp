@@ -25,7 +25,8 @@ struct ServedModel {
   model::Vocabulary vocabulary;
   std::unique_ptr<model::Tokenizer> tokenizer;
   std::optional<model::ChatTemplate> chat;
-  std::vector<std::int32_t> stop_tokens;  // EOS, EOT and the chat family's end-of-turn tokens
+  std::string chat_problem;  // without `chat`: why (no template, or one that does not parse)
+  std::vector<std::int32_t> stop_tokens;  // EOS, EOT and the end-of-turn tokens its chat template writes
   std::uint32_t n_ctx = 0;
   std::uint32_t n_vocab = 0;  // ids that may appear in a prompt or be sampled
 
@@ -42,7 +43,9 @@ struct ServedModel {
 
 // Reads what the scheduler needs of the GGUF file at `path` (vocabulary, chat template, context
 // length, the file's identity); done when the scheduler is built, never in a handler (the replay
-// rule). Throws std::invalid_argument saying what is wrong with the file.
-std::unique_ptr<ServedModel> read_served_model(const std::string& name, const std::filesystem::path& path);
+// rule). `chat_template`, when not empty, replaces the file's own. Throws std::invalid_argument
+// saying what is wrong with the file (a chat template that does not parse only fails chat requests).
+std::unique_ptr<ServedModel> read_served_model(const std::string& name, const std::filesystem::path& path,
+                                               const std::string& chat_template = {});
 
 }  // namespace mqlm::actors

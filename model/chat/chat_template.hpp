@@ -1,17 +1,11 @@
-// Chat prompts: the family of a model's chat template recognised from its tokenizer.chat_template
-// (by distinctive markers, not by the exact Jinja text, which varies between releases), and the
-// conversation rendered as that family's reference template renders it.
+// Chat prompts: a model's own chat template (tokenizer.chat_template, or a file given in its
+// place), run by the Jinja interpreter (jinja/) as transformers' apply_chat_template runs it:
+// the variables are messages (each {role, content}), add_generation_prompt, bos_token and
+// eos_token (the vocabulary's texts), tools and documents (none).
 //
-// Families: ChatML / Qwen (<|im_start|>), Llama 3 (<|start_header_id|>), Llama 2 / Mistral
-// ([INST], the system prompt folded into the first user turn in <<SYS>>), Gemma
-// (<start_of_turn>, "model" for the assistant, the system prompt folded into the first user
-// turn), Phi-3 (<|user|> ... <|end|>).
-//
-// The rendered prompt never starts with the BOS token: tokenize it with the vocabulary's add_bos
-// and with special tokens parsed (the text holds <|im_start|>, <|eot_id|>, ... and, between
-// Llama 2 turns, "<s>"). Content is trimmed where the family's reference template trims it
-// (Llama 3, Gemma, Llama 2). No default system prompt is injected (Qwen's templates add one;
-// a server that wants it adds a system message).
+// The rendered prompt holds special tokens as text (<|im_start|>, and the BOS where the template
+// writes it): tokenize it with special tokens parsed, adding the vocabulary's BOS only where the
+// template did not write it already.
 #pragma once
 
 #include <cstdint>
@@ -21,16 +15,13 @@
 #include <variant>
 #include <vector>
 
+#include "model/chat/jinja/template.hpp"
 #include "model/vocabulary.hpp"
 
 namespace mqlm::model {
 
-enum class ChatFamily : std::uint8_t { chatml, llama3, llama2, gemma, phi3 };
-
-std::string_view family_name(ChatFamily family);  // "ChatML", "Llama 3", ...
-
 struct ChatMessage {
-  std::string role;  // "system" (first message only), "user" or "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
 };
 
@@ -38,37 +29,40 @@ struct ChatTemplateError {
   std::string message;  // what was wrong and what to do
 };
 
-// What to do with a template no family is recognised in (or an empty one).
-enum class ChatFallback : std::uint8_t {
-  none,    // an error naming what was seen
-  chatml,  // render as ChatML: the most widely understood format, asked for explicitly
+class ChatTemplate {
+ public:
+  // `source` parsed, with the texts bos_token and eos_token stand for.
+  static std::variant<ChatTemplate, ChatTemplateError> make(std::string_view source, std::string bos_text,
+                                                            std::string eos_text);
+
+  // The prompt for `messages`, ending with the assistant's turn opened when add_generation_prompt
+  // (where the template does that). now_unix_s is the time strftime_now formats. An empty
+  // conversation, an unknown role, a template that refuses the conversation (raise_exception)
+  // or fails on it are error values saying so.
+  std::variant<std::string, ChatTemplateError> render(std::span<const ChatMessage> messages,
+                                                      bool add_generation_prompt, std::int64_t now_unix_s) const;
+
+  // The ids that end an assistant turn: EOS, EOT, and the vocabulary's end-of-turn tokens
+  // (<|im_end|>, <|eot_id|>, <end_of_turn>, ...) that this template writes. Sorted, unique.
+  std::vector<std::int32_t> end_of_turn_tokens(const Vocabulary& vocabulary) const;
+
+  const std::string& source() const { return source_; }
+
+ private:
+  ChatTemplate(jinja::Template compiled, std::string source, std::string bos_text, std::string eos_text)
+      : compiled_(std::move(compiled)), source_(std::move(source)), bos_text_(std::move(bos_text)),
+        eos_text_(std::move(eos_text)) {}
+
+  jinja::Template compiled_;
+  std::string source_;
+  std::string bos_text_;
+  std::string eos_text_;
 };
 
-struct ChatTemplate {
-  ChatFamily family = ChatFamily::chatml;
-  std::string bos_text = "<s>";   // the vocabulary's BOS and EOS texts: Llama 2 writes them
-  std::string eos_text = "</s>";  // between turns
-};
-
-std::variant<ChatFamily, ChatTemplateError> detect_chat_family(std::string_view chat_template,
-                                                               ChatFallback fallback = ChatFallback::none);
-
-// The family from vocabulary.chat_template, with the BOS / EOS texts of the vocabulary.
+// The template for a model: `override_source` when not empty (--chat-template), else the
+// vocabulary's own. A model without either, or a template that does not parse, is an error
+// saying what to do.
 std::variant<ChatTemplate, ChatTemplateError> chat_template_for(const Vocabulary& vocabulary,
-                                                                ChatFallback fallback = ChatFallback::none);
-
-// The prompt for `messages`, ending with the assistant's turn opened when add_generation_prompt
-// (Llama 2's prompt always ends ready for the assistant: it has no separate opening). Bad input
-// (no messages, an unknown role, a system message not first, Llama 2 or Gemma turns that do not
-// alternate user / assistant) is an error value.
-std::variant<std::string, ChatTemplateError> render_chat(const ChatTemplate& chat_template,
-                                                         std::span<const ChatMessage> messages,
-                                                         bool add_generation_prompt);
-
-// The token texts that end an assistant turn in this family (to stop generation on).
-std::span<const std::string_view> end_of_turn_texts(ChatFamily family);
-
-// Their ids in `vocabulary` (those it has), plus its EOS and EOT: sorted, without repeats.
-std::vector<std::int32_t> end_of_turn_token_ids(ChatFamily family, const Vocabulary& vocabulary);
+                                                                std::string_view override_source = {});
 
 }  // namespace mqlm::model

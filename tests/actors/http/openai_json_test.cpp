@@ -232,7 +232,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The extension fields llama-server's and vLLM's clients send: ignore_eos reaches the sampler's
 // stop conditions, cache_prompt and chat_template_kwargs are accepted (the prefix cache is always
-// on; the built-in chat templates take no arguments).
+// on; the arguments are not passed to chat templates yet).
 TEST(OpenAiRequest, CommonExtensionFieldsAreAccepted) {
   json body = chat_body();
   body["ignore_eos"] = true;

@@ -224,6 +224,17 @@ Input submit_tokens(std::uint64_t id, std::vector<std::int32_t> tokens) {
     h.hand("gateway", std::move(s), id);
   };
 }
+// A greedy chat request of one user message, for one token.
+Input submit_chat(std::uint64_t id, std::string content) {
+  return [=](Harness& h) {
+    Submit s;
+    s.prompt_kind = static_cast<std::uint8_t>(PromptKind::chat);
+    s.chat = {ChatTurn{"user", content}};
+    s.sampling.temperature = 0;
+    s.sampling.max_tokens = 1;
+    h.hand("gateway", std::move(s), id);
+  };
+}
 Input abort(std::uint64_t id, AbortReason reason = AbortReason::client) {
   return [=](Harness& h) { h.hand("gateway", Abort{static_cast<std::uint8_t>(reason)}, id); };
 }
@@ -570,9 +581,34 @@ std::vector<Case> embedding_cases() {
   };
 }
 
+// Chat requests: the messages rendered by the model's chat template, or by the one configured in
+// its place; a template that refuses the conversation or does not parse fails the request only.
+std::vector<Case> chat_cases() {
+  return {
+      {"chat_rendered_by_the_models_own_template",
+       {ready(), submit_chat(1, "x"), run_to_end(), pages_free()},
+       {"start:1", "gateway final #1 length"}},
+      {"chat_rendered_by_the_configured_template",
+       {ready(), submit_chat(1, "x"), run_to_end(), pages_free()},
+       {"plan 1 1@0+2o start:1", "gateway final #1 length 2+1"},  // the vocabulary's BOS, then "x"
+       {},
+       [](SchedulerConfig& c) { c.chat_template = "{{ messages[0].content }}"; }},
+      {"chat_refused_by_the_template",
+       {ready(), submit_chat(1, "x"), submit(2, 3, {.max_tokens = 1}), run_to_end(), pages_free()},
+       {"gateway final #1 error invalid_request", "gateway final #2 length 3+1"},
+       {"start:1"},
+       [](SchedulerConfig& c) { c.chat_template = "{{ raise_exception('no') }}"; }},
+      {"chat_with_a_template_that_does_not_parse",
+       {ready(), submit_chat(1, "x"), submit(2, 3, {.max_tokens = 1}), run_to_end(), pages_free()},
+       {"gateway final #1 error invalid_request", "gateway final #2 length 3+1"},
+       {"start:1"},
+       [](SchedulerConfig& c) { c.chat_template = "{% for %}"; }},
+  };
+}
+
 std::vector<Case> cases() {
   std::vector<Case> all = ending_cases();
-  for (auto more : {planning_cases(), embedding_cases()}) all.insert(all.end(), more.begin(), more.end());
+  for (auto more : {planning_cases(), embedding_cases(), chat_cases()}) all.insert(all.end(), more.begin(), more.end());
   return all;
 }
 
