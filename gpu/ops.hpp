@@ -265,8 +265,11 @@ void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange
 // one_pass: one workgroup per (token, head) over all its keys (prefill). split: flash-decoding,
 // the keys of each token cut into ranges handled by separate workgroups and merged (decode).
 enum class AttentionPath : std::uint8_t { automatic, one_pass, split };
+// The largest head dimension attention takes (Gemma's); the split path takes multiples of 16 up
+// to it, the one-pass kernel any.
+constexpr std::uint32_t attention_max_head_dim = 256;
 struct AttentionShape {
-  std::uint32_t tokens = 0, heads = 0, kv_heads = 0, head_dim = 0;  // head_dim 64 or 128
+  std::uint32_t tokens = 0, heads = 0, kv_heads = 0, head_dim = 0;  // head_dim up to 256
   std::uint32_t page_size = 0, max_pages = 0;  // block tables are (sequences, max_pages)
   float scale = 0;                             // usually 1 / sqrt(head_dim)
   AttentionPath path = AttentionPath::automatic;  // tests and benchmarks force one

@@ -254,12 +254,13 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   };
   using Path = ops::AttentionPath;
   std::vector<AttnCase> table;
-  // Every head dim the split kernel takes (its scores: four threads a key at 16, eight a pair of
-  // keys from 32).
-  for (std::uint32_t d : {16u, 32u, 64u, 128u}) {
+  // The head dims models use (their scores: four threads a key at 16 and 80, eight a pair of keys
+  // for the others; their value loops: 120 of 128 threads at 80 and 96, two dimensions a thread of
+  // the one-pass kernel at 256).
+  for (std::uint32_t d : {16u, 32u, 64u, 80u, 96u, 128u, 256u}) {
     table.push_back({fmt::format("decode_4seqs_d{}", d), 8, 2, d, {1, 17, 40, 130}, {{0, 0}, {1, 16}, {2, 39}, {3, 129}}});
   }
-  for (std::uint32_t d : {64u, 128u}) {
+  for (std::uint32_t d : {64u, 80u, 96u, 128u, 256u}) {
     std::vector<std::pair<std::uint32_t, std::uint32_t>> chunk;
     for (std::uint32_t p = 16; p < 37; ++p) chunk.push_back({1, p});
     table.push_back({fmt::format("prefill_chunk_d{}", d), 4, 4, d, {5, 37}, chunk});
@@ -277,6 +278,8 @@ void add_attention_cases(std::vector<OpCase>& cases) {
     }
   }
   table.push_back({"decode_ctx2000_gqa8_d128", 16, 2, 128, {2000}, {{0, 1999}}});
+  // Head dims the one-pass kernel alone takes (not multiples of 16).
+  table.push_back({"prefill_chunk_d40", 4, 2, 40, {5, 37}, {{1, 30}, {1, 31}, {0, 4}}});
   table.push_back({"decode_ctx33_gqa3_d64", 6, 2, 64, {40}, {{0, 32}}, Path::split, 2});
   std::vector<std::pair<std::uint32_t, std::uint32_t>> full;
   for (std::uint32_t p = 0; p < 150; ++p) full.push_back({0, p});
@@ -378,7 +381,8 @@ INSTANTIATE_TEST_SUITE_P(AllOps, KernelOps, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
 
 // Decode takes the split path with enough workgroups to fill a large GPU; a long prefill fills it
-// without splitting the keys; head dims that are not a multiple of 4 take the one-pass kernel.
+// without splitting the keys; head dims that are not a multiple of 16 take the one-pass kernel,
+// and head dims past 256 none.
 TEST(AttentionPlan, SplitsDecodeAndNotPrefill) {
   ops::AttentionShape decode{1, 32, 8, 128, 16, 41, 0.088f};  // Llama-3-8B, 656 keys
   auto plan = ops::plan_attention(decode);
@@ -392,6 +396,12 @@ TEST(AttentionPlan, SplitsDecodeAndNotPrefill) {
   EXPECT_EQ(ops::plan_attention(prefill).splits, 1u);
   EXPECT_EQ(ops::plan_attention(ops::AttentionShape{512, 4, 4, 62, 16, 32, 0.1f}).path, ops::AttentionPath::one_pass);
   EXPECT_EQ(ops::plan_attention(ops::AttentionShape{1, 4, 4, 64, 16, 1, 0.125f}).splits, 1u);
+  for (std::uint32_t d : {16u, 80u, 96u, 256u}) {
+    EXPECT_EQ(ops::plan_attention(ops::AttentionShape{1, 4, 4, d, 16, 41, 0.1f}).path, ops::AttentionPath::split) << d;
+  }
+  EXPECT_EQ(ops::plan_attention(ops::AttentionShape{1, 4, 4, 40, 16, 41, 0.1f}).path, ops::AttentionPath::one_pass);
+  EXPECT_THROW(ops::plan_attention(ops::AttentionShape{1, 4, 4, 40, 16, 41, 0.1f, ops::AttentionPath::split}), GpuError);
+  EXPECT_THROW(ops::plan_attention(ops::AttentionShape{1, 4, 4, 272, 16, 41, 0.1f}), GpuError);
 }
 
 // The narrow (tensor-core) path is chosen only where it can run: tiles of 16 x 16 x 16 or 16 x 8
@@ -944,7 +954,7 @@ TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
   std::vector<std::uint32_t> seq_pos;
   for (std::uint32_t i = 0; i < lengths.size(); ++i) seq_pos.insert(seq_pos.end(), {i, lengths[i] - 1});
   using Path = ops::AttentionPath;
-  for (std::uint32_t d : {32u, 64u, 128u}) {
+  for (std::uint32_t d : {32u, 64u, 80u, 128u, 256u}) {  // 80: no int8 output (a head holds 2.5 blocks)
     for (auto [path, splits] : {std::pair{Path::automatic, 0u}, {Path::split, 7u}, {Path::split, 1u}, {Path::one_pass, 0u}}) {
       const std::uint32_t heads = 8, kv_heads = 2, tokens = static_cast<std::uint32_t>(lengths.size()), k = heads * d;
       auto cache = build_cache(g, lengths, kv_heads * d, page_size);
@@ -970,7 +980,7 @@ TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
       const std::string what = fmt::format("d {} path {} splits {}", d, static_cast<int>(path), splits);
       EXPECT_FALSE(plain) << what;
       const auto plan = ops::plan_attention(s);
-      EXPECT_EQ(wrote_q8, plan.path == Path::split && plan.splits > 1) << what;
+      EXPECT_EQ(wrote_q8, plan.path == Path::split && plan.splits > 1 && d % 32 == 0) << what;
       if (wrote_q8) {
         EXPECT_EQ(g.down<std::uint32_t>(got_q8, ops::q8_acts_bytes(k, tokens) / 4),
                   g.down<std::uint32_t>(want_q8, ops::q8_acts_bytes(k, tokens) / 4))

@@ -293,8 +293,46 @@ TEST(GpuModelArgmax, StepsSentAheadGiveTheTokensOfStepsRunInTurn) {
   EXPECT_GT(distinct.size(), 1u) << "a run of one token says little about where each step's input came from";
 }
 
+// Every head size the models use (Gemma's 256, Phi-3's 96, 80, the usual 64 and 128, the small
+// ones of tests) against the reference: a prompt of 150 tokens prefilled in two steps (100 tokens,
+// then 50 more that see all 150: the split kernel with its keys in three splits), then decode
+// steps (five splits of the context each), a head size at a time.
+class GpuModelHeadSize : public ::testing::TestWithParam<std::uint32_t> {};
+
+TEST_P(GpuModelHeadSize, LongPrefillAndDecodeMatchTheReference) {
+  const std::uint32_t d = GetParam();
+  LlamaConfig config = tiny(Architecture::llama, d);
+  // 256 wide whatever the head size: at 4 x 256, sums of random weights made scores so large that
+  // the logits of two steps were 2.7% and 24% off (the F16 cache's rounding choosing the softmax's
+  // winners), where the kernel cases of head size 256 match the reference to 1e-9.
+  config.n_embd = 256;
+  config.n_vocab = 120;
+  config.n_ctx_train = 256;
+  auto weights = random_model(config, WeightType::f32, 21);
+  ReferenceModel reference = ReferenceModel::load(config, weights.source());
+  ReferenceSequence seq(reference);
+  auto& g = gpu::testing::shared_gpu();
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  GpuModel model(ctx, config, weights.source(), "weights:head-size");
+  GpuKvCache cache(ctx, config, 12, 16);
+  StepBatch batch;
+  batch.block_tables = {{11, 0, 10, 1, 9, 2, 8, 3, 7, 4, 6, 5}};
+  std::vector<std::int32_t> tokens(153);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * 37 + 5) % config.n_vocab);
+  auto last_row = [&](const std::vector<float>& all) { return std::vector<float>(all.end() - config.n_vocab, all.end()); };
+  for (auto [from, to] : {std::pair{0u, 100u}, {100u, 150u}, {150u, 151u}, {151u, 152u}, {152u, 153u}}) {
+    batch.tokens.clear();
+    for (std::uint32_t i = from; i < to; ++i) batch.tokens.push_back({0, i, tokens[i], i + 1 == to});
+    const auto got = model.forward(batch, cache);
+    const auto want = last_row(seq.forward(std::span(tokens).subspan(from, to - from)));
+    EXPECT_LT(normalised_error(got, want), kBound) << "head size " << d << ", positions " << from << " to " << to;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadSizes, GpuModelHeadSize, ::testing::Values(16u, 32u, 64u, 80u, 96u, 128u, 256u));
+
 TEST(GpuModelLoad, RefusesHeadSizesTheAttentionKernelLacks) {
-  LlamaConfig config = tiny(Architecture::llama, 16);
+  LlamaConfig config = tiny(Architecture::llama, 272);
   auto weights = random_model(config, WeightType::f32, 1);
   auto& g = gpu::testing::shared_gpu();
   EXPECT_THROW(GpuModel({g.queue, g.pool, g.kernels}, config, weights.source(), "weights:x"), std::runtime_error);
