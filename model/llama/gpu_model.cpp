@@ -152,6 +152,8 @@ GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& sourc
   output_norm_ = next();
   output_ = next();
   config_.tied_output = !output_.buffer;
+  const std::vector<float> frequencies = gpu::ops::rope_frequencies(rope_shape(config_, 0, config_.n_head));
+  rope_frequencies_ = uploader.upload_new(std::as_bytes(std::span(frequencies)), owner_);
   uploader.finish();
 }
 

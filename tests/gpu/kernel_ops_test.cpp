@@ -110,17 +110,31 @@ void add_elementwise_cases(std::vector<OpCase>& cases) {
     const char* name;
     ops::RopeShape shape;
   };
+  // Llama 3.1's factors (1 for the fast pairs, 8 for the slow, a blend between) and ones far off.
+  static const std::vector<float> llama3_factors = [] {
+    std::vector<float> f(32);
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = i < 10 ? 1.0f : i > 20 ? 8.0f : 1.0f + 0.7f * float(i - 10);
+    return f;
+  }();
+  static const std::vector<float> wild_factors(16, 1000.0f);
+  const ops::RopeYarn yarn{1.0f, 0.9f, 32.0f, 1.0f, 64};  // 4x past a context of 64
   for (auto c : {RopeCase{"normal_1tok_d64", {1, 4, 64, 0, 10000.0f, 1.0f, false}},
                  RopeCase{"neox_5tok_d128", {5, 3, 128, 0, 500000.0f, 1.0f, true}},
                  RopeCase{"neox_linear_scaled", {7, 2, 64, 0, 10000.0f, 0.25f, true}},
-                 RopeCase{"normal_partial_dims", {3, 2, 64, 32, 10000.0f, 1.0f, false}}}) {
+                 RopeCase{"normal_partial_dims", {3, 2, 64, 32, 10000.0f, 1.0f, false}},
+                 RopeCase{"neox_partial_dims", {3, 2, 64, 16, 10000.0f, 1.0f, true}},
+                 RopeCase{"normal_llama3_factors", {6, 2, 64, 0, 500000.0f, 1.0f, false, {}, llama3_factors}},
+                 RopeCase{"neox_partial_wild_factors", {4, 2, 64, 32, 10000.0f, 1.0f, true, {}, wild_factors}},
+                 RopeCase{"normal_yarn", {7, 2, 64, 0, 10000.0f, 0.25f, false, yarn}},
+                 RopeCase{"neox_yarn_d128", {7, 2, 128, 0, 1000000.0f, 0.25f, true, yarn}}}) {
     cases.push_back({fmt::format("rope_{}", c.name), 1e-9, [c](Gpu& gpu) {
                        const auto& s = c.shape;
                        auto x = random_vec(s.tokens * s.heads * s.head_dim, 8);
                        std::vector<std::int32_t> pos(s.tokens);
                        for (std::size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<std::int32_t>(3 + 37 * t);
-                       auto bx = gpu.up(x), bp = gpu.up(pos), out = gpu.scratch(x.size() * 4);
-                       run_step(gpu, [&](Recording& rec) { ops::rope(rec, gpu.kernels, r(bx), r(bp), r(out), s); });
+                       auto bx = gpu.up(x), bp = gpu.up(pos), bf = gpu.up(ops::rope_frequencies(s));
+                       auto out = gpu.scratch(x.size() * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::rope(rec, gpu.kernels, r(bx), r(bp), r(bf), r(out), s); });
                        return Outcome{doubles(gpu.down<float>(out, x.size())), doubles(reference::rope(x, pos, s))};
                      }});
   }
@@ -805,24 +819,26 @@ TEST(RopeKvWrite, MatchesRopeThenKvWrite) {
   const std::vector<std::uint32_t> slots{5, 0, 9};
   for (ops::RopeShape shape : {ops::RopeShape{3, heads, 64, 0, 10000.0f, 1.0f, false},
                                ops::RopeShape{3, heads, 128, 0, 500000.0f, 0.5f, true},
-                               ops::RopeShape{3, heads, 64, 32, 10000.0f, 1.0f, true}}) {
+                               ops::RopeShape{3, heads, 64, 32, 10000.0f, 1.0f, true},
+                               ops::RopeShape{3, heads, 80, 0, 10000.0f, 0.25f, true, {1.0f, 1.0f, 32.0f, 1.0f, 64}}}) {
     const std::uint32_t d = shape.head_dim, row = kv_heads * d;
+    const Vec freqs = ops::rope_frequencies(shape);
     Vec q = random_vec(std::size_t{3} * heads * d, 1), k = random_vec(std::size_t{3} * row, 2),
         v = random_vec(std::size_t{3} * row, 3);
     std::vector<std::int32_t> pos{7, 0, 300};
     std::vector<std::uint16_t> zeros(std::size_t{slots_total} * row, 0);
     auto run = [&](bool fused) {
-      PoolBuffer bq = g.up(q), bk = g.up(k), bv = g.up(v), bp = g.up(pos), bs = g.up(slots);
+      PoolBuffer bq = g.up(q), bk = g.up(k), bv = g.up(v), bp = g.up(pos), bs = g.up(slots), bf = g.up(freqs);
       PoolBuffer kc = g.up(zeros), vc = g.up(zeros);
       run_step(g, [&](Recording& rec) {
         if (fused) {
-          ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(kc), r(vc), r(bs), shape, kv_heads);
+          ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(bf), r(kc), r(vc), r(bs), shape, kv_heads);
           return;
         }
-        ops::rope(rec, g.kernels, r(bq), r(bp), r(bq), shape);
+        ops::rope(rec, g.kernels, r(bq), r(bp), r(bf), r(bq), shape);
         ops::RopeShape kshape = shape;
         kshape.heads = kv_heads;
-        ops::rope(rec, g.kernels, r(bk), r(bp), r(bk), kshape);
+        ops::rope(rec, g.kernels, r(bk), r(bp), r(bf), r(bk), kshape);
         ops::kv_write(rec, g.kernels, r(bk), r(bv), r(kc), r(vc), r(bs), 3, row);
       });
       return std::tuple{g.down<float>(bq, q.size()), g.down<std::uint16_t>(kc, zeros.size()),
@@ -847,6 +863,7 @@ TEST(RopeKvWrite, AddsTheSlicesOfSplitProducts) {
   const ops::RopeShape shape{tokens, heads, d, 0, 10000.0f, 1.0f, false};
   const std::vector<std::uint32_t> slots{5, 0, 9};
   const std::vector<std::int32_t> pos{7, 0, 300};
+  const Vec freqs = ops::rope_frequencies(shape);
   const std::uint32_t q_size = tokens * heads * d, kv_size = tokens * row;
   for (auto [q_splits, k_splits, v_splits] : {std::tuple{4u, 16u, 16u}, {2u, 1u, 3u}}) {
     Vec q_parts = random_vec(std::size_t{q_splits} * q_size, 4), k_parts = random_vec(std::size_t{k_splits} * kv_size, 5),
@@ -856,11 +873,12 @@ TEST(RopeKvWrite, AddsTheSlicesOfSplitProducts) {
     auto run = [&](bool fused) {
       PoolBuffer bqp = g.up(q_parts), bkp = g.up(k_parts), bvp = g.up(v_parts), bq = g.scratch(q_size * 4),
                  bk = k_splits == 1 ? g.up(k_plain) : g.scratch(kv_size * 4), bv = g.scratch(kv_size * 4), bp = g.up(pos),
-                 bs = g.up(slots), kc = g.up(zeros), vc = g.up(zeros);
+                 bs = g.up(slots), kc = g.up(zeros), vc = g.up(zeros), bf = g.up(freqs);
       run_step(g, [&](Recording& rec) {
         if (fused) {
           ops::QkvSlices slices{r(bqp), r(bkp), r(bvp), q_splits, k_splits, v_splits};
-          ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(kc), r(vc), r(bs), shape, kv_heads, slices);
+          ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(bf), r(kc), r(vc), r(bs), shape, kv_heads,
+                             slices);
           return;
         }
         ops::sum_splits(rec, g.kernels, r(bqp), r(bq), q_size, q_splits, false);
@@ -868,7 +886,7 @@ TEST(RopeKvWrite, AddsTheSlicesOfSplitProducts) {
         if (k_splits > 1) ops::sum_splits(rec, g.kernels, r(bkp), r(bk), kv_size, k_splits, false);
         rec.next_runs_alongside();
         ops::sum_splits(rec, g.kernels, r(bvp), r(bv), kv_size, v_splits, false);
-        ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(kc), r(vc), r(bs), shape, kv_heads);
+        ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(bf), r(kc), r(vc), r(bs), shape, kv_heads);
       });
       return std::tuple{g.down<float>(bq, q_size), g.down<std::uint16_t>(kc, zeros.size()),
                         g.down<std::uint16_t>(vc, zeros.size())};
@@ -1075,10 +1093,12 @@ TEST(MatvecQ8Heads, MatchesProductsThenRopeKvWrite) {
   const std::uint32_t heads = 4, kv_heads = 2, k = 512, slots_total = 12;
   for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
     for (ops::RopeShape shape : {ops::RopeShape{0, heads, 64, 0, 10000.0f, 1.0f, false},
-                                 ops::RopeShape{0, heads, 32, 16, 500000.0f, 0.5f, false}}) {
+                                 ops::RopeShape{0, heads, 32, 16, 500000.0f, 0.5f, false},
+                                 ops::RopeShape{0, heads, 64, 0, 10000.0f, 0.25f, false, {1.0f, 0.8f, 32.0f, 1.0f, 128}}}) {
       for (std::uint32_t n : {1u, 3u, 8u}) {
         shape.tokens = n;
         const std::uint32_t d = shape.head_dim, mq = heads * d, mkv = kv_heads * d;
+        PoolBuffer bf = g.up(ops::rope_frequencies(shape));
         ASSERT_TRUE(ops::matvec_q8_heads_applies(g.device.features(), type, mq, k, n, shape));
         std::vector<std::int32_t> pos(n);
         std::vector<std::uint32_t> slots(n);
@@ -1098,18 +1118,18 @@ TEST(MatvecQ8Heads, MatchesProductsThenRopeKvWrite) {
           run_step(g, [&](Recording& rec) {
             ops::quantize_q8(rec, g.kernels, bx.range(), q8.range(), k, n);
             if (fused) {
-              ops::matvec_q8_heads(rec, g.kernels, type, bwq.range(), q8.range(), q.range(), bp.range(), bs.range(), shape,
-                                   ops::HeadsOutput::q, mq, k, n);
+              ops::matvec_q8_heads(rec, g.kernels, type, bwq.range(), q8.range(), q.range(), bp.range(), bs.range(),
+                                   bf.range(), shape, ops::HeadsOutput::q, mq, k, n);
               ops::matvec_q8_heads(rec, g.kernels, type, bwk.range(), q8.range(), kc.range(), bp.range(), bs.range(),
-                                   shape, ops::HeadsOutput::k_cache, mkv, k, n);
+                                   bf.range(), shape, ops::HeadsOutput::k_cache, mkv, k, n);
               ops::matvec_q8_heads(rec, g.kernels, type, bwv.range(), q8.range(), vc.range(), bp.range(), bs.range(),
-                                   shape, ops::HeadsOutput::v_cache, mkv, k, n);
+                                   bf.range(), shape, ops::HeadsOutput::v_cache, mkv, k, n);
               return;
             }
             ops::matvec_q8(rec, g.kernels, type, bwq.range(), q8.range(), q.range(), mq, k, n, false);
             ops::matvec_q8(rec, g.kernels, type, bwk.range(), q8.range(), kn.range(), mkv, k, n, false);
             ops::matvec_q8(rec, g.kernels, type, bwv.range(), q8.range(), vn.range(), mkv, k, n, false);
-            ops::rope_kv_write(rec, g.kernels, q.range(), kn.range(), vn.range(), bp.range(), kc.range(), vc.range(),
+            ops::rope_kv_write(rec, g.kernels, q.range(), kn.range(), vn.range(), bp.range(), bf.range(), kc.range(), vc.range(),
                                bs.range(), shape, kv_heads);
           });
           return std::tuple{g.down<float>(q, std::size_t{n} * mq), g.down<std::uint16_t>(kc, zeros.size()),

@@ -17,6 +17,8 @@
 #include <set>
 #include <span>
 
+#include <fmt/format.h>
+
 #include "memory_model.hpp"
 #include "gpu/ops.hpp"
 #include "model/llama/gpu_model.hpp"
@@ -330,6 +332,93 @@ TEST_P(GpuModelHeadSize, LongPrefillAndDecodeMatchTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadSizes, GpuModelHeadSize, ::testing::Values(16u, 32u, 64u, 80u, 96u, 128u, 256u));
+
+// RoPE as models turn and stretch it, against the reference, past the original context: partial
+// rotary dims in the normal layout (llama) and NeoX's (qwen3), linear scaling, YaRN and per-pair
+// frequency factors (Llama 3.1's). A prompt of 60 tokens (rope_kv_write), then decode
+// steps, in F16 and in Q8_0 (whose products of up to 8 tokens turn q and k as they write them in
+// the normal layout, where the device has integer dot products). Each changes the logits: a
+// scaling that did nothing fails.
+struct RopeCase {
+  const char* name;
+  Architecture arch;
+  std::uint32_t rope_dims = 0;
+  float rope_scale = 1.0f;
+  float yarn_ext_factor = 0.0f;
+  float yarn_attn_factor = 1.0f;
+  bool llama3_factors = false;
+};
+const RopeCase kRopeCases[] = {{"partial_normal", Architecture::llama, 32},
+                               {"partial_neox", Architecture::qwen3, 16},
+                               {"linear", Architecture::llama, 0, 4.0f},
+                               {"yarn_normal", Architecture::llama, 0, 4.0f, 1.0f, 0.9f},
+                               {"yarn_neox_partial", Architecture::qwen2, 32, 8.0f, 1.0f},
+                               {"llama3_factors", Architecture::llama, 0, 1.0f, 0.0f, 1.0f, true}};
+
+class GpuModelRope : public ::testing::TestWithParam<std::tuple<RopeCase, WeightType>> {};
+
+TEST_P(GpuModelRope, MatchesTheReferenceAndChangesTheLogits) {
+  auto [rope, type] = GetParam();
+  LlamaConfig plain = tiny(rope.arch, 64);
+  plain.n_vocab = 120;
+  plain.n_ctx_train = 16;  // the original context the scaling stretches
+  LlamaConfig config = plain;
+  config.rope_dims = rope.rope_dims;
+  config.rope_scale = rope.rope_scale;
+  config.yarn_ext_factor = rope.yarn_ext_factor;
+  config.yarn_attn_factor = rope.yarn_attn_factor;
+  if (rope.llama3_factors) {
+    for (std::uint32_t i = 0; i < 32; ++i) config.rope_freq_factors.push_back(i < 8 ? 1.0f : i < 16 ? 2.5f : 8.0f);
+  }
+  auto weights = random_model(config, type, 23);
+  auto& g = gpu::testing::shared_gpu();
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  std::vector<std::int32_t> tokens(64);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * 53 + 11) % plain.n_vocab);
+  // The reference quantizes every product's activations where the GPU's mat-vecs do (up to 8
+  // tokens): Q8_0's prompt goes in steps of 8, F16's in one.
+  const bool int8 = gpu::ops::matvec_int8(g.device.features(), type);
+  const std::uint32_t chunk = int8 ? 8 : 60;
+  auto run = [&](const LlamaConfig& c) {  // (5, n_vocab): the prompt's last token, then four decoded
+    GpuModel model(ctx, c, weights.source(), "weights:rope");
+    GpuKvCache cache(ctx, c, 4, 16);
+    StepBatch batch;
+    batch.block_tables = {{3, 1, 0, 2}};
+    std::vector<float> logits;
+    for (std::uint32_t from = 0; from < 60; from += chunk) {
+      batch.tokens.clear();
+      for (std::uint32_t i = from; i < std::min(from + chunk, 60u); ++i) batch.tokens.push_back({0, i, tokens[i], i == 59});
+      logits = model.forward(batch, cache);
+    }
+    for (std::uint32_t i = 60; i < 64; ++i) {
+      batch.tokens = {{0, i, tokens[i], true}};
+      const auto next = model.forward(batch, cache);
+      logits.insert(logits.end(), next.begin(), next.end());
+    }
+    return logits;
+  };
+  ReferenceModel reference = ReferenceModel::load(config, weights.source());
+  reference.int8_activations = int8;
+  ReferenceSequence seq(reference);
+  std::vector<float> want = seq.forward(std::span(tokens).first(60));
+  want.erase(want.begin(), want.end() - plain.n_vocab);
+  for (std::uint32_t i = 60; i < 64; ++i) {
+    const auto next = seq.forward(std::span(tokens).subspan(i, 1));
+    want.insert(want.end(), next.begin(), next.end());
+  }
+  const std::vector<float> got = run(config);
+  const std::string what = fmt::format("{} {}", rope.name, gpu::weight_type_name(type));
+  EXPECT_LT(normalised_error(got, want), reference.int8_activations ? kInt8Bound : kBound) << what;
+  EXPECT_GT(normalised_error(run(plain), got), 0.1) << what << ": the scaling changed little";
+}
+
+INSTANTIATE_TEST_SUITE_P(Scalings, GpuModelRope,
+                         ::testing::Combine(::testing::ValuesIn(kRopeCases),
+                                            ::testing::Values(WeightType::f16, WeightType::q8_0)),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}", std::get<0>(info.param).name,
+                                              gpu::weight_type_name(std::get<1>(info.param)));
+                         });
 
 TEST(GpuModelLoad, RefusesHeadSizesTheAttentionKernelLacks) {
   LlamaConfig config = tiny(Architecture::llama, 272);

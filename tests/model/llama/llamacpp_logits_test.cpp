@@ -19,7 +19,10 @@
 // plus a margin), and the rows say how many did not.
 //
 // make-model's F32 and F16 files of every head size the models use (16 to 256) agree to
-// kUnquantizedBound (0.01; seen on lavapipe: 0.0002 to 0.0008).
+// kUnquantizedBound (0.01; seen on lavapipe: 0.0002 to 0.0008), and so do its rope-scaled files
+// (linear, YaRN with and without rope.scaling.attn_factor, Llama 3.1's rope_freqs.weight) at
+// prompts of up to 100 tokens from an original context of 32 (0.0003 to 0.0008; Q8_0 0.005 to
+// 0.012 of 0.02). With the GPU's YaRN and factors left out they were 0.019 to 0.27 apart.
 //
 // Each case prints a row of the table "file type, model, tensor types, max |delta logprob|".
 //
@@ -434,6 +437,54 @@ INSTANTIATE_TEST_SUITE_P(HeadSizes, HeadSizeFile,
                                             ::testing::Values(gpu::WeightType::f32, gpu::WeightType::f16)),
                          [](const auto& info) {
                            return fmt::format("head{}_{}", std::get<0>(info.param),
+                                              gpu::weight_type_name(std::get<1>(info.param)));
+                         });
+
+// A rope-scaled model: its architecture (llama: the normal rotary layout, qwen2 and qwen3: NeoX's)
+// and its scaling, from an original context of 32 tokens.
+struct RopeScalingCase {
+  const char* name;
+  const char* arch;
+  gguf::RopeScalingType type;
+  float factor;
+  float attn_factor = 1.0f;
+};
+constexpr RopeScalingCase kRopeScalings[] = {
+    {"linear_llama", "llama", gguf::RopeScalingType::linear, 4.0f},
+    {"yarn_llama", "llama", gguf::RopeScalingType::yarn, 4.0f},
+    {"yarn_qwen2", "qwen2", gguf::RopeScalingType::yarn, 8.0f},
+    {"yarn_attn_factor_qwen3", "qwen3", gguf::RopeScalingType::yarn, 4.0f, 0.8f},
+    {"llama3_rope_freqs_llama", "llama", gguf::RopeScalingType::llama3, 8.0f}};
+
+class RopeScalingFile : public ::testing::TestWithParam<std::tuple<RopeScalingCase, gpu::WeightType>> {};
+
+// RoPE scaling as make-model writes it (llama3 as the rope_freqs.weight tensor, which is how
+// llama.cpp reads it), at positions up to three times past the original context: prompts of 7, 48
+// and 100 tokens, mqlm computing all but the last in one step (the split kernel, keys in several
+// splits) and the last as a decode step (the split path again, and for Q8_0 the int8 products that
+// turn q and k as they write them). F32 and F16 to kUnquantizedBound, Q8_0 to kLogprobBound.
+TEST_P(RopeScalingFile, NextTokenAgreesWithLlamaCppPastTheOriginalContext) {
+  auto [scaling, type] = GetParam();
+  start_llamacpp();
+  ScratchFolder folder;
+  gguf::ModelShape shape;
+  shape.arch = scaling.arch;
+  shape.context = 256;
+  shape.rope_base = 10000.0f;
+  shape.rope_scaling = {.type = scaling.type, .factor = scaling.factor, .original_context = 32,
+                        .attn_factor = scaling.attn_factor};
+  const auto path = write_model(folder, shape, scaling.name, type);
+  const Comparison how{type == gpu::WeightType::q8_0 ? kLogprobBound : kUnquantizedBound, 128, true};
+  expect_same_next_tokens(path, clear_prompts(path, shape.vocab, {7u, 48u, 100u}, how.context),
+                          fmt::format("mqlm {} {}", gpu::weight_type_name(type), scaling.name), how);
+}
+
+INSTANTIATE_TEST_SUITE_P(Scalings, RopeScalingFile,
+                         ::testing::Combine(::testing::ValuesIn(kRopeScalings),
+                                            ::testing::Values(gpu::WeightType::f32, gpu::WeightType::f16,
+                                                              gpu::WeightType::q8_0)),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}", std::get<0>(info.param).name,
                                               gpu::weight_type_name(std::get<1>(info.param)));
                          });
 
