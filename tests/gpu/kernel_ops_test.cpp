@@ -270,8 +270,9 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   std::vector<AttnCase> table;
   // The head dims models use (their scores: four threads a key at 16 and 80, eight a pair of keys
   // for the others; their value loops: 120 of 128 threads at 80 and 96, two dimensions a thread of
-  // the one-pass kernel at 256).
-  for (std::uint32_t d : {16u, 32u, 64u, 80u, 96u, 128u, 256u}) {
+  // the one-pass kernel at 256), and two no model here uses: 48 (ten key subsets of 12 chunks, four
+  // keys a thread) and 160 (three of 40, eleven keys a thread, the last past the tile).
+  for (std::uint32_t d : {16u, 32u, 48u, 64u, 80u, 96u, 128u, 160u, 256u}) {
     table.push_back({fmt::format("decode_4seqs_d{}", d), 8, 2, d, {1, 17, 40, 130}, {{0, 0}, {1, 16}, {2, 39}, {3, 129}}});
   }
   for (std::uint32_t d : {64u, 80u, 96u, 128u, 256u}) {
