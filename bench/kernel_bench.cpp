@@ -344,7 +344,9 @@ void bench_elementwise(Bench& b, Table& table, const Model& m, std::uint32_t t) 
     std::iota(pos.begin(), pos.end(), 100);
     auto bp = upload_new(b.queue_, b.pool_, std::span<const std::int32_t>(pos), "bench");
     ops::RopeShape s{t, m.heads, m.head_dim, 0, 500000.0f, 1.0f, true};
-    double us = b.time_us([&](Recording& rec) { ops::rope(rec, b.kernels_, x.range(), bp.range(), out.range(), s); });
+    const std::vector<float> frequencies = ops::rope_frequencies(s);
+    auto freqs = upload_new(b.queue_, b.pool_, std::span<const float>(frequencies), "bench");
+    double us = b.time_us([&](Recording& rec) { ops::rope(rec, b.kernels_, x.range(), bp.range(), freqs.range(), out.range(), s); });
     table.add({"rope neox", fmt::format("{}x{}", m.heads, m.head_dim), t, "", us, 8.0 * t * qdim, 6.0 * t * qdim, ""});
   }
   {

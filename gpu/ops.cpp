@@ -1,6 +1,8 @@
 #include "gpu/ops.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <numbers>
 #include <limits>
 #include <optional>
 #include <span>
@@ -190,35 +192,75 @@ void get_rows(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange w
 namespace {
 struct RopePush {
   std::uint32_t head_dim, n_dims, heads, tokens;
-  float base, scale;
+  float mscale;
   std::uint32_t neox, kv_heads;
 };
 std::uint32_t rotary_dims(const RopeShape& s) { return s.rotary_dims == 0 ? s.head_dim : s.rotary_dims; }
+void check_rope_frequencies(const RopeShape& s, BufferRange frequencies) {
+  if (frequencies.size < std::uint64_t{rotary_dims(s) / 2} * 4) {
+    throw GpuError(fmt::format("rope: {} bytes of frequencies for {} rotary dims", frequencies.size, rotary_dims(s)));
+  }
+}
 RopePush rope_push(const RopeShape& s, std::uint32_t kv_heads) {
   const std::uint32_t dims = rotary_dims(s);
   if (s.head_dim % 2 != 0 || dims % 2 != 0 || dims > s.head_dim) {
     throw GpuError(fmt::format("rope needs even head_dim and rotary dims <= head_dim (got {} and {})", s.head_dim, dims));
   }
-  return {s.head_dim, dims, s.heads, s.tokens, s.freq_base, s.freq_scale, s.neox ? 1u : 0u, kv_heads};
+  return {s.head_dim, dims, s.heads, s.tokens, rope_magnitude(s), s.neox ? 1u : 0u, kv_heads};
 }
 }  // namespace
 
-void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positions, BufferRange out, const RopeShape& s) {
+std::array<float, 2> rope_yarn_correction(const RopeShape& s) {
+  if (s.yarn.ext_factor == 0.0f || s.yarn.original_context == 0) return {0.0f, 0.0f};  // no ramp
+  const float dims = static_cast<float>(rotary_dims(s));
+  const float context = static_cast<float>(s.yarn.original_context);
+  // The pair that turns `turns` times over the original context.
+  auto pair_of = [&](float turns) {
+    return dims * std::log(context / (turns * 2.0f * std::numbers::pi_v<float>)) / (2.0f * std::log(s.freq_base));
+  };
+  return {std::max(0.0f, std::floor(pair_of(s.yarn.beta_fast))), std::min(dims - 1.0f, std::ceil(pair_of(s.yarn.beta_slow)))};
+}
+
+std::vector<float> rope_frequencies(const RopeShape& s) {
+  const std::uint32_t dims = rotary_dims(s);
+  if (!s.freq_factors.empty() && s.freq_factors.size() != dims / 2) {
+    throw GpuError(fmt::format("rope: {} frequency factors for {} rotary dims", s.freq_factors.size(), dims));
+  }
+  const auto [low, high] = rope_yarn_correction(s);
+  std::vector<float> freqs(dims / 2);
+  for (std::uint32_t i = 0; i < freqs.size(); ++i) {
+    const double extrapolated = std::pow(double{s.freq_base}, -2.0 * i / dims) / (s.freq_factors.empty() ? 1.0 : s.freq_factors[i]);
+    const double ramp = 1.0 - std::clamp((static_cast<double>(i) - low) / std::max(0.001, double{high} - low), 0.0, 1.0);
+    const double mix = ramp * s.yarn.ext_factor;  // 0 without YaRN: the scaled frequency alone
+    freqs[i] = static_cast<float>(extrapolated * s.freq_scale * (1.0 - mix) + extrapolated * mix);
+  }
+  return freqs;
+}
+
+float rope_magnitude(const RopeShape& s) {
+  return s.yarn.attn_factor * (s.yarn.ext_factor != 0.0f ? 1.0f + 0.1f * std::log(1.0f / s.freq_scale) : 1.0f);
+}
+
+void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positions, BufferRange frequencies,
+          BufferRange out, const RopeShape& s) {
   const RopePush push = rope_push(s, 0);
+  check_rope_frequencies(s, frequencies);
   auto [gy, gz] = spread(s.tokens * s.heads);
-  // The plain kernel's push constants are the first seven fields.
-  rec.dispatch(kernel(lib, "rope", 3, sizeof push - 4), {x, positions, out}, push, ceil_div(s.head_dim / 2, 64), gy, gz);
+  // The plain kernel's push constants are the first six fields.
+  rec.dispatch(kernel(lib, "rope", 4, sizeof push - 4), {x, positions, out, frequencies}, push,
+               ceil_div(s.head_dim / 2, 64), gy, gz);
 }
 
 void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_new, BufferRange v_new,
-                   BufferRange positions, BufferRange k_cache, BufferRange v_cache, BufferRange slots,
-                   const RopeShape& s, std::uint32_t kv_heads, const QkvSlices& slices) {
+                   BufferRange positions, BufferRange frequencies, BufferRange k_cache, BufferRange v_cache,
+                   BufferRange slots, const RopeShape& s, std::uint32_t kv_heads, const QkvSlices& slices) {
   const RopePush push = rope_push(s, kv_heads);
+  check_rope_frequencies(s, frequencies);
   auto [gy, gz] = spread(s.tokens * (s.heads + kv_heads));
   const std::uint32_t gx = ceil_div(s.head_dim / 2, 64);
   if (std::max({slices.q_splits, slices.k_splits, slices.v_splits}) <= 1) {
-    rec.dispatch(kernel(lib, "rope_kv_write", 7, sizeof push), {q, positions, k_new, v_new, k_cache, v_cache, slots}, push,
-                 gx, gy, gz);
+    rec.dispatch(kernel(lib, "rope_kv_write", 8, sizeof push),
+                 {q, positions, k_new, v_new, k_cache, v_cache, slots, frequencies}, push, gx, gy, gz);
     return;
   }
   // Each split product's slices; an unsplit one's binding is its output, not read.
@@ -233,8 +275,8 @@ void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRang
     RopePush rope;
     std::uint32_t q_splits, k_splits, v_splits;
   } push_splits{push, std::max(slices.q_splits, 1u), std::max(slices.k_splits, 1u), std::max(slices.v_splits, 1u)};
-  rec.dispatch(kernel(lib, "rope_kv_write_splits", 10, sizeof push_splits),
-               {q, positions, k_new, v_new, k_cache, v_cache, slots, parts(slices.q, slices.q_splits, q, s.heads),
+  rec.dispatch(kernel(lib, "rope_kv_write_splits", 11, sizeof push_splits),
+               {q, positions, k_new, v_new, k_cache, v_cache, slots, frequencies, parts(slices.q, slices.q_splits, q, s.heads),
                 parts(slices.k, slices.k_splits, k_new, kv_heads), parts(slices.v, slices.v_splits, v_new, kv_heads)},
                push_splits, gx, gy, gz);
 }
@@ -786,19 +828,21 @@ bool matvec_q8_heads_applies(const DeviceFeatures& features, WeightType type, st
 }
 
 void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
-                     BufferRange out, BufferRange positions, BufferRange slots, const RopeShape& rope, HeadsOutput what,
-                     std::uint32_t m, std::uint32_t k, std::uint32_t n, const KernelChoice& choice) {
+                     BufferRange out, BufferRange positions, BufferRange slots, BufferRange frequencies,
+                     const RopeShape& rope, HeadsOutput what, std::uint32_t m, std::uint32_t k, std::uint32_t n,
+                     const KernelChoice& choice) {
   if (!matvec_q8_heads_applies(lib.device().features(), type, m, k, n, rope, choice)) {
     throw GpuError(fmt::format("no int8 mat-vec writing heads for {} of {}x{}, {} columns, head_dim {}{}",
                                weight_type_name(type), m, k, n, rope.head_dim, rope.neox ? " (NeoX rope)" : ""));
   }
+  check_rope_frequencies(rope, frequencies);
   struct {
     std::uint32_t m, k, n, head_dim, n_dims;
-    float freq_base, freq_scale;
+    float mscale;
     std::uint32_t mode;
-  } push{m, k, n, rope.head_dim, rotary_dims(rope), rope.freq_base, rope.freq_scale, static_cast<std::uint32_t>(what)};
+  } push{m, k, n, rope.head_dim, rotary_dims(rope), rope_magnitude(rope), static_cast<std::uint32_t>(what)};
   dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8_rope_c{}", weight_type_name(type), n), type,
-                         {weights, acts_q8, out, positions, slots}, push, false, choice);
+                         {weights, acts_q8, out, positions, slots, frequencies}, push, false, choice);
 }
 
 void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange v_new, BufferRange k_cache,
@@ -816,13 +860,15 @@ namespace {
 constexpr std::uint32_t attention_tile = 32;             // keys per tile of attention_split.comp
 // The split kernel wins at every batch size measured on the H100 (3.2x the one-pass kernel at a
 // 512-token prefill, 4.8x at one decode token); the one-pass kernel stays for head dims that are
-// other than 16, 32, 64 and 128 and for explicit requests.
+// not a multiple of 16 and for explicit requests.
 constexpr std::uint32_t attention_split_max_tokens = 1u << 20;
 constexpr std::uint32_t attention_target_groups = 512;   // enough to fill 132 SMs a few times
 constexpr std::uint32_t attention_max_splits = 64;
 
 void check_attention_shape(const AttentionShape& s) {
-  if (s.head_dim == 0 || s.head_dim > 128) throw GpuError(fmt::format("attention head_dim {} (supported: up to 128)", s.head_dim));
+  if (s.head_dim == 0 || s.head_dim > attention_max_head_dim) {
+    throw GpuError(fmt::format("attention head_dim {} (supported: 1 to {})", s.head_dim, attention_max_head_dim));
+  }
   if (s.kv_heads == 0 || s.heads % s.kv_heads != 0) {
     throw GpuError(fmt::format("attention: {} query heads are not a multiple of {} KV heads", s.heads, s.kv_heads));
   }
@@ -839,11 +885,11 @@ std::uint32_t attention_head_group(const AttentionShape& s) {
 
 AttentionPlan plan_attention(const AttentionShape& s) {
   check_attention_shape(s);
-  // The split kernel gives each key four threads of vec4 chunks, and its value loop 128 / (head_dim / 4)
-  // keys a pass: head dims 16, 32, 64 and 128.
-  const bool split_fits = s.head_dim % 16 == 0 && 128 % s.head_dim == 0;
+  // The split kernel gives each key four or eight threads of vec4 chunks: head dims that are
+  // multiples of 16 (attention_tile.glsl).
+  const bool split_fits = s.head_dim % 16 == 0;
   if (s.path == AttentionPath::split && !split_fits) {
-    throw GpuError(fmt::format("split attention takes head dims 16, 32, 64 and 128, not {}", s.head_dim));
+    throw GpuError(fmt::format("split attention takes head dims that are multiples of 16, not {}", s.head_dim));
   }
   bool split = s.path == AttentionPath::split || (s.path == AttentionPath::automatic &&
                                                   s.tokens <= attention_split_max_tokens && split_fits);

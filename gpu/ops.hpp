@@ -3,6 +3,7 @@
 // Activations are F32 unless a parameter says otherwise; KV caches are F16.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -31,15 +32,35 @@ void softmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out,
 void get_rows(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange ids, BufferRange out,
               std::uint32_t k, std::uint32_t n_ids);
 
+// YaRN as ggml's rope_yarn has it: pairs that turn fewer than beta_slow times over the original
+// context take the scaled frequency (interpolation), those that turn more than beta_fast times keep
+// theirs (extrapolation), a ramp between, weighed by ext_factor (0: YaRN off, 1: in full); cos and
+// sin are multiplied by attn_factor, and by 1 + 0.1 ln(1 / freq_scale) where ext_factor is not 0.
+struct RopeYarn {
+  float ext_factor = 0.0f, attn_factor = 1.0f;
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  std::uint32_t original_context = 0;
+};
 struct RopeShape {
   std::uint32_t tokens = 0, heads = 0, head_dim = 0;
   std::uint32_t rotary_dims = 0;  // 0: all of head_dim
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;        // linear scaling: positions are multiplied by it
   bool neox = false;              // pairs (i, i + d/2) instead of (2i, 2i + 1)
+  RopeYarn yarn = {};
+  std::span<const float> freq_factors = {};  // (rotary dims / 2) each pair's frequency divided by it; empty: 1
 };
-// x, out: (tokens, heads, head_dim); positions: (tokens) int32.
-void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positions, BufferRange out, const RopeShape& shape);
+// What the rope kernels read (their `frequencies`, uploaded once per model): pair i's angle per
+// position, freq_base^(-2i / rotary dims) / freq_factors[i], scaled by freq_scale or YaRN's blend.
+std::vector<float> rope_frequencies(const RopeShape& shape);
+// What cos and sin are multiplied by (YaRN's magnitude; attn_factor otherwise).
+float rope_magnitude(const RopeShape& shape);
+// YaRN's correction range: the pairs from which the ramp starts and where it ends (ggml's
+// ggml_rope_yarn_corr_dims).
+std::array<float, 2> rope_yarn_correction(const RopeShape& shape);
+// x, out: (tokens, heads, head_dim); positions: (tokens) int32; frequencies: rope_frequencies(shape).
+void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positions, BufferRange frequencies,
+          BufferRange out, const RopeShape& shape);
 // Where the q/k/v products split K (matmul_narrow with sum_later): their slices, which
 // rope_kv_write then adds (as sum_splits would) as it reads them, instead of the products' outputs.
 // A count of 1: that product did not split, its output is read.
@@ -52,8 +73,8 @@ struct QkvSlices {
 // written into their cache slots as kv_write does. Same results as rope on q and k, then kv_write.
 // With slices, q, k and v are first the sums of their products' slices (q's written to q).
 void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_new, BufferRange v_new,
-                   BufferRange positions, BufferRange k_cache, BufferRange v_cache, BufferRange slots,
-                   const RopeShape& shape, std::uint32_t kv_heads, const QkvSlices& slices = {});
+                   BufferRange positions, BufferRange frequencies, BufferRange k_cache, BufferRange v_cache,
+                   BufferRange slots, const RopeShape& shape, std::uint32_t kv_heads, const QkvSlices& slices = {});
 
 // The vector path's workgroup shape for whole-block weights: threads per workgroup and rows per
 // workgroup. {0, 0}: the shape tuned per type.
@@ -136,14 +157,16 @@ void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange 
 // matvec_q8 for the q, k or v projection of a decode step, its output written where attention
 // reads it: what rope_kv_write does after the three products, without that dispatch. q: turned by
 // the rotary embedding into out (n x m floats); k: turned, and v: as it is, as F16 into the cache
-// rows slots[c] of out (m = kv_heads x head_dim wide). positions: n int32; slots: n uint32.
+// rows slots[c] of out (m = kv_heads x head_dim wide). positions: n int32; slots: n uint32;
+// frequencies: rope_frequencies(rope).
 // matvec_q8_heads_applies says where it is built: the int8 path's fixed shapes (up to 8 columns),
 // the normal rotary layout (pairs 2i, 2i + 1), whole heads of even head_dim.
 enum class HeadsOutput : std::uint32_t { q = 0, k_cache = 1, v_cache = 2 };
 bool matvec_q8_heads_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
                              std::uint32_t n, const RopeShape& rope, const KernelChoice& choice = {});
 void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
-                     BufferRange out, BufferRange positions, BufferRange slots, const RopeShape& rope, HeadsOutput what,
+                     BufferRange out, BufferRange positions, BufferRange slots, BufferRange frequencies,
+                     const RopeShape& rope, HeadsOutput what,
                      std::uint32_t m, std::uint32_t k, std::uint32_t n, const KernelChoice& choice = {});
 
 // The narrow path: the tensor cores for every product wider than the vector path (decode batches
@@ -265,8 +288,11 @@ void kv_write(Recording& rec, KernelLibrary& lib, BufferRange k_new, BufferRange
 // one_pass: one workgroup per (token, head) over all its keys (prefill). split: flash-decoding,
 // the keys of each token cut into ranges handled by separate workgroups and merged (decode).
 enum class AttentionPath : std::uint8_t { automatic, one_pass, split };
+// The largest head dimension attention takes (Gemma's); the split path takes multiples of 16 up
+// to it, the one-pass kernel any.
+constexpr std::uint32_t attention_max_head_dim = 256;
 struct AttentionShape {
-  std::uint32_t tokens = 0, heads = 0, kv_heads = 0, head_dim = 0;  // head_dim 64 or 128
+  std::uint32_t tokens = 0, heads = 0, kv_heads = 0, head_dim = 0;  // head_dim up to 256
   std::uint32_t page_size = 0, max_pages = 0;  // block tables are (sequences, max_pages)
   float scale = 0;                             // usually 1 / sqrt(head_dim)
   AttentionPath path = AttentionPath::automatic;  // tests and benchmarks force one

@@ -1,8 +1,10 @@
 #include "gpu/reference_ops.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 namespace mqlm::gpu::reference {
 
@@ -43,18 +45,38 @@ Vec softmax(const Vec& x, std::size_t rows, std::size_t n, float scale) {
   return out;
 }
 
+namespace {
+// ggml's rope_yarn for pair i at angle theta_extrap (the base's frequency times the position, over
+// the pair's factor): cos and sin of the angle blended between scaled and kept, times the magnitude.
+std::pair<double, double> rope_yarn(double theta_extrap, std::size_t i, const ops::RopeShape& s,
+                                    std::array<float, 2> corr) {
+  const double theta_interp = s.freq_scale * theta_extrap;
+  double theta = theta_interp, mscale = s.yarn.attn_factor;
+  if (s.yarn.ext_factor != 0.0f) {
+    const double y = (static_cast<double>(i) - corr[0]) / std::max(0.001, double{corr[1]} - corr[0]);
+    const double ramp_mix = (1.0 - std::min(1.0, std::max(0.0, y))) * s.yarn.ext_factor;
+    theta = theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix;
+    mscale *= 1.0 + 0.1 * std::log(1.0 / s.freq_scale);
+  }
+  return {std::cos(theta) * mscale, std::sin(theta) * mscale};
+}
+}  // namespace
+
 Vec rope(const Vec& x, const std::vector<std::int32_t>& positions, const ops::RopeShape& s) {
   std::size_t dims = s.rotary_dims == 0 ? s.head_dim : s.rotary_dims;
+  const auto corr = ops::rope_yarn_correction(s);
   Vec out = x;
   for (std::size_t t = 0; t < s.tokens; ++t) {
     for (std::size_t h = 0; h < s.heads; ++h) {
       std::size_t base = (t * s.heads + h) * s.head_dim;
       for (std::size_t i = 0; i < dims / 2; ++i) {
-        double theta = positions[t] * double(s.freq_scale) * std::pow(double(s.freq_base), -2.0 * i / dims);
+        const double factor = s.freq_factors.empty() ? 1.0 : s.freq_factors[i];
+        const double theta = positions[t] * std::pow(double(s.freq_base), -2.0 * i / dims) / factor;
+        const auto [c, sn] = rope_yarn(theta, i, s, corr);
         std::size_t i0 = s.neox ? i : 2 * i, i1 = s.neox ? i + dims / 2 : 2 * i + 1;
         double x0 = x[base + i0], x1 = x[base + i1];
-        out[base + i0] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
-        out[base + i1] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));
+        out[base + i0] = static_cast<float>(x0 * c - x1 * sn);
+        out[base + i1] = static_cast<float>(x0 * sn + x1 * c);
       }
     }
   }

@@ -3,12 +3,14 @@
 // Token t belongs to sequence seq[t] at position pos[t] and sees keys 0 .. pos[t] of that sequence
 // (causal). Key j of a sequence lives in slot block_table[seq][j / page_size] * page_size +
 // j % page_size. Query head h reads KV head h / (heads / kv_heads) (grouped-query attention).
-// One workgroup per (token, head); keys in chunks of 128 with an online softmax.
+// One workgroup per (token, head); keys in chunks of 128 with an online softmax; a thread sums the
+// values of one dimension (two for head dims past 128).
 #include "common.glsl"
 #include "reduce.glsl"
 
 layout(local_size_x = 128) in;
-layout(constant_id = 0) const uint D = 128;  // head dimension, at most 128
+layout(constant_id = 0) const uint D = 128;  // head dimension, at most 256
+const uint DT = (D + 127) / 128;             // dimensions a thread sums
 layout(push_constant) uniform Params {
   uint heads; uint kv_heads; uint page_size; uint max_pages; uint tokens; float scale;
 } p;
@@ -31,7 +33,8 @@ void main() {
   for (uint d = tid; d < D; d += 128) q_sh[d] = q[(t * p.heads + h) * D + d] * p.scale;
   barrier();
 
-  float m = -1.0 / 0.0, l = 0.0, o = 0.0;
+  float m = -1.0 / 0.0, l = 0.0, o[DT];
+  for (uint r = 0; r < DT; ++r) o[r] = 0.0;
   for (uint c0 = 0; c0 < ctx; c0 += 128) {
     uint j = c0 + tid;
     float s = -1.0 / 0.0;
@@ -48,13 +51,14 @@ void main() {
     slot_sh[tid] = slot;
     float correction = exp(m - m_new);
     l = l * correction + workgroup_sum(pj);  // its barriers publish p_sh and slot_sh
-    if (tid < D) {
-      o *= correction;
+    for (uint r = 0, d = tid; r < DT; ++r, d += 128) {
+      if (d >= D) break;
+      o[r] *= correction;
       uint n = min(128u, ctx - c0);
-      for (uint jj = 0; jj < n; ++jj) o += p_sh[jj] * float(v_cache[(slot_sh[jj] * p.kv_heads + kvh) * D + tid]);
+      for (uint jj = 0; jj < n; ++jj) o[r] += p_sh[jj] * float(v_cache[(slot_sh[jj] * p.kv_heads + kvh) * D + d]);
     }
     m = m_new;
     barrier();
   }
-  if (tid < D) out_data[(t * p.heads + h) * D + tid] = o / l;
+  for (uint r = 0, d = tid; r < DT && d < D; ++r, d += 128) out_data[(t * p.heads + h) * D + d] = o[r] / l;
 }

@@ -1,6 +1,7 @@
 #version 450
 // Merges the partial softmaxes of attention_split.comp: out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M)
-// with M the largest m_s. Empty splits carry m = -inf, l = 0, o = 0. One workgroup per (head, token).
+// with M the largest m_s. Empty splits carry m = -inf, l = 0, o = 0. One workgroup per (head, token),
+// a thread per dimension (two for head dims past 128).
 // With Q8 the output goes to the int8 mat-vec instead (a decode step's output product): its blocks
 // of 32 (a head holds whole blocks) quantized as quantize_q8.comp does, in the layout it writes
 // (K = heads * D, one column a token), sparing that dispatch. With F16 it goes to the tensor
@@ -13,7 +14,7 @@
 #endif
 
 layout(local_size_x = 128) in;
-layout(constant_id = 0) const uint D = 128;
+layout(constant_id = 0) const uint D = 128;  // head dimension, at most 256
 layout(push_constant) uniform Params { uint heads; uint tokens; uint splits; } p;
 layout(binding = 0) readonly buffer Partials { float partials[]; };  // as attention_split.comp writes them
 #if defined(Q8)
@@ -25,14 +26,14 @@ layout(binding = 1) writeonly buffer Out { float out_data[]; };      // (tokens,
 #endif
 
 void main() {
-  const uint row = gl_WorkGroupID.y * p.heads + gl_WorkGroupID.x, d = gl_LocalInvocationIndex;
+  const uint row = gl_WorkGroupID.y * p.heads + gl_WorkGroupID.x;
 #if defined(F16)
   if (gl_WorkGroupID.y >= p.tokens) {  // a padded row
-    if (d < D) out_data[row * D + d] = float16_t(0.0);
+    for (uint d = gl_LocalInvocationIndex; d < D; d += 128) out_data[row * D + d] = float16_t(0.0);
     return;
   }
 #endif
-  if (d < D) {
+  for (uint d = gl_LocalInvocationIndex; d < D; d += 128) {
     const uint ml = p.tokens * p.heads * p.splits * D + row * p.splits * 2;
     float m = -1.0 / 0.0;
     for (uint s = 0; s < p.splits; ++s) m = max(m, partials[ml + 2 * s]);

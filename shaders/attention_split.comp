@@ -13,7 +13,7 @@
 #extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x = 128) in;
-layout(constant_id = 0) const uint D = 128;  // head dimension: 16, 32, 64 or 128
+layout(constant_id = 0) const uint D = 128;  // head dimension: a multiple of 16, at most 256
 layout(constant_id = 1) const uint HG = 1;   // query heads per workgroup, at most 8
 layout(push_constant) uniform Params {
   uint heads; uint kv_heads; uint page_size; uint max_pages; uint tokens; float scale; uint splits;

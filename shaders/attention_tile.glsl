@@ -1,11 +1,16 @@
 // Flash-decoding's loop over a range of keys, attention_split.comp's:
 // HG query heads that share KV head kvh (their queries scaled, in q_sh) attend over keys
 // [begin, end) of one sequence (its block table from word table_row of block_table). Keys go in
-// tiles of TK: scores with eight threads per pair of keys (four per key for head dim 16), each over
-// an eighth of the head dimension (vec4 of f16 each), then the tile's softmax with one subgroup per
-// head, then values with threads over (head dimension / 4, key). Each thread issues all its loads of
-// a tile before it uses them: a decode step's workgroups have one or two tiles, so the latency of
+// tiles of TK: scores with eight threads per pair of keys (four per key where the head's vec4
+// chunks are not a multiple of eight: head dims 16 and 80), each over an eighth (a quarter) of the
+// head dimension (vec4 of f16 each), then the tile's softmax with one subgroup per head, then
+// values with threads over (head dimension / 4, key). Each thread issues all its loads of a tile
+// before it uses them: a decode step's workgroups have one or two tiles, so the latency of
 // dependent loads, not bandwidth, is what they wait on.
+//
+// Head dims: multiples of 16 up to 256. Where D / 4 divides ATT_THREADS (16, 32, 64, 128, 256) the
+// value loop's key subsets cover every thread and the tile evenly, and the checks for the other
+// dims (80, 96: 120 of 128 threads in 6 and 5 subsets) fold away when the kernel is specialised.
 //
 // ATT_THREADS (128) threads work; every invocation of the workgroup calls attend() (it holds
 // barriers), and those past ATT_THREADS wait at them. It leaves the running max and sum of
@@ -15,8 +20,10 @@
 const uint ATT_THREADS = 128;
 const uint C = D / 4;     // vec4 chunks per row
 const uint NK = ATT_THREADS / C;  // keys one pass of the value loop covers
+const bool EVEN_VALUES = NK * C == ATT_THREADS;  // every thread takes part in the value loop
 const uint TK = 32;       // keys per tile
-const uint P = C >= 8 ? 8 : C;  // threads that share one key's score
+const uint VK = (TK + NK - 1) / NK;  // keys a thread of the value loop takes per tile
+const uint P = C % 8 == 0 ? 8 : 4;   // threads that share one key's score
 const uint KPT = TK * P / ATT_THREADS;  // keys a thread scores
 
 shared vec4 q_sh[HG * C];         // scaled queries
@@ -31,6 +38,7 @@ vec4 unpack4(uvec2 u) { return vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y)); }
 void attend(uint kvh, uint kv_heads, uint table_row, uint page_size, uint begin, uint end) {
   const uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID;
   const bool working = tid < ATT_THREADS;
+  const bool valuing = working && (EVEN_VALUES || tid < NK * C);  // a thread of the value loop
   if (tid < HG) {
     m_sh[tid] = -1.0 / 0.0;
     l_sh[tid] = 0.0;
@@ -89,23 +97,24 @@ void attend(uint kvh, uint kv_heads, uint table_row, uint page_size, uint begin,
       }
     }
     barrier();
-    if (working) {
+    if (valuing) {
       for (uint g = 0; g < HG; ++g) o[g] *= corr_sh[g];
       // Values: every load of the tile issued before the sums (keys past the end weigh 0).
-      vec4 vs[TK / NK];
-      [[unroll]] for (uint i = 0; i < TK / NK; ++i) {
+      vec4 vs[VK];
+      [[unroll]] for (uint i = 0; i < VK; ++i) {
         const uint k = vk + i * NK;
-        vs[i] = tile + k < end ? unpack4(v_cache[(slot_sh[k] * kv_heads + kvh) * C + vc]) : vec4(0.0);
+        const bool live = (TK % NK == 0 || k < TK) && tile + k < end;
+        vs[i] = live ? unpack4(v_cache[(slot_sh[k] * kv_heads + kvh) * C + vc]) : vec4(0.0);
       }
-      [[unroll]] for (uint i = 0; i < TK / NK; ++i) {
+      [[unroll]] for (uint i = 0; i < VK; ++i) {
         const uint k = vk + i * NK;
-        if (tile + k < end) for (uint g = 0; g < HG; ++g) o[g] += s_sh[g * TK + k] * vs[i];
+        if ((TK % NK == 0 || k < TK) && tile + k < end) for (uint g = 0; g < HG; ++g) o[g] += s_sh[g * TK + k] * vs[i];
       }
     }
     barrier();
   }
 
-  if (working) for (uint g = 0; g < HG; ++g) o_sh[(g * NK + vk) * C + vc] = o[g];
+  if (valuing) for (uint g = 0; g < HG; ++g) o_sh[(g * NK + vk) * C + vc] = o[g];
   barrier();
 }
 

@@ -51,11 +51,12 @@ layout(constant_id = 3) const uint ACCUMULATE = 0;  // 1: out += the product (a 
 layout(push_constant) uniform Params { uint M; uint K; uint ncols; float eps; } p;
 #elif defined(ROPE_KV)
 layout(push_constant) uniform Params {
-  uint M; uint K; uint ncols; uint head_dim; uint n_dims; float freq_base; float freq_scale; uint mode;
+  uint M; uint K; uint ncols; uint head_dim; uint n_dims; float mscale; uint mode;
 } p;
 layout(binding = 2) buffer OutH { float16_t out_h[]; };  // the cache, for k and v
 layout(binding = 3) readonly buffer Pos { int positions[]; };
 layout(binding = 4) readonly buffer Slots { uint slots[]; };
+layout(binding = 5) readonly buffer Freqs { float freqs[]; };  // (n_dims / 2): rope.comp's
 #include "rope_turn.glsl"
 #else
 layout(push_constant) uniform Params { uint M; uint K; uint ncols; } p;
@@ -403,7 +404,7 @@ void main() {
     float s0 = output_sum(r * NCOLS + c), s1 = output_sum((r + 1) * NCOLS + c);
     const uint pair = (row % p.head_dim) / 2;
     if (p.mode != 2u && 2 * pair < p.n_dims) {
-      const vec2 turned = rope_turn(s0, s1, positions[c], pair, p.n_dims, p.freq_base, p.freq_scale);
+      const vec2 turned = rope_turn(s0, s1, positions[c], freqs[pair], p.mscale);
       s0 = turned.x;
       s1 = turned.y;
     }

@@ -1,12 +1,13 @@
 #version 450
 // Rotary position embedding of x(tokens, heads, head_dim) at positions[token]: pair i of the
-// first n_dims dimensions turns by pos * freq_scale * base^(-2i / n_dims). Normal layout pairs
-// (2i, 2i + 1); NeoX layout pairs (i, i + n_dims / 2). Dimensions past n_dims are copied.
+// first n_dims dimensions turns by pos * freqs[i] (the base's frequency, scaled: ops::rope_frequencies),
+// cos and sin times mscale. Normal layout pairs (2i, 2i + 1); NeoX layout pairs (i, i + n_dims / 2).
+// Dimensions past n_dims are copied.
 // With KV_WRITE, one dispatch does what a layer needs between its q/k/v products and attention:
 // q(tokens, heads, head_dim) turns in place, and k (turned) and v go as F16 into their cache
 // slots (slot = page * page_size + offset, from the host), rows = tokens * (heads + kv_heads).
 // SUM_SPLITS (with KV_WRITE): q, k and v are read as the sums of their products' K slices
-// (bindings 7, 8, 9; slice z at z * the product's size), added in sum_splits.comp's order, where
+// (bindings 8, 9, 10; slice z at z * the product's size), added in sum_splits.comp's order, where
 // the product split (its count past 1); q's turned sums go to q. The three sums' dispatch and
 // barrier go away.
 #include "common.glsl"
@@ -15,7 +16,7 @@
 layout(local_size_x = 64) in;
 #if defined(KV_WRITE)
 layout(push_constant) uniform Params {
-  uint head_dim; uint n_dims; uint heads; uint tokens; float freq_base; float freq_scale; uint neox; uint kv_heads;
+  uint head_dim; uint n_dims; uint heads; uint tokens; float mscale; uint neox; uint kv_heads;
 #if defined(SUM_SPLITS)
   uint q_splits; uint k_splits; uint v_splits;
 #endif
@@ -27,10 +28,11 @@ layout(binding = 3) readonly buffer V { float v_new[]; };
 layout(binding = 4) writeonly buffer KCache { float16_t k_cache[]; };
 layout(binding = 5) writeonly buffer VCache { float16_t v_cache[]; };
 layout(binding = 6) readonly buffer Slots { uint slots[]; };
+layout(binding = 7) readonly buffer Freqs { float freqs[]; };  // (n_dims / 2)
 #if defined(SUM_SPLITS)
-layout(binding = 7) readonly buffer QParts { float q_parts[]; };
-layout(binding = 8) readonly buffer KParts { float k_parts[]; };
-layout(binding = 9) readonly buffer VParts { float v_parts[]; };
+layout(binding = 8) readonly buffer QParts { float q_parts[]; };
+layout(binding = 9) readonly buffer KParts { float k_parts[]; };
+layout(binding = 10) readonly buffer VParts { float v_parts[]; };
 // Element i of q, k or v: the sum of its slices where the product split, else the product's output.
 #define SUMMED(name, splits, size)                                          \
   float load_##name(uint i) {                                               \
@@ -51,11 +53,12 @@ SUMMED(k, p.k_splits, p.tokens * p.kv_heads * p.head_dim)
 SUMMED(v, p.v_splits, p.tokens * p.kv_heads * p.head_dim)
 #else
 layout(push_constant) uniform Params {
-  uint head_dim; uint n_dims; uint heads; uint tokens; float freq_base; float freq_scale; uint neox;
+  uint head_dim; uint n_dims; uint heads; uint tokens; float mscale; uint neox;
 } p;
 layout(binding = 0) readonly buffer X { float x[]; };
 layout(binding = 1) readonly buffer Pos { int positions[]; };
 layout(binding = 2) writeonly buffer Out { float out_data[]; };
+layout(binding = 3) readonly buffer Freqs { float freqs[]; };  // (n_dims / 2)
 #endif
 
 void main() {
@@ -90,7 +93,7 @@ void main() {
   }
   uint i0 = p.neox != 0 ? i : 2 * i;
   uint i1 = p.neox != 0 ? i + p.n_dims / 2 : 2 * i + 1;
-  const vec2 turned = rope_turn(LOAD(i0), LOAD(i1), positions[token], i, p.n_dims, p.freq_base, p.freq_scale);
+  const vec2 turned = rope_turn(LOAD(i0), LOAD(i1), positions[token], freqs[i], p.mscale);
   STORE(i0, turned.x);
   STORE(i1, turned.y);
 }

@@ -19,6 +19,10 @@ struct MakeModelOptions {
   std::uint64_t seed = 1;
   std::optional<std::uint32_t> layers, hidden, heads, kv_heads, head_dim, ffn, vocab, context;
   std::optional<float> rope_base;
+  std::optional<std::uint32_t> rotary_dims;
+  std::string rope_scaling = "none";
+  model::gguf::RopeScaling scaling;  // its factors, from the flags
+  bool llama3_keys = false;
   bool tied = false;
   bool pure = false;
 };
@@ -43,6 +47,10 @@ model::gguf::ModelShape shape_from(const MakeModelOptions& o) {
     if (value) (*shape).*field = *value;
   }
   if (o.rope_base) shape->rope_base = *o.rope_base;
+  if (o.rotary_dims) shape->rotary_dims = *o.rotary_dims;
+  shape->rope_scaling = o.scaling;
+  shape->rope_scaling.type = *model::gguf::parse_rope_scaling_type(o.rope_scaling);
+  shape->rope_freqs_tensor = !o.llama3_keys;
   if (o.tied) shape->tied_embeddings = true;
   if (auto problem = model::gguf::shape_problem(*shape)) throw CommandFailed(*problem, 2);
   return *shape;
@@ -66,6 +74,20 @@ std::string types_summary(const model::gguf::SyntheticModel& model, model::gguf:
   return fmt::format("{}{}: {}", model::gguf::file_type_name(file_type), pure ? " pure" : "", fmt::join(parts, ", "));
 }
 
+// ", rotary 32 of 64, rope yarn x4 from 512": what the file says of its RoPE beyond the defaults.
+std::string rope_summary(const model::gguf::ModelShape& shape) {
+  std::string out;
+  if (shape.rotary_dims != 0 && shape.rotary_dims != shape.head_dim) {
+    out += fmt::format(", rotary {} of {}", shape.rotary_dims, shape.head_dim);
+  }
+  const auto& r = shape.rope_scaling;
+  if (r.type == model::gguf::RopeScalingType::none) return out;
+  out += fmt::format(", rope {} x{}", model::gguf::rope_scaling_type_name(r.type), r.factor);
+  if (r.original_context != 0) out += fmt::format(" from {}", r.original_context);
+  if (r.type == model::gguf::RopeScalingType::llama3) out += shape.rope_freqs_tensor ? " (rope_freqs.weight)" : " (keys)";
+  return out;
+}
+
 void make_model(const MakeModelOptions& o) {
   model::gguf::FileType file_type = file_type_from(o.type);
   model::gguf::ModelShape shape = shape_from(o);
@@ -77,10 +99,10 @@ void make_model(const MakeModelOptions& o) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::uint64_t bytes = model.writer.file_size();
   std::cout << fmt::format(
-      "wrote {}: {} {} layers, hidden {}, {} heads ({} KV) of {}, FFN {}, vocab {}{}; {}; {:.1f} MB in {:.2f} s\n",
+      "wrote {}: {} {} layers, hidden {}, {} heads ({} KV) of {}, FFN {}, vocab {}{}{}; {}; {:.1f} MB in {:.2f} s\n",
       o.output, shape.arch, shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim, shape.ffn,
-      shape.vocab, shape.tied_embeddings ? " (tied)" : "", types_summary(model, file_type, o.pure), bytes / 1e6,
-      seconds);
+      shape.vocab, shape.tied_embeddings ? " (tied)" : "", rope_summary(shape), types_summary(model, file_type, o.pure),
+      bytes / 1e6, seconds);
 }
 
 }  // namespace
@@ -109,6 +131,21 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--vocab", options->vocab, "override the vocabulary size (at least 261)");
   cmd->add_option("--context", options->context, "override the context length");
   cmd->add_option("--rope-base", options->rope_base, "override the RoPE frequency base");
+  cmd->add_option("--rotary-dims", options->rotary_dims, "turn only the first N dimensions of each head (partial rotary)");
+  cmd->add_option("--rope-scaling", options->rope_scaling,
+                  "none, linear, yarn or llama3 (written as the rope_freqs.weight tensor, as convert_hf_to_gguf does)")
+      ->check(CLI::IsMember({"none", "linear", "yarn", "llama3"}))
+      ->capture_default_str();
+  cmd->add_option("--rope-factor", options->scaling.factor, "how many times the context is stretched")
+      ->capture_default_str();
+  cmd->add_option("--rope-original-context", options->scaling.original_context,
+                  "yarn, llama3: the context the model was trained on (rope.scaling.original_context_length)");
+  cmd->add_option("--rope-attn-factor", options->scaling.attn_factor, "rope.scaling.attn_factor")->capture_default_str();
+  cmd->add_option("--rope-low-freq-factor", options->scaling.low_freq_factor, "llama3")->capture_default_str();
+  cmd->add_option("--rope-high-freq-factor", options->scaling.high_freq_factor, "llama3")->capture_default_str();
+  cmd->add_flag("--rope-llama3-keys", options->llama3_keys,
+                "llama3: write the rope.scaling.* keys instead of the rope_freqs.weight tensor (llama.cpp reads only "
+                "the tensor)");
   cmd->add_flag("--tied-embeddings", options->tied, "leave out output.weight (the output reuses token_embd)");
   cmd->callback([options] { make_model(*options); });
 }

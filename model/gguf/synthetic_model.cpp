@@ -64,7 +64,7 @@ std::vector<std::byte> f32_bytes(const std::vector<float>& values) {
   return bytes;
 }
 
-enum class Role { matrix, norm, bias };
+enum class Role { matrix, norm, bias, rope_factors };
 
 struct PlannedTensor {
   std::string name;
@@ -73,9 +73,16 @@ struct PlannedTensor {
   gpu::WeightType type = gpu::WeightType::f32;
 };
 
+std::uint32_t rotary_dims(const ModelShape& s) { return s.rotary_dims != 0 ? s.rotary_dims : s.head_dim; }
+
+bool writes_rope_freqs(const ModelShape& s) {
+  return s.rope_scaling.type == RopeScalingType::llama3 && s.rope_freqs_tensor;
+}
+
 std::vector<PlannedTensor> plan_tensors(const ModelShape& s) {
   std::uint64_t q = std::uint64_t{s.heads} * s.head_dim, kv = std::uint64_t{s.kv_heads} * s.head_dim;
   std::vector<PlannedTensor> plan{{"token_embd.weight", {s.hidden, s.vocab}, Role::matrix}};
+  if (writes_rope_freqs(s)) plan.push_back({"rope_freqs.weight", {rotary_dims(s) / 2}, Role::rope_factors});
   for (std::uint32_t layer = 0; layer < s.layers; ++layer) {
     auto blk = [layer](std::string_view what) { return fmt::format("blk.{}.{}", layer, what); };
     plan.push_back({blk("attn_norm.weight"), {s.hidden}, Role::norm});
@@ -161,8 +168,9 @@ void set_model_metadata(GgufWriter& w, const ModelShape& s, FileType file_type, 
     w.set(a + ".attention.key_length", s.head_dim);
     w.set(a + ".attention.value_length", s.head_dim);
   }
-  w.set(a + ".rope.dimension_count", s.head_dim);
+  w.set(a + ".rope.dimension_count", rotary_dims(s));
   w.set(a + ".rope.freq_base", s.rope_base);
+  if (!writes_rope_freqs(s)) write_rope_scaling(w, a, s.rope_scaling);
   w.set(a + ".attention.layer_norm_rms_epsilon", s.rms_epsilon);
 }
 
@@ -222,6 +230,13 @@ std::optional<std::string> shape_problem(const ModelShape& s) {
   }
   if (s.heads % s.kv_heads != 0) return fmt::format("{} heads do not share {} KV heads evenly", s.heads, s.kv_heads);
   if (s.head_dim % 2 != 0) return fmt::format("head dim {} is odd: RoPE rotates pairs", s.head_dim);
+  if (rotary_dims(s) % 2 != 0 || rotary_dims(s) > s.head_dim) {
+    return fmt::format("rotary dims {} must be even and at most the head dim {}", rotary_dims(s), s.head_dim);
+  }
+  const RopeScaling& r = s.rope_scaling;
+  if (!(r.factor > 0) || !(r.attn_factor > 0) || !(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor)) {
+    return std::string("rope scaling factors must be positive, the high frequency factor above the low one");
+  }
   if (s.vocab < kMinSyntheticVocabulary || s.vocab > (1u << 24)) {
     return fmt::format("vocab must be between {} and {} (the 256 byte tokens and 5 specials at least), not {}",
                        kMinSyntheticVocabulary, 1u << 24, s.vocab);
@@ -249,6 +264,9 @@ SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture&
     if (t.role == Role::matrix) {
       std::uint64_t blocks = t.dims[0] * t.dims[1] / gpu::block_elements(t.type);
       model.writer.add_tensor(t.name, to_tensor_type(t.type), t.dims, pool_data(pools.at(t.type), blocks));
+    } else if (t.role == Role::rope_factors) {
+      model.writer.add_tensor(t.name, TensorType::f32, t.dims,
+                              f32_bytes(llama3_rope_factors(shape.rope_scaling, shape.rope_base, rotary_dims(shape))));
     } else {
       float mean = t.role == Role::norm ? 1.0f : 0.0f;
       auto values = normals(t.dims[0], mean, kWeightStd, seed ^ (0xA5A5A5A5ull + i * 0x9E3779B97F4A7C15ull));

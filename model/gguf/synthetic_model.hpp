@@ -19,6 +19,7 @@
 #include "gpu/weight_formats.hpp"
 #include "model/gguf/gguf_writer.hpp"
 #include "model/gguf/quant_mixture.hpp"
+#include "model/gguf/rope_scaling.hpp"
 
 namespace mqlm::model::gguf {
 
@@ -35,13 +36,19 @@ struct ModelShape {
   float rope_base = 500000.0f;
   float rms_epsilon = 1e-5f;
   bool tied_embeddings = false;  // no output.weight: the output projection is token_embd's
+  std::uint32_t rotary_dims = 0;  // rope.dimension_count: the first of each head's dimensions turn; 0: all
+  RopeScaling rope_scaling = {};  // the rope.scaling.* keys (none: no keys)
+  // llama3 scaling as convert_hf_to_gguf writes it (and llama.cpp reads it): the factors in the
+  // rope_freqs.weight tensor and no keys; false: the keys, and no tensor.
+  bool rope_freqs_tensor = true;
 };
 
 // "tiny", "llama3-1b" (Llama 3.2 1B's shape), "llama3-8b".
 std::optional<ModelShape> model_preset(std::string_view name);
 std::vector<std::string_view> model_preset_names();
 // Why a shape cannot be made (zero sizes, heads not a multiple of KV heads, odd head dim, a
-// vocabulary below the byte tokens and specials, an unknown arch), or nullopt.
+// vocabulary below the byte tokens and specials, an unknown arch, rotary dims odd or past the head,
+// a scaling factor that is not positive), or nullopt.
 std::optional<std::string> shape_problem(const ModelShape& shape);
 
 // What llama-quantize's rule needs to know of the shape.

@@ -1,7 +1,11 @@
 #include "model/llama/gguf_model.hpp"
 
+#include <cmath>
+#include <cstring>
 #include <optional>
 #include <stdexcept>
+
+#include "model/gguf/rope_scaling.hpp"
 
 namespace mqlm::model {
 
@@ -14,6 +18,54 @@ std::optional<std::string> uncomputed_tensor(const gguf::GgufFile& file) {
     if (auto* error = std::get_if<gguf::GgufError>(&type)) return error->detail;
   }
   return std::nullopt;
+}
+
+// The factors of rope_freqs.weight: F32, one per pair of rotary dimensions.
+std::variant<std::vector<float>, std::string> rope_freqs_tensor(const gguf::GgufFile& file, const gguf::TensorInfo& t,
+                                                                std::uint32_t rotary_dims) {
+  if (t.type != gguf::TensorType::f32 || t.elements() != rotary_dims / 2) {
+    return "rope_freqs.weight must be F32 with " + std::to_string(rotary_dims / 2) + " elements (one per pair of the " +
+           std::to_string(rotary_dims) + " rotary dimensions)";
+  }
+  std::vector<float> factors(rotary_dims / 2);
+  std::memcpy(factors.data(), file.data(t).data(), factors.size() * sizeof(float));
+  return factors;
+}
+
+// The file's RoPE scaling as llama.cpp applies it to the llama family (llama-context.cpp): linear
+// and YaRN divide positions by the factor; YaRN's attention factor is llama.cpp's (1 for factors
+// past 1: the kernel's magnitude 1 + 0.1 ln(factor) is the whole of it), times
+// rope.scaling.attn_factor for any type; rope_freqs.weight, else llama3's keys, give each pair's
+// frequency divisor.
+std::string read_rope(const gguf::GgufFile& file, const std::string& a, LlamaConfig& c) {
+  c.rope_base = static_cast<float>(file.get_float(a + ".rope.freq_base").value_or(10000.0));
+  const std::uint64_t dims = file.get_uint(a + ".rope.dimension_count").value_or(c.head_dim);
+  if (dims == 0 || dims > c.head_dim) return a + ".rope.dimension_count must be 1 to the head dimension";
+  c.rope_dims = static_cast<std::uint32_t>(dims);
+  auto read = gguf::read_rope_scaling(file, a);
+  if (auto* why = std::get_if<std::string>(&read)) return *why;
+  const auto& s = std::get<gguf::RopeScaling>(read);
+  using Type = gguf::RopeScalingType;
+  if (s.type == Type::linear || s.type == Type::yarn) c.rope_scale = s.factor;
+  c.yarn_attn_factor = s.attn_factor;
+  if (s.type == Type::yarn) {
+    c.yarn_ext_factor = s.yarn_ext_factor;
+    c.yarn_beta_fast = s.yarn_beta_fast;
+    c.yarn_beta_slow = s.yarn_beta_slow;
+    c.yarn_original_context = s.original_context;
+    if (c.yarn_ext_factor != 0.0f) {
+      const float mscale = s.factor <= 1.0f ? 1.0f : 1.0f + 0.1f * std::log(s.factor);
+      c.yarn_attn_factor *= mscale / (1.0f + 0.1f * std::log(s.factor));
+    }
+  }
+  if (const gguf::TensorInfo* freqs = file.tensor("rope_freqs.weight")) {
+    auto factors = rope_freqs_tensor(file, *freqs, c.rotary_dims());
+    if (auto* why = std::get_if<std::string>(&factors)) return *why;
+    c.rope_freq_factors = std::get<std::vector<float>>(std::move(factors));
+  } else if (s.type == Type::llama3) {
+    c.rope_freq_factors = gguf::llama3_rope_factors(s, c.rope_base, c.rotary_dims());
+  }
+  return {};
 }
 
 }  // namespace
@@ -42,12 +94,8 @@ std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& f
     return "attention.value_length differs from key_length: not supported";
   }
   c.n_ctx_train = static_cast<std::uint32_t>(file.get_uint(a + ".context_length").value_or(4096));
-  c.rope_base = static_cast<float>(file.get_float(a + ".rope.freq_base").value_or(10000.0));
   c.rms_eps = static_cast<float>(file.get_float(a + ".attention.layer_norm_rms_epsilon").value_or(1e-5));
-  if (auto type = file.get_string(a + ".rope.scaling.type"); type && *type != "none") {
-    if (*type != "linear") return "rope scaling '" + std::string(*type) + "' is not supported (linear is)";
-    c.rope_scale = static_cast<float>(file.get_float(a + ".rope.scaling.factor").value_or(1.0));
-  }
+  if (std::string why = read_rope(file, a, c); !why.empty()) return why;
   const gguf::TensorInfo* embd = file.tensor("token_embd.weight");
   if (embd == nullptr) return std::string("the model has no tensor token_embd.weight");
   c.n_vocab = static_cast<std::uint32_t>(embd->rows());

@@ -131,8 +131,9 @@ GpuTensor GpuModel::upload(gpu::Uploader& uploader, const TensorSource& source, 
 GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& source, std::string owner)
     : gpu_(gpu), config_(config), owner_(std::move(owner)) {
   if (std::string why = config_.check(); !why.empty()) throw std::runtime_error("bad model configuration: " + why);
-  if (config_.head_dim != 64 && config_.head_dim != 128) {
-    throw std::runtime_error("the GPU attention kernel takes head dimensions 64 and 128, this model has " +
+  if (config_.head_dim > gpu::ops::attention_max_head_dim) {
+    throw std::runtime_error("the GPU attention kernels take head dimensions up to " +
+                             std::to_string(gpu::ops::attention_max_head_dim) + ", this model has " +
                              std::to_string(config_.head_dim));
   }
   // Whether the direct matmul may take decode batches here (once per library).
@@ -151,6 +152,8 @@ GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& sourc
   output_norm_ = next();
   output_ = next();
   config_.tied_output = !output_.buffer;
+  const std::vector<float> frequencies = gpu::ops::rope_frequencies(rope_shape(config_, 0, config_.n_head));
+  rope_frequencies_ = uploader.upload_new(std::as_bytes(std::span(frequencies)), owner_);
   uploader.finish();
 }
 

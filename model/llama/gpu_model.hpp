@@ -208,6 +208,7 @@ class GpuModel {
   std::string owner_;
   GpuTensor token_embd_, output_norm_, output_;
   std::vector<GpuLayer> layers_;
+  gpu::PoolBuffer rope_frequencies_;  // (rotary dims / 2) what the rope kernels read: ops::rope_frequencies
   gpu::ops::KernelChoice kernel_choice_;
   // Each part boundary idles the GPU ~15-60 us; the host records a layer ~3x faster than the GPU
   // runs it, so parts may double (H100, llama3-8b Q4_0 decode: parts up to 32 / 8 / 4 layers

@@ -214,7 +214,7 @@ GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache,
       in_(step_inputs(batch, cache, c_.n_vocab)),
       plan_(plan_step(features_, c_, model.layers_, model.output_.buffer ? model.output_ : model.token_embd_, n_,
                       in_.outputs, model.kernel_choice_)),
-      rope_{n_, c_.n_head, c_.head_dim, 0, c_.rope_base, 1.0f / c_.rope_scale, c_.rope_neox()},
+      rope_(rope_shape(c_, n_, c_.n_head)),
       attention_{n_, c_.n_head, c_.n_head_kv, c_.head_dim, cache.page_size(), in_.max_pages,
                  1.0f / std::sqrt(static_cast<float>(c_.head_dim))},
       rec_(queue_.begin()) {
@@ -364,7 +364,8 @@ void GpuModel::Step::record_qkv_heads(const GpuLayer& L, std::uint32_t l) {
   for (const auto& [w, out, what] : heads) {
     if (what != ops::HeadsOutput::q) rec().next_runs_alongside();  // they write apart
     ops::matvec_q8_heads(rec(), lib_, w->type, w->buffer.range(), normed_q8(), out, s_.positions.range(),
-                         s_.slots.range(), rope_, what, rows_of(*w), cols_of(*w), n_, plan_.kernels);
+                         s_.slots.range(), model_.rope_frequencies_.range(), rope_, what, rows_of(*w), cols_of(*w), n_,
+                         plan_.kernels);
   }
   mark("matmul qkv, rope, kv write");
 }
@@ -403,8 +404,9 @@ void GpuModel::Step::record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint
       slices.v_splits = s.splits;
     }
   }
-  ops::rope_kv_write(rec(), lib_, s_.q.range(), s_.k.range(), s_.v.range(), s_.positions.range(), cache_.keys(l),
-                     cache_.values(l), s_.slots.range(), rope_, c_.n_head_kv, slices);
+  ops::rope_kv_write(rec(), lib_, s_.q.range(), s_.k.range(), s_.v.range(), s_.positions.range(),
+                     model_.rope_frequencies_.range(), cache_.keys(l), cache_.values(l), s_.slots.range(), rope_,
+                     c_.n_head_kv, slices);
   mark("rope, kv write");
 }
 

@@ -1,5 +1,9 @@
 #include "model/llama/llama_config.hpp"
 
+#include <cmath>
+
+#include "gpu/ops.hpp"
+
 namespace mqlm::model {
 
 const char* architecture_name(Architecture arch) {
@@ -21,6 +25,14 @@ bool parse_architecture(const std::string& name, Architecture& out) {
   return false;
 }
 
+gpu::ops::RopeShape rope_shape(const LlamaConfig& c, std::uint32_t tokens, std::uint32_t heads) {
+  gpu::ops::RopeShape s{tokens, heads, c.head_dim, c.rotary_dims(), c.rope_base, 1.0f / c.rope_scale, c.rope_neox()};
+  s.yarn = {c.yarn_ext_factor, c.yarn_attn_factor, c.yarn_beta_fast, c.yarn_beta_slow,
+            c.yarn_original_context != 0 ? c.yarn_original_context : c.n_ctx_train};
+  s.freq_factors = c.rope_freq_factors;
+  return s;
+}
+
 std::string LlamaConfig::check() const {
   auto positive = [](std::uint32_t v) { return v > 0 && v <= (1u << 20); };
   if (!positive(n_layers) || n_layers > 1024) return "block_count must be 1 to 1024";
@@ -31,6 +43,17 @@ std::string LlamaConfig::check() const {
   if (head_dim % 2 != 0) return "the head dimension must be even for RoPE";
   if (n_vocab == 0 || n_vocab > (1u << 24)) return "the vocabulary must have 1 to 2^24 tokens";
   if (!(rope_base > 0) || !(rope_scale > 0) || !(rms_eps > 0)) return "rope base, rope scale and epsilon must be positive";
+  if (rotary_dims() % 2 != 0 || rotary_dims() > head_dim) {
+    return "rope.dimension_count must be even and at most the head dimension";
+  }
+  if (!rope_freq_factors.empty() && rope_freq_factors.size() != rotary_dims() / 2) {
+    return "rope_freqs.weight must hold one factor per pair of rotary dimensions (" + std::to_string(rotary_dims() / 2) +
+           ")";
+  }
+  for (float f : rope_freq_factors) {
+    if (!(f > 0) || !std::isfinite(f)) return "rope_freqs.weight holds a factor that is not a positive number";
+  }
+  if (!(yarn_attn_factor > 0) || !std::isfinite(yarn_ext_factor)) return "the YaRN factors must be finite, attn positive";
   return {};
 }
 

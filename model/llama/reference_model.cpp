@@ -111,8 +111,7 @@ std::vector<float> ReferenceSequence::attention_block(const ReferenceLayer& laye
     k = ref::rms_norm(k, layer.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps);
   }
   std::vector<std::int32_t> pos(positions.begin(), positions.end());
-  gpu::ops::RopeShape rope{static_cast<std::uint32_t>(n), c.n_head, c.head_dim, 0, c.rope_base, 1.0f / c.rope_scale,
-                           c.rope_neox()};
+  gpu::ops::RopeShape rope = rope_shape(c, static_cast<std::uint32_t>(n), c.n_head);
   q = ref::rope(q, pos, rope);
   rope.heads = c.n_head_kv;
   k = ref::rope(k, pos, rope);

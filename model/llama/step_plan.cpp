@@ -70,8 +70,7 @@ class Planner {
   // norms) and the normal rotary layout: the products write q turned, and k and v into the cache.
   bool writes_heads(const GpuLayer& L) const {
     if (L.bq.buffer || L.bk.buffer || L.bv.buffer || config_.qk_norm()) return false;
-    const ops::RopeShape rope{n_, config_.n_head, config_.head_dim, 0, config_.rope_base, 1.0f / config_.rope_scale,
-                              config_.rope_neox()};
+    const ops::RopeShape rope = rope_shape(config_, n_, config_.n_head);
     return std::ranges::all_of(std::array{&L.wq, &L.wk, &L.wv}, [&](const GpuTensor* w) {
       return int8(*w) && ops::matvec_q8_heads_applies(features_, w->type, rows_of(*w), cols_of(*w), n_, rope, kernels_);
     });

@@ -110,17 +110,31 @@ void add_elementwise_cases(std::vector<OpCase>& cases) {
     const char* name;
     ops::RopeShape shape;
   };
+  // Llama 3.1's factors (1 for the fast pairs, 8 for the slow, a blend between) and ones far off.
+  static const std::vector<float> llama3_factors = [] {
+    std::vector<float> f(32);
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = i < 10 ? 1.0f : i > 20 ? 8.0f : 1.0f + 0.7f * float(i - 10);
+    return f;
+  }();
+  static const std::vector<float> wild_factors(16, 1000.0f);
+  const ops::RopeYarn yarn{1.0f, 0.9f, 32.0f, 1.0f, 64};  // 4x past a context of 64
   for (auto c : {RopeCase{"normal_1tok_d64", {1, 4, 64, 0, 10000.0f, 1.0f, false}},
                  RopeCase{"neox_5tok_d128", {5, 3, 128, 0, 500000.0f, 1.0f, true}},
                  RopeCase{"neox_linear_scaled", {7, 2, 64, 0, 10000.0f, 0.25f, true}},
-                 RopeCase{"normal_partial_dims", {3, 2, 64, 32, 10000.0f, 1.0f, false}}}) {
+                 RopeCase{"normal_partial_dims", {3, 2, 64, 32, 10000.0f, 1.0f, false}},
+                 RopeCase{"neox_partial_dims", {3, 2, 64, 16, 10000.0f, 1.0f, true}},
+                 RopeCase{"normal_llama3_factors", {6, 2, 64, 0, 500000.0f, 1.0f, false, {}, llama3_factors}},
+                 RopeCase{"neox_partial_wild_factors", {4, 2, 64, 32, 10000.0f, 1.0f, true, {}, wild_factors}},
+                 RopeCase{"normal_yarn", {7, 2, 64, 0, 10000.0f, 0.25f, false, yarn}},
+                 RopeCase{"neox_yarn_d128", {7, 2, 128, 0, 1000000.0f, 0.25f, true, yarn}}}) {
     cases.push_back({fmt::format("rope_{}", c.name), 1e-9, [c](Gpu& gpu) {
                        const auto& s = c.shape;
                        auto x = random_vec(s.tokens * s.heads * s.head_dim, 8);
                        std::vector<std::int32_t> pos(s.tokens);
                        for (std::size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<std::int32_t>(3 + 37 * t);
-                       auto bx = gpu.up(x), bp = gpu.up(pos), out = gpu.scratch(x.size() * 4);
-                       run_step(gpu, [&](Recording& rec) { ops::rope(rec, gpu.kernels, r(bx), r(bp), r(out), s); });
+                       auto bx = gpu.up(x), bp = gpu.up(pos), bf = gpu.up(ops::rope_frequencies(s));
+                       auto out = gpu.scratch(x.size() * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::rope(rec, gpu.kernels, r(bx), r(bp), r(bf), r(out), s); });
                        return Outcome{doubles(gpu.down<float>(out, x.size())), doubles(reference::rope(x, pos, s))};
                      }});
   }
@@ -254,12 +268,14 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   };
   using Path = ops::AttentionPath;
   std::vector<AttnCase> table;
-  // Every head dim the split kernel takes (its scores: four threads a key at 16, eight a pair of
-  // keys from 32).
-  for (std::uint32_t d : {16u, 32u, 64u, 128u}) {
+  // The head dims models use (their scores: four threads a key at 16 and 80, eight a pair of keys
+  // for the others; their value loops: 120 of 128 threads at 80 and 96, two dimensions a thread of
+  // the one-pass kernel at 256), and two no model here uses: 48 (ten key subsets of 12 chunks, four
+  // keys a thread) and 160 (three of 40, eleven keys a thread, the last past the tile).
+  for (std::uint32_t d : {16u, 32u, 48u, 64u, 80u, 96u, 128u, 160u, 256u}) {
     table.push_back({fmt::format("decode_4seqs_d{}", d), 8, 2, d, {1, 17, 40, 130}, {{0, 0}, {1, 16}, {2, 39}, {3, 129}}});
   }
-  for (std::uint32_t d : {64u, 128u}) {
+  for (std::uint32_t d : {64u, 80u, 96u, 128u, 256u}) {
     std::vector<std::pair<std::uint32_t, std::uint32_t>> chunk;
     for (std::uint32_t p = 16; p < 37; ++p) chunk.push_back({1, p});
     table.push_back({fmt::format("prefill_chunk_d{}", d), 4, 4, d, {5, 37}, chunk});
@@ -277,6 +293,8 @@ void add_attention_cases(std::vector<OpCase>& cases) {
     }
   }
   table.push_back({"decode_ctx2000_gqa8_d128", 16, 2, 128, {2000}, {{0, 1999}}});
+  // Head dims the one-pass kernel alone takes (not multiples of 16).
+  table.push_back({"prefill_chunk_d40", 4, 2, 40, {5, 37}, {{1, 30}, {1, 31}, {0, 4}}});
   table.push_back({"decode_ctx33_gqa3_d64", 6, 2, 64, {40}, {{0, 32}}, Path::split, 2});
   std::vector<std::pair<std::uint32_t, std::uint32_t>> full;
   for (std::uint32_t p = 0; p < 150; ++p) full.push_back({0, p});
@@ -378,7 +396,8 @@ INSTANTIATE_TEST_SUITE_P(AllOps, KernelOps, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
 
 // Decode takes the split path with enough workgroups to fill a large GPU; a long prefill fills it
-// without splitting the keys; head dims that are not a multiple of 4 take the one-pass kernel.
+// without splitting the keys; head dims that are not a multiple of 16 take the one-pass kernel,
+// and head dims past 256 none.
 TEST(AttentionPlan, SplitsDecodeAndNotPrefill) {
   ops::AttentionShape decode{1, 32, 8, 128, 16, 41, 0.088f};  // Llama-3-8B, 656 keys
   auto plan = ops::plan_attention(decode);
@@ -392,6 +411,12 @@ TEST(AttentionPlan, SplitsDecodeAndNotPrefill) {
   EXPECT_EQ(ops::plan_attention(prefill).splits, 1u);
   EXPECT_EQ(ops::plan_attention(ops::AttentionShape{512, 4, 4, 62, 16, 32, 0.1f}).path, ops::AttentionPath::one_pass);
   EXPECT_EQ(ops::plan_attention(ops::AttentionShape{1, 4, 4, 64, 16, 1, 0.125f}).splits, 1u);
+  for (std::uint32_t d : {16u, 80u, 96u, 256u}) {
+    EXPECT_EQ(ops::plan_attention(ops::AttentionShape{1, 4, 4, d, 16, 41, 0.1f}).path, ops::AttentionPath::split) << d;
+  }
+  EXPECT_EQ(ops::plan_attention(ops::AttentionShape{1, 4, 4, 40, 16, 41, 0.1f}).path, ops::AttentionPath::one_pass);
+  EXPECT_THROW(ops::plan_attention(ops::AttentionShape{1, 4, 4, 40, 16, 41, 0.1f, ops::AttentionPath::split}), GpuError);
+  EXPECT_THROW(ops::plan_attention(ops::AttentionShape{1, 4, 4, 272, 16, 41, 0.1f}), GpuError);
 }
 
 // The narrow (tensor-core) path is chosen only where it can run: tiles of 16 x 16 x 16 or 16 x 8
@@ -795,24 +820,26 @@ TEST(RopeKvWrite, MatchesRopeThenKvWrite) {
   const std::vector<std::uint32_t> slots{5, 0, 9};
   for (ops::RopeShape shape : {ops::RopeShape{3, heads, 64, 0, 10000.0f, 1.0f, false},
                                ops::RopeShape{3, heads, 128, 0, 500000.0f, 0.5f, true},
-                               ops::RopeShape{3, heads, 64, 32, 10000.0f, 1.0f, true}}) {
+                               ops::RopeShape{3, heads, 64, 32, 10000.0f, 1.0f, true},
+                               ops::RopeShape{3, heads, 80, 0, 10000.0f, 0.25f, true, {1.0f, 1.0f, 32.0f, 1.0f, 64}}}) {
     const std::uint32_t d = shape.head_dim, row = kv_heads * d;
+    const Vec freqs = ops::rope_frequencies(shape);
     Vec q = random_vec(std::size_t{3} * heads * d, 1), k = random_vec(std::size_t{3} * row, 2),
         v = random_vec(std::size_t{3} * row, 3);
     std::vector<std::int32_t> pos{7, 0, 300};
     std::vector<std::uint16_t> zeros(std::size_t{slots_total} * row, 0);
     auto run = [&](bool fused) {
-      PoolBuffer bq = g.up(q), bk = g.up(k), bv = g.up(v), bp = g.up(pos), bs = g.up(slots);
+      PoolBuffer bq = g.up(q), bk = g.up(k), bv = g.up(v), bp = g.up(pos), bs = g.up(slots), bf = g.up(freqs);
       PoolBuffer kc = g.up(zeros), vc = g.up(zeros);
       run_step(g, [&](Recording& rec) {
         if (fused) {
-          ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(kc), r(vc), r(bs), shape, kv_heads);
+          ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(bf), r(kc), r(vc), r(bs), shape, kv_heads);
           return;
         }
-        ops::rope(rec, g.kernels, r(bq), r(bp), r(bq), shape);
+        ops::rope(rec, g.kernels, r(bq), r(bp), r(bf), r(bq), shape);
         ops::RopeShape kshape = shape;
         kshape.heads = kv_heads;
-        ops::rope(rec, g.kernels, r(bk), r(bp), r(bk), kshape);
+        ops::rope(rec, g.kernels, r(bk), r(bp), r(bf), r(bk), kshape);
         ops::kv_write(rec, g.kernels, r(bk), r(bv), r(kc), r(vc), r(bs), 3, row);
       });
       return std::tuple{g.down<float>(bq, q.size()), g.down<std::uint16_t>(kc, zeros.size()),
@@ -837,6 +864,7 @@ TEST(RopeKvWrite, AddsTheSlicesOfSplitProducts) {
   const ops::RopeShape shape{tokens, heads, d, 0, 10000.0f, 1.0f, false};
   const std::vector<std::uint32_t> slots{5, 0, 9};
   const std::vector<std::int32_t> pos{7, 0, 300};
+  const Vec freqs = ops::rope_frequencies(shape);
   const std::uint32_t q_size = tokens * heads * d, kv_size = tokens * row;
   for (auto [q_splits, k_splits, v_splits] : {std::tuple{4u, 16u, 16u}, {2u, 1u, 3u}}) {
     Vec q_parts = random_vec(std::size_t{q_splits} * q_size, 4), k_parts = random_vec(std::size_t{k_splits} * kv_size, 5),
@@ -846,11 +874,12 @@ TEST(RopeKvWrite, AddsTheSlicesOfSplitProducts) {
     auto run = [&](bool fused) {
       PoolBuffer bqp = g.up(q_parts), bkp = g.up(k_parts), bvp = g.up(v_parts), bq = g.scratch(q_size * 4),
                  bk = k_splits == 1 ? g.up(k_plain) : g.scratch(kv_size * 4), bv = g.scratch(kv_size * 4), bp = g.up(pos),
-                 bs = g.up(slots), kc = g.up(zeros), vc = g.up(zeros);
+                 bs = g.up(slots), kc = g.up(zeros), vc = g.up(zeros), bf = g.up(freqs);
       run_step(g, [&](Recording& rec) {
         if (fused) {
           ops::QkvSlices slices{r(bqp), r(bkp), r(bvp), q_splits, k_splits, v_splits};
-          ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(kc), r(vc), r(bs), shape, kv_heads, slices);
+          ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(bf), r(kc), r(vc), r(bs), shape, kv_heads,
+                             slices);
           return;
         }
         ops::sum_splits(rec, g.kernels, r(bqp), r(bq), q_size, q_splits, false);
@@ -858,7 +887,7 @@ TEST(RopeKvWrite, AddsTheSlicesOfSplitProducts) {
         if (k_splits > 1) ops::sum_splits(rec, g.kernels, r(bkp), r(bk), kv_size, k_splits, false);
         rec.next_runs_alongside();
         ops::sum_splits(rec, g.kernels, r(bvp), r(bv), kv_size, v_splits, false);
-        ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(kc), r(vc), r(bs), shape, kv_heads);
+        ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(bf), r(kc), r(vc), r(bs), shape, kv_heads);
       });
       return std::tuple{g.down<float>(bq, q_size), g.down<std::uint16_t>(kc, zeros.size()),
                         g.down<std::uint16_t>(vc, zeros.size())};
@@ -944,7 +973,7 @@ TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
   std::vector<std::uint32_t> seq_pos;
   for (std::uint32_t i = 0; i < lengths.size(); ++i) seq_pos.insert(seq_pos.end(), {i, lengths[i] - 1});
   using Path = ops::AttentionPath;
-  for (std::uint32_t d : {32u, 64u, 128u}) {
+  for (std::uint32_t d : {32u, 64u, 80u, 128u, 256u}) {  // 80: no int8 output (a head holds 2.5 blocks)
     for (auto [path, splits] : {std::pair{Path::automatic, 0u}, {Path::split, 7u}, {Path::split, 1u}, {Path::one_pass, 0u}}) {
       const std::uint32_t heads = 8, kv_heads = 2, tokens = static_cast<std::uint32_t>(lengths.size()), k = heads * d;
       auto cache = build_cache(g, lengths, kv_heads * d, page_size);
@@ -970,7 +999,7 @@ TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
       const std::string what = fmt::format("d {} path {} splits {}", d, static_cast<int>(path), splits);
       EXPECT_FALSE(plain) << what;
       const auto plan = ops::plan_attention(s);
-      EXPECT_EQ(wrote_q8, plan.path == Path::split && plan.splits > 1) << what;
+      EXPECT_EQ(wrote_q8, plan.path == Path::split && plan.splits > 1 && d % 32 == 0) << what;
       if (wrote_q8) {
         EXPECT_EQ(g.down<std::uint32_t>(got_q8, ops::q8_acts_bytes(k, tokens) / 4),
                   g.down<std::uint32_t>(want_q8, ops::q8_acts_bytes(k, tokens) / 4))
@@ -1065,10 +1094,12 @@ TEST(MatvecQ8Heads, MatchesProductsThenRopeKvWrite) {
   const std::uint32_t heads = 4, kv_heads = 2, k = 512, slots_total = 12;
   for (WeightType type : {WeightType::q4_0, WeightType::q8_0}) {
     for (ops::RopeShape shape : {ops::RopeShape{0, heads, 64, 0, 10000.0f, 1.0f, false},
-                                 ops::RopeShape{0, heads, 32, 16, 500000.0f, 0.5f, false}}) {
+                                 ops::RopeShape{0, heads, 32, 16, 500000.0f, 0.5f, false},
+                                 ops::RopeShape{0, heads, 64, 0, 10000.0f, 0.25f, false, {1.0f, 0.8f, 32.0f, 1.0f, 128}}}) {
       for (std::uint32_t n : {1u, 3u, 8u}) {
         shape.tokens = n;
         const std::uint32_t d = shape.head_dim, mq = heads * d, mkv = kv_heads * d;
+        PoolBuffer bf = g.up(ops::rope_frequencies(shape));
         ASSERT_TRUE(ops::matvec_q8_heads_applies(g.device.features(), type, mq, k, n, shape));
         std::vector<std::int32_t> pos(n);
         std::vector<std::uint32_t> slots(n);
@@ -1088,18 +1119,18 @@ TEST(MatvecQ8Heads, MatchesProductsThenRopeKvWrite) {
           run_step(g, [&](Recording& rec) {
             ops::quantize_q8(rec, g.kernels, bx.range(), q8.range(), k, n);
             if (fused) {
-              ops::matvec_q8_heads(rec, g.kernels, type, bwq.range(), q8.range(), q.range(), bp.range(), bs.range(), shape,
-                                   ops::HeadsOutput::q, mq, k, n);
+              ops::matvec_q8_heads(rec, g.kernels, type, bwq.range(), q8.range(), q.range(), bp.range(), bs.range(),
+                                   bf.range(), shape, ops::HeadsOutput::q, mq, k, n);
               ops::matvec_q8_heads(rec, g.kernels, type, bwk.range(), q8.range(), kc.range(), bp.range(), bs.range(),
-                                   shape, ops::HeadsOutput::k_cache, mkv, k, n);
+                                   bf.range(), shape, ops::HeadsOutput::k_cache, mkv, k, n);
               ops::matvec_q8_heads(rec, g.kernels, type, bwv.range(), q8.range(), vc.range(), bp.range(), bs.range(),
-                                   shape, ops::HeadsOutput::v_cache, mkv, k, n);
+                                   bf.range(), shape, ops::HeadsOutput::v_cache, mkv, k, n);
               return;
             }
             ops::matvec_q8(rec, g.kernels, type, bwq.range(), q8.range(), q.range(), mq, k, n, false);
             ops::matvec_q8(rec, g.kernels, type, bwk.range(), q8.range(), kn.range(), mkv, k, n, false);
             ops::matvec_q8(rec, g.kernels, type, bwv.range(), q8.range(), vn.range(), mkv, k, n, false);
-            ops::rope_kv_write(rec, g.kernels, q.range(), kn.range(), vn.range(), bp.range(), kc.range(), vc.range(),
+            ops::rope_kv_write(rec, g.kernels, q.range(), kn.range(), vn.range(), bp.range(), bf.range(), kc.range(), vc.range(),
                                bs.range(), shape, kv_heads);
           });
           return std::tuple{g.down<float>(q, std::size_t{n} * mq), g.down<std::uint16_t>(kc, zeros.size()),

@@ -82,6 +82,16 @@ cmp -s "$dir/out" "$dir/seeded1" || { echo "FAIL: the same seed gave other text"
 check "an absurd temperature" 2 "$mqlm" generate "$dir/tiny.gguf" -p "Hello" --temperature -1
 expect_output "the error names the field" "temperature"
 check "more tokens than the context" 2 "$mqlm" generate "$dir/tiny.gguf" -p "Hello" -n 100000
+# A head size and a RoPE the preset does not have: written, said, and generated from.
+check "make a model of head size 80, yarn x4, partial rotary" 0 "$mqlm" make-model --preset tiny --arch qwen3 \
+  --head-dim 80 --rotary-dims 32 --rope-scaling yarn --rope-factor 4 --rope-original-context 512 -o "$dir/yarn.gguf"
+expect_output "the summary says it" "of 80, .*rotary 32 of 80, rope yarn x4 from 512"
+check "generation from it" 0 "$mqlm" generate "$dir/yarn.gguf" -p "Once upon a time" -n 4 --temperature 0
+check "llama3 as keys" 0 "$mqlm" make-model --preset tiny --rope-scaling llama3 --rope-factor 8 --rope-llama3-keys \
+  -o "$dir/llama3.gguf"
+expect_output "the summary says how" "rope llama3 x8 \(keys\)"
+check "rotary dims past the head" 2 "$mqlm" make-model --preset tiny --rotary-dims 66 -o "$dir/bad.gguf"
+check "an unknown scaling" 105 "$mqlm" make-model --preset tiny --rope-scaling longrope -o "$dir/bad.gguf"
 head -c 5000 "$dir/tiny.gguf" >"$dir/cut.gguf"
 check "a truncated model" 2 "$mqlm" generate "$dir/cut.gguf" -p "Hello"
 expect_output "the error names the offset" "at byte [0-9]+"

@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
 
+#include "model/gguf/rope_scaling.hpp"
 #include "model/gguf/synthetic_model.hpp"
 #include "model/llama/gguf_model.hpp"
 #include "model/llama/gpu_model.hpp"
@@ -110,6 +115,133 @@ TEST(GgufModelConfig, TensorOfATypeMqlmDoesNotComputeWithIsRefusedBeforeUpload) 
     EXPECT_NE(why.find(gguf::tensor_type_name(gguf::to_tensor_type(type))), std::string::npos) << why;
   }
   EXPECT_EQ(g.pool.stats().peak_active_bytes, active_before);
+}
+
+// The configuration of a make-model file of `shape` (with `extra` applied to its writer), or what
+// stopped it.
+std::variant<LlamaConfig, std::string> config_of(const gguf::ModelShape& shape,
+                                                 const std::function<void(gguf::GgufWriter&)>& extra = {}) {
+  auto model = gguf::make_synthetic_model(shape, gpu::WeightType::f16, 5, "rope");
+  if (extra) extra(model.writer);
+  auto parsed = gguf::GgufFile::parse(model.writer.to_bytes());
+  if (auto* error = std::get_if<gguf::GgufError>(&parsed)) return error->message();
+  return read_llama_config(std::get<gguf::GgufFile>(parsed));
+}
+
+LlamaConfig expect_config(const gguf::ModelShape& shape) {
+  auto config = config_of(shape);
+  if (auto* why = std::get_if<std::string>(&config)) ADD_FAILURE() << *why;
+  return std::holds_alternative<LlamaConfig>(config) ? std::get<LlamaConfig>(config) : LlamaConfig{};
+}
+
+// Each scaling make-model writes reads back as llama.cpp would apply it: linear and YaRN divide
+// positions by the factor; YaRN's ramp is on, from the original context, and its attention factor
+// is rope.scaling.attn_factor (llama.cpp's own factor is 1 past a factor of 1); llama3 gives each
+// pair its factor whether the file carries them as rope_freqs.weight or as keys; partial rotary
+// dims come from rope.dimension_count.
+TEST(GgufRopeScaling, ReadsBackWhatMakeModelWrites) {
+  using Type = gguf::RopeScalingType;
+  gguf::ModelShape shape = *gguf::model_preset("tiny");
+  shape.context = 4096;
+  LlamaConfig plain = expect_config(shape);
+  EXPECT_EQ(plain.rope_scale, 1.0f);
+  EXPECT_EQ(plain.yarn_ext_factor, 0.0f);
+  EXPECT_TRUE(plain.rope_freq_factors.empty());
+  EXPECT_EQ(plain.rotary_dims(), 64u);
+
+  shape.rope_scaling = {.type = Type::linear, .factor = 4.0f};
+  EXPECT_EQ(expect_config(shape).rope_scale, 4.0f);
+
+  shape.rope_scaling = {.type = Type::yarn, .factor = 8.0f, .original_context = 512, .attn_factor = 0.8f};
+  LlamaConfig yarn = expect_config(shape);
+  EXPECT_EQ(yarn.rope_scale, 8.0f);
+  EXPECT_EQ(yarn.yarn_ext_factor, 1.0f);
+  EXPECT_NEAR(yarn.yarn_attn_factor, 0.8f, 1e-6f);
+  EXPECT_EQ(yarn.yarn_original_context, 512u);
+  EXPECT_EQ(yarn.yarn_beta_fast, 32.0f);
+  EXPECT_EQ(yarn.yarn_beta_slow, 1.0f);
+
+  shape.rope_scaling = {.type = Type::llama3, .factor = 8.0f, .original_context = 256};
+  const auto want = gguf::llama3_rope_factors(shape.rope_scaling, shape.rope_base, 64);
+  ASSERT_EQ(want.size(), 32u);
+  EXPECT_EQ(want.front(), 1.0f);  // the fastest pair keeps its frequency
+  EXPECT_EQ(want.back(), 8.0f);   // the slowest is divided by the factor
+  for (bool tensor : {true, false}) {
+    shape.rope_freqs_tensor = tensor;
+    LlamaConfig llama3 = expect_config(shape);
+    EXPECT_EQ(llama3.rope_freq_factors, want) << (tensor ? "rope_freqs.weight" : "keys");
+    EXPECT_EQ(llama3.rope_scale, 1.0f);
+  }
+
+  shape.rope_scaling = {};
+  shape.rotary_dims = 32;
+  EXPECT_EQ(expect_config(shape).rotary_dims(), 32u);
+}
+
+// What mqlm cannot honour is refused with the reason, not run wrong: another scaling type, a
+// rope_freqs.weight of the wrong length, rotary dims past the head.
+TEST(GgufRopeScaling, RefusesWhatItCannotHonour) {
+  gguf::ModelShape shape = *gguf::model_preset("tiny");
+  auto why = [&](const std::function<void(gguf::GgufWriter&)>& extra) {
+    auto config = config_of(shape, extra);
+    return std::holds_alternative<std::string>(config) ? std::get<std::string>(config) : std::string("loaded");
+  };
+  EXPECT_NE(why([](gguf::GgufWriter& w) { w.set("llama.rope.scaling.type", std::string("longrope")); })
+                .find("rope scaling 'longrope' is not supported"),
+            std::string::npos);
+  EXPECT_NE(why([](gguf::GgufWriter& w) {
+              w.add_tensor("rope_freqs.weight", gguf::TensorType::f32, {16}, std::vector<std::byte>(64));
+            }).find("rope_freqs.weight must be F32 with 32 elements"),
+            std::string::npos);
+  EXPECT_NE(why([](gguf::GgufWriter& w) { w.set("llama.rope.dimension_count", std::uint32_t{128}); })
+                .find("rope.dimension_count"),
+            std::string::npos);
+}
+
+// Issue 33's case: a rope_freqs.weight of factors 1000 used to give the logits of none. Now it
+// turns the slow pairs all but still: the GPU agrees with the reference, and not with the file
+// without the tensor.
+TEST(GgufRopeScaling, RopeFreqsTensorChangesTheLogits) {
+  gguf::ModelShape shape = *gguf::model_preset("tiny");
+  auto& g = gpu::testing::shared_gpu();
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  auto logits = [&](bool with_factors, bool reference) {
+    auto model = gguf::make_synthetic_model(shape, gpu::WeightType::f16, 5, "rope");
+    if (with_factors) {
+      const std::vector<float> factors(32, 1000.0f);
+      model.writer.add_tensor("rope_freqs.weight", gguf::TensorType::f32, {32},
+                              std::vector<std::byte>(reinterpret_cast<const std::byte*>(factors.data()),
+                                                     reinterpret_cast<const std::byte*>(factors.data() + 32)));
+    }
+    auto file = std::get<gguf::GgufFile>(gguf::GgufFile::parse(model.writer.to_bytes()));
+    const LlamaConfig config = std::get<LlamaConfig>(read_llama_config(file));
+    std::vector<std::int32_t> prompt(64);
+    for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>((i * 31 + 7) % 1000);
+    if (reference) {
+      ReferenceModel ref = ReferenceModel::load(config, gguf_tensor_source(file));
+      ReferenceSequence seq(ref);
+      auto all = seq.forward(prompt);
+      return std::vector<float>(all.end() - config.n_vocab, all.end());
+    }
+    GpuModel model_gpu(ctx, config, gguf_tensor_source(file), "weights:rope-freqs");
+    GpuKvCache cache(ctx, config, 4, 16);
+    StepBatch batch;
+    batch.block_tables = {{2, 0, 3, 1}};
+    for (std::uint32_t i = 0; i < prompt.size(); ++i) batch.tokens.push_back({0, i, prompt[i], i + 1 == prompt.size()});
+    return model_gpu.forward(batch, cache);
+  };
+  auto error = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double worst = 0, scale = 1e-6;
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      worst = std::max(worst, std::abs(double(a[i]) - b[i]));
+      scale = std::max(scale, std::abs(double(b[i])));
+    }
+    return worst / scale;
+  };
+  const auto scaled = logits(true, false);
+  const double against_reference = error(scaled, logits(true, true)), against_none = error(scaled, logits(false, false));
+  EXPECT_LT(against_reference, 2e-2);
+  EXPECT_GT(against_none, 4 * against_reference) << against_none;
 }
 
 }  // namespace

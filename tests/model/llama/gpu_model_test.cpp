@@ -17,6 +17,8 @@
 #include <set>
 #include <span>
 
+#include <fmt/format.h>
+
 #include "memory_model.hpp"
 #include "gpu/ops.hpp"
 #include "model/llama/gpu_model.hpp"
@@ -293,8 +295,133 @@ TEST(GpuModelArgmax, StepsSentAheadGiveTheTokensOfStepsRunInTurn) {
   EXPECT_GT(distinct.size(), 1u) << "a run of one token says little about where each step's input came from";
 }
 
+// Every head size the models use (Gemma's 256, Phi-3's 96, 80, the usual 64 and 128, the small
+// ones of tests) against the reference: a prompt of 150 tokens prefilled in two steps (100 tokens,
+// then 50 more that see all 150: the split kernel with its keys in three splits), then decode
+// steps (five splits of the context each), a head size at a time.
+class GpuModelHeadSize : public ::testing::TestWithParam<std::uint32_t> {};
+
+TEST_P(GpuModelHeadSize, LongPrefillAndDecodeMatchTheReference) {
+  const std::uint32_t d = GetParam();
+  LlamaConfig config = tiny(Architecture::llama, d);
+  // 256 wide whatever the head size: at 4 x 256, sums of random weights made scores so large that
+  // the logits of two steps were 2.7% and 24% off (the F16 cache's rounding choosing the softmax's
+  // winners), where the kernel cases of head size 256 match the reference to 1e-9.
+  config.n_embd = 256;
+  config.n_vocab = 120;
+  config.n_ctx_train = 256;
+  auto weights = random_model(config, WeightType::f32, 21);
+  ReferenceModel reference = ReferenceModel::load(config, weights.source());
+  ReferenceSequence seq(reference);
+  auto& g = gpu::testing::shared_gpu();
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  GpuModel model(ctx, config, weights.source(), "weights:head-size");
+  GpuKvCache cache(ctx, config, 12, 16);
+  StepBatch batch;
+  batch.block_tables = {{11, 0, 10, 1, 9, 2, 8, 3, 7, 4, 6, 5}};
+  std::vector<std::int32_t> tokens(153);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * 37 + 5) % config.n_vocab);
+  auto last_row = [&](const std::vector<float>& all) { return std::vector<float>(all.end() - config.n_vocab, all.end()); };
+  for (auto [from, to] : {std::pair{0u, 100u}, {100u, 150u}, {150u, 151u}, {151u, 152u}, {152u, 153u}}) {
+    batch.tokens.clear();
+    for (std::uint32_t i = from; i < to; ++i) batch.tokens.push_back({0, i, tokens[i], i + 1 == to});
+    const auto got = model.forward(batch, cache);
+    const auto want = last_row(seq.forward(std::span(tokens).subspan(from, to - from)));
+    EXPECT_LT(normalised_error(got, want), kBound) << "head size " << d << ", positions " << from << " to " << to;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadSizes, GpuModelHeadSize, ::testing::Values(16u, 32u, 64u, 80u, 96u, 128u, 256u));
+
+// RoPE as models turn and stretch it, against the reference, past the original context: partial
+// rotary dims in the normal layout (llama) and NeoX's (qwen3), linear scaling, YaRN and per-pair
+// frequency factors (Llama 3.1's). A prompt of 60 tokens (rope_kv_write), then decode
+// steps, in F16 and in Q8_0 (whose products of up to 8 tokens turn q and k as they write them in
+// the normal layout, where the device has integer dot products). Each changes the logits: a
+// scaling that did nothing fails.
+struct RopeCase {
+  const char* name;
+  Architecture arch;
+  std::uint32_t rope_dims = 0;
+  float rope_scale = 1.0f;
+  float yarn_ext_factor = 0.0f;
+  float yarn_attn_factor = 1.0f;
+  bool llama3_factors = false;
+};
+const RopeCase kRopeCases[] = {{"partial_normal", Architecture::llama, 32},
+                               {"partial_neox", Architecture::qwen3, 16},
+                               {"linear", Architecture::llama, 0, 4.0f},
+                               {"yarn_normal", Architecture::llama, 0, 4.0f, 1.0f, 0.9f},
+                               {"yarn_neox_partial", Architecture::qwen2, 32, 8.0f, 1.0f},
+                               {"llama3_factors", Architecture::llama, 0, 1.0f, 0.0f, 1.0f, true}};
+
+class GpuModelRope : public ::testing::TestWithParam<std::tuple<RopeCase, WeightType>> {};
+
+TEST_P(GpuModelRope, MatchesTheReferenceAndChangesTheLogits) {
+  auto [rope, type] = GetParam();
+  LlamaConfig plain = tiny(rope.arch, 64);
+  plain.n_vocab = 120;
+  plain.n_ctx_train = 16;  // the original context the scaling stretches
+  LlamaConfig config = plain;
+  config.rope_dims = rope.rope_dims;
+  config.rope_scale = rope.rope_scale;
+  config.yarn_ext_factor = rope.yarn_ext_factor;
+  config.yarn_attn_factor = rope.yarn_attn_factor;
+  if (rope.llama3_factors) {
+    for (std::uint32_t i = 0; i < 32; ++i) config.rope_freq_factors.push_back(i < 8 ? 1.0f : i < 16 ? 2.5f : 8.0f);
+  }
+  auto weights = random_model(config, type, 23);
+  auto& g = gpu::testing::shared_gpu();
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  std::vector<std::int32_t> tokens(64);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * 53 + 11) % plain.n_vocab);
+  // The reference quantizes every product's activations where the GPU's mat-vecs do (up to 8
+  // tokens): Q8_0's prompt goes in steps of 8, F16's in one.
+  const bool int8 = gpu::ops::matvec_int8(g.device.features(), type);
+  const std::uint32_t chunk = int8 ? 8 : 60;
+  auto run = [&](const LlamaConfig& c) {  // (5, n_vocab): the prompt's last token, then four decoded
+    GpuModel model(ctx, c, weights.source(), "weights:rope");
+    GpuKvCache cache(ctx, c, 4, 16);
+    StepBatch batch;
+    batch.block_tables = {{3, 1, 0, 2}};
+    std::vector<float> logits;
+    for (std::uint32_t from = 0; from < 60; from += chunk) {
+      batch.tokens.clear();
+      for (std::uint32_t i = from; i < std::min(from + chunk, 60u); ++i) batch.tokens.push_back({0, i, tokens[i], i == 59});
+      logits = model.forward(batch, cache);
+    }
+    for (std::uint32_t i = 60; i < 64; ++i) {
+      batch.tokens = {{0, i, tokens[i], true}};
+      const auto next = model.forward(batch, cache);
+      logits.insert(logits.end(), next.begin(), next.end());
+    }
+    return logits;
+  };
+  ReferenceModel reference = ReferenceModel::load(config, weights.source());
+  reference.int8_activations = int8;
+  ReferenceSequence seq(reference);
+  std::vector<float> want = seq.forward(std::span(tokens).first(60));
+  want.erase(want.begin(), want.end() - plain.n_vocab);
+  for (std::uint32_t i = 60; i < 64; ++i) {
+    const auto next = seq.forward(std::span(tokens).subspan(i, 1));
+    want.insert(want.end(), next.begin(), next.end());
+  }
+  const std::vector<float> got = run(config);
+  const std::string what = fmt::format("{} {}", rope.name, gpu::weight_type_name(type));
+  EXPECT_LT(normalised_error(got, want), reference.int8_activations ? kInt8Bound : kBound) << what;
+  EXPECT_GT(normalised_error(run(plain), got), 0.1) << what << ": the scaling changed little";
+}
+
+INSTANTIATE_TEST_SUITE_P(Scalings, GpuModelRope,
+                         ::testing::Combine(::testing::ValuesIn(kRopeCases),
+                                            ::testing::Values(WeightType::f16, WeightType::q8_0)),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}", std::get<0>(info.param).name,
+                                              gpu::weight_type_name(std::get<1>(info.param)));
+                         });
+
 TEST(GpuModelLoad, RefusesHeadSizesTheAttentionKernelLacks) {
-  LlamaConfig config = tiny(Architecture::llama, 16);
+  LlamaConfig config = tiny(Architecture::llama, 272);
   auto weights = random_model(config, WeightType::f32, 1);
   auto& g = gpu::testing::shared_gpu();
   EXPECT_THROW(GpuModel({g.queue, g.pool, g.kernels}, config, weights.source(), "weights:x"), std::runtime_error);

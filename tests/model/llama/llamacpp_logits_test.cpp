@@ -18,6 +18,12 @@
 // only where llama.cpp's first two on the file itself lie more than 0.05 apart (twice the bound
 // plus a margin), and the rows say how many did not.
 //
+// make-model's F32 and F16 files of every head size the models use (16 to 256) agree to
+// kUnquantizedBound (0.01; seen on lavapipe: 0.0002 to 0.0008), and so do its rope-scaled files
+// (linear, YaRN with and without rope.scaling.attn_factor, Llama 3.1's rope_freqs.weight) at
+// prompts of up to 100 tokens from an original context of 32 (0.0003 to 0.0008; Q8_0 0.005 to
+// 0.012 of 0.02). With the GPU's YaRN and factors left out they were 0.019 to 0.27 apart.
+//
 // Each case prints a row of the table "file type, model, tensor types, max |delta logprob|".
 //
 // Embeddings too (POST /v1/embeddings): the final hidden states after output_norm, pooled by
@@ -33,6 +39,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -56,6 +63,7 @@ namespace {
 using mqlm::testing::start_llamacpp;
 
 constexpr double kLogprobBound = 0.02;
+constexpr double kUnquantizedBound = 0.01;  // F32 and F16 files: no activations quantized
 constexpr double kTieGap = 0.05;
 constexpr std::size_t kTopCompared = 5;
 constexpr double kEmbeddingCosine = 0.9999;
@@ -122,11 +130,16 @@ class ScratchFolder {
   std::filesystem::path path_;
 };
 
-std::filesystem::path write_model(const ScratchFolder& folder, const ModelCase& model, gpu::WeightType type) {
-  auto path = folder / fmt::format("{}_{}.gguf", model.name, gpu::weight_type_name(type));
-  auto written = gguf::make_synthetic_model(model_shape(model), type, 31, model.name).writer.write(path);
+std::filesystem::path write_model(const ScratchFolder& folder, const gguf::ModelShape& shape, const std::string& name,
+                                  gpu::WeightType type) {
+  auto path = folder / fmt::format("{}_{}.gguf", name, gpu::weight_type_name(type));
+  auto written = gguf::make_synthetic_model(shape, type, 31, name).writer.write(path);
   if (written) throw std::runtime_error(written->message());
   return path;
+}
+
+std::filesystem::path write_model(const ScratchFolder& folder, const ModelCase& model, gpu::WeightType type) {
+  return write_model(folder, model_shape(model), model.name, type);
 }
 
 std::filesystem::path quantize_with_llamacpp(const ScratchFolder& folder, const std::filesystem::path& f16,
@@ -153,18 +166,19 @@ std::string tensor_type_names(const gguf::GgufFile& file) {
   return names;
 }
 
-// A file loaded in llama.cpp (CPU), with a context for prompts of up to 64 tokens; with a
+// A file loaded in llama.cpp (CPU), with a context for prompts of up to `context` tokens; with a
 // pooling type, one that pools embeddings instead.
 class LlamaCppModel {
  public:
-  explicit LlamaCppModel(const std::filesystem::path& path, enum llama_pooling_type pooling = LLAMA_POOLING_TYPE_UNSPECIFIED) {
+  explicit LlamaCppModel(const std::filesystem::path& path, enum llama_pooling_type pooling = LLAMA_POOLING_TYPE_UNSPECIFIED,
+                         std::uint32_t context = 64) {
     auto model_params = llama_model_default_params();
     model_params.n_gpu_layers = 0;
     model_.reset(llama_model_load_from_file(path.c_str(), model_params));
     if (!model_) throw std::runtime_error("llama.cpp cannot load " + path.string());
     auto context_params = llama_context_default_params();
-    context_params.n_ctx = 64;
-    context_params.n_batch = context_params.n_ubatch = 64;
+    context_params.n_ctx = context;
+    context_params.n_batch = context_params.n_ubatch = context;
     context_params.n_threads = context_params.n_threads_batch = kThreads;
     if (pooling != LLAMA_POOLING_TYPE_UNSPECIFIED) {
       context_params.embeddings = true;
@@ -215,15 +229,26 @@ std::unique_ptr<GpuModel> gpu_model(const gguf::GgufFile& file) {
                                     "weights:oracle");
 }
 
-std::vector<std::vector<float>> mqlm_logits(const gguf::GgufFile& file, const std::vector<Prompt>& prompts) {
+// The last token's logits of each prompt, the prompt run in one step, or with `decode_last` all but
+// its last token in one step and then the last as a decode step. The cache pages of a sequence lie
+// in reverse order.
+std::vector<std::vector<float>> mqlm_logits(const gguf::GgufFile& file, const std::vector<Prompt>& prompts,
+                                            bool decode_last = false) {
   const std::unique_ptr<GpuModel> model = gpu_model(file);
   std::vector<std::vector<float>> out;
   for (const auto& prompt : prompts) {
     constexpr std::uint32_t kPageSize = 16;
-    GpuKvCache cache(shared_context(), model->config(), 4, kPageSize);
+    const auto length = static_cast<std::uint32_t>(prompt.size()), pages = std::max(4u, (length + kPageSize - 1) / kPageSize);
+    GpuKvCache cache(shared_context(), model->config(), pages, kPageSize);
     StepBatch batch;
-    batch.block_tables = {{2, 0, 3, 1}};
-    for (std::uint32_t i = 0; i < prompt.size(); ++i) batch.tokens.push_back({0, i, prompt[i], i + 1 == prompt.size()});
+    batch.block_tables.emplace_back();
+    for (std::uint32_t p = pages; p-- > 0;) batch.block_tables[0].push_back(p);
+    const std::uint32_t split = decode_last && length > 1 ? length - 1 : length;
+    for (std::uint32_t i = 0; i < split; ++i) batch.tokens.push_back({0, i, prompt[i], i + 1 == length});
+    if (split < length) {
+      if (!model->forward(batch, cache).empty()) throw std::logic_error("a prefill with no output rows gave logits");
+      batch.tokens = {{0, split, prompt[split], true}};
+    }
     out.push_back(model->forward(batch, cache));
   }
   return out;
@@ -268,10 +293,12 @@ Prompt clear_prompt(LlamaCppModel& file, std::uint32_t length, std::uint32_t voc
   throw std::runtime_error(fmt::format("none of {} prompts of {} tokens has a clear next token", kCandidates, length));
 }
 
-std::vector<Prompt> clear_prompts(const std::filesystem::path& path, std::uint32_t vocab) {
-  LlamaCppModel model(path);
+std::vector<Prompt> clear_prompts(const std::filesystem::path& path, std::uint32_t vocab,
+                                  std::initializer_list<std::uint32_t> lengths = {1u, 7u, 40u},
+                                  std::uint32_t context = 64) {
+  LlamaCppModel model(path, LLAMA_POOLING_TYPE_UNSPECIFIED, context);
   std::vector<Prompt> out;
-  for (std::uint32_t length : {1u, 7u, 40u}) out.push_back(clear_prompt(model, length, vocab));
+  for (std::uint32_t length : lengths) out.push_back(clear_prompt(model, length, vocab));
   return out;
 }
 
@@ -281,8 +308,9 @@ struct Agreement {
   int prompts = 0;
 };
 
-// Expects mqlm's distribution to agree with llama.cpp's for one prompt; adds what it saw to `seen`.
-void expect_agreement(std::span<const float> oracle, std::span<const float> ours, Agreement& seen) {
+// Expects mqlm's distribution to agree with llama.cpp's for one prompt, within `bound`; adds what
+// it saw to `seen`.
+void expect_agreement(std::span<const float> oracle, std::span<const float> ours, double bound, Agreement& seen) {
   ASSERT_EQ(ours.size(), oracle.size());
   const auto want = log_softmax(oracle), got = log_softmax(ours);
   const auto top = top_tokens(want, kTopCompared);
@@ -295,20 +323,26 @@ void expect_agreement(std::span<const float> oracle, std::span<const float> ours
   for (std::size_t token : top) {
     const double delta = std::abs(got[token] - want[token]);
     seen.max_delta = std::max(seen.max_delta, delta);
-    EXPECT_LE(delta, kLogprobBound) << "token " << token << ": llama.cpp " << want[token] << ", mqlm " << got[token];
+    EXPECT_LE(delta, bound) << "token " << token << ": llama.cpp " << want[token] << ", mqlm " << got[token];
   }
 }
 
 // Runs the file in both and compares; prints the table's row.
+struct Comparison {
+  double bound = kLogprobBound;
+  std::uint32_t context = 64;  // llama.cpp's: at least the longest prompt
+  bool decode_last = false;    // mqlm's last token as a decode step of its own
+};
+
 void expect_same_next_tokens(const std::filesystem::path& path, const std::vector<Prompt>& prompts,
-                             const std::string& label) {
+                             const std::string& label, const Comparison& how = {}) {
   gguf::GgufFile file = open_gguf(path);
-  LlamaCppModel oracle(path);
-  const auto ours = mqlm_logits(file, prompts);
+  LlamaCppModel oracle(path, LLAMA_POOLING_TYPE_UNSPECIFIED, how.context);
+  const auto ours = mqlm_logits(file, prompts, how.decode_last);
   Agreement seen;
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     SCOPED_TRACE(fmt::format("{}, prompt of {} tokens", label, prompts[p].size()));
-    expect_agreement(oracle.next_token_logits(prompts[p]), ours[p], seen);
+    expect_agreement(oracle.next_token_logits(prompts[p]), ours[p], how.bound, seen);
   }
   fmt::print("oracle | {:<22} | {:<28} | max |delta logprob| {:.4f} | top two within {}: {}/{}\n", label,
              tensor_type_names(file), seen.max_delta, kTieGap, seen.close_top_two, seen.prompts);
@@ -379,6 +413,79 @@ INSTANTIATE_TEST_SUITE_P(FileTypes, MqlmMixtureFile,
                          [](const auto& info) {
                            return fmt::format("{}_{}", gguf::file_type_name(std::get<1>(info.param)),
                                               std::get<0>(info.param).name);
+                         });
+
+class HeadSizeFile : public ::testing::TestWithParam<std::tuple<std::uint32_t, gpu::WeightType>> {};
+
+// Every head size the models use, in make-model's F32 and F16 files of the llama architecture
+// (4 heads sharing 2 KV heads, the embedding 256 wide whatever the head size): with no quantized
+// activations on either side, the bound is kUnquantizedBound.
+TEST_P(HeadSizeFile, NextTokenAgreesWithLlamaCpp) {
+  auto [head_dim, type] = GetParam();
+  start_llamacpp();
+  ScratchFolder folder;
+  gguf::ModelShape shape;
+  shape.head_dim = head_dim;
+  const std::string name = fmt::format("llama_head{}", head_dim);
+  const auto path = write_model(folder, shape, name, type);
+  expect_same_next_tokens(path, clear_prompts(path, shape.vocab),
+                          fmt::format("mqlm {} {}", gpu::weight_type_name(type), name), {.bound = kUnquantizedBound});
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadSizes, HeadSizeFile,
+                         ::testing::Combine(::testing::Values(16u, 32u, 64u, 80u, 96u, 128u, 256u),
+                                            ::testing::Values(gpu::WeightType::f32, gpu::WeightType::f16)),
+                         [](const auto& info) {
+                           return fmt::format("head{}_{}", std::get<0>(info.param),
+                                              gpu::weight_type_name(std::get<1>(info.param)));
+                         });
+
+// A rope-scaled model: its architecture (llama: the normal rotary layout, qwen2 and qwen3: NeoX's)
+// and its scaling, from an original context of 32 tokens.
+struct RopeScalingCase {
+  const char* name;
+  const char* arch;
+  gguf::RopeScalingType type;
+  float factor;
+  float attn_factor = 1.0f;
+};
+constexpr RopeScalingCase kRopeScalings[] = {
+    {"linear_llama", "llama", gguf::RopeScalingType::linear, 4.0f},
+    {"yarn_llama", "llama", gguf::RopeScalingType::yarn, 4.0f},
+    {"yarn_qwen2", "qwen2", gguf::RopeScalingType::yarn, 8.0f},
+    {"yarn_attn_factor_qwen3", "qwen3", gguf::RopeScalingType::yarn, 4.0f, 0.8f},
+    {"llama3_rope_freqs_llama", "llama", gguf::RopeScalingType::llama3, 8.0f}};
+
+class RopeScalingFile : public ::testing::TestWithParam<std::tuple<RopeScalingCase, gpu::WeightType>> {};
+
+// RoPE scaling as make-model writes it (llama3 as the rope_freqs.weight tensor, which is how
+// llama.cpp reads it), at positions up to three times past the original context: prompts of 7, 48
+// and 100 tokens, mqlm computing all but the last in one step (the split kernel, keys in several
+// splits) and the last as a decode step (the split path again, and for Q8_0 the int8 products that
+// turn q and k as they write them). F32 and F16 to kUnquantizedBound, Q8_0 to kLogprobBound.
+TEST_P(RopeScalingFile, NextTokenAgreesWithLlamaCppPastTheOriginalContext) {
+  auto [scaling, type] = GetParam();
+  start_llamacpp();
+  ScratchFolder folder;
+  gguf::ModelShape shape;
+  shape.arch = scaling.arch;
+  shape.context = 256;
+  shape.rope_base = 10000.0f;
+  shape.rope_scaling = {.type = scaling.type, .factor = scaling.factor, .original_context = 32,
+                        .attn_factor = scaling.attn_factor};
+  const auto path = write_model(folder, shape, scaling.name, type);
+  const Comparison how{type == gpu::WeightType::q8_0 ? kLogprobBound : kUnquantizedBound, 128, true};
+  expect_same_next_tokens(path, clear_prompts(path, shape.vocab, {7u, 48u, 100u}, how.context),
+                          fmt::format("mqlm {} {}", gpu::weight_type_name(type), scaling.name), how);
+}
+
+INSTANTIATE_TEST_SUITE_P(Scalings, RopeScalingFile,
+                         ::testing::Combine(::testing::ValuesIn(kRopeScalings),
+                                            ::testing::Values(gpu::WeightType::f32, gpu::WeightType::f16,
+                                                              gpu::WeightType::q8_0)),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}", std::get<0>(info.param).name,
+                                              gpu::weight_type_name(std::get<1>(info.param)));
                          });
 
 // mqlm's embedding of each prompt: its positions computed in two steps (the first `split` of them,

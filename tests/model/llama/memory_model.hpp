@@ -30,7 +30,7 @@ struct MemoryModel {
   }
 };
 
-// A small model; head_dim 64 or 128 gives one the GPU attention kernel takes.
+// A small model; the GPU takes head_dim up to 256.
 inline LlamaConfig tiny(Architecture arch, std::uint32_t head_dim = 16) {
   LlamaConfig c;
   c.arch = arch;
