@@ -53,19 +53,51 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, std::sh
     : matcher_(std::move(grammar)), trie_(std::move(trie)), end_tokens_(std::move(end_tokens)),
       levels_(trie_->max_depth() + 1) {}
 
+TokenConstraint::StateId TokenConstraint::intern(const StackSet& stacks) {
+  auto [it, inserted] = state_ids_.try_emplace(stacks.words(), static_cast<StateId>(states_.size()));
+  if (inserted) {
+    states_.push_back(stacks);
+    moves_.emplace_back();
+    moves_.back().fill(kUnknown);
+  }
+  return it->second;
+}
+
+TokenConstraint::StateId TokenConstraint::move(StateId from, std::uint8_t byte) {
+  StateId& to = moves_[static_cast<std::size_t>(from)][byte];
+  if (to != kUnknown) return to;
+  matcher_.walker().step(states_[static_cast<std::size_t>(from)], byte, next_);
+  StateId found = kDead;
+  if (!next_.empty()) {
+    auto known = state_ids_.find(next_.words());
+    if (known != state_ids_.end()) found = known->second;
+    else if (states_.size() < kHardMaxStates) found = intern(next_);  // grows moves_: `to` is stale
+  }
+  moves_[static_cast<std::size_t>(from)][byte] = found;
+  return found;
+}
+
+void TokenConstraint::forget_states() {
+  states_.clear();
+  moves_.clear();
+  state_ids_.clear();
+  cache_.clear();
+}
+
 bool TokenConstraint::is_end(std::int32_t token) const {
   return std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end();
 }
 
 std::span<const std::uint32_t> TokenConstraint::allowed() {
-  const std::vector<std::uint32_t>& key = matcher_.stacks().words();
-  if (auto it = cache_.find(key); it != cache_.end()) {
+  if (states_.size() >= kMaxStates) forget_states();
+  if (cache_.size() >= kMaxCachedMasks) cache_.clear();
+  const StateId start = intern(matcher_.stacks());
+  if (auto it = cache_.find(start); it != cache_.end()) {
     ++cached_;
     return it->second;
   }
   ++walked_;
-  if (cache_.size() >= kMaxCachedMasks) cache_.clear();
-  std::vector<std::uint32_t>& mask = cache_[key];
+  std::vector<std::uint32_t>& mask = cache_[start];
   walk(mask);
   return mask;
 }
@@ -82,16 +114,15 @@ void TokenConstraint::walk(std::vector<std::uint32_t>& mask) {
   }
   if (matcher_.must_end()) return;
   const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
-  GrammarWalker& walker = matcher_.walker();
-  const StackSet& start = matcher_.stacks();
+  levels_[0] = intern(matcher_.stacks());
   for (std::size_t i = 0; i < nodes.size();) {
     const TokenTrie::Node& node = nodes[i];
-    const StackSet& from = node.depth == 1 ? start : levels_[node.depth - 1];
-    walker.step(from, node.byte, levels_[node.depth]);
-    if (levels_[node.depth].empty()) {
+    const StateId to = move(levels_[node.depth - 1], node.byte);
+    if (to == kDead) {
       i = node.skip;
       continue;
     }
+    levels_[node.depth] = to;
     for (std::int32_t token : trie_->tokens(node)) {
       if (!is_end(token)) allow(token);
     }

@@ -2,11 +2,15 @@
 // hands the sampler (bit i of word i / 32 set = token i may be chosen).
 //
 // The vocabulary's byte pieces are kept as a trie (TokenTrie, one per model); a mask walks it
-// depth first with the matcher's stacks, one byte a level, and leaves a whole subtree as soon as
-// no stack survives its prefix. Masks are cached by the stack set they were walked from: inside a
+// depth first, one byte a level, and leaves a whole subtree as soon as no parse survives its
+// prefix. The walk moves between the matcher's stack sets through an automaton made as it goes:
+// each distinct stack set met is a state, and each (state, byte) move is computed once by the
+// matcher and then looked up, so a walk over the whole vocabulary (inside a string) costs a table
+// lookup per trie node. Masks are cached by the state they were walked from: inside an unbounded
 // string, or at the same place of a repeated structure, the state repeats and the walk is skipped.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -63,12 +67,24 @@ class TokenConstraint {
   std::uint64_t masks_cached() const { return cached_; }
 
   // Masks kept per sequence (2 KiB to 16 KiB each for vocabularies of 16k to 128k tokens); when
-  // full, the cache starts over.
+  // full, they start over. Automaton states (512 bytes of moves each): past kMaxStates when a
+  // walk starts, they start over; a walk that meets kHardMaxStates (a pathological grammar) goes
+  // on without the states it cannot add, refusing the tokens that would reach them (the mask may
+  // then refuse text the grammar allows, never allow text it refuses).
   static constexpr std::size_t kMaxCachedMasks = 32;
+  static constexpr std::size_t kMaxStates = 1024;
+  static constexpr std::size_t kHardMaxStates = 8192;
 
  private:
+  using StateId = std::int16_t;
+  static constexpr StateId kDead = -1;     // no parse takes the byte
+  static constexpr StateId kUnknown = -2;  // not computed yet
+
   void walk(std::vector<std::uint32_t>& mask);
   bool is_end(std::int32_t token) const;
+  StateId intern(const StackSet& stacks);
+  StateId move(StateId from, std::uint8_t byte);
+  void forget_states();
 
   struct WordsHash {
     std::size_t operator()(const std::vector<std::uint32_t>& words) const;
@@ -77,8 +93,12 @@ class TokenConstraint {
   Matcher matcher_;
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<std::int32_t> end_tokens_;
-  std::vector<StackSet> levels_;  // (trie depth + 1): the stacks after each prefix of the walk
-  std::unordered_map<std::vector<std::uint32_t>, std::vector<std::uint32_t>, WordsHash> cache_;
+  std::vector<StackSet> states_;                       // state id -> its stack set
+  std::vector<std::array<StateId, 256>> moves_;        // state id -> byte -> state id
+  std::unordered_map<std::vector<std::uint32_t>, StateId, WordsHash> state_ids_;
+  StackSet next_;                                      // a move's result before it is interned
+  std::vector<StateId> levels_;  // (trie depth + 1): the state after each prefix of the walk
+  std::unordered_map<StateId, std::vector<std::uint32_t>> cache_;  // start state -> its mask
   std::uint64_t walked_ = 0, cached_ = 0;
 };
 
