@@ -1,5 +1,6 @@
 #include "model/grammar/json_schema.hpp"
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -19,6 +20,7 @@ constexpr std::size_t kMaxIndent = 20;       // spaces or tabs after a newline
 constexpr std::size_t kMaxIntegerDigits = 16;
 constexpr std::size_t kMaxFractionDigits = 16;
 constexpr std::size_t kMaxExponentDigits = 3;
+constexpr std::size_t kUnbounded = std::numeric_limits<std::size_t>::max();  // a repeat with no maximum
 
 // Refusals travel up the recursion as this and leave compile_json_schema as a SchemaError.
 struct Refusal : std::runtime_error {
@@ -103,10 +105,10 @@ class Compiler {
     return *string_char_;
   }
 
-  // item{min,max} (max empty: unbounded), as a rule.
-  std::uint32_t repeat(const Sequence& item, std::size_t min, std::optional<std::size_t> max) {
+  // item{min,max} (max kUnbounded: no maximum), as a rule.
+  std::uint32_t repeat(const Sequence& item, std::size_t min, std::size_t max) {
     std::uint32_t tail;
-    if (!max) {
+    if (max == kUnbounded) {
       tail = b_.new_rule();
       Sequence more = item;
       more.push_back(B::ref(tail));
@@ -114,7 +116,7 @@ class Compiler {
       b_.add_alternative(tail, more);
     } else {
       tail = rule({{}});
-      for (std::size_t i = min; i < *max; ++i) {
+      for (std::size_t i = min; i < max; ++i) {
         Sequence more = item;
         more.push_back(B::ref(tail));
         tail = rule({{}, more});
@@ -127,12 +129,12 @@ class Compiler {
   }
 
   // item (sep item)* with between min and max items.
-  Sequence list(const Sequence& item, const Sequence& sep, std::size_t min, std::optional<std::size_t> max) {
-    if (max && *max == 0) return {};
+  Sequence list(const Sequence& item, const Sequence& sep, std::size_t min, std::size_t max) {
+    if (max == 0) return {};
     Sequence more = sep;
     more.insert(more.end(), item.begin(), item.end());
     const std::size_t more_min = min > 0 ? min - 1 : 0;
-    const std::optional<std::size_t> more_max = max ? std::optional<std::size_t>(*max - 1) : std::nullopt;
+    const std::size_t more_max = max == kUnbounded ? kUnbounded : max - 1;
     Sequence some = item;
     some.push_back(B::ref(repeat(more, more_min, more_max)));
     if (min > 0) return some;
@@ -140,11 +142,11 @@ class Compiler {
   }
 
   std::uint32_t any_string() {
-    if (!any_string_) any_string_ = string_rule(0, std::nullopt);
+    if (!any_string_) any_string_ = string_rule(0, kUnbounded);
     return *any_string_;
   }
 
-  std::uint32_t string_rule(std::size_t min, std::optional<std::size_t> max) {
+  std::uint32_t string_rule(std::size_t min, std::size_t max) {
     Sequence s{b_.byte('"'), B::ref(repeat({B::ref(string_char())}, min, max)), b_.byte('"')};
     return rule({s});
   }
@@ -179,13 +181,13 @@ class Compiler {
   // '{' ws (member (',' ws member)*)? '}' with keys of any string.
   std::uint32_t map(std::uint32_t value) {
     Sequence s{b_.byte('{'), B::ref(ws())};
-    Sequence body = list(member({B::ref(any_string())}, value), {b_.byte(','), B::ref(ws())}, 0, std::nullopt);
+    Sequence body = list(member({B::ref(any_string())}, value), {b_.byte(','), B::ref(ws())}, 0, kUnbounded);
     s.insert(s.end(), body.begin(), body.end());
     s.push_back(b_.byte('}'));
     return rule({s});
   }
 
-  std::uint32_t array(std::uint32_t item, std::size_t min, std::optional<std::size_t> max) {
+  std::uint32_t array(std::uint32_t item, std::size_t min, std::size_t max) {
     Sequence s{b_.byte('['), B::ref(ws())};
     Sequence body = list({B::ref(item), B::ref(ws())}, {b_.byte(','), B::ref(ws())}, min, max);
     s.insert(s.end(), body.begin(), body.end());
@@ -198,7 +200,7 @@ class Compiler {
     any_value_ = b_.new_rule();
     const std::uint32_t v = *any_value_;
     for (const Sequence& s : std::vector<Sequence>{{B::ref(map(v))},
-                                                   {B::ref(array(v, 0, std::nullopt))},
+                                                   {B::ref(array(v, 0, kUnbounded))},
                                                    {B::ref(any_string())},
                                                    {B::ref(number(false))},
                                                    b_.literal("true"),
@@ -355,9 +357,8 @@ std::uint32_t Compiler::typed(const std::string& path, const json& s, const std:
   if (type == "object") return object(path, s, depth);
   if (type == "array") {
     const std::size_t min = bound(s, "minItems", path, 0);
-    const std::optional<std::size_t> max =
-        s.contains("maxItems") ? std::optional<std::size_t>(bound(s, "maxItems", path, 0)) : std::nullopt;
-    if (max && *max < min) refuse(path, "maxItems is below minItems");
+    const std::size_t max = bound(s, "maxItems", path, kUnbounded);
+    if (max < min) refuse(path, "maxItems is below minItems");
     const std::uint32_t item = s.contains("items") ? schema(path + "/items", s["items"], depth + 1) : any_value();
     return array(item, min, max);
   }
@@ -368,9 +369,8 @@ std::uint32_t Compiler::typed(const std::string& path, const json& s, const std:
     }
     const std::size_t min = bound(s, "minLength", path, 0);
     if (!s.contains("maxLength") && min == 0) return any_string();
-    const std::optional<std::size_t> max =
-        s.contains("maxLength") ? std::optional<std::size_t>(bound(s, "maxLength", path, 0)) : std::nullopt;
-    if (max && *max < min) refuse(path, "maxLength is below minLength");
+    const std::size_t max = bound(s, "maxLength", path, kUnbounded);
+    if (max < min) refuse(path, "maxLength is below minLength");
     return string_rule(min, max);
   }
   if (type == "number") return number(false);
