@@ -218,7 +218,7 @@ StepPlan prefill(Rig& rig, const Sequence& s, const std::string& model) {
   StepPlan plan;
   plan.step = rig.next_step();
   plan.model = model;
-  plan.starts.push_back({s.id, greedy(), s.prompt});
+  plan.starts.push_back({s.id, greedy(), s.prompt, 0, {}});
   plan.sequences.push_back({s.id, 0, s.prompt, table_for(s, s.prompt.size()), true});
   return plan;
 }
@@ -259,7 +259,7 @@ std::vector<std::vector<OutputToken>> generate(Rig& rig, const std::vector<Seque
     for (const Sequence& s : seqs) {
       const auto prompt_size = static_cast<std::uint32_t>(s.prompt.size());
       if (k == 0) {
-        plan.starts.push_back({s.id, params[&s - seqs.data()], s.prompt});
+        plan.starts.push_back({s.id, params[&s - seqs.data()], s.prompt, 0, {}});
         plan.sequences.push_back({s.id, 0, s.prompt, table_for(s, prompt_size), true});
       } else {
         const std::uint32_t position = prompt_size + static_cast<std::uint32_t>(k) - 1;
@@ -423,7 +423,7 @@ TEST(ExecutorTest, FollowersTakeTheTokenTheirSequencesLastStepSampled) {
   const auto second_size = static_cast<std::uint32_t>(kSecond.prompt.size());
   StepPlan quiet;
   quiet.step = rig.next_step();
-  quiet.starts.push_back({kSecond.id, greedy(), kSecond.prompt});
+  quiet.starts.push_back({kSecond.id, greedy(), kSecond.prompt, 0, {}});
   quiet.sequences.push_back({kSecond.id, 0, kSecond.prompt, table_for(kSecond, second_size), false});
   EXPECT_EQ(rig.step(quiet).error, 0u);
   StepPlan both;
@@ -793,7 +793,7 @@ TEST(ExecutorTest, BadPlansAreAnsweredWithAnInternalErrorAndServingGoesOn) {
   auto plan_with = [&](PlanSequence s, model::SamplingParams params = greedy()) {
     StepPlan plan;
     plan.step = rig.next_step();
-    plan.starts.push_back({s.sequence, params, {}});
+    plan.starts.push_back({s.sequence, params, {}, 0, {}});
     plan.sequences.push_back(std::move(s));
     return plan;
   };
