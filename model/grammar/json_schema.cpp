@@ -87,21 +87,27 @@ class Compiler {
     return *ws_;
   }
 
-  // One character of a string's body: printable ASCII but '"' and '\', an escape, or a UTF-8
-  // sequence of 2 to 4 bytes (lead bytes C2-F4), so the text stays valid UTF-8.
+  // One character of a string's body: printable ASCII but '"' and '\', an escape, or a
+  // well-formed UTF-8 sequence of 2 to 4 bytes (Unicode's table 3-7: no overlong forms, no
+  // surrogates, nothing past U+10FFFF), so the text stays valid UTF-8.
   std::uint32_t string_char() {
     if (string_char_) return *string_char_;
     ByteSet plain = ByteSet{}.add_range(0x20, 0x7E);
     plain.words[0x22 >> 6] &= ~(std::uint64_t{1} << (0x22 & 63));
     plain.words[0x5C >> 6] &= ~(std::uint64_t{1} << (0x5C & 63));
-    const Element cont = b_.bytes(ByteSet{}.add_range(0x80, 0xBF));
+    auto range = [&](std::uint8_t low, std::uint8_t high) { return b_.bytes(ByteSet{}.add_range(low, high)); };
+    const Element cont = range(0x80, 0xBF);
     const Element hex = b_.bytes(hex_digits());
     string_char_ = rule({{b_.bytes(plain)},
                          {b_.byte('\\'), b_.bytes(ByteSet{}.add_all("\"\\/bfnrt"))},
                          {b_.byte('\\'), b_.byte('u'), hex, hex, hex, hex},
-                         {b_.bytes(ByteSet{}.add_range(0xC2, 0xDF)), cont},
-                         {b_.bytes(ByteSet{}.add_range(0xE0, 0xEF)), cont, cont},
-                         {b_.bytes(ByteSet{}.add_range(0xF0, 0xF4)), cont, cont, cont}});
+                         {range(0xC2, 0xDF), cont},
+                         {range(0xE0, 0xE0), range(0xA0, 0xBF), cont},
+                         {b_.bytes(ByteSet{}.add_range(0xE1, 0xEC).add_range(0xEE, 0xEF)), cont, cont},
+                         {range(0xED, 0xED), range(0x80, 0x9F), cont},
+                         {range(0xF0, 0xF0), range(0x90, 0xBF), cont, cont},
+                         {range(0xF1, 0xF3), cont, cont, cont},
+                         {range(0xF4, 0xF4), range(0x80, 0x8F), cont, cont}});
     return *string_char_;
   }
 
