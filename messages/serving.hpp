@@ -250,7 +250,10 @@ struct SequenceStart {
   model::SamplingParams sampling;
   std::vector<std::int32_t> prompt;  // what the repetition penalty sees
   std::uint8_t pooling = 0;          // model::Pooling
-  MSGPACK_DEFINE(sequence, sampling, prompt, pooling);
+  // The model's end-of-generation tokens, given where sampling.response_format constrains the
+  // text: the only tokens allowed once it is complete, and allowed only then.
+  std::vector<std::int32_t> end_tokens;
+  MSGPACK_DEFINE(sequence, sampling, prompt, pooling, end_tokens);
 };
 
 // One sequence's share of a step: tokens at positions position, position + 1, ... whose K and V

@@ -32,6 +32,7 @@
 #include "gpu/vulkan_error.hpp"
 #include "model/gguf/gguf_file.hpp"
 #include "model/gguf/vocabulary_metadata.hpp"
+#include "model/grammar/response_grammar.hpp"
 #include "model/llama/embedding_pool.hpp"
 #include "model/llama/gguf_model.hpp"
 #include "model/llama/gpu_model.hpp"
@@ -158,6 +159,8 @@ struct LoadedModel {
   std::uint32_t page_size = 0;
   std::unique_ptr<model::GpuModel> weights;     // owner "weights:<id>"
   std::unique_ptr<model::GpuKvCache> kv_cache;  // owner "kv:<id>"; destroyed before the weights
+  // The vocabulary's pieces, made when the first constrained sequence (response_format) starts.
+  std::shared_ptr<const model::grammar::TokenTrie> token_trie;
 
   std::uint64_t bytes(const gpu::PoolStats& stats) const {
     return owned_bytes(stats, weights_owner(id)) + owned_bytes(stats, kv_owner(id));
@@ -173,6 +176,8 @@ struct SequenceState {
   model::Sampler sampler;
   std::int32_t last_token = -1;  // its last step's sample: what a follower (PlanSequence::follows) takes
   std::optional<model::EmbeddingPool> pool{};  // an embedding's: pooled from its prompt's chunks, never sampled
+  // A constrained response_format's: the tokens its grammar allows, told each token drawn.
+  std::optional<model::grammar::TokenConstraint> constraint{};
 };
 
 // Why a step failed, found on its way (checking, submitting, collecting) and applied in its turn:
@@ -252,7 +257,9 @@ class Executor final : public Actor {
   void log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took,
                    std::uint64_t new_blocks) const;
   void warm_up(const LoadedModel& loaded);
-  model::StepBatch step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending) const;
+  model::StepBatch step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending);
+  bool constrained(const StepPlan& plan) const;
+  const std::shared_ptr<const model::grammar::TokenTrie>& token_trie(LoadedModel& loaded) const;
   void take_outputs(const StepPlan& plan, std::span<const model::SampledToken> chosen, StepResult& result);
   void fail_step(const StepPlan& plan, StepResult& result, RequestError error, std::string message);
   bool trim_after_release(Context& ctx, std::size_t slots_before);
@@ -601,12 +608,14 @@ Step& Executor::open_step(const messages::Envelope& to, const StepPlan& plan) {
 
 // The model a plan goes to the GPU on behind the step in flight, its tokens taken there from that
 // step's argmax: a plan that may be sent ahead (ahead_model) whose sequences all follow the step
-// in flight's, one each in its order, on its model. Null for any other plan.
+// in flight's, one each in its order, on its model, none of them constrained (a grammar's mask
+// needs the token before it on the host). Null for any other plan.
 LoadedModel* Executor::chain_model(const StepPlan& plan) {
   if (steps_.empty() || !steps_.back().pending) return nullptr;
   const Step& before = steps_.back();
   LoadedModel* loaded = ahead_model(plan);
-  if (loaded == nullptr || loaded->id != before.model_id || plan.sequences.size() != before.plan.sequences.size()) {
+  if (loaded == nullptr || loaded->id != before.model_id || plan.sequences.size() != before.plan.sequences.size() ||
+      constrained(plan)) {
     return nullptr;
   }
   for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
@@ -917,6 +926,16 @@ std::optional<std::string> Executor::plan_problem(const StepPlan& plan, const Lo
     if (auto error = model::validate(start.sampling, {static_cast<std::int32_t>(n_vocab)})) {
       return fmt::format("sequence {}: sampling {}: {}", start.sequence, error->field, error->message);
     }
+    if (start.sampling.response_format.constrained()) {
+      const auto grammar = model::grammar::response_grammar(start.sampling.response_format);
+      if (const auto* refused = std::get_if<model::grammar::SchemaError>(&grammar)) {
+        return fmt::format("sequence {}: response_format: {}", start.sequence, refused->message);
+      }
+      if (start.end_tokens.empty() || std::any_of(start.end_tokens.begin(), start.end_tokens.end(), outside_vocabulary)) {
+        return fmt::format("sequence {}: a constrained response_format needs end tokens inside the vocabulary",
+                           start.sequence);
+      }
+    }
     for (std::int32_t token : start.prompt) {
       if (outside_vocabulary(token)) {
         return fmt::format("sequence {}: prompt token id {} is outside the vocabulary [0, {})", start.sequence,
@@ -974,7 +993,15 @@ std::optional<std::string> Executor::plan_problem(const StepPlan& plan, const Lo
 void Executor::start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts) {
   for (const SequenceStart& start : starts) {
     SequenceState state{model_id, model::Sampler(start.sampling, start.prompt)};
-    if (start.pooling != 0) state.pool.emplace(static_cast<model::Pooling>(start.pooling), models_.at(model_id).config.n_embd);
+    LoadedModel& loaded = models_.at(model_id);
+    if (start.pooling != 0) state.pool.emplace(static_cast<model::Pooling>(start.pooling), loaded.config.n_embd);
+    if (start.sampling.response_format.constrained()) {
+      // plan_problem compiled it already: a failure here is a bug, answered as one by submit.
+      auto grammar = model::grammar::response_grammar(start.sampling.response_format);
+      if (auto* refused = std::get_if<model::grammar::SchemaError>(&grammar)) throw std::logic_error(refused->message);
+      state.constraint.emplace(std::get<std::shared_ptr<const model::grammar::Grammar>>(std::move(grammar)),
+                               token_trie(loaded), start.end_tokens);
+    }
     sequences_.insert_or_assign(start.sequence, std::move(state));
   }
 }
@@ -1050,7 +1077,7 @@ bool Executor::all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded)
 // The plan's batch, each output's token chosen on the GPU: by the argmax where every output is
 // plain greedy, else by each sequence's draw (follows_pending: the plan's tokens come from the step
 // in flight, whose choices the samplers have not accepted yet).
-model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending) const {
+model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending) {
   model::StepBatch batch = make_batch(plan, loaded.page_size);
   // An embedding's last row is pooled, not sampled: no logits for it.
   for (model::StepToken& token : batch.tokens) token.output = token.output && samples(plan.sequences[token.sequence]);
@@ -1059,9 +1086,12 @@ model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& l
   std::uint32_t row = 0;
   for (const PlanSequence& seq : plan.sequences) {
     if (!samples(seq)) continue;
-    const model::Sampler& sampler = sequences_.at(seq.sequence).sampler;
-    model::add_sampling_row(sampling, sampler.gpu_row(follows_pending), loaded.n_vocab,
-                            follows_pending ? std::optional<std::uint32_t>(row) : std::nullopt);
+    SequenceState& state = sequences_.at(seq.sequence);
+    // A constrained row's mask: the tokens its grammar allows after every token accepted so far.
+    const std::span<const std::uint32_t> allowed =
+        state.constraint ? state.constraint->allowed() : std::span<const std::uint32_t>{};
+    model::add_sampling_row(sampling, state.sampler.gpu_row(follows_pending), loaded.n_vocab,
+                            follows_pending ? std::optional<std::uint32_t>(row) : std::nullopt, allowed);
     ++row;
   }
   return batch;
@@ -1075,6 +1105,10 @@ void Executor::take_outputs(const StepPlan& plan, std::span<const model::Sampled
     const model::SampledToken& sampled = chosen[row++];
     SequenceState& state = sequences_.at(seq.sequence);
     if (!model::plain_greedy(state.sampler.params())) state.sampler.accept(sampled.token);
+    if (state.constraint && !state.constraint->accept(sampled.token)) {
+      throw std::logic_error(fmt::format("sequence {} drew token {}, which its response_format's grammar does not allow",
+                                         seq.sequence, sampled.token));
+    }
     OutputToken out;
     out.sequence = seq.sequence;
     out.token = sampled.token;
@@ -1090,6 +1124,28 @@ void Executor::take_outputs(const StepPlan& plan, std::span<const model::Sampled
     state.last_token = out.token;
     result.tokens.push_back(std::move(out));
   }
+}
+
+bool Executor::constrained(const StepPlan& plan) const {
+  return std::any_of(plan.sequences.begin(), plan.sequences.end(), [&](const PlanSequence& seq) {
+    const auto state = sequences_.find(seq.sequence);
+    return state != sequences_.end() && state->second.constraint;
+  });
+}
+
+// The model's pieces as a trie, read from its file's vocabulary the first time a constrained
+// sequence starts on it (a 128k vocabulary: about a second on one core) and kept with the model.
+const std::shared_ptr<const model::grammar::TokenTrie>& Executor::token_trie(LoadedModel& loaded) const {
+  if (loaded.token_trie) return loaded.token_trie;
+  auto opened = model::gguf::GgufFile::open(options_.models.at(loaded.id));
+  if (auto* e = std::get_if<model::gguf::GgufError>(&opened)) throw std::runtime_error(e->message());
+  auto vocabulary = model::gguf::read_vocabulary(std::get<model::gguf::GgufFile>(opened));
+  if (auto* e = std::get_if<model::gguf::GgufError>(&vocabulary)) throw std::runtime_error(e->message());
+  auto tokenizer = model::Tokenizer::create(std::get<model::Vocabulary>(vocabulary));
+  if (auto* e = std::get_if<model::TokenizerError>(&tokenizer)) throw std::runtime_error(e->message);
+  loaded.token_trie = std::make_shared<const model::grammar::TokenTrie>(
+      model::grammar::token_pieces(std::get<model::Tokenizer>(tokenizer)));
+  return loaded.token_trie;
 }
 
 // The step fails every sequence in it: the scheduler ends them, so their state goes too.

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "actors/front_end/model_admin.hpp"
+#include "model/grammar/response_grammar.hpp"
 #include "model/sampling/sampling_params.hpp"
 
 namespace mqlm::actors::client_protocol {
@@ -155,6 +156,39 @@ Check read_logit_bias(const msgpack::object& o, std::vector<model::TokenBias>& o
   return std::nullopt;
 }
 
+// {"type": "text" | "json_object"} or {"type": "json_schema", "schema": JSON text, "strict": bool}
+// (docs/protocol.md); a schema the grammar compiler refuses is refused here, saying why.
+Check read_response_format(const msgpack::object& o, model::ResponseFormat& out) {
+  if (o.type != msgpack::type::MAP) return wrong_type("response_format", "a map", o);
+  std::string type;
+  for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+    const msgpack::object_kv& kv = o.via.map.ptr[i];
+    const std::string_view key = kv.key.type == msgpack::type::STR ? std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) : "";
+    Check failure;
+    if (key == "type") failure = read_string(kv.val, "response_format.type", 16, type);
+    else if (key == "schema") failure = read_string(kv.val, "response_format.schema", model::kMaxSchemaBytes, out.schema);
+    else if (key == "strict") failure = read_bool(kv.val, "response_format.strict", out.strict);
+    else return invalid("response_format has a key other than type, schema and strict");
+    if (failure) return failure;
+  }
+  if (type == "text" || type == "json_object" || type == "json_schema") {
+    out.kind = static_cast<std::uint8_t>(type == "text"          ? model::ResponseKind::text
+                                         : type == "json_object" ? model::ResponseKind::json_object
+                                                                 : model::ResponseKind::json_schema);
+  } else {
+    return invalid(R"(response_format.type must be "text", "json_object" or "json_schema")");
+  }
+  model::SamplingParams alone;
+  alone.response_format = out;
+  if (auto problem = model::validate(alone)) return invalid(problem->message);
+  if (!out.constrained()) return std::nullopt;
+  const auto grammar = model::grammar::response_grammar(out);
+  if (const auto* refused = std::get_if<model::grammar::SchemaError>(&grammar)) {
+    return invalid("response_format: " + refused->message);
+  }
+  return std::nullopt;
+}
+
 // Counts and lengths are left to model::validate, which names the limits; the frame's own bound
 // already bounds what this allocates.
 Check read_strings(const msgpack::object& o, std::string_view key, std::vector<std::string>& out) {
@@ -297,6 +331,10 @@ const GenerateKey kGenerateKeys[] = {
      }},
     {"logit_bias",
      [](const msgpack::object& o, GenerateDraft& d) { return read_logit_bias(o, sampling(d).logit_bias); }},
+    {"response_format",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       return read_response_format(o, sampling(d).response_format);
+     }},
     {"pooling",
      [](const msgpack::object& o, GenerateDraft& d) -> Check {
        std::string name;

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/front_end/front_end.hpp"
+#include "model/grammar/response_grammar.hpp"
 #include "model/sampling/sampling_params.hpp"
 
 namespace mqlm::actors::openai {
@@ -365,6 +367,59 @@ Check read_chat_template_kwargs(const json& value, Draft&) {
   return std::nullopt;
 }
 
+// response_format: {"type": "text" | "json_object"}, or {"type": "json_schema", "json_schema":
+// {"name", "description", "schema", "strict"}}, whose schema finish_response_format takes.
+Check read_response_format(const json& v, Draft& d) {
+  if (!v.is_object()) return wrong_type("response_format", "an object", v);
+  const auto type = v.find("type");
+  const std::string kind = type != v.end() && type->is_string() ? type->get<std::string>() : "";
+  model::ResponseFormat& format = sampling(d).response_format;
+  if (kind == "text") return std::nullopt;
+  if (kind == "json_object") {
+    format.kind = static_cast<std::uint8_t>(model::ResponseKind::json_object);
+    return std::nullopt;
+  }
+  if (kind != "json_schema") {
+    return invalid_request(R"('response_format.type' must be "text", "json_object" or "json_schema")",
+                           "response_format.type");
+  }
+  const auto spec = v.find("json_schema");
+  if (spec == v.end() || !spec->is_object() || !spec->contains("schema")) {
+    return invalid_request("'response_format.json_schema' must be an object with a 'schema'",
+                           "response_format.json_schema", "missing_required_parameter");
+  }
+  if (auto strict = spec->find("strict"); strict != spec->end() && !strict->is_null()) {
+    if (auto failure = read_bool(*strict, "response_format.json_schema.strict", format.strict)) return failure;
+  }
+  format.kind = static_cast<std::uint8_t>(model::ResponseKind::json_schema);
+  return std::nullopt;
+}
+
+// The schema as the client wrote it, its keys in order (the body parsed again as ordered_json:
+// properties are generated in that order), and a 400 naming what the grammar compiler refuses.
+Check finish_response_format(std::string_view body, model::ResponseFormat& format) {
+  const char* param = "response_format.json_schema.schema";
+  if (format.kind == static_cast<std::uint8_t>(model::ResponseKind::json_schema)) {
+    const auto ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+    const nlohmann::ordered_json* schema = &ordered;
+    for (const char* key : {"response_format", "json_schema", "schema"}) {
+      if (!schema->is_object() || !schema->contains(key)) return invalid_request("the schema could not be read", param);
+      schema = &(*schema)[key];
+    }
+    format.schema = schema->dump();
+    if (format.schema.size() > model::kMaxSchemaBytes) {
+      return invalid_request(fmt::format("the schema is {} bytes of JSON: at most {} are accepted",
+                                         format.schema.size(), model::kMaxSchemaBytes), param);
+    }
+  }
+  if (!format.constrained()) return std::nullopt;
+  const auto grammar = model::grammar::response_grammar(format);
+  if (const auto* refused = std::get_if<model::grammar::SchemaError>(&grammar)) {
+    return invalid_request("response_format: " + refused->message, param, "invalid_schema");
+  }
+  return std::nullopt;
+}
+
 Check read_stream_options(const json& value, Draft& d) {
   if (value.is_null()) return std::nullopt;
   if (!value.is_object()) return wrong_type("stream_options", "an object", value);
@@ -374,6 +429,7 @@ Check read_stream_options(const json& value, Draft& d) {
 
 // The fields both endpoints take; then each endpoint's own.
 const Field kCommonFields[] = {
+    {"response_format", read_response_format},
     {"model", read_model},
     {"max_tokens", read_max_tokens},
     {"temperature", read_temperature},
@@ -454,11 +510,6 @@ const Field kChatFields[] = {
                              "'function_call' other than \"none\" is not supported here");
      }},
     {"parallel_tool_calls", ignore},
-    {"response_format",
-     [](const json& v, Draft&) {
-       bool text = v.is_object() && v.contains("type") && v["type"] == "text";
-       return require_absent(v, "response_format", text, "only the \"text\" response_format is supported here");
-     }},
     {"modalities",
      [](const json& v, Draft&) {
        bool text = v.is_array() && v.size() == 1 && v[0] == "text";
@@ -706,6 +757,7 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(Endpoint endp
     }
     if (auto failure = field->read(value, draft)) return *failure;
   }
+  if (auto failure = finish_response_format(body, draft.request.submit.sampling.response_format)) return *failure;
   if (auto failure = finish_draft(endpoint, draft, seed)) return *failure;
   return std::move(draft.request);
 }

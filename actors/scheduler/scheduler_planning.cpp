@@ -293,8 +293,9 @@ bool SchedulerPolicy::admit(Turn& ctx, Request& r, PlannedStep& step, std::uint3
     r.cached_tokens = std::min(reused + restored, r.prompt_tokens);
   }
   if (!r.executor_has_it) {
-    step.plan.starts.push_back({r.sequence, r.sampling, {r.history.begin(), r.history.begin() + r.prompt_tokens},
-                                static_cast<std::uint8_t>(r.pooling)});
+    SequenceStart& start = step.plan.starts.emplace_back(SequenceStart{
+        r.sequence, r.sampling, {r.history.begin(), r.history.begin() + r.prompt_tokens}, static_cast<std::uint8_t>(r.pooling), {}});
+    if (r.sampling.response_format.constrained()) start.end_tokens = m.stop_tokens;
     r.executor_has_it = true;
   }
   return true;

@@ -233,6 +233,11 @@ std::optional<std::pair<RequestError, std::string>> SchedulerPolicy::refusal(con
   if (auto error = model::validate(submit.sampling, limits)) {
     return std::pair{RequestError::invalid_request, error->field + ": " + error->message};
   }
+  if (submit.sampling.response_format.constrained() && m.stop_tokens.empty()) {
+    return std::pair{RequestError::invalid_request,
+                     fmt::format("response_format: model '{}' has no end-of-generation token to end the JSON with",
+                                 m.name)};
+  }
   return std::nullopt;
 }
 

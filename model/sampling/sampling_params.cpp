@@ -112,6 +112,28 @@ std::optional<SamplingParamsError> check_logit_bias(const SamplingParams& params
   return std::nullopt;
 }
 
+// The schema itself is the grammar compiler's to judge (model/grammar/response_grammar.hpp):
+// here only its presence, its size, and what cannot go with a constraint.
+std::optional<SamplingParamsError> check_response_format(const SamplingParams& params) {
+  const ResponseFormat& format = params.response_format;
+  if (format.kind > static_cast<std::uint8_t>(ResponseKind::json_schema))
+    return SamplingParamsError{"response_format", "response_format kind " + std::to_string(format.kind) +
+                                                      " is not 0 (text), 1 (json_object) or 2 (json_schema)"};
+  const bool schema = format.kind == static_cast<std::uint8_t>(ResponseKind::json_schema);
+  if (schema && format.schema.empty())
+    return SamplingParamsError{"response_format", "a json_schema response_format needs its schema"};
+  if (!schema && !format.schema.empty())
+    return SamplingParamsError{"response_format", "a schema goes only with the json_schema response_format"};
+  if (format.schema.size() > kMaxSchemaBytes)
+    return SamplingParamsError{"response_format", "the schema is " + std::to_string(format.schema.size()) +
+                                                      " bytes of JSON: at most " + std::to_string(kMaxSchemaBytes) +
+                                                      " are accepted"};
+  if (format.constrained() && params.ignore_eos)
+    return SamplingParamsError{"ignore_eos", "ignore_eos cannot go with a json response_format: the text ends "
+                                             "with the model's end token once the JSON is complete"};
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<SamplingParamsError> validate(const SamplingParams& params,
@@ -151,12 +173,14 @@ std::optional<SamplingParamsError> validate(const SamplingParams& params,
     return error("top_logprobs", params.top_logprobs,
                  "it needs logprobs = true; set logprobs or leave top_logprobs at 0");
   if (auto e = check_stops(params, limits)) return e;
+  if (auto e = check_response_format(params)) return e;
   return check_logit_bias(params, limits);
 }
 
 bool plain_greedy(const SamplingParams& p) {
   return p.temperature == 0.0f && !p.logprobs && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
-         (p.repetition_penalty == 1.0f || p.repetition_last_n == 0) && p.logit_bias.empty();
+         (p.repetition_penalty == 1.0f || p.repetition_last_n == 0) && p.logit_bias.empty() &&
+         !p.response_format.constrained();
 }
 
 }  // namespace mqlm::model

@@ -20,6 +20,20 @@ struct TokenBias {
   bool operator==(const TokenBias&) const = default;
 };
 
+// What the generated text must be (OpenAI's response_format), enforced by constraining each
+// draw to the tokens a grammar allows (model/grammar): any text, any JSON object, or JSON that
+// validates against a schema.
+enum class ResponseKind : std::uint8_t { text = 0, json_object = 1, json_schema = 2 };
+
+struct ResponseFormat {
+  std::uint8_t kind = 0;  // ResponseKind
+  std::string schema;     // json_schema: the schema as JSON text (its keys in the client's order)
+  bool strict = false;    // json_schema: OpenAI's strict (additionalProperties true refused)
+  MSGPACK_DEFINE(kind, schema, strict);
+  bool constrained() const { return kind != static_cast<std::uint8_t>(ResponseKind::text); }
+  bool operator==(const ResponseFormat&) const = default;
+};
+
 struct SamplingParams {
   float temperature = 1.0f;          // 0: greedy (argmax, ties to the lowest id); up to 100
   std::int32_t top_k = 0;            // keep the k most likely; 0: off
@@ -37,11 +51,12 @@ struct SamplingParams {
   std::int32_t top_logprobs = 0;     // and this many alternatives', 0..20 (needs logprobs)
   std::vector<TokenBias> logit_bias; // distinct tokens, at most 1024
   bool ignore_eos = false;           // the model's end-of-generation tokens do not stop it (stop_token_ids do)
+  ResponseFormat response_format;    // text unless asked: no constraint
   // The wire form (the serving messages carry it): a positional array of the fields above. New
   // fields go last, so that arrays written before them (recorded traces) still read.
   MSGPACK_DEFINE(temperature, top_k, top_p, min_p, repetition_penalty, repetition_last_n, presence_penalty,
                  frequency_penalty, seed, max_tokens, stop, stop_token_ids, logprobs, top_logprobs, logit_bias,
-                 ignore_eos);
+                 ignore_eos, response_format);
 };
 
 // What validation measures against; the engine knows the model and the room left in the context.
@@ -60,6 +75,7 @@ inline constexpr std::size_t kMaxStopStringBytes = 256;
 inline constexpr std::size_t kMaxStopTokenIds = 64;
 inline constexpr std::size_t kMaxLogitBiasEntries = 1024;
 inline constexpr float kMaxLogitBias = 100.0f;  // OpenAI's range, both signs
+inline constexpr std::size_t kMaxSchemaBytes = 64 * 1024;  // response_format's schema as JSON text
 
 struct SamplingParamsError {
   std::string field;    // "temperature", "stop[2]", "logit_bias[\"123\"]", ...

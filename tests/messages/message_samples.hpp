@@ -59,6 +59,8 @@ inline model::SamplingParams sample_sampling() {
   p.stop_token_ids = {2, 128009};
   p.logprobs = true;
   p.top_logprobs = 5;
+  p.response_format = {static_cast<std::uint8_t>(model::ResponseKind::json_schema),
+                       R"({"type":"object","properties":{"b":{"type":"string"},"a":{"enum":[1,2]}}})", true};
   return p;
 }
 inline TokenLogprobs sample_logprobs() { return {128000, -0.25f, {128000, 13, 7}, {-0.25f, -1.5f, -3.0f}}; }
@@ -88,7 +90,7 @@ inline StatusReport sample(std::type_identity<StatusReport>) {
           8000, 1600, 21, {{"tiny", {12, 3, 2, 340, 560}}}, 777};
 }
 inline StepPlan sample(std::type_identity<StepPlan>) {
-  return {7, "tiny", {{42, sample_sampling(), {1, 2, 3}, 1}}, {{42, 16, {5, 6}, {3, 9}, true}}, {41, 40}, true,
+  return {7, "tiny", {{42, sample_sampling(), {1, 2, 3}, 1, {2, 128009}}}, {{42, 16, {5, 6}, {3, 9}, true}}, {41, 40}, true,
           {{11, sample_page_id()}}, {12, 13}, 0xABCD'EF01'2345'6789ULL};
 }
 inline StepResult sample(std::type_identity<StepResult>) {

@@ -5,6 +5,7 @@
 // Greedy tokens are checked against GpuModel::forward_argmax driven directly with the same
 // batches (the same kernels on the same inputs: the same bits), so they must match exactly.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -24,6 +25,8 @@
 #include "gpu/kernel_library.hpp"
 #include "model/gguf/gguf_file.hpp"
 #include "model/gguf/synthetic_model.hpp"
+#include "model/gguf/vocabulary_metadata.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "model/llama/gguf_model.hpp"
 #include "model/llama/gpu_model.hpp"
 #include "tests/gpu/gpu_fixture.hpp"
@@ -215,7 +218,7 @@ StepPlan prefill(Rig& rig, const Sequence& s, const std::string& model) {
   StepPlan plan;
   plan.step = rig.next_step();
   plan.model = model;
-  plan.starts.push_back({s.id, greedy(), s.prompt});
+  plan.starts.push_back({s.id, greedy(), s.prompt, 0, {}});
   plan.sequences.push_back({s.id, 0, s.prompt, table_for(s, s.prompt.size()), true});
   return plan;
 }
@@ -256,7 +259,7 @@ std::vector<std::vector<OutputToken>> generate(Rig& rig, const std::vector<Seque
     for (const Sequence& s : seqs) {
       const auto prompt_size = static_cast<std::uint32_t>(s.prompt.size());
       if (k == 0) {
-        plan.starts.push_back({s.id, params[&s - seqs.data()], s.prompt});
+        plan.starts.push_back({s.id, params[&s - seqs.data()], s.prompt, 0, {}});
         plan.sequences.push_back({s.id, 0, s.prompt, table_for(s, prompt_size), true});
       } else {
         const std::uint32_t position = prompt_size + static_cast<std::uint32_t>(k) - 1;
@@ -420,7 +423,7 @@ TEST(ExecutorTest, FollowersTakeTheTokenTheirSequencesLastStepSampled) {
   const auto second_size = static_cast<std::uint32_t>(kSecond.prompt.size());
   StepPlan quiet;
   quiet.step = rig.next_step();
-  quiet.starts.push_back({kSecond.id, greedy(), kSecond.prompt});
+  quiet.starts.push_back({kSecond.id, greedy(), kSecond.prompt, 0, {}});
   quiet.sequences.push_back({kSecond.id, 0, kSecond.prompt, table_for(kSecond, second_size), false});
   EXPECT_EQ(rig.step(quiet).error, 0u);
   StepPlan both;
@@ -507,6 +510,59 @@ TEST(ExecutorTest, SeededSamplingRepeatsAndReportsLogprobs) {
   params.seed = 99;
   again.id = 6;
   EXPECT_NE(tokens_of(generate(rig, {again}, params, 10)[0]), tokens_of(first));
+}
+
+// A sequence that a response_format constrains draws only what its grammar allows and, once the
+// JSON is complete, the end token; its steps, sent one ahead as a scheduler sends followers, are
+// never chained behind the step in flight (the mask needs that step's token on the host).
+TEST(ExecutorTest, AConstrainedSequenceWritesItsSchemasJsonAndThenTheEndToken) {
+  Rig rig;
+  auto opened = model::gguf::GgufFile::open(model_path());
+  auto vocabulary = model::gguf::read_vocabulary(std::get<model::gguf::GgufFile>(opened));
+  const auto tokenizer = std::get<model::Tokenizer>(model::Tokenizer::create(std::get<model::Vocabulary>(vocabulary)));
+  const std::int32_t end = tokenizer.eos();
+  const std::string schema = R"({"type":"object","properties":{"ok":{"type":"boolean"},"n":{"enum":[1,2,3]},)"
+                             R"("tag":{"type":"string","maxLength":6}},"required":["ok","n","tag"]})";
+  for (std::uint64_t seed : {1, 2, 3}) {
+    model::SamplingParams params;
+    params.seed = seed;
+    params.temperature = seed == 1 ? 0.0f : 1.0f;
+    params.response_format = {static_cast<std::uint8_t>(model::ResponseKind::json_schema), schema, true};
+    Sequence s{10 + seed, {3, 1, 4, 1, 5, 9}, std::vector<std::uint32_t>(48)};  // 192 positions on pages 16..63
+    std::iota(s.pages.begin(), s.pages.end(), 16u);
+    StepPlan first = prefill(rig, s, "");
+    first.starts[0].sampling = params;
+    first.starts[0].end_tokens = {end};
+    rig.send(first);
+    std::vector<std::int32_t> tokens;
+    auto position = static_cast<std::uint32_t>(s.prompt.size());
+    for (; position + 1 < s.pages.size() * kPageSize; ++position) {
+      StepPlan decode;  // sent before the answer of the step it follows is read
+      decode.step = rig.next_step();
+      decode.sequences.push_back(follower(s, position));
+      rig.send(decode);
+      const StepResult result = rig.next_result();
+      ASSERT_EQ(result.error, 0) << result.message;
+      tokens.push_back(result.tokens.at(0).token);
+      if (tokens.back() == end) break;
+    }
+    ASSERT_EQ(rig.next_result().tokens.at(0).token, end);  // the step sent ahead: the end token again
+    ASSERT_EQ(tokens.back(), end) << "no end token within " << tokens.size() << " tokens";
+    tokens.pop_back();
+    const std::string text = tokenizer.decode(tokens, {.sequence_start = false});
+    const auto value = nlohmann::json::parse(text, nullptr, false);
+    ASSERT_TRUE(value.is_object()) << text;
+    EXPECT_TRUE(value.at("ok").is_boolean()) << text;
+    EXPECT_TRUE(value.at("n") == 1 || value.at("n") == 2 || value.at("n") == 3) << text;
+    const std::string tag = value.at("tag").get<std::string>();
+    EXPECT_LE(std::count_if(tag.begin(), tag.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }),
+              6) << text;  // characters, not bytes
+    StepPlan release;
+    release.step = rig.next_step();
+    release.released = {s.id};
+    EXPECT_EQ(rig.step(release).slots, 0u);
+  }
+  EXPECT_EQ(rig.query(false).steps_chained, 0u);
 }
 
 // A request's tokens depend on its seed, logits and history only (counter-based random numbers on
@@ -739,7 +795,7 @@ TEST(ExecutorTest, BadPlansAreAnsweredWithAnInternalErrorAndServingGoesOn) {
   auto plan_with = [&](PlanSequence s, model::SamplingParams params = greedy()) {
     StepPlan plan;
     plan.step = rig.next_step();
-    plan.starts.push_back({s.sequence, params, {}});
+    plan.starts.push_back({s.sequence, params, {}, 0, {}});
     plan.sequences.push_back(std::move(s));
     return plan;
   };

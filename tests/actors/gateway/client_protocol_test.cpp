@@ -129,6 +129,34 @@ TEST(ClientProtocolTest, PoolingMakesAnEmbeddingRequest) {
   EXPECT_EQ(read(encode_final_event(ClientId{std::int64_t{1}}, event, {}, false))["embedding"], (json{0.5, -0.25}));
 }
 
+TEST(ClientProtocolTest, ResponseFormatCarriesTheSchemaTextAsWritten) {
+  const std::string schema = R"({"type":"object","properties":{"z":{"type":"string"},"a":{"enum":[1,2]}}})";
+  auto parsed = parse({{"op", "generate"}, {"id", 1}, {"prompt", "hi"},
+                       {"response_format", {{"type", "json_schema"}, {"schema", schema}, {"strict", true}}}});
+  auto* request = std::get_if<GenerateRequest>(&parsed);
+  ASSERT_NE(request, nullptr) << std::get<RequestProblem>(parsed).message;
+  const model::ResponseFormat& format = request->submit.sampling.response_format;
+  EXPECT_EQ(format.kind, static_cast<std::uint8_t>(model::ResponseKind::json_schema));
+  EXPECT_EQ(format.schema, schema);  // text: the properties keep the client's order
+  EXPECT_TRUE(format.strict);
+  auto object = parse({{"op", "generate"}, {"id", 1}, {"prompt", "hi"}, {"response_format", {{"type", "json_object"}}}});
+  ASSERT_TRUE(std::holds_alternative<GenerateRequest>(object));
+  EXPECT_EQ(std::get<GenerateRequest>(object).submit.sampling.response_format.kind,
+            static_cast<std::uint8_t>(model::ResponseKind::json_object));
+  const std::vector<std::pair<json, std::string>> refusals = {
+      {{{"type", "json_schema"}, {"schema", R"({"type":"string","pattern":"a"})"}}, "the keyword 'pattern' is not supported"},
+      {{{"type", "json_schema"}, {"schema", "{not json"}}, "the schema is not valid JSON"},
+      {{{"type", "json_schema"}}, "needs its schema"},
+      {{{"type", "yaml"}}, "response_format.type must be"},
+      {{{"type", "json_object"}, {"schema", 5}}, "'response_format.schema' must be a string"},
+  };
+  for (const auto& [format_json, says] : refusals) {
+    auto bad = parse({{"op", "generate"}, {"id", 1}, {"prompt", "hi"}, {"response_format", format_json}});
+    ASSERT_TRUE(std::holds_alternative<RequestProblem>(bad)) << format_json.dump();
+    EXPECT_NE(std::get<RequestProblem>(bad).message.find(says), std::string::npos) << std::get<RequestProblem>(bad).message;
+  }
+}
+
 TEST(ClientProtocolTest, MessagesBecomeAChat) {
   auto parsed = parse({{"op", "generate"},
                        {"id", 1},

@@ -67,7 +67,7 @@ std::string render_plan(const StepPlan& plan) {
     line += fmt::format(" {}@{}+{}{}{}", s.sequence, s.position, s.tokens.size(), s.output ? "o" : "",
                         s.follows ? "f" : "");
   }
-  for (const auto& s : plan.starts) line += fmt::format(" start:{}", s.sequence);
+  for (const auto& s : plan.starts) line += fmt::format(" start:{}{}", s.sequence, s.end_tokens.empty() ? "" : "+ends");
   for (auto s : plan.released) line += fmt::format(" release:{}", s);
   if (!plan.restore.empty()) line += fmt::format(" restore:{}", plan.restore.size());
   if (!plan.spill.empty()) line += fmt::format(" spill:{}", plan.spill.size());
@@ -198,6 +198,7 @@ struct Options {
   std::string model = {};
   std::string from = "gateway";
   model::Pooling pooling = model::Pooling::none;
+  bool json = false;  // response_format json_object
 };
 
 // A greedy request with a prompt of `length` token ids.
@@ -212,6 +213,7 @@ Input submit(std::uint64_t id, std::uint32_t length, Options o = {}) {
     s.sampling.stop_token_ids = o.stop_tokens;
     s.sampling.stop = o.stop_strings;
     s.pooling = static_cast<std::uint8_t>(o.pooling);
+    if (o.json) s.sampling.response_format.kind = static_cast<std::uint8_t>(model::ResponseKind::json_object);
     h.hand(o.from, std::move(s), id);
   };
 }
@@ -468,6 +470,12 @@ std::vector<Case> planning_cases() {
   auto no_overlap = [](SchedulerConfig& c) { c.overlap = false; };
   auto with_enforcer = [](SchedulerConfig& c) { c.enforcer = "enforcer"; };
   return {
+      // A constrained response_format's start carries the model's end tokens (the grammar
+      // allows them once the JSON is complete); an unconstrained one's carries none.
+      {"a_json_request_starts_with_the_models_end_tokens",
+       {ready(), submit(1, 6, {.json = true}), submit(2, 6), run_to_end(), pages_free()},
+       {"start:1+ends"},
+       {"start:2+ends"}},
       // The executor loads its models at its start, but its report may come after the first
       // request: that request waits for it, and no load is asked of anyone.
       {"a_request_before_the_executors_first_report_waits_for_it",
