@@ -1,5 +1,6 @@
 // The filters and tests of jinja2 that chat templates use, tojson as transformers defines it.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <unordered_map>
 
@@ -22,7 +23,10 @@ Value attribute_path(Interpreter& in, Value item, const Value& path) {
   if (!path.is_string()) return get_item(in, item, path);
   for (const std::string& part : python_split(path.as_string(), std::string("."), -1, false)) {
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    item = get_item(in, item, digits ? Value(static_cast<std::int64_t>(std::stoll(part))) : Value(part));
+    // Digits are an index (jinja2 makes them an int); one past 64 bits indexes nothing, as a key.
+    std::int64_t index = 0;
+    bool fits = digits && std::from_chars(part.data(), part.data() + part.size(), index).ec == std::errc();
+    item = get_item(in, item, fits ? Value(index) : Value(part));
   }
   return item;
 }

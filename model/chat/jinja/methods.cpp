@@ -1,4 +1,5 @@
 // The methods of strings, dicts and lists that templates call, and the global functions.
+#include <charconv>
 #include <ctime>
 
 #include "model/chat/jinja/builtins.hpp"
@@ -67,7 +68,12 @@ std::string python_format(Interpreter& in, const std::string& text, CallArgs& ar
     if (field.find_first_of(":!.[") != std::string::npos) in.fail("format specs in str.format are not supported");
     const Value* value = nullptr;
     if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
-      std::size_t index = field.empty() ? next_auto++ : std::stoul(field);
+      std::size_t index = next_auto;
+      if (field.empty()) {
+        ++next_auto;
+      } else if (std::from_chars(field.data(), field.data() + field.size(), index).ec != std::errc()) {
+        in.fail("Replacement index " + field + " out of range");
+      }
       if (index >= args.positional.size()) in.fail("Replacement index " + std::to_string(index) + " out of range");
       value = &args.positional[index];
     } else {

@@ -1,6 +1,7 @@
 #include "model/chat/jinja/parser.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
 #include <stdexcept>
 
@@ -491,7 +492,8 @@ ExprPtr Parser::parse_primary() {
       fail("the integer " + token.text + " does not fit in 64 bits");
     }
   }
-  if (token.kind == TokenKind::floating) return constant(Value(std::stod(token.text)));
+  // strtod, not stod: past the double's range Python gives inf (or 0), stod throws.
+  if (token.kind == TokenKind::floating) return constant(Value(std::strtod(token.text.c_str(), nullptr)));
   if (skip_op("(")) {
     ExprPtr expr = parse_tuple(true, true);
     expect_op(")");
@@ -531,7 +533,11 @@ ExprPtr Parser::parse_postfix(ExprPtr expr) {
       if (current().kind == TokenKind::integer) {
         auto item = node(ExprKind::item);
         auto index = node(ExprKind::constant);
-        index->value = Value(static_cast<std::int64_t>(std::stoll(current().text)));
+        try {
+          index->value = Value(static_cast<std::int64_t>(std::stoll(current().text)));
+        } catch (const std::out_of_range&) {
+          fail("the integer " + current().text + " does not fit in 64 bits");
+        }
         next();
         item->children.push_back(std::move(expr));
         item->children.push_back(std::move(index));

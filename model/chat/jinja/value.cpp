@@ -202,9 +202,9 @@ Value::Value(Array a, Sequence kind) {
   v_ = std::move(array);
 }
 
-std::int64_t Value::as_int() const { return is_bool() ? std::int64_t{as_bool()} : std::get<std::int64_t>(v_); }
+std::int64_t Value::as_int() const { return is_bool() ? std::int64_t{as_bool()} : held<std::int64_t>("an int"); }
 
-double Value::as_double() const { return is_float() ? std::get<double>(v_) : static_cast<double>(as_int()); }
+double Value::as_double() const { return is_float() ? held<double>("a float") : static_cast<double>(as_int()); }
 
 std::uint32_t Value::depth() const {
   if (is_array()) return std::get<ArrayValue>(v_).depth;

@@ -112,20 +112,22 @@ class Value {
   bool is_array() const { return std::holds_alternative<ArrayValue>(v_); }
   bool is_tuple() const { return is_array() && std::get<ArrayValue>(v_).kind == Sequence::tuple; }
   bool is_generator() const { return is_array() && std::get<ArrayValue>(v_).kind == Sequence::generator; }
-  Sequence sequence_kind() const { return std::get<ArrayValue>(v_).kind; }
+  Sequence sequence_kind() const { return held<ArrayValue>("a list").kind; }
   bool is_object() const { return std::holds_alternative<std::shared_ptr<const Object>>(v_); }
   bool is_namespace() const { return std::holds_alternative<std::shared_ptr<Object>>(v_); }
   bool is_callable() const { return std::holds_alternative<std::shared_ptr<const Callable>>(v_); }
 
-  bool as_bool() const { return std::get<bool>(v_); }
+  // A value of another type is a TemplateFailure naming both (Python's TypeError), never an
+  // exception from std::variant: templates come from model files (jinja.fuzz: tojson(indent=x)).
+  bool as_bool() const { return held<bool>("a bool"); }
   std::int64_t as_int() const;   // int or bool
   double as_double() const;      // int, bool or float
-  const std::string& as_string() const { return is_markup() ? std::get<Markup>(v_).text : std::get<std::string>(v_); }
-  const Array& as_array() const { return *std::get<ArrayValue>(v_).items; }
-  const Object& as_object() const { return *std::get<std::shared_ptr<const Object>>(v_); }
-  Object& as_namespace() const { return *std::get<std::shared_ptr<Object>>(v_); }
-  const Callable& as_callable() const { return *std::get<std::shared_ptr<const Callable>>(v_); }
-  const Undefined& as_undefined() const { return std::get<Undefined>(v_); }
+  const std::string& as_string() const { return is_markup() ? std::get<Markup>(v_).text : held<std::string>("a str"); }
+  const Array& as_array() const { return *held<ArrayValue>("a list").items; }
+  const Object& as_object() const { return *held<std::shared_ptr<const Object>>("a dict"); }
+  Object& as_namespace() const { return *held<std::shared_ptr<Object>>("a namespace"); }
+  const Callable& as_callable() const { return *held<std::shared_ptr<const Callable>>("a callable"); }
+  const Undefined& as_undefined() const { return held<Undefined>("undefined"); }
 
   bool truthy() const;
   std::uint32_t depth() const;   // 0 for a scalar
@@ -134,6 +136,11 @@ class Value {
 
  private:
   explicit Value(Storage v) : v_(std::move(v)) {}
+  template <class T>
+  const T& held(const char* wanted) const {
+    if (const T* v = std::get_if<T>(&v_)) return *v;
+    throw TemplateFailure(std::string("expected ") + wanted + ", got a value of type '" + type_name() + "'");
+  }
   Storage v_;
 };
 

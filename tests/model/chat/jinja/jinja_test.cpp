@@ -172,6 +172,17 @@ std::string error_of(const std::string& source, const RenderOptions& options = {
   return {};
 }
 
+// Numbers past what the interpreter holds are errors or what Python makes of them, never an
+// exception out of the library (jinja.fuzz found `loop.4444...` escaping as std::out_of_range).
+TEST(Jinja, HugeNumbersInTheSourceAreErrorsNotCrashes) {
+  check({{"{{ loop.44444444444444444444444444444 }}", "{}", "does not fit in 64 bits", true},
+         {"{{ 99999999999999999999999 }}", "{}", "does not fit in 64 bits", true},
+         {"{{ '{99999999999999999999999}'.format(1) }}", "{}", "out of range", true},
+         {"{{ [{'a': 1}] | map(attribute='99999999999999999999999') | list | length }}", "{}", "1"},
+         {"{{ 1e999 > 1e308 }}", "{}", "True"},
+         {"{{ [1] | tojson(indent=nothing) }}", "{}", "expected an int", true}});
+}
+
 TEST(JinjaLimits, EndlessLoopsRunOutOfSteps) {
   RenderOptions options;
   options.limits.max_steps = 100'000;
