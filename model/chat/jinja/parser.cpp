@@ -1,6 +1,7 @@
 #include "model/chat/jinja/parser.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <initializer_list>
 #include <stdexcept>
@@ -60,6 +61,15 @@ class Parser {
   }
   void expect_op(std::string_view text) {
     if (!skip_op(text)) fail("expected '" + std::string(text) + "', found " + describe(current()));
+  }
+  // An integer token's value (a literal, or an item index written as an attribute: x.0).
+  Value integer_value(const Token& token) const {
+    std::int64_t value = 0;
+    const char* end = token.text.data() + token.text.size();
+    if (std::from_chars(token.text.data(), end, value).ec != std::errc()) {
+      fail("the integer " + token.text + " does not fit in 64 bits");
+    }
+    return Value(value);
   }
   std::string expect_name() {
     if (current().kind != TokenKind::name) fail("expected a name, found " + describe(current()));
@@ -486,11 +496,7 @@ ExprPtr Parser::parse_primary() {
     return expr;
   }
   if (token.kind == TokenKind::integer) {
-    try {
-      return constant(Value(static_cast<std::int64_t>(std::stoll(token.text))));
-    } catch (const std::out_of_range&) {
-      fail("the integer " + token.text + " does not fit in 64 bits");
-    }
+    return constant(integer_value(token));
   }
   // strtod, not stod: past the double's range Python gives inf (or 0), stod throws.
   if (token.kind == TokenKind::floating) return constant(Value(std::strtod(token.text.c_str(), nullptr)));
@@ -533,11 +539,7 @@ ExprPtr Parser::parse_postfix(ExprPtr expr) {
       if (current().kind == TokenKind::integer) {
         auto item = node(ExprKind::item);
         auto index = node(ExprKind::constant);
-        try {
-          index->value = Value(static_cast<std::int64_t>(std::stoll(current().text)));
-        } catch (const std::out_of_range&) {
-          fail("the integer " + current().text + " does not fit in 64 bits");
-        }
+        index->value = integer_value(current());
         next();
         item->children.push_back(std::move(expr));
         item->children.push_back(std::move(index));
