@@ -25,11 +25,31 @@ namespace mqlm::messages {
 
 // ---- front end <-> scheduler --------------------------------------------------------------
 
+// A function call an assistant turn made (OpenAI's tool_calls[i]): arguments is JSON text, an
+// object, as the model wrote it (and as the client sends it back).
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;
+  MSGPACK_DEFINE(id, name, arguments);
+};
+
+// One message of a chat. A content that is null (an assistant turn with only tool calls) has
+// has_content false. A tool turn names the call it answers (tool_call_id) and may name the
+// function (name).
 struct ChatTurn {
   std::string role;
   std::string content;
-  MSGPACK_DEFINE(role, content);
+  std::vector<ToolCall> tool_calls{};
+  std::string tool_call_id{};
+  std::string name{};
+  bool has_content = true;
+  MSGPACK_DEFINE(role, content, tool_calls, tool_call_id, name, has_content);
 };
+
+// OpenAI's tool_choice: auto (the model may call tools), none (it may not: its text is all
+// content), required (it calls at least one), function (it calls the one named).
+enum class ToolChoice : std::uint8_t { automatic = 0, none = 1, required = 2, function = 3 };
 
 enum class PromptKind : std::uint8_t {
   text = 1,    // tokenized by the scheduler, with the model's BOS when it wants one
@@ -49,7 +69,16 @@ struct Submit {
   std::vector<ChatTurn> chat;
   model::SamplingParams sampling;
   std::uint8_t pooling = 0;  // model::Pooling: none generates
-  MSGPACK_DEFINE(model, prompt_kind, text, tokens, chat, sampling, pooling);
+  // Chat only. tools: the request's tools as JSON text (an array of {"type": "function",
+  // "function": {name, description, parameters}}), "" for none; the template sees them, and
+  // the output is read for calls to them (TokenEvent::tool_calls) unless tool_choice is none.
+  std::string tools{};
+  std::uint8_t tool_choice = 0;      // ToolChoice
+  std::string tool_choice_name{};    // ToolChoice::function: the function's name
+  bool parallel_tool_calls = true;   // false: at most one call
+  std::string chat_template_kwargs{};  // JSON text, an object: more variables for the template; "" none
+  MSGPACK_DEFINE(model, prompt_kind, text, tokens, chat, sampling, pooling, tools, tool_choice, tool_choice_name,
+                 parallel_tool_calls, chat_template_kwargs);
 };
 
 enum class AbortReason : std::uint8_t {
@@ -78,16 +107,33 @@ struct TokenLogprobs {
   MSGPACK_DEFINE(token, logprob, top_tokens, top_logprobs, text, top_texts);
 };
 
+// A piece of a tool call as the output reveals it (OpenAI's streamed tool_calls[i]): the first
+// piece of call `index` (0, 1, ... in the order the model makes them) has its id and name, and
+// every piece a further part of its arguments' JSON text; the pieces of one call, joined, are
+// the whole call.
+struct ToolCallDelta {
+  std::uint32_t index = 0;
+  std::string id;
+  std::string name;
+  std::string arguments;
+  MSGPACK_DEFINE(index, id, name, arguments);
+};
+
 // New output of a request: the tokens sampled since the last event and the text they make
 // (whole UTF-8 characters; text that may begin a stop string is held back until it cannot).
+// For a chat whose template reasons (<think> ... </think>) or that has tools, the text is split:
+// text holds the answer's content only, reasoning the thinking, tool_calls the calls made.
 struct TokenEvent {
   std::vector<std::int32_t> tokens;
   std::string text;
   std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for logprobs
-  MSGPACK_DEFINE(tokens, text, logprobs);
+  std::string reasoning{};
+  std::vector<ToolCallDelta> tool_calls{};
+  MSGPACK_DEFINE(tokens, text, logprobs, reasoning, tool_calls);
 };
 
-enum class FinishReason : std::uint8_t { stop = 1, length = 2, abort = 3, error = 4 };
+// tool_calls: the model ended its turn having called tools (OpenAI's finish_reason "tool_calls").
+enum class FinishReason : std::uint8_t { stop = 1, length = 2, abort = 3, error = 4, tool_calls = 5 };
 
 // Why a request failed (FinishReason::error), for clients to act on.
 enum class RequestError : std::uint16_t {
@@ -121,8 +167,10 @@ struct FinalEvent {
   std::int64_t ttft_ns = 0;         // submit to first token (0: none)
   std::int64_t total_ns = 0;        // submit to end
   std::vector<float> embedding{};   // an embedding request's vector (L2-normalised), when it finished
+  std::string reasoning{};          // reasoning held back until the end (TokenEvent::reasoning)
+  std::vector<ToolCallDelta> tool_calls{};  // tool call pieces held back until the end
   MSGPACK_DEFINE(finish, error, message, text, stop, prompt_tokens, completion_tokens, cached_tokens, queue_ns,
-                 ttft_ns, total_ns, embedding);
+                 ttft_ns, total_ns, embedding, reasoning, tool_calls);
 };
 
 // The buffer pool's statistics (gpu::PoolStats on the wire).

@@ -69,15 +69,26 @@ inline PoolStatsWire sample_pool() {
 }
 inline Submit sample(std::type_identity<Submit>) {
   return {"llama3-8b", static_cast<std::uint8_t>(PromptKind::chat), "Hello \xe4\xb8\x96", {1, 2, 3},
-          {{"system", "be brief"}, {"user", "hi"}}, sample_sampling(), 2};
+          {{"system", "be brief"},
+           {"user", "hi"},
+           {"assistant", "", {{"call_7", "get_weather", R"({"city":"Oslo"})"}}, "", "", false},
+           {"tool", "{\"c\":4}", {}, "call_7", "get_weather", true}},
+          sample_sampling(),
+          2,
+          R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])",
+          static_cast<std::uint8_t>(ToolChoice::function),
+          "get_weather",
+          false,
+          R"({"enable_thinking":false})"};
 }
 inline Abort sample(std::type_identity<Abort>) { return {static_cast<std::uint8_t>(AbortReason::client_gone)}; }
 inline TokenEvent sample(std::type_identity<TokenEvent>) {
-  return {{128000, 13}, "caf\xc3\xa9", {sample_logprobs(), sample_logprobs()}};
+  return {{128000, 13}, "caf\xc3\xa9", {sample_logprobs(), sample_logprobs()}, "hmm", {{1, "call_2", "f", "{\"a\":"}}};
 }
 inline FinalEvent sample(std::type_identity<FinalEvent>) {
   return {static_cast<std::uint8_t>(FinishReason::error), static_cast<std::uint16_t>(RequestError::gpu),
-          "device lost", "held", "\n\n", 602, 128, 592, 1'000, 20'000'000, 900'000'000, {0.6f, -0.8f}};
+          "device lost", "held", "\n\n", 602, 128, 592, 1'000, 20'000'000, 900'000'000, {0.6f, -0.8f}, "so",
+          {{0, "", "", "1}"}}};
 }
 inline StatusQuery sample(std::type_identity<StatusQuery>) { return {true}; }
 inline KvPageId sample_page_id() { return {0xFEDC'BA98'7654'3210ULL, 0x0123'4567'89AB'CDEFULL, {1, 2, 3, 4}}; }
