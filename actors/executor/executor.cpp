@@ -258,7 +258,7 @@ class Executor final : public Actor {
                    std::uint64_t new_blocks) const;
   void warm_up(const LoadedModel& loaded);
   model::StepBatch step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending);
-  bool constrained(const StepPlan& plan) const;
+  void send_held_masks(const Step& before, Step& step);
   const std::shared_ptr<const model::grammar::TokenTrie>& token_trie(LoadedModel& loaded) const;
   void take_outputs(const StepPlan& plan, std::span<const model::SampledToken> chosen, StepResult& result);
   void fail_step(const StepPlan& plan, StepResult& result, RequestError error, std::string message);
@@ -607,15 +607,15 @@ Step& Executor::open_step(const messages::Envelope& to, const StepPlan& plan) {
 }
 
 // The model a plan goes to the GPU on behind the step in flight, its tokens taken there from that
-// step's argmax: a plan that may be sent ahead (ahead_model) whose sequences all follow the step
-// in flight's, one each in its order, on its model, none of them constrained (a grammar's mask
-// needs the token before it on the host). Null for any other plan.
+// step's choices: a plan that may be sent ahead (ahead_model) whose sequences all follow the step
+// in flight's, one each in its order, on its model. Null for any other plan. A plan with
+// constrained sequences goes too, holding back its output part: a grammar's mask needs the token
+// before it on the host, and is sent when that step is answered (send_held_masks).
 LoadedModel* Executor::chain_model(const StepPlan& plan) {
   if (steps_.empty() || !steps_.back().pending) return nullptr;
   const Step& before = steps_.back();
   LoadedModel* loaded = ahead_model(plan);
-  if (loaded == nullptr || loaded->id != before.model_id || plan.sequences.size() != before.plan.sequences.size() ||
-      constrained(plan)) {
+  if (loaded == nullptr || loaded->id != before.model_id || plan.sequences.size() != before.plan.sequences.size()) {
     return nullptr;
   }
   for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
@@ -813,8 +813,10 @@ void Executor::finish_oldest(Context& ctx) {
     } catch (const std::exception& e) {
       // The sampler refuses logits with nothing finite in them: the model's bug, not the request's.
       fail_step(step.plan, step.result, RequestError::internal, std::string("sampling failed: ") + e.what());
+      step.failure = StepFailure{RequestError::internal, std::string("sampling failed: ") + e.what()};
     }
   }
+  if (steps_.size() > 1) send_held_masks(step, steps_[1]);
   send_result(ctx, step);
   steps_.pop_front();
 }
@@ -1083,13 +1085,21 @@ model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& l
   for (model::StepToken& token : batch.tokens) token.output = token.output && samples(plan.sequences[token.sequence]);
   if (all_plain_greedy(plan, loaded)) return batch;
   model::StepSampling& sampling = batch.sampling.emplace();
+  // Following a step in flight, a constrained row's mask waits for that step's token: its words
+  // are sent later (masks_later, send_held_masks), zeros until then.
+  const std::vector<std::uint32_t> mask_to_come(follows_pending ? (loaded.n_vocab + 31) / 32 : 0, 0);
   std::uint32_t row = 0;
   for (const PlanSequence& seq : plan.sequences) {
     if (!samples(seq)) continue;
     SequenceState& state = sequences_.at(seq.sequence);
     // A constrained row's mask: the tokens its grammar allows after every token accepted so far.
-    const std::span<const std::uint32_t> allowed =
-        state.constraint ? state.constraint->allowed() : std::span<const std::uint32_t>{};
+    std::span<const std::uint32_t> allowed;
+    if (state.constraint && follows_pending) {
+      allowed = mask_to_come;
+      sampling.masks_later = true;
+    } else if (state.constraint) {
+      allowed = state.constraint->allowed();
+    }
     model::add_sampling_row(sampling, state.sampler.gpu_row(follows_pending), loaded.n_vocab,
                             follows_pending ? std::optional<std::uint32_t>(row) : std::nullopt, allowed);
     ++row;
@@ -1126,11 +1136,31 @@ void Executor::take_outputs(const StepPlan& plan, std::span<const model::Sampled
   }
 }
 
-bool Executor::constrained(const StepPlan& plan) const {
-  return std::any_of(plan.sequences.begin(), plan.sequences.end(), [&](const PlanSequence& seq) {
-    const auto state = sequences_.find(seq.sequence);
-    return state != sequences_.end() && state->second.constraint;
-  });
+// The step behind the one just answered (`before`), sent with its output part held back for its
+// constrained rows' masks: they follow now from the tokens `before` drew, in step_batch's order of
+// rows. Where `before` failed, its follower cannot run: it fails too, its output part dropped.
+void Executor::send_held_masks(const Step& before, Step& step) {
+  if (!step.pending || !step.pending->holds_output()) return;
+  if (before.failure) {
+    step.pending.reset();
+    if (!step.failure) step.failure = StepFailure{before.failure->error, "the step before it failed: " + before.failure->message};
+    return;
+  }
+  LoadedModel& loaded = models_.at(step.model_id);
+  const std::uint32_t words = (loaded.n_vocab + 31) / 32;
+  std::vector<std::uint32_t> masks;
+  for (const PlanSequence& seq : step.plan.sequences) {
+    if (!samples(seq)) continue;
+    SequenceState& state = sequences_.at(seq.sequence);
+    if (!state.constraint) continue;
+    const std::span<const std::uint32_t> allowed = state.constraint->allowed();
+    masks.insert(masks.end(), allowed.begin(), allowed.begin() + words);
+  }
+  try {
+    loaded.weights->send_held(*step.pending, masks);
+  } catch (const std::exception& e) {
+    gpu_failed(step, e.what(), e);
+  }
 }
 
 // The model's pieces as a trie, read from its file's vocabulary the first time a constrained

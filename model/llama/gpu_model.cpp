@@ -251,6 +251,7 @@ std::vector<SampledToken> sampled_tokens(std::span<const std::uint32_t> words, s
 // Each row's token, and where the row asked for them its logprobs.
 std::vector<SampledToken> GpuModel::collect_sampled(PendingTokens& pending) {
   if (pending.collected) throw std::logic_error("collect: no step pending, or collected already");
+  if (pending.held) throw std::logic_error("collect: the step's output part was never sent (send_held)");
   gpu_.queue.wait(pending.done_at);
   pending.collected = true;
   if (pending.count == 0) return {};

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -108,6 +109,10 @@ struct StepSampling {
   std::vector<gpu::ops::SampleRow> rows;  // one per output row, in order
   std::vector<std::uint32_t> entries;     // 4 words per listed token: token, bias bits, in window, count
   std::vector<std::uint32_t> mask;        // the allowed-token bits of the rows that have a mask
+  // The mask's words are not known yet (they follow from the step before's tokens, which the host
+  // has not read): a step sent with submit_tokens then holds its output part back until
+  // send_held gives them. The words in `mask` only size it.
+  bool masks_later = false;
 };
 
 // Adds an output row's draw (Sampler::gpu_row) to a step's sampling: n columns may be sampled;
@@ -172,11 +177,13 @@ class GpuModel {
   // The next step may be sent before that, its tokens taken on the GPU from this one's argmax
   // (`tokens_from`: its batch has one token for each output row of this one, in order, whose ids
   // are not read), so that the GPU goes from step to step without waiting for the host between them.
+  class Step;  // one step's recording (gpu_step.cpp)
   class PendingTokens {
    public:
     PendingTokens() = default;
     PendingTokens(PendingTokens&&) = default;
     PendingTokens& operator=(PendingTokens&&) = default;
+    bool holds_output() const { return held != nullptr; }  // send_held has yet to send its output part
 
    private:
     friend class GpuModel;
@@ -187,8 +194,15 @@ class GpuModel {
     bool sampled = false;  // readback holds (count, gpu::ops::sample_out_words) words, else (count) ids
     std::vector<std::int8_t> top_logprobs;  // (count) when sampled: -1 no logprobs, else how many alternatives
     bool collected = true;
+    std::shared_ptr<Step> held;  // masks_later: the step, its output part recorded and not yet sent
   };
+  // With batch.sampling->masks_later, every layer goes to the GPU now and the output part (the
+  // logits, the draws) waits for send_held: the GPU runs the layers while the host reads the step
+  // before and works out the masks, which a grammar can only do from that step's tokens.
   PendingTokens submit_tokens(const StepBatch& batch, GpuKvCache& cache, const PendingTokens* tokens_from = nullptr);
+  // Writes the held step's mask words (as many as its sampling's mask had) and sends its output
+  // part. Dropping the PendingTokens instead drops that part (the step is then lost).
+  void send_held(PendingTokens& pending, std::span<const std::uint32_t> mask);
   std::vector<std::int32_t> collect(PendingTokens& pending);
   std::vector<SampledToken> collect_sampled(PendingTokens& pending);
 
@@ -196,7 +210,6 @@ class GpuModel {
   // What a step hands back: each output row's logits, or its token (waited for, or still on the GPU).
   enum class StepOutput : std::uint8_t { logits, tokens, in_flight };
   using StepResult = std::variant<std::vector<float>, PendingTokens>;
-  class Step;  // one step's recording (gpu_step.cpp)
 
   GpuTensor upload(gpu::Uploader& uploader, const TensorSource& source, const TensorSpec& spec);
   StepResult run(const StepBatch& batch, GpuKvCache& cache, StepOutput want, StepProfile* profile,

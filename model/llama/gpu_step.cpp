@@ -127,6 +127,9 @@ class GpuModel::Step {
   // Sends the layers recorded so far where a part of the step ends.
   void end_layer(std::uint32_t l);
   StepResult record_output(StepOutput want);
+  // masks_later: the output part, recorded by record_output and held, sent with the mask's words.
+  bool holds_output() const { return holds_output_; }
+  std::uint64_t send_held(std::span<const std::uint32_t> mask);
 
  private:
   gpu::Recording& rec() { return *rec_; }
@@ -195,6 +198,8 @@ class GpuModel::Step {
   // (narrow_residual): its own dispatch is then skipped.
   const GpuTensor* normed_by_residual_ = nullptr;
   std::uint32_t part_size_ = 1, part_layers_ = 0;
+  bool holds_output_ = false;
+  std::size_t held_mask_words_ = 0;  // masks_later: the words send_held writes (the batch is gone by then)
 };
 
 GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache, StepProfile* profile,
@@ -728,6 +733,8 @@ GpuModel::StepResult GpuModel::Step::record_output(StepOutput want) {
   if (want == StepOutput::tokens || profile_ != nullptr) {
     finish();  // the caller reads the tokens now, or a profile is read here
     pending.done_at = queue_.last_submitted();
+  } else if (sampling_ != nullptr && sampling_->masks_later) {
+    holds_output_ = true;  // run() hands the step to `pending`; send_held sends this part
   } else {
     pending.done_at = queue_.submit(rec());  // the caller waits (collect)
   }
@@ -767,7 +774,13 @@ void GpuModel::Step::upload_sampling() {
   const std::vector<std::uint32_t> none(4, 0);
   s_.sample_rows = upload(std::as_bytes(std::span(s.rows)));
   s_.sample_entries = upload(s.entries.empty() ? none : s.entries);
-  s_.sample_mask = upload(s.mask.empty() ? none : s.mask);
+  if (s.masks_later) {
+    // Written by send_held, before the part that reads it is submitted (which makes it visible).
+    held_mask_words_ = s.mask.size();
+    s_.sample_mask = pool_.allocate(std::max<std::size_t>(held_mask_words_, 1) * 4, "scratch", gpu::MemoryKind::host);
+  } else {
+    s_.sample_mask = upload(s.mask.empty() ? none : s.mask);
+  }
   s_.sample_arrivals = upload(std::vector<std::uint32_t>(std::size_t{in_.outputs} * ops::sample_arrival_words, 0));
 }
 
@@ -782,6 +795,15 @@ void GpuModel::Step::record_sampling(const PoolBuffer& ids, const PoolBuffer& re
                scratch.range(), out.range(), ids.range(), s_.sample_arrivals.range()},
               rows, c_.n_vocab, ops::sample_needs(sampling_->rows), [&](const char* pass) { mark(pass); });
   rec().copy(out.range(), readback.range());
+}
+
+std::uint64_t GpuModel::Step::send_held(std::span<const std::uint32_t> mask) {
+  if (!std::exchange(holds_output_, false)) throw std::logic_error("send_held: the step holds no output part");
+  if (mask.size() != held_mask_words_) {
+    throw std::invalid_argument(fmt::format("send_held: {} mask words for a mask of {}", mask.size(), held_mask_words_));
+  }
+  std::memcpy(s_.sample_mask.mapped(), mask.data(), mask.size_bytes());
+  return queue_.submit(rec());
 }
 
 // The normed hidden states, once the step is done.
@@ -829,14 +851,25 @@ GpuModel::StepResult GpuModel::run(const StepBatch& batch, GpuKvCache& cache, St
     throw std::invalid_argument("a step's tokens from the step before: " + std::to_string(tokens_from->count) +
                                 " there, " + std::to_string(n) + " here");
   }
-  Step step(*this, batch, cache, profile, tokens_from, hidden);
-  step.record_embedding();
-  for (std::uint32_t l = 0; l < config_.n_layers; ++l) {
-    step.record_attention(l);
-    step.record_feed_forward(l);
-    step.end_layer(l);
+  if (batch.sampling && batch.sampling->masks_later && (want != StepOutput::in_flight || profile != nullptr)) {
+    throw std::invalid_argument("a step whose masks come later is sent with submit_tokens, without a profile");
   }
-  return step.record_output(want);
+  auto step = std::make_shared<Step>(*this, batch, cache, profile, tokens_from, hidden);
+  step->record_embedding();
+  for (std::uint32_t l = 0; l < config_.n_layers; ++l) {
+    step->record_attention(l);
+    step->record_feed_forward(l);
+    step->end_layer(l);
+  }
+  StepResult result = step->record_output(want);
+  if (step->holds_output()) std::get<PendingTokens>(result).held = std::move(step);
+  return result;
+}
+
+void GpuModel::send_held(PendingTokens& pending, std::span<const std::uint32_t> mask) {
+  if (!pending.held) throw std::logic_error("send_held: the step holds nothing back");
+  pending.done_at = pending.held->send_held(mask);
+  pending.held.reset();
 }
 
 }  // namespace mqlm::model
