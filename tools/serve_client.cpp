@@ -32,6 +32,7 @@ std::string_view to_string(FinishReason reason) {
     case FinishReason::length: return "length";
     case FinishReason::abort: return "abort";
     case FinishReason::error: return "error";
+    case FinishReason::tool_calls: return "tool_calls";
   }
   return "?";
 }
@@ -62,12 +63,23 @@ void pack_sampling(Packer& p, const model::SamplingParams& s) {
   p.pack("stop_token_ids"), p.pack(s.stop_token_ids);
   p.pack("logprobs"), p.pack(s.logprobs);
   p.pack("top_logprobs"), p.pack(s.top_logprobs);
-  if (s.logit_bias.empty()) return;  // older servers do not know the key
-  p.pack("logit_bias");
-  p.pack_map(static_cast<std::uint32_t>(s.logit_bias.size()));
-  for (const model::TokenBias& entry : s.logit_bias) p.pack(entry.token), p.pack(double{entry.bias});
+  // Older servers do not know the keys below: they go only when asked for.
+  if (!s.logit_bias.empty()) {
+    p.pack("logit_bias");
+    p.pack_map(static_cast<std::uint32_t>(s.logit_bias.size()));
+    for (const model::TokenBias& entry : s.logit_bias) p.pack(entry.token), p.pack(double{entry.bias});
+  }
+  if (const model::ResponseFormat& f = s.response_format; f.constrained()) {
+    const bool schema = f.kind == static_cast<std::uint8_t>(model::ResponseKind::json_schema);
+    p.pack("response_format");
+    p.pack_map(schema ? 3 : 1);
+    p.pack("type"), p.pack(schema ? "json_schema" : "json_object");
+    if (schema) p.pack("schema"), p.pack(f.schema), p.pack("strict"), p.pack(f.strict);
+  }
 }
-std::uint32_t sampling_keys(const model::SamplingParams& s) { return s.logit_bias.empty() ? 14 : 15; }
+std::uint32_t sampling_keys(const model::SamplingParams& s) {
+  return 14 + (s.logit_bias.empty() ? 0 : 1) + (s.response_format.constrained() ? 1 : 0);
+}
 
 void pack_prompt(Packer& p, const Prompt& prompt) {
   if (const auto* text = std::get_if<std::string>(&prompt)) {
@@ -303,7 +315,8 @@ Problem read_finish(const json& map, std::optional<FinishReason>& out) {
   std::string reason;
   if (!find(map, "finish_reason")) return "a final event without 'finish_reason'";
   if (auto p = read_string(map, "finish_reason", reason)) return p;
-  for (auto r : {FinishReason::stop, FinishReason::length, FinishReason::abort, FinishReason::error}) {
+  for (auto r : {FinishReason::stop, FinishReason::length, FinishReason::abort, FinishReason::error,
+                 FinishReason::tool_calls}) {
     if (reason == to_string(r)) {
       out = r;
       return {};

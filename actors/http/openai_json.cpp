@@ -832,6 +832,7 @@ std::optional<std::string> finish_reason(const FinalEvent& final_event) {
   switch (static_cast<FinishReason>(final_event.finish)) {
     case FinishReason::stop: return "stop";
     case FinishReason::length: return "length";
+    case FinishReason::tool_calls: return "tool_calls";
     case FinishReason::abort:
     case FinishReason::error: break;
   }
