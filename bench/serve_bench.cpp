@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <numeric>
+#include <sstream>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -174,6 +175,7 @@ class PhaseRunner {
       request.sampling.temperature = o_.temperature;
       request.sampling.top_p = o_.top_p;
       request.sampling.logit_bias = o_.logit_bias;
+      request.sampling.response_format = o_.response_format;
       request.sampling.seed = o_.seed + next_;
       RequestTimeline& t = timelines_[next_];
       if (const auto* ids = std::get_if<std::vector<std::int32_t>>(&request.prompt)) {
@@ -231,7 +233,8 @@ class PhaseRunner {
     for (const auto& [time, tokens] : t.token_events) streamed += tokens;
     t.output_tokens = e.usage ? e.usage->completion_tokens : streamed;
     if (e.usage) t.prompt_tokens = e.usage->prompt_tokens;
-    t.ok = e.finish_reason == FinishReason::stop || e.finish_reason == FinishReason::length;
+    t.ok = e.finish_reason == FinishReason::stop || e.finish_reason == FinishReason::length ||
+           e.finish_reason == FinishReason::tool_calls;
     std::string why;
     if (e.finish_reason == FinishReason::abort) why = "abort";
     if (e.finish_reason == FinishReason::error) why = e.error_code.empty() ? "error" : e.error_code;
@@ -297,6 +300,11 @@ namespace {
 
 std::string rate_text(double rate) { return std::isinf(rate) ? "inf" : fmt::format("{:g}", rate); }
 
+std::string response_format_name(const model::ResponseFormat& f) {
+  if (!f.constrained()) return "text";
+  return f.kind == static_cast<std::uint8_t>(model::ResponseKind::json_object) ? "json_object" : "json_schema";
+}
+
 // OpenAI's form: {"id": bias}.
 nlohmann::json logit_bias_json(const std::vector<model::TokenBias>& logit_bias) {
   nlohmann::json out = nlohmann::json::object();
@@ -314,6 +322,7 @@ std::string sampling_text(const ServeBenchOptions& o) {
   if (o.temperature == 0.0f) return "greedy (temperature 0)";
   std::string text = fmt::format("temperature {:g}, top_p {:g}", o.temperature, o.top_p);
   if (!o.logit_bias.empty()) text += fmt::format(", {} logit_bias", o.logit_bias.size());
+  if (o.response_format.constrained()) text += ", " + response_format_name(o.response_format);
   return text;
 }
 
@@ -361,6 +370,7 @@ nlohmann::json report_json(const ServeMetrics& m, const ServeBenchOptions& o) {
       {"temperature", o.temperature},
       {"top_p", o.top_p},
       {"logit_bias", logit_bias_json(o.logit_bias)},
+      {"response_format", response_format_name(o.response_format)},
       {"seed", o.seed},
       {"warmup", o.warmup},
   };
@@ -392,11 +402,27 @@ nlohmann::json report_json(const ServeMetrics& m, const ServeBenchOptions& o) {
 
 // ---- the command ----------------------------------------------------------------------------
 
+namespace {
+
+// --response-format: "" none, json_object, or a file holding a JSON schema.
+model::ResponseFormat read_response_format_flag(const std::string& flag) {
+  if (flag.empty()) return {};
+  if (flag == "json_object") return {static_cast<std::uint8_t>(model::ResponseKind::json_object), "", false};
+  std::ifstream file(flag);
+  std::stringstream text;
+  text << file.rdbuf();
+  if (!file) throw CommandFailed("--response-format: " + flag + " is not json_object and cannot be read as a schema file", 2);
+  return {static_cast<std::uint8_t>(model::ResponseKind::json_schema), text.str(), true};
+}
+
+}  // namespace
+
 void add_serve_bench(CLI::App& bench) {
   struct Options {
     ServeBenchOptions bench;
     std::int64_t timeout_ms = ServeBenchOptions{}.timeout.count();
     std::string json_path;
+    std::string response_format;
     CurveClientFlags curve;
   };
   auto o = std::make_shared<Options>();
@@ -416,6 +442,8 @@ void add_serve_bench(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--top-p", b.top_p, "1 is off")->capture_default_str();
   add_logit_bias_flag(*cmd, b.logit_bias);
+  cmd->add_option("--response-format", o->response_format,
+                  "json_object, or a file holding a JSON schema (json_schema, strict): constrained requests");
   cmd->add_option("--seed", b.seed, "the same seed, the same prompts and arrival times")->capture_default_str();
   cmd->add_option("--warmup", b.warmup, "requests run first and not counted")->capture_default_str();
   cmd->add_option("--timeout-ms", o->timeout_ms, "no event for this long stops the run")->capture_default_str();
@@ -433,6 +461,8 @@ void add_serve_bench(CLI::App& bench) {
     sampling.temperature = b.temperature;
     sampling.top_p = b.top_p;
     sampling.logit_bias = b.logit_bias;
+    b.response_format = read_response_format_flag(o->response_format);
+    sampling.response_format = b.response_format;
     if (auto error = model::validate(sampling)) {
       std::string flag = error->field == "max_tokens" ? "--output-tokens"
                          : error->field.starts_with("logit_bias") ? "--logit-bias"

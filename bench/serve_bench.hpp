@@ -115,6 +115,7 @@ struct ServeBenchOptions {
   float temperature = 0.7f;
   float top_p = 0.95f;
   std::vector<model::TokenBias> logit_bias;
+  model::ResponseFormat response_format;  // json_object or a json_schema: grammar-constrained requests
   std::uint64_t seed = 0;
   std::size_t warmup = 0;            // requests run first and not counted
   std::chrono::milliseconds timeout{60000};  // no event for this long, with requests open: stop
