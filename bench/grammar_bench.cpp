@@ -3,12 +3,16 @@
 // drawing among the allowed tokens (uniformly, with a lean toward closing the value, as a random
 // model would), and each step's mask is timed in the thread's CPU time (the machine may be shared),
 // walked or taken from the cache.
-// Usage: mqlm_grammar_bench [VOCABULARY_SIZE] [SEQUENCES]. Figures that matter are measured on the
-// serving machine; this says how the cost splits between walks and cache hits.
+// Usage: mqlm_grammar_bench [VOCABULARY_SIZE] [SEQUENCES] [SCHEMA_FILE [LEAN]]: a schema file is run
+// in place of the built-in pair; LEAN (0 to 1, default 0.25) is how often a step picks a closing
+// token when one is allowed (0: uniform draws, as a random model's). Figures that matter are
+// measured on the serving machine; this says how the cost splits between walks and cache hits.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,7 +46,7 @@ struct Figures {
 };
 
 void run_sequence(std::uint32_t seed, const std::shared_ptr<const grammar::Grammar>& g,
-                  const std::shared_ptr<const grammar::TokenTrie>& trie, std::int32_t end, Figures& f) {
+                  const std::shared_ptr<const grammar::TokenTrie>& trie, std::int32_t end, double lean, Figures& f) {
   grammar::TokenConstraint constraint(g, trie, {end});
   std::mt19937 random(seed);
   for (int step = 0; step < 400; ++step) {
@@ -60,7 +64,7 @@ void run_sequence(std::uint32_t seed, const std::shared_ptr<const grammar::Gramm
         closing.push_back(static_cast<std::int32_t>(t));
       }
     }
-    const bool close = !closing.empty() && random() % 4 == 0;
+    const bool close = !closing.empty() && std::uniform_real_distribution<double>(0, 1)(random) < lean;
     const std::int32_t token = close ? closing[random() % closing.size()] : allowed[random() % allowed.size()];
     ++f.tokens;
     if (token == end) {
@@ -93,20 +97,32 @@ int main(int argc, char** argv) {
   auto trie = std::make_shared<const grammar::TokenTrie>(grammar::token_pieces(tokenizer));
   std::printf("vocabulary %zu tokens, trie %zu nodes, deepest piece %zu bytes: built in %.0f ms of CPU\n", trie->size(),
               trie->node_count(), trie->max_depth(), cpu_ms() - started);
-  for (const auto& [name, format] :
-       {std::pair{"json_object", ResponseFormat{static_cast<std::uint8_t>(ResponseKind::json_object), "", false}},
-        std::pair{"json_schema", ResponseFormat{static_cast<std::uint8_t>(ResponseKind::json_schema), kSchema, true}}}) {
+  std::vector<std::pair<std::string, ResponseFormat>> formats = {
+      {"json_object", ResponseFormat{static_cast<std::uint8_t>(ResponseKind::json_object), "", false}},
+      {"json_schema", ResponseFormat{static_cast<std::uint8_t>(ResponseKind::json_schema), kSchema, true}}};
+  if (argc > 3) {
+    std::ifstream file(argv[3]);
+    std::stringstream text;
+    text << file.rdbuf();
+    if (!file) {
+      std::fprintf(stderr, "cannot read %s\n", argv[3]);
+      return 2;
+    }
+    formats = {{argv[3], ResponseFormat{static_cast<std::uint8_t>(ResponseKind::json_schema), text.str(), true}}};
+  }
+  const double lean = argc > 4 ? std::strtod(argv[4], nullptr) : 0.25;
+  for (const auto& [name, format] : formats) {
     started = cpu_ms();
     auto g = std::get<std::shared_ptr<const grammar::Grammar>>(grammar::response_grammar(format));
     const double compile_ms = cpu_ms() - started;
     Figures f;
-    for (std::uint32_t s = 0; s < sequences; ++s) run_sequence(s, g, trie, tokenizer.eos(), f);
+    for (std::uint32_t s = 0; s < sequences; ++s) run_sequence(s, g, trie, tokenizer.eos(), lean, f);
     std::vector<double> all = f.walked_ms;
     all.insert(all.end(), f.cached_ms.begin(), f.cached_ms.end());
     std::printf("%s: compiled in %.2f ms (%zu elements); %u sequences, %zu tokens, %zu ended complete\n"
                 "  mask per step (CPU): mean %.3f ms, p50 %.3f, p99 %.3f; walks %zu (mean %.2f ms, p50 %.2f, max %.2f), "
                 "cache hits %zu (mean %.4f ms)\n",
-                name, compile_ms, g->elements.size(), sequences, f.tokens, f.completed, mean(all), percentile(all, 0.5),
+                name.c_str(), compile_ms, g->elements.size(), sequences, f.tokens, f.completed, mean(all), percentile(all, 0.5),
                 percentile(all, 0.99), f.walked_ms.size(), mean(f.walked_ms), percentile(f.walked_ms, 0.5),
                 percentile(f.walked_ms, 1.0), f.cached_ms.size(), mean(f.cached_ms));
   }
