@@ -57,6 +57,7 @@ struct ServeOptions {
   std::string pipeline_cache;           // the executor's pipeline cache file; "": none
   std::string fail_release;          // fault injection for tests: this model's release throws midway
   std::uint32_t spill_piece_pages = 0;  // the executor's largest copy of spilled KV pages; 0: its default
+  int mask_threads = -1;                 // threads walking response_format masks; -1: the executor's default
   // The KV prefix cache beyond the GPU (the cache-writer): its hot tier's budget ("0": no
   // cache-writer), its SSD tier ("": none), what Close and shutdown do with queued writes, and
   // the host memory above which the enforcer shrinks the hot tier.
@@ -314,6 +315,7 @@ NodeConfig serve_config(const ServeOptions& o) {
   if (!o.pipeline_cache.empty()) options["executor"]["pipeline_cache"] = o.pipeline_cache;
   if (!o.fail_release.empty()) options["executor"]["fail_release"] = o.fail_release;
   if (o.spill_piece_pages > 0) options["executor"]["spill_piece_pages"] = std::to_string(o.spill_piece_pages);
+  if (o.mask_threads >= 0) options["executor"]["mask_threads"] = std::to_string(o.mask_threads);
   const auto [ceiling_key, ceiling_value] = ceiling_option(o.memory_ceiling);
   options["executor"][ceiling_key] = ceiling_value;  // its pool's blocks are sized by the ceiling
   options["enforcer"] = {{"models", models}, {"kv_pages", std::to_string(o.kv_pages)},
@@ -644,6 +646,10 @@ void add_serve_command(CLI::App& app) {
                   "KV pages going to the host cache are copied in pieces of at most this many pages, each with "
                   "staging memory of its own (default: as many as half a pool block holds)")
       ->check(CLI::Range(1u, 1u << 30));
+  cmd->add_option("--mask-threads", o->mask_threads,
+                  "threads beside the executor's that work out response_format requests' allowed tokens each step "
+                  "(default: half the cores, at most 8; 0: the executor's thread alone)")
+      ->check(CLI::Range(0, 64));
   cmd->add_option("--fail-release", o->fail_release,
                   "testing: unloading this model throws midway through its release (the rest must still be freed "
                   "and the failure reported)")

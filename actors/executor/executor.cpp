@@ -32,6 +32,7 @@
 #include "gpu/vulkan_error.hpp"
 #include "model/gguf/gguf_file.hpp"
 #include "model/gguf/vocabulary_metadata.hpp"
+#include "model/grammar/mask_workers.hpp"
 #include "model/grammar/response_grammar.hpp"
 #include "model/llama/embedding_pool.hpp"
 #include "model/llama/gguf_model.hpp"
@@ -238,6 +239,7 @@ class Executor final : public Actor {
   void run_forward(Step& step, LoadedModel& loaded);
   void gpu_failed(Step& step, std::string message, const std::exception& e);
   void lose_device(const std::string& why);
+  bool still_running(Context& ctx);
   void finish_steps(Context& ctx, bool leave_one_in_flight = false);
   void finish_oldest(Context& ctx);
   void collect(Step& step);
@@ -259,6 +261,7 @@ class Executor final : public Actor {
   void warm_up(const LoadedModel& loaded);
   model::StepBatch step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending);
   void send_held_masks(const Step& before, Step& step);
+  std::vector<std::uint32_t> constrained_masks(const StepPlan& plan, std::uint32_t words);
   const std::shared_ptr<const model::grammar::TokenTrie>& token_trie(LoadedModel& loaded) const;
   void take_outputs(const StepPlan& plan, std::span<const model::SampledToken> chosen, StepResult& result);
   void fail_step(const StepPlan& plan, StepResult& result, RequestError error, std::string message);
@@ -294,6 +297,8 @@ class Executor final : public Actor {
   };
   std::map<std::string, PendingUnload> pending_unloads_;
   std::uint64_t steps_chained_ = 0;  // plans sent to the GPU behind a step in flight
+  // Walks constrained rows' masks beside this thread; made when the first constrained sequence starts.
+  std::unique_ptr<model::grammar::MaskWorkers> mask_workers_;
   // Plans not yet answered, oldest first: between messages at most one, a greedy step in flight,
   // answered before the executor handles anything else (a plan may go to the GPU after it first).
   std::deque<Step> steps_;
@@ -440,6 +445,7 @@ std::vector<std::string> Executor::release_model(Context& ctx, LoadedModel& load
 void Executor::on_message(Context& ctx, Message& message) {
   const auto* plan = message.as<StepPlan>();
   const auto* timer = message.as<Timer>();
+  if (timer != nullptr && timer->timer_id == kCollectTimer && still_running(ctx)) return;
   // A step in flight is answered before anything else is handled (a plan may go to the GPU
   // after it first).
   if (plan == nullptr) finish_steps(ctx);
@@ -791,6 +797,22 @@ void Executor::lose_device(const std::string& why) {
   std::erase_if(sequences_, [&](const auto& entry) { return !models_.contains(entry.second.model_id); });
 }
 
+// The collect timer finds the step in flight still running on the GPU: it looks again in a
+// millisecond rather than wait for it, so that the next plan, if it comes first, still goes to the
+// GPU behind it (waiting here would leave the GPU idle while that plan is recorded, and while its
+// constrained rows' masks are walked). A device that fails the check is left to collect().
+bool Executor::still_running(Context& ctx) {
+  if (steps_.size() != 1 || !steps_.front().pending || !models_.contains(steps_.front().model_id)) return false;
+  bool running = false;
+  try {
+    running = !models_.at(steps_.front().model_id).weights->finished(*steps_.front().pending);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (running) ctx.set_timer(kCollectTimer, std::chrono::milliseconds(1), false);
+  return running;
+}
+
 // Answers the steps in order: all of them, or all but a last one still in flight, which the next
 // plan may follow on the GPU (or the collect timer answers, if none comes first).
 void Executor::finish_steps(Context& ctx, bool leave_one_in_flight) {
@@ -816,8 +838,10 @@ void Executor::finish_oldest(Context& ctx) {
       step.failure = StepFailure{RequestError::internal, std::string("sampling failed: ") + e.what()};
     }
   }
-  if (steps_.size() > 1) send_held_masks(step, steps_[1]);
+  // The answer goes first, so that the scheduler plans the next step while the masks of the step
+  // behind are walked (its layers run on the GPU meanwhile).
   send_result(ctx, step);
+  if (steps_.size() > 1) send_held_masks(step, steps_[1]);
   steps_.pop_front();
 }
 
@@ -1085,20 +1109,25 @@ model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& l
   for (model::StepToken& token : batch.tokens) token.output = token.output && samples(plan.sequences[token.sequence]);
   if (all_plain_greedy(plan, loaded)) return batch;
   model::StepSampling& sampling = batch.sampling.emplace();
-  // Following a step in flight, a constrained row's mask waits for that step's token: its words
-  // are sent later (masks_later, send_held_masks), zeros until then.
-  const std::vector<std::uint32_t> mask_to_come(follows_pending ? (loaded.n_vocab + 31) / 32 : 0, 0);
+  // A constrained row's mask: the tokens its grammar allows after every token accepted so far.
+  // Following a step in flight, it waits for that step's token: its words are sent later
+  // (masks_later, send_held_masks), zeros until then.
+  const std::uint32_t words = (loaded.n_vocab + 31) / 32;
+  const std::vector<std::uint32_t> masks =
+      follows_pending ? std::vector<std::uint32_t>(words, 0) : constrained_masks(plan, words);
+  std::size_t mask_offset = 0;
   std::uint32_t row = 0;
   for (const PlanSequence& seq : plan.sequences) {
     if (!samples(seq)) continue;
     SequenceState& state = sequences_.at(seq.sequence);
-    // A constrained row's mask: the tokens its grammar allows after every token accepted so far.
     std::span<const std::uint32_t> allowed;
-    if (state.constraint && follows_pending) {
-      allowed = mask_to_come;
-      sampling.masks_later = true;
-    } else if (state.constraint) {
-      allowed = state.constraint->allowed();
+    if (state.constraint) {
+      allowed = std::span(masks).subspan(mask_offset, words);
+      if (follows_pending) {
+        sampling.masks_later = true;
+      } else {
+        mask_offset += words;
+      }
     }
     model::add_sampling_row(sampling, state.sampler.gpu_row(follows_pending), loaded.n_vocab,
                             follows_pending ? std::optional<std::uint32_t>(row) : std::nullopt, allowed);
@@ -1147,20 +1176,34 @@ void Executor::send_held_masks(const Step& before, Step& step) {
     return;
   }
   LoadedModel& loaded = models_.at(step.model_id);
-  const std::uint32_t words = (loaded.n_vocab + 31) / 32;
-  std::vector<std::uint32_t> masks;
-  for (const PlanSequence& seq : step.plan.sequences) {
-    if (!samples(seq)) continue;
-    SequenceState& state = sequences_.at(seq.sequence);
-    if (!state.constraint) continue;
-    const std::span<const std::uint32_t> allowed = state.constraint->allowed();
-    masks.insert(masks.end(), allowed.begin(), allowed.begin() + words);
-  }
   try {
-    loaded.weights->send_held(*step.pending, masks);
+    loaded.weights->send_held(*step.pending, constrained_masks(step.plan, (loaded.n_vocab + 31) / 32));
   } catch (const std::exception& e) {
     gpu_failed(step, e.what(), e);
   }
+}
+
+// The masks of the plan's constrained rows, `words` each, in the order of its rows: walked on
+// the mask workers beside this thread.
+std::vector<std::uint32_t> Executor::constrained_masks(const StepPlan& plan, std::uint32_t words) {
+  std::vector<model::grammar::TokenConstraint*> constraints;
+  for (const PlanSequence& seq : plan.sequences) {
+    if (!samples(seq)) continue;
+    SequenceState& state = sequences_.at(seq.sequence);
+    if (state.constraint) constraints.push_back(&*state.constraint);
+  }
+  if (constraints.empty()) return {};
+  if (!mask_workers_) {
+    const int threads = options_.mask_threads;
+    mask_workers_ = std::make_unique<model::grammar::MaskWorkers>(
+        threads < 0 ? model::grammar::MaskWorkers::default_threads() : static_cast<unsigned>(threads));
+  }
+  std::vector<std::uint32_t> masks;
+  masks.reserve(constraints.size() * words);
+  for (std::span<const std::uint32_t> allowed : mask_workers_->allowed(constraints)) {
+    masks.insert(masks.end(), allowed.begin(), allowed.begin() + words);
+  }
+  return masks;
 }
 
 // The model's pieces as a trie, read from its file's vocabulary the first time a constrained

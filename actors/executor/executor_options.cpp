@@ -41,7 +41,7 @@ ExecutorOptions parse_executor_options(const ActorOptions& options) {
   check_option_names("executor", options,
                      {"model", "name", "models", "preload", "device", "kv_pages", "page_size", "block_mib",
                       "ceiling_bytes", "ceiling_fraction", "fail_steps", "fail_release", "cache_writer",
-                      "log_steps_over_ms", "warm_up", "pipeline_cache", "spill_piece_pages"});
+                      "log_steps_over_ms", "warm_up", "pipeline_cache", "spill_piece_pages", "mask_threads"});
   ExecutorOptions parsed;
   const std::string model = text_option(options, "model", "");
   if (options.contains("models")) {
@@ -87,6 +87,9 @@ ExecutorOptions parse_executor_options(const ActorOptions& options) {
   parsed.ceiling_fraction = fraction_option("executor", options, "ceiling_fraction", 0.0);
   parsed.log_steps_over_ms = number_option("executor", options, "log_steps_over_ms", 0);
   parsed.spill_piece_pages = number_option("executor", options, "spill_piece_pages", 0);
+  if (options.contains("mask_threads")) {
+    parsed.mask_threads = static_cast<int>(number_option("executor", options, "mask_threads", 0, 0, 64));
+  }
   if (options.contains("warm_up")) parsed.warm_up = static_cast<int>(number_option("executor", options, "warm_up", 0, 0, 1));
   if (auto it = options.find("fail_steps"); it != options.end()) {
     parsed.fail_steps = parse_step_list(it->first, it->second);

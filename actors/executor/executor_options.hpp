@@ -30,6 +30,9 @@ struct ExecutorOptions {
   std::uint64_t log_steps_over_ms = 0;  // profile every step, log those slower than this; 0: off
   int warm_up = -1;  // run every batch shape once at load (1), or not (0); -1: on a discrete GPU
   std::filesystem::path pipeline_cache;  // read at start, written after each load; "": none
+  // Threads beside the executor's that walk constrained rows' masks (grammar::MaskWorkers); -1:
+  // MaskWorkers::default_threads(), 0: the executor's thread alone.
+  int mask_threads = -1;
 };
 
 // Throws std::invalid_argument naming a missing, unknown or malformed option.

@@ -218,6 +218,10 @@ GpuModel::PendingTokens GpuModel::submit_tokens(const StepBatch& batch, GpuKvCac
   return std::get<PendingTokens>(run(batch, cache, StepOutput::in_flight, nullptr, tokens_from));
 }
 
+bool GpuModel::finished(const PendingTokens& pending) const {
+  return !pending.held && gpu_.queue.completed() >= pending.done_at;
+}
+
 std::vector<std::int32_t> GpuModel::collect(PendingTokens& pending) {
   std::vector<std::int32_t> ids;
   for (const SampledToken& t : collect_sampled(pending)) ids.push_back(t.token);

@@ -203,6 +203,8 @@ class GpuModel {
   // Writes the held step's mask words (as many as its sampling's mask had) and sends its output
   // part. Dropping the PendingTokens instead drops that part (the step is then lost).
   void send_held(PendingTokens& pending, std::span<const std::uint32_t> mask);
+  // Whether collect() would return without waiting (its output part sent and done on the GPU).
+  bool finished(const PendingTokens& pending) const;
   std::vector<std::int32_t> collect(PendingTokens& pending);
   std::vector<SampledToken> collect_sampled(PendingTokens& pending);
 
