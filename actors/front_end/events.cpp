@@ -30,6 +30,7 @@ std::string_view finish_reason_name(messages::FinishReason reason) {
     case messages::FinishReason::length: return "length";
     case messages::FinishReason::abort: return "abort";
     case messages::FinishReason::error: return "error";
+    case messages::FinishReason::tool_calls: return "tool_calls";
   }
   return "error";
 }

@@ -8,6 +8,7 @@
 // template did not write it already.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -19,6 +20,17 @@
 #include "model/vocabulary.hpp"
 
 namespace mqlm::model {
+
+// The variables the server gives every template, which a request's chat_template_kwargs may not
+// replace: a request that tries is refused.
+inline constexpr std::array<std::string_view, 5> kReservedTemplateVariables = {
+    "messages", "add_generation_prompt", "bos_token", "eos_token", "tools"};
+
+inline bool is_reserved_template_variable(std::string_view name) {
+  for (std::string_view reserved : kReservedTemplateVariables)
+    if (name == reserved) return true;
+  return false;
+}
 
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant" or "tool"
