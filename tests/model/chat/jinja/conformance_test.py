@@ -64,6 +64,25 @@ CONVERSATIONS = [
      [SYSTEM, USER, {"role": "assistant", "content": None, "tool_calls": [CALL]},
       {"role": "tool", "tool_call_id": "call00001", "content": "21 C, clear"}, ANSWER],
      {"add_generation_prompt": False, "tools": TOOLS}),
+    ("nested_unicode_and_empty_arguments",
+     [USER, {"role": "assistant", "content": None, "tool_calls": [
+         {"id": "call00004", "type": "function", "function": {"name": "search", "arguments": {
+             "query": {"cities": ["Paris", "Zürich"], "days": 3, "metric": True, "note": None}, "limit": 0.25}}},
+         {"id": "call00005", "type": "function", "function": {"name": "now", "arguments": {}}}]},
+      {"role": "tool", "tool_call_id": "call00004", "name": "search", "content": "[{\"city\": \"Zürich\", \"t\": 12}]"},
+      {"role": "tool", "tool_call_id": "call00005", "name": "now", "content": ""}],
+     {"add_generation_prompt": True, "tools": TOOLS + [
+         {"type": "function", "function": {"name": "search", "description": "Searches «everything».", "parameters": {
+             "type": "object", "properties": {"query": {"type": "object"}, "limit": {"type": "number"}}}}},
+         {"type": "function", "function": {"name": "now", "description": "The time.",
+                                           "parameters": {"type": "object", "properties": {}}}}]}),
+    ("arguments_that_are_no_json_object",
+     [USER, {"role": "assistant", "content": "Let me look.", "tool_calls": [
+         {"id": "call00006", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+         {"id": "call00007", "type": "function", "function": {"name": "add", "arguments": "[1.5, 2]"}}]},
+      {"role": "tool", "tool_call_id": "call00006", "name": "get_weather", "content": "no city given"},
+      {"role": "tool", "tool_call_id": "call00007", "name": "add", "content": "3.5"}],
+     {"add_generation_prompt": True, "tools": TOOLS, "reasoning_effort": "low"}),
     ("tools_with_thinking_disabled", [SYSTEM, USER], {"add_generation_prompt": True, "tools": TOOLS,
                                                      "enable_thinking": False}),
     ("system_user", [SYSTEM, USER], {"add_generation_prompt": True}),
