@@ -51,13 +51,15 @@ jinja::Value tool_call_value(const ChatToolCall& call) {
 }
 
 // A message's keys in the order OpenAI's clients write them: role, a tool result's tool_call_id
-// and name, content, an assistant's tool_calls; those it has not left out.
-jinja::Value message_value(const ChatMessage& message) {
+// and name, content, an assistant's tool_calls; those it has not left out. A null content is
+// None, or "" when null_as_empty.
+jinja::Value message_value(const ChatMessage& message, bool null_as_empty) {
   jinja::Object turn;
   turn.set("role", message.role);
   if (!message.tool_call_id.empty()) turn.set("tool_call_id", message.tool_call_id);
   if (!message.name.empty()) turn.set("name", message.name);
-  turn.set("content", message.has_content ? jinja::Value(message.content) : jinja::Value(jinja::None{}));
+  const bool none = !message.has_content && !null_as_empty;
+  turn.set("content", none ? jinja::Value(jinja::None{}) : jinja::Value(message.content));
   if (!message.tool_calls.empty()) {
     jinja::Array calls;
     for (const auto& call : message.tool_calls) calls.push_back(tool_call_value(call));
@@ -103,15 +105,38 @@ std::variant<std::string, ChatTemplateError> ChatTemplate::render(std::span<cons
                                                                   bool add_generation_prompt, std::int64_t now_unix_s,
                                                                   const ChatExtras& extras) const {
   if (messages.empty()) return error("the conversation has no messages: give at least one user message");
-  jinja::Array turns;
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
       return error("message " + std::to_string(i) + " has role \"" + role +
                    "\": the roles are system, user, assistant and tool");
     }
-    turns.push_back(message_value(messages[i]));
   }
+  auto rendered = render_once(messages, add_generation_prompt, now_unix_s, extras, false);
+  const auto* failed = std::get_if<jinja::TemplateError>(&rendered);
+  const bool has_null = std::any_of(messages.begin(), messages.end(), [](const auto& m) { return !m.has_content; });
+  // Many templates write an assistant's content without asking whether it is None (Qwen3's,
+  // gpt-oss', Mistral's, Granite's, Phi-3.5's), and fail on the null content that OpenAI's
+  // clients send beside tool calls. Such a template gets "" in its place, as llama.cpp's server
+  // gives it (minja's requires_non_null_content); one that handles None, or refuses the
+  // conversation, is left as it is.
+  if (failed != nullptr && !failed->raised && has_null) {
+    auto again = render_once(messages, add_generation_prompt, now_unix_s, extras, true);
+    if (std::holds_alternative<std::string>(again)) rendered = std::move(again);
+  }
+  if (auto* problem = std::get_if<ChatTemplateError>(&rendered)) return *problem;
+  if (auto* problem = std::get_if<jinja::TemplateError>(&rendered)) {
+    if (problem->raised) return error("the model's chat template refuses this conversation: " + problem->message);
+    return error("the model's chat template failed on this conversation: " + problem->message);
+  }
+  return std::get<std::string>(std::move(rendered));
+}
+
+std::variant<std::string, jinja::TemplateError, ChatTemplateError> ChatTemplate::render_once(
+    std::span<const ChatMessage> messages, bool add_generation_prompt, std::int64_t now_unix_s,
+    const ChatExtras& extras, bool null_as_empty) const {
+  jinja::Array turns;
+  for (const auto& message : messages) turns.push_back(message_value(message, null_as_empty));
   jinja::Object variables;
   variables.set("messages", jinja::Value(std::move(turns)));
   variables.set("add_generation_prompt", add_generation_prompt);
@@ -123,10 +148,7 @@ std::variant<std::string, ChatTemplateError> ChatTemplate::render(std::span<cons
   jinja::RenderOptions options;
   options.now_unix_s = now_unix_s;
   auto rendered = compiled_.render(variables, options);
-  if (auto* problem = std::get_if<jinja::TemplateError>(&rendered)) {
-    if (problem->raised) return error("the model's chat template refuses this conversation: " + problem->message);
-    return error("the model's chat template failed on this conversation: " + problem->message);
-  }
+  if (auto* problem = std::get_if<jinja::TemplateError>(&rendered)) return std::move(*problem);
   return std::get<std::string>(std::move(rendered));
 }
 

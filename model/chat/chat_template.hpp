@@ -3,7 +3,8 @@
 // the variables are messages, add_generation_prompt, bos_token and eos_token (the vocabulary's
 // texts), tools (the list, or None), documents (None), and the request's chat_template_kwargs.
 // A message is {role, content} with, where it has them, tool_call_id and name (a tool result)
-// and tool_calls ([{id, type: "function", function: {name, arguments}}]); a null content is None.
+// and tool_calls ([{id, type: "function", function: {name, arguments}}]); a null content is None,
+// or "" for a template that fails on None (render).
 //
 // The rendered prompt holds special tokens as text (<|im_start|>, and the BOS where the template
 // writes it): tokenize it with special tokens parsed, adding the vocabulary's BOS only where the
@@ -84,6 +85,11 @@ class ChatTemplate {
   const std::string& source() const { return source_; }
 
  private:
+  // One rendering, a null content as None or as "" (null_as_empty).
+  std::variant<std::string, jinja::TemplateError, ChatTemplateError> render_once(
+      std::span<const ChatMessage> messages, bool add_generation_prompt, std::int64_t now_unix_s,
+      const ChatExtras& extras, bool null_as_empty) const;
+
   ChatTemplate(jinja::Template compiled, std::string source, std::string bos_text, std::string eos_text)
       : compiled_(std::move(compiled)), source_(std::move(source)), bos_text_(std::move(bos_text)),
         eos_text_(std::move(eos_text)) {}

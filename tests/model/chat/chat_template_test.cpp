@@ -130,6 +130,24 @@ TEST(ChatTemplate, ToolCallsToolResultsAndToolsAreWhatTransformersGivesTemplates
   EXPECT_NE(std::get<std::string>(render_with({{"user", "x"}}, {})).find("tools=None"), std::string::npos);
 }
 
+// A template that writes an assistant's content without asking whether it is None fails on the
+// null content clients send beside tool calls: it gets "" in its place (llama.cpp's server does
+// the same); a template that reads None, or refuses it, sees None.
+TEST(ChatTemplate, ANullContentIsNoneUnlessTheTemplateFailsOnIt) {
+  const std::vector<ChatMessage> messages = {{"user", "x"}, {"assistant", "", {{"c1", "f", "{}"}}, "", "", false}};
+  auto render_source = [&](std::string_view source) { return template_for(source).render(messages, true, 0); };
+  EXPECT_EQ(std::get<std::string>(render_source("{{ messages[1].content + '!' }}")), "!");
+  EXPECT_EQ(std::get<std::string>(render_source("{{ messages[1].content }}")), "None");
+  auto refused = render_source("{% if messages[1].content is none %}{{ raise_exception('no null') }}{% endif %}");
+  ASSERT_TRUE(std::holds_alternative<ChatTemplateError>(refused));
+  EXPECT_NE(std::get<ChatTemplateError>(refused).message.find("refuses this conversation: no null"), std::string::npos);
+  // A failure that "" does not mend is reported as it came, on None.
+  auto failed = render_source("{{ messages[1].content + 1 }}");
+  ASSERT_TRUE(std::holds_alternative<ChatTemplateError>(failed));
+  EXPECT_NE(std::get<ChatTemplateError>(failed).message.find("NoneType"), std::string::npos)
+      << std::get<ChatTemplateError>(failed).message;
+}
+
 TEST(ChatTemplate, KwargsAreVariablesButMayNotReplaceTheServers) {
   auto rendered = render_with({{"user", "x"}}, {"", R"({"enable_thinking": false, "custom": {"depth": 3}})"});
   ASSERT_TRUE(std::holds_alternative<std::string>(rendered)) << std::get<ChatTemplateError>(rendered).message;
