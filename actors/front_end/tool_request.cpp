@@ -32,7 +32,11 @@ Check json_text(const json& value, const std::string& field, std::size_t max_byt
   if (nests_deeper_than(value, kMaxToolNesting)) {
     return problem(field, "nests deeper than " + std::to_string(kMaxToolNesting) + " levels");
   }
-  text = value.empty() ? "" : value.dump();
+  try {
+    text = value.empty() ? "" : value.dump();
+  } catch (const json::type_error&) {  // a string that is not UTF-8 (msgpack carries any bytes)
+    return problem(field, "holds a string that is not UTF-8 text");
+  }
   if (text.size() > max_bytes) {
     return problem(field, "is " + std::to_string(text.size()) + " bytes of JSON: at most " +
                               std::to_string(max_bytes) + " are accepted");

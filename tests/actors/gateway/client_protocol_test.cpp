@@ -473,6 +473,8 @@ std::vector<BadFrame> bad_frames() {
        "'chat_template_kwargs' must be a map", one, true},
       {"chat_template_kwargs replacing messages", chat_with("chat_template_kwargs", {{"messages", 1}}),
        RequestError::invalid_request, "'chat_template_kwargs.messages' is set by the server", one, true},
+      {"chat_template_kwargs not UTF-8", chat_with("chat_template_kwargs", {{"k", "\xff\xfe"}}),
+       RequestError::invalid_request, "'chat_template_kwargs' holds a string that is not UTF-8", one, true},
       {"chat_template_kwargs with binary", chat_with_binary_kwargs(), RequestError::malformed,
        "chat_template_kwargs holds a value JSON has no type for", one, true},
       {"tools with a prompt", with("tools", R"([{"type": "function", "function": {"name": "f"}}])"),
