@@ -183,6 +183,17 @@ TEST(Jinja, HugeNumbersInTheSourceAreErrorsNotCrashes) {
          {"{{ [1] | tojson(indent=nothing) }}", "{}", "expected an int", true}});
 }
 
+// Arithmetic past 64 bits is an error, found before the overflow (undefined in C++; jinja.fuzz
+// found the product under UBSan), and the sums and products below it are Python's.
+TEST(Jinja, IntegerArithmeticPast64BitsIsAnError) {
+  check({{"{{ 90532596 * 646668853801 }}", "{}", "outgrew 64 bits", true},
+         {"{{ 9223372036854775807 + 1 }}", "{}", "outgrew 64 bits", true},
+         {"{{ -9223372036854775807 - 2 }}", "{}", "outgrew 64 bits", true},
+         {"{{ (-9223372036854775807 - 1) // -1 }}", "{}", "outgrew 64 bits", true},
+         {"{{ (-9223372036854775807 - 1) % -1 }}", "{}", "0"},
+         {"{{ 3037000499 * 3037000499 }} {{ -7 // 2 }} {{ -7 % 2 }}", "{}", "9223372030926249001 -4 1"}});
+}
+
 TEST(JinjaLimits, EndlessLoopsRunOutOfSteps) {
   RenderOptions options;
   options.limits.max_steps = 100'000;
