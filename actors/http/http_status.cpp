@@ -23,8 +23,8 @@ namespace {
 namespace fe = front_end;
 
 constexpr double kNsPerSecond = 1e9;
-constexpr FinishReason kFinishReasons[] = {FinishReason::stop, FinishReason::length, FinishReason::abort,
-                                           FinishReason::error};
+constexpr FinishReason kFinishReasons[] = {FinishReason::stop, FinishReason::length, FinishReason::tool_calls,
+                                           FinishReason::abort, FinishReason::error};
 
 // Seconds, from interactive (5 ms) to a long queue (1 min).
 std::vector<double> ttft_bounds() { return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}; }
