@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "actors/front_end/model_admin.hpp"
+#include "actors/front_end/tool_request.hpp"
 #include "model/grammar/response_grammar.hpp"
 #include "model/sampling/sampling_params.hpp"
 
@@ -204,33 +205,123 @@ Check read_strings(const msgpack::object& o, std::string_view key, std::vector<s
   return std::nullopt;
 }
 
-Check read_chat_turn(const msgpack::object& o, const std::string& field, messages::ChatTurn& out) {
-  if (o.type != msgpack::type::MAP) return wrong_type(field, "a map with role and content", o);
-  bool has_role = false;
-  bool has_content = false;
+std::string_view key_name(const msgpack::object_kv& kv) {
+  return kv.key.type == msgpack::type::STR ? std::string_view(kv.key.via.str.ptr, kv.key.via.str.size)
+                                           : std::string_view();
+}
+
+// A map inside the frame (a message, a tool call): string keys among `known`, each once (a
+// repeat is found among the first known.size() + 1 keys, so this is quick on any map).
+Check check_keys(const msgpack::object& o, const std::string& field, std::initializer_list<std::string_view> known) {
   for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
-    const msgpack::object_kv& kv = o.via.map.ptr[i];
-    std::string_view name = kv.key.type == msgpack::type::STR
-                                ? std::string_view(kv.key.via.str.ptr, kv.key.via.str.size)
-                                : std::string_view();
-    if (name == "role" && !has_role) {
-      has_role = true;
-      if (auto failure = read_string(kv.val, field + ".role", kMaxRoleBytes, out.role)) return failure;
-    } else if (name == "content" && !has_content) {
-      has_content = true;
-      if (auto failure = read_string(kv.val, field + ".content", kMaxFrameBytes, out.content)) return failure;
-    } else if (name == "role" || name == "content") {
-      return malformed(field + " has the key '" + std::string(name) + "' twice");
-    } else {
-      return malformed(field + " has a key other than role and content" +
+    const std::string_view name = key_name(o.via.map.ptr[i]);
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string names;
+      for (std::string_view k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+      return malformed(field + " has a key other than " + names +
                        (name.empty() ? std::string() : ": '" + std::string(name.substr(0, kMaxKeyBytes)) + "'"));
     }
+    for (std::uint32_t j = 0; j < i; ++j) {
+      if (key_name(o.via.map.ptr[j]) == name) return malformed(field + " has the key '" + std::string(name) + "' twice");
+    }
   }
-  if (!has_role || !has_content) {
+  return std::nullopt;
+}
+
+Check failure_of(std::optional<front_end::ToolProblem> problem) {
+  if (!problem) return std::nullopt;
+  return invalid(std::move(problem->message));
+}
+
+// A tool call's function: {name, arguments}, arguments the JSON text of an object.
+Check read_called_function(const msgpack::object& o, const std::string& field, messages::ToolCall& out) {
+  if (o.type != msgpack::type::MAP) return wrong_type(field, "a map {name, arguments}", o);
+  if (auto failure = check_keys(o, field, {"name", "arguments"})) return failure;
+  bool has_name = false, has_arguments = false;
+  for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+    const msgpack::object_kv& kv = o.via.map.ptr[i];
+    const bool name = key_name(kv) == "name";
+    (name ? has_name : has_arguments) = true;
+    const Check failure = name ? read_string(kv.val, field + ".name", front_end::kMaxToolNameBytes, out.name)
+                               : read_string(kv.val, field + ".arguments", kMaxFrameBytes, out.arguments);
+    if (failure) return failure;
+  }
+  if (!has_name || !has_arguments) return malformed(field + " lacks " + (has_name ? "arguments" : "name"));
+  return std::nullopt;
+}
+
+// One of an assistant's tool_calls, in OpenAI's shape: {id, type: "function", function}.
+Check read_tool_call(const msgpack::object& o, const std::string& field, messages::ToolCall& out) {
+  if (o.type != msgpack::type::MAP) return wrong_type(field, "a map {id, type, function}", o);
+  if (auto failure = check_keys(o, field, {"id", "type", "function"})) return failure;
+  bool has_function = false;
+  for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+    const msgpack::object_kv& kv = o.via.map.ptr[i];
+    const std::string_view name = key_name(kv);
+    Check failure;
+    std::string type;
+    if (name == "id") failure = read_string(kv.val, field + ".id", front_end::kMaxToolCallIdBytes, out.id);
+    if (name == "type") {
+      failure = read_string(kv.val, field + ".type", kMaxKeyBytes, type);
+      if (!failure && type != "function") failure = invalid(field + ".type must be \"function\"");
+    }
+    if (name == "function") {
+      has_function = true;
+      failure = read_called_function(kv.val, field + ".function", out);
+    }
+    if (failure) return failure;
+  }
+  if (!has_function) return malformed(field + " lacks function");
+  return std::nullopt;
+}
+
+Check read_tool_calls(const msgpack::object& o, const std::string& field, std::vector<messages::ToolCall>& out) {
+  if (o.type != msgpack::type::ARRAY) return wrong_type(field, "an array of tool calls", o);
+  if (o.via.array.size > front_end::kMaxToolCallsPerTurn) {
+    return invalid(field + " has " + std::to_string(o.via.array.size) + " calls: at most " +
+                   std::to_string(front_end::kMaxToolCallsPerTurn) + " are accepted");
+  }
+  for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+    messages::ToolCall call;
+    if (auto failure = read_tool_call(o.via.array.ptr[i], field + "[" + std::to_string(i) + "]", call)) return failure;
+    out.push_back(std::move(call));
+  }
+  return std::nullopt;
+}
+
+// {role, content, tool_calls?, tool_call_id?, name?}: content nil or absent only for an
+// assistant, which then has none.
+Check read_chat_turn(const msgpack::object& o, const std::string& field, messages::ChatTurn& out) {
+  if (o.type != msgpack::type::MAP) return wrong_type(field, "a map with role and content", o);
+  if (auto failure = check_keys(o, field, {"role", "content", "tool_calls", "tool_call_id", "name"})) return failure;
+  bool has_role = false, content_given = false;
+  out.has_content = false;
+  for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+    const msgpack::object_kv& kv = o.via.map.ptr[i];
+    const std::string_view name = key_name(kv);
+    const std::string key_field = field + "." + std::string(name);
+    Check failure;
+    if (name == "role") {
+      has_role = true;
+      failure = read_string(kv.val, key_field, kMaxRoleBytes, out.role);
+    } else if (name == "content") {
+      content_given = true;
+      out.has_content = kv.val.type != msgpack::type::NIL;
+      if (out.has_content) failure = read_string(kv.val, key_field, kMaxFrameBytes, out.content);
+    } else if (name == "tool_calls") {
+      failure = read_tool_calls(kv.val, key_field, out.tool_calls);
+    } else if (name == "tool_call_id") {
+      failure = read_string(kv.val, key_field, front_end::kMaxToolCallIdBytes, out.tool_call_id);
+    } else if (name == "name") {
+      failure = read_string(kv.val, key_field, kMaxRoleBytes, out.name);
+    }
+    if (failure) return failure;
+  }
+  if (!has_role || (!content_given && out.role != "assistant")) {
     return malformed(field + " lacks " + (has_role ? "content" : "role") + ": each message is {role, content}");
   }
   if (out.role.empty()) return invalid(field + ".role is empty");
-  return std::nullopt;
+  return failure_of(front_end::check_turn_tools(out, field));
 }
 
 Check read_chat(const msgpack::object& o, std::vector<messages::ChatTurn>& out) {
@@ -249,6 +340,74 @@ Check read_chat(const msgpack::object& o, std::vector<messages::ChatTurn>& out) 
     out.push_back(std::move(turn));
   }
   return std::nullopt;
+}
+
+// A msgpack value as JSON; nullopt for binary and extensions. The decoder's pre-pass bounds the
+// frame's nesting (8 levels), and so this recursion.
+std::optional<nlohmann::json> json_from(const msgpack::object& o) {
+  switch (o.type) {
+    case msgpack::type::NIL: return nlohmann::json(nullptr);
+    case msgpack::type::BOOLEAN: return nlohmann::json(o.via.boolean);
+    case msgpack::type::POSITIVE_INTEGER: return nlohmann::json(o.via.u64);
+    case msgpack::type::NEGATIVE_INTEGER: return nlohmann::json(o.via.i64);
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: return nlohmann::json(o.via.f64);
+    case msgpack::type::STR: return nlohmann::json(std::string(o.via.str.ptr, o.via.str.size));
+    case msgpack::type::ARRAY: {
+      auto array = nlohmann::json::array();
+      for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+        auto item = json_from(o.via.array.ptr[i]);
+        if (!item) return std::nullopt;
+        array.push_back(std::move(*item));
+      }
+      return array;
+    }
+    case msgpack::type::MAP: {
+      auto object = nlohmann::json::object();
+      for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+        auto item = json_from(o.via.map.ptr[i].val);
+        if (o.via.map.ptr[i].key.type != msgpack::type::STR || !item) return std::nullopt;
+        object[std::string(key_name(o.via.map.ptr[i]))] = std::move(*item);
+      }
+      return object;
+    }
+    default: return std::nullopt;
+  }
+}
+
+// tools: OpenAI's tools array as JSON text (schemas nest deeper than a frame may).
+Check read_tools(const msgpack::object& o, messages::Submit& submit) {
+  std::string text;
+  if (auto failure = read_string(o, "tools", kMaxFrameBytes, text)) return failure;
+  const auto tools = nlohmann::json::parse(text, nullptr, false);
+  if (tools.is_discarded()) return invalid("tools is not JSON: give OpenAI's tools array as JSON text");
+  return failure_of(front_end::read_tools(tools, "tools", submit.tools));
+}
+
+// "auto", "none", "required", or {type: "function", function: {name}} as OpenAI writes it.
+Check read_tool_choice(const msgpack::object& o, messages::Submit& submit) {
+  if (o.type == msgpack::type::STR) {
+    return failure_of(front_end::read_tool_choice_mode(std::string_view(o.via.str.ptr, o.via.str.size), submit));
+  }
+  const auto choice = json_from(o);
+  const nlohmann::json* name = nullptr;
+  if (choice && choice->is_object() && choice->value("type", "") == "function" && choice->contains("function") &&
+      (*choice)["function"].is_object() && (*choice)["function"].contains("name")) {
+    name = &(*choice)["function"]["name"];
+  }
+  if (name == nullptr || !name->is_string()) {
+    return malformed(R"(tool_choice must be "auto", "none", "required" or {"type": "function", "function": {"name": NAME}})");
+  }
+  submit.tool_choice = static_cast<std::uint8_t>(messages::ToolChoice::function);
+  submit.tool_choice_name = name->get<std::string>().substr(0, front_end::kMaxToolNameBytes + 1);
+  return std::nullopt;
+}
+
+Check read_template_kwargs(const msgpack::object& o, messages::Submit& submit) {
+  if (o.type != msgpack::type::MAP) return wrong_type("chat_template_kwargs", "a map", o);
+  const auto kwargs = json_from(o);
+  if (!kwargs) return malformed("chat_template_kwargs holds a value JSON has no type for (binary, an extension)");
+  return failure_of(front_end::read_template_kwargs(*kwargs, submit.chat_template_kwargs));
 }
 
 // A generate request while its keys are read: which prompt keys appeared.
@@ -335,6 +494,14 @@ const GenerateKey kGenerateKeys[] = {
      [](const msgpack::object& o, GenerateDraft& d) {
        return read_response_format(o, sampling(d).response_format);
      }},
+    {"tools", [](const msgpack::object& o, GenerateDraft& d) { return read_tools(o, d.request.submit); }},
+    {"tool_choice", [](const msgpack::object& o, GenerateDraft& d) { return read_tool_choice(o, d.request.submit); }},
+    {"parallel_tool_calls",
+     [](const msgpack::object& o, GenerateDraft& d) {
+       return read_bool(o, "parallel_tool_calls", d.request.submit.parallel_tool_calls);
+     }},
+    {"chat_template_kwargs",
+     [](const msgpack::object& o, GenerateDraft& d) { return read_template_kwargs(o, d.request.submit); }},
     {"pooling",
      [](const msgpack::object& o, GenerateDraft& d) -> Check {
        std::string name;
@@ -439,6 +606,13 @@ ClientRequest parse_generate(const Entries& entries, ClientId id) {
     return problem(invalid(std::string(kKeys[submit.prompt_kind]) + " is empty"), id, true);
   }
   if (auto error = model::validate(submit.sampling)) return problem(invalid(error->message), id, true);
+  const bool asks_tools = !submit.tools.empty() || !submit.chat_template_kwargs.empty() ||
+                          submit.tool_choice != static_cast<std::uint8_t>(messages::ToolChoice::automatic);
+  if (asks_tools && submit.prompt_kind != static_cast<std::uint8_t>(messages::PromptKind::chat)) {
+    return problem(invalid("tools, tool_choice and chat_template_kwargs are for messages, not a prompt or tokens"),
+                   id, true);
+  }
+  if (auto failure = failure_of(front_end::check_tool_choice(submit))) return problem(std::move(*failure), id, true);
   return std::move(draft.request);
 }
 

@@ -26,7 +26,7 @@ namespace mqlm::actors::client_protocol {
 
 // A request frame is at most as long as any front end's request (front_end::kMaxRequestBytes).
 inline constexpr std::size_t kMaxFrameBytes = front_end::kMaxRequestBytes;
-inline constexpr std::size_t kMaxKeys = 32;             // a generate has 21 known keys
+inline constexpr std::size_t kMaxKeys = 32;             // a generate has 28 known keys, and api_key
 inline constexpr std::size_t kMaxKeyBytes = 64;
 inline constexpr std::size_t kMaxIdBytes = 256;
 using front_end::kMaxChatTurns;

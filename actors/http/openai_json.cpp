@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/front_end/front_end.hpp"
+#include "actors/front_end/tool_request.hpp"
 #include "model/grammar/response_grammar.hpp"
 #include "model/sampling/sampling_params.hpp"
 
@@ -34,18 +35,15 @@ constexpr double kLowestLogprob = -9999.0;
 
 using Check = std::optional<ApiError>;
 
-std::string_view type_name(const json& value) {
-  switch (value.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    default: return "an unknown type";
-  }
+std::string_view type_name(const json& value) { return front_end::json_type_name(value); }
+
+ApiError tool_error(front_end::ToolProblem problem) {
+  return invalid_request(std::move(problem.message), std::move(problem.field));
+}
+
+Check tool_check(std::optional<front_end::ToolProblem> problem) {
+  if (!problem) return std::nullopt;
+  return tool_error(std::move(*problem));
 }
 
 }  // namespace
@@ -145,17 +143,12 @@ Check require_absent(const json& value, const std::string& key, bool acceptable,
 
 bool is_empty_container(const json& value) { return (value.is_object() || value.is_array()) && value.empty(); }
 
-// One chat message's text: a string, or text parts (joined by newlines), or null for an
-// assistant turn with nothing to say.
-Check read_content(const json& value, const std::string& field, const std::string& role, std::string& out) {
+// One chat message's text: a string, or text parts (joined by newlines).
+Check read_content(const json& value, const std::string& field, std::string& out) {
   out.clear();
   if (value.is_string()) {
     out = value.get<std::string>();
     return std::nullopt;
-  }
-  if (value.is_null()) {
-    if (role == "assistant") return std::nullopt;
-    return invalid_request("'" + field + "' is null: only an assistant message may have no content", field);
   }
   if (!value.is_array()) return wrong_type(field, "a string or an array of content parts", value);
   for (std::size_t j = 0; j < value.size(); ++j) {
@@ -177,6 +170,89 @@ Check read_content(const json& value, const std::string& field, const std::strin
   return std::nullopt;
 }
 
+// An optional string of a message: absent or null leaves `out` empty.
+Check read_message_string(const json& object, const std::string& field, const char* key, std::size_t max_bytes,
+                          std::string& out) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return std::nullopt;
+  const std::string key_field = field + "." + key;
+  if (!it->is_string()) return wrong_type(key_field, "a string", *it);
+  out = it->get<std::string>();
+  if (out.size() > max_bytes) return out_of_range(key_field, "is too long: at most " + std::to_string(max_bytes) + " bytes");
+  return std::nullopt;
+}
+
+// One of an assistant's tool_calls: {"id", "type": "function", "function": {"name", "arguments"}},
+// arguments the JSON text of an object, as the model wrote it.
+Check read_tool_call(const json& call, const std::string& field, messages::ToolCall& out) {
+  if (!call.is_object()) return wrong_type(field, R"(an object {"id", "type": "function", "function"})", call);
+  if (auto failure = read_message_string(call, field, "id", front_end::kMaxToolCallIdBytes, out.id)) return failure;
+  if (auto type = call.find("type"); type != call.end() && !type->is_null() && *type != "function") {
+    return invalid_request("'" + field + ".type' must be \"function\"", field + ".type");
+  }
+  const auto function = call.find("function");
+  if (function == call.end()) return invalid_request("'" + field + ".function' is missing", field + ".function");
+  if (!function->is_object()) return wrong_type(field + ".function", "an object {name, arguments}", *function);
+  const std::string function_field = field + ".function";
+  if (auto failure = read_message_string(*function, function_field, "name", kMaxRoleBytes, out.name)) return failure;
+  const auto arguments = function->find("arguments");
+  if (arguments == function->end()) {
+    return invalid_request("'" + function_field + ".arguments' is missing", function_field + ".arguments");
+  }
+  if (!arguments->is_string()) return wrong_type(function_field + ".arguments", "a string of JSON", *arguments);
+  out.arguments = arguments->get<std::string>();
+  return std::nullopt;
+}
+
+Check read_tool_calls(const json& value, const std::string& field, std::vector<messages::ToolCall>& out) {
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_array()) return wrong_type(field, "an array of tool calls", value);
+  for (std::size_t i = 0; i < value.size() && i <= front_end::kMaxToolCallsPerTurn; ++i) {
+    messages::ToolCall call;
+    if (auto failure = read_tool_call(value[i], field + "[" + std::to_string(i) + "]", call)) return failure;
+    out.push_back(std::move(call));
+  }
+  return std::nullopt;
+}
+
+// One message: role, content (text, text parts, or null and absent for an assistant, which then
+// has none), an assistant's tool_calls, a tool result's tool_call_id, and a name.
+Check read_message(const json& message, const std::string& field, messages::ChatTurn& turn) {
+  if (!message.is_object()) return wrong_type(field, "an object with role and content", message);
+  auto role = message.find("role");
+  if (role == message.end()) return invalid_request("'" + field + ".role' is missing", field + ".role");
+  if (!role->is_string()) return wrong_type(field + ".role", "a string", *role);
+  turn.role = role->get<std::string>();
+  if (turn.role.size() > kMaxRoleBytes) return out_of_range(field + ".role", "is too long");
+  // OpenAI's newer name for the system prompt.
+  if (turn.role == "developer") turn.role = "system";
+  if (turn.role == "function") {
+    return invalid_request("'" + field + ".role' is \"function\", the legacy role: send tool results as \"tool\" "
+                           "messages with a tool_call_id",
+                           field + ".role", "unsupported_parameter");
+  }
+  if (auto calls = message.find("tool_calls"); calls != message.end()) {
+    if (auto failure = read_tool_calls(*calls, field + ".tool_calls", turn.tool_calls)) return failure;
+  }
+  if (auto failure = read_message_string(message, field, "tool_call_id", front_end::kMaxToolCallIdBytes,
+                                         turn.tool_call_id)) {
+    return failure;
+  }
+  if (auto failure = read_message_string(message, field, "name", kMaxRoleBytes, turn.name)) return failure;
+  auto content = message.find("content");
+  if (content == message.end() || content->is_null()) {
+    if (turn.role != "assistant") {
+      return invalid_request("'" + field + ".content' is " + (content == message.end() ? "missing" : "null") +
+                                 ": only an assistant message may have no content",
+                             field + ".content");
+    }
+    turn.has_content = false;
+  } else if (auto failure = read_content(*content, field + ".content", turn.content)) {
+    return failure;
+  }
+  return tool_check(front_end::check_turn_tools(turn, field));
+}
+
 Check read_messages(const json& value, std::vector<messages::ChatTurn>& out) {
   if (!value.is_array()) return wrong_type("messages", "an array of messages", value);
   if (value.empty()) return invalid_request("'messages' is empty: give at least one message", "messages");
@@ -186,32 +262,8 @@ Check read_messages(const json& value, std::vector<messages::ChatTurn>& out) {
   }
   out.clear();
   for (std::size_t i = 0; i < value.size(); ++i) {
-    const json& message = value[i];
-    const std::string field = "messages[" + std::to_string(i) + "]";
-    if (!message.is_object()) return wrong_type(field, "an object with role and content", message);
-    auto role = message.find("role");
-    if (role == message.end()) return invalid_request("'" + field + ".role' is missing", field + ".role");
-    if (!role->is_string()) return wrong_type(field + ".role", "a string", *role);
     messages::ChatTurn turn;
-    turn.role = role->get<std::string>();
-    if (turn.role.size() > kMaxRoleBytes) return out_of_range(field + ".role", "is too long");
-    // OpenAI's newer name for the system prompt.
-    if (turn.role == "developer") turn.role = "system";
-    if (turn.role == "tool" || turn.role == "function") {
-      return invalid_request("'" + field + ".role' is \"" + turn.role + "\": tools are not supported here",
-                             field + ".role", "unsupported_parameter");
-    }
-    if (auto calls = message.find("tool_calls"); calls != message.end() && !calls->is_null() &&
-                                                 !is_empty_container(*calls)) {
-      return invalid_request("'" + field + ".tool_calls': tools are not supported here", field + ".tool_calls",
-                             "unsupported_parameter");
-    }
-    auto content = message.find("content");
-    if (content == message.end()) {
-      if (turn.role != "assistant") return invalid_request("'" + field + ".content' is missing", field + ".content");
-    } else if (auto failure = read_content(*content, field + ".content", turn.role, turn.content)) {
-      return failure;
-    }
+    if (auto failure = read_message(value[i], "messages[" + std::to_string(i) + "]", turn)) return failure;
     out.push_back(std::move(turn));
   }
   return std::nullopt;
@@ -352,18 +404,38 @@ Check read_n(const json& value, Draft&) {
   return std::nullopt;
 }
 
-// chat_template_kwargs (vLLM's and llama-server's): arguments for the Jinja chat template. They
-// do not reach the scheduler, which renders the template, yet: an object is accepted and what it
-// asks is left undone; the debug log says so.
-Check read_chat_template_kwargs(const json& value, Draft&) {
+// chat_template_kwargs (vLLM's and llama-server's): more variables for the Jinja chat template
+// (enable_thinking, ...), which the scheduler gives it.
+Check read_chat_template_kwargs(const json& value, Draft& d) {
   if (value.is_null()) return std::nullopt;
-  if (!value.is_object()) return wrong_type("chat_template_kwargs", "an object", value);
-  // The value's type only: writing a value out recurses once per level of nesting, and a 1 MB
-  // body can nest deep enough to overflow the stack.
-  for (const auto& [key, argument] : value.items()) {
-    spdlog::debug("http: chat_template_kwargs.{} ({}) ignored: not passed to chat templates yet",
-                  key.substr(0, 64), type_name(argument));
+  return tool_check(front_end::read_template_kwargs(value, d.request.submit.chat_template_kwargs));
+}
+
+Check read_tools(const json& value, Draft& d) {
+  if (value.is_null()) return std::nullopt;
+  return tool_check(front_end::read_tools(value, "tools", d.request.submit.tools));
+}
+
+// "auto", "none", "required", or {"type": "function", "function": {"name": NAME}}; the name is
+// checked against the tools once every field is read.
+Check read_tool_choice(const json& value, Draft& d) {
+  messages::Submit& submit = d.request.submit;
+  if (value.is_null()) return std::nullopt;
+  if (value.is_string()) return tool_check(front_end::read_tool_choice_mode(value.get<std::string>(), submit));
+  if (!value.is_object()) return wrong_type("tool_choice", R"("auto", "none", "required" or an object)", value);
+  if (auto type = value.find("type"); type == value.end() || *type != "function") {
+    return invalid_request("'tool_choice.type' must be \"function\"", "tool_choice.type");
   }
+  const auto function = value.find("function");
+  if (function == value.end() || !function->is_object()) {
+    return invalid_request("'tool_choice.function' must be an object {\"name\": NAME}", "tool_choice.function");
+  }
+  const auto name = function->find("name");
+  if (name == function->end() || !name->is_string()) {
+    return invalid_request("'tool_choice.function.name' must be a string", "tool_choice.function.name");
+  }
+  submit.tool_choice = static_cast<std::uint8_t>(messages::ToolChoice::function);
+  submit.tool_choice_name = name->get<std::string>().substr(0, front_end::kMaxToolNameBytes + 1);
   return std::nullopt;
 }
 
@@ -491,25 +563,22 @@ const Field kChatFields[] = {
     {"logprobs", [](const json& v, Draft& d) { return read_bool(v, "logprobs", d.request.logprobs); }},
     {"top_logprobs",
      [](const json& v, Draft& d) { return read_integer(v, "top_logprobs", 0, kMaxTopLogprobs, d.top_logprobs); }},
-    {"tools",
-     [](const json& v, Draft&) {
-       return require_absent(v, "tools", is_empty_container(v), "'tools' are not supported here");
-     }},
+    {"tools", read_tools},
     {"functions",
      [](const json& v, Draft&) {
-       return require_absent(v, "functions", is_empty_container(v), "'functions' are not supported here");
+       return require_absent(v, "functions", is_empty_container(v),
+                             "'functions' (the legacy form) is not supported here: give them as 'tools'");
      }},
-    {"tool_choice",
-     [](const json& v, Draft&) {
-       return require_absent(v, "tool_choice", v.is_string() && (v == "none" || v == "auto"),
-                             "'tool_choice' other than \"none\" is not supported here");
-     }},
+    {"tool_choice", read_tool_choice},
     {"function_call",
      [](const json& v, Draft&) {
        return require_absent(v, "function_call", v.is_string() && (v == "none" || v == "auto"),
-                             "'function_call' other than \"none\" is not supported here");
+                             "'function_call' (the legacy form) is not supported here: use 'tool_choice'");
      }},
-    {"parallel_tool_calls", ignore},
+    {"parallel_tool_calls",
+     [](const json& v, Draft& d) {
+       return read_bool(v, "parallel_tool_calls", d.request.submit.parallel_tool_calls);
+     }},
     {"modalities",
      [](const json& v, Draft&) {
        bool text = v.is_array() && v.size() == 1 && v[0] == "text";
@@ -605,6 +674,7 @@ Check finish_draft(Endpoint endpoint, Draft& d, std::uint64_t default_seed) {
     s.max_tokens = kCompletionsDefaultMaxTokens;
   }
   if (endpoint == Endpoint::chat) {
+    if (auto failure = tool_check(front_end::check_tool_choice(r.submit))) return failure;
     if (d.top_logprobs && *d.top_logprobs > 0 && !r.logprobs) {
       return invalid_request("'top_logprobs' needs 'logprobs' to be true", "top_logprobs");
     }

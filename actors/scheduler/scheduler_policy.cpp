@@ -39,6 +39,18 @@ TokenLogprobs with_token_texts(const model::Tokenizer& tokenizer, TokenLogprobs 
   return logprobs;
 }
 
+// A chat's turns as the template takes them.
+std::vector<model::ChatMessage> chat_messages(const std::vector<ChatTurn>& chat) {
+  std::vector<model::ChatMessage> turns;
+  turns.reserve(chat.size());
+  for (const auto& t : chat) {
+    std::vector<model::ChatToolCall> calls;
+    for (const auto& call : t.tool_calls) calls.push_back({call.id, call.name, call.arguments});
+    turns.push_back({t.role, t.content, std::move(calls), t.tool_call_id, t.name, t.has_content});
+  }
+  return turns;
+}
+
 }  // namespace
 
 // A model by the name a front end gave: its id, an alias of one, or "" for the default.
@@ -184,10 +196,9 @@ std::optional<std::string> SchedulerPolicy::prompt_for(const ServedModel& m, con
       return std::nullopt;
     case PromptKind::chat: {
       if (!m.chat) return "model " + m.name + ": " + m.chat_problem;
-      std::vector<model::ChatMessage> turns;
-      for (const auto& t : submit.chat) turns.push_back({t.role, t.content});
       const std::int64_t unix_s = (now_ns + config_.unix_clock_offset_ns) / 1'000'000'000;
-      auto rendered = m.chat->render(turns, true, unix_s);
+      auto rendered = m.chat->render(chat_messages(submit.chat), true, unix_s,
+                                     {submit.tools, submit.chat_template_kwargs});
       if (auto* e = std::get_if<model::ChatTemplateError>(&rendered)) return "messages: " + e->message;
       // The template writes the special tokens as text; BOS is added where the model wants it,
       // unless the template wrote it already.

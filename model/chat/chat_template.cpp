@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "model/chat/jinja/json_input.hpp"
 
 namespace mqlm::model {
 
@@ -19,6 +24,68 @@ std::string token_text(const Vocabulary& vocabulary, std::int32_t id) {
 
 ChatTemplateError error(std::string message) { return {std::move(message)}; }
 
+// JSON text as a template value; nullopt when it is not JSON (or nests too deep).
+std::optional<jinja::Value> json_value(std::string_view text) {
+  const auto parsed = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (parsed.is_discarded()) return std::nullopt;
+  auto value = jinja::value_from_json(parsed);
+  if (std::holds_alternative<jinja::JsonInputError>(value)) return std::nullopt;
+  return std::get<jinja::Value>(std::move(value));
+}
+
+// A call as transformers' templates read it: {id, type: "function", function: {name, arguments}}.
+// Templates index the arguments as a mapping (tool_call.arguments | tojson, .items()), so JSON
+// text that is an object is given parsed, as llama.cpp's server and vLLM give it; other text
+// (not JSON, or JSON of another type) stays the string it is.
+jinja::Value tool_call_value(const ChatToolCall& call) {
+  std::optional<jinja::Value> arguments = json_value(call.arguments);
+  if (!arguments || !arguments->is_object()) arguments = jinja::Value(call.arguments);
+  jinja::Object function;
+  function.set("name", call.name);
+  function.set("arguments", std::move(*arguments));
+  jinja::Object value;
+  value.set("id", call.id);
+  value.set("type", "function");
+  value.set("function", jinja::Value(std::move(function)));
+  return value;
+}
+
+// A message's keys in the order OpenAI's clients write them: role, a tool result's tool_call_id
+// and name, content, an assistant's tool_calls; those it has not left out.
+jinja::Value message_value(const ChatMessage& message) {
+  jinja::Object turn;
+  turn.set("role", message.role);
+  if (!message.tool_call_id.empty()) turn.set("tool_call_id", message.tool_call_id);
+  if (!message.name.empty()) turn.set("name", message.name);
+  turn.set("content", message.has_content ? jinja::Value(message.content) : jinja::Value(jinja::None{}));
+  if (!message.tool_calls.empty()) {
+    jinja::Array calls;
+    for (const auto& call : message.tool_calls) calls.push_back(tool_call_value(call));
+    turn.set("tool_calls", jinja::Value(std::move(calls)));
+  }
+  return turn;
+}
+
+// tools and the kwargs into `variables`, which hold the server's own already.
+std::optional<ChatTemplateError> add_extras(const ChatExtras& extras, jinja::Object& variables) {
+  if (!extras.tools.empty()) {
+    auto tools = json_value(extras.tools);
+    if (!tools || !tools->is_array()) return error("tools are not a JSON array of tools");
+    variables.set("tools", std::move(*tools));
+  }
+  if (extras.kwargs.empty()) return std::nullopt;
+  auto kwargs = json_value(extras.kwargs);
+  if (!kwargs || !kwargs->is_object()) return error("chat_template_kwargs is not a JSON object");
+  for (const auto& [key, value] : kwargs->as_object().entries()) {
+    const std::string& name = key.as_string();
+    if (is_reserved_template_variable(name)) {
+      return error("chat_template_kwargs may not set '" + name + "': the server gives the template its " + name);
+    }
+    variables.set(name, value);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<ChatTemplate, ChatTemplateError> ChatTemplate::make(std::string_view source, std::string bos_text,
@@ -33,8 +100,8 @@ std::variant<ChatTemplate, ChatTemplateError> ChatTemplate::make(std::string_vie
 }
 
 std::variant<std::string, ChatTemplateError> ChatTemplate::render(std::span<const ChatMessage> messages,
-                                                                  bool add_generation_prompt,
-                                                                  std::int64_t now_unix_s) const {
+                                                                  bool add_generation_prompt, std::int64_t now_unix_s,
+                                                                  const ChatExtras& extras) const {
   if (messages.empty()) return error("the conversation has no messages: give at least one user message");
   jinja::Array turns;
   for (std::size_t i = 0; i < messages.size(); ++i) {
@@ -43,10 +110,7 @@ std::variant<std::string, ChatTemplateError> ChatTemplate::render(std::span<cons
       return error("message " + std::to_string(i) + " has role \"" + role +
                    "\": the roles are system, user, assistant and tool");
     }
-    jinja::Object turn;
-    turn.set("role", role);
-    turn.set("content", messages[i].content);
-    turns.emplace_back(std::move(turn));
+    turns.push_back(message_value(messages[i]));
   }
   jinja::Object variables;
   variables.set("messages", jinja::Value(std::move(turns)));
@@ -55,6 +119,7 @@ std::variant<std::string, ChatTemplateError> ChatTemplate::render(std::span<cons
   variables.set("eos_token", eos_text_);
   variables.set("tools", jinja::None{});
   variables.set("documents", jinja::None{});
+  if (auto problem = add_extras(extras, variables)) return *problem;
   jinja::RenderOptions options;
   options.now_unix_s = now_unix_s;
   auto rendered = compiled_.render(variables, options);

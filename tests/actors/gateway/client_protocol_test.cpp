@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/gateway/client_protocol.hpp"
+#include "tests/actors/front_end/tool_round_trip.hpp"
 
 namespace mqlm::actors::client_protocol {
 namespace {
@@ -171,6 +172,33 @@ TEST(ClientProtocolTest, MessagesBecomeAChat) {
   EXPECT_EQ(request->submit.chat[1].content, "Hi");
 }
 
+// A tool-calling round trip as the native protocol carries it: tools as JSON text (OpenAI's
+// array), the assistant's calls and the tool results in OpenAI's shape, as msgpack maps.
+TEST(ClientProtocolTest, ToolsToolCallsAndTemplateArgumentsReachTheSubmit) {
+  const std::string tools = tests::weather_tools().dump();
+  auto parsed = parse({{"op", "generate"},
+                       {"id", 3},
+                       {"messages", tests::tool_round_trip_messages()},
+                       {"tools", tools},
+                       {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+                       {"parallel_tool_calls", false},
+                       {"chat_template_kwargs", {{"enable_thinking", false}, {"depth", {{"n", 2.5}}}}}});
+  auto* request = std::get_if<GenerateRequest>(&parsed);
+  ASSERT_NE(request, nullptr) << std::get<RequestProblem>(parsed).message;
+  const messages::Submit& s = request->submit;
+  EXPECT_EQ(s.tools, tools);
+  EXPECT_EQ(s.tool_choice, static_cast<std::uint8_t>(messages::ToolChoice::function));
+  EXPECT_EQ(s.tool_choice_name, "get_weather");
+  EXPECT_FALSE(s.parallel_tool_calls);
+  EXPECT_EQ(json::parse(s.chat_template_kwargs), json({{"enable_thinking", false}, {"depth", {{"n", 2.5}}}}));
+  tests::expect_tool_round_trip_turns(s.chat);
+  for (const char* mode : {"auto", "none", "required"}) {
+    auto by_name = parse({{"op", "generate"}, {"id", 4}, {"messages", {{{"role", "user"}, {"content", "x"}}}},
+                          {"tools", tools}, {"tool_choice", mode}});
+    ASSERT_TRUE(std::holds_alternative<GenerateRequest>(by_name)) << std::get<RequestProblem>(by_name).message;
+  }
+}
+
 TEST(ClientProtocolTest, AbortAndStatus) {
   auto abort = parse({{"op", "abort"}, {"id", "x"}});
   ASSERT_NE(std::get_if<AbortRequest>(&abort), nullptr);
@@ -280,6 +308,18 @@ std::string raw_map(std::uint8_t pairs, const std::vector<json>& items) {
   return out;
 }
 
+// {"op": "generate", "id": 1, "messages": [{"role": "user", "content": "x"}],
+//  "chat_template_kwargs": {"k": <4 bytes of bin>}}
+std::string chat_with_binary_kwargs() {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_map(4);
+  pk.pack("op").pack("generate").pack("id").pack(1).pack("messages");
+  pk.pack_array(1).pack_map(2).pack("role").pack("user").pack("content").pack("x");
+  pk.pack("chat_template_kwargs").pack_map(1).pack("k").pack_bin(4).pack_bin_body("abcd", 4);
+  return std::string(buffer.data(), buffer.size());
+}
+
 struct BadFrame {
   std::string name;
   std::string bytes;
@@ -306,6 +346,20 @@ std::vector<BadFrame> bad_frames() {
   deep += std::string(20, '\x91') + '\x01';
   std::string huge_declared = raw_map(3, {"op", "generate", "id", 1, "tokens"});
   huge_declared += "\xdd\xff\xff\xff\xff";  // an array claiming 4 billion elements, with none
+  auto chat = [](json turns) { return packed({{"op", "generate"}, {"id", 1}, {"messages", std::move(turns)}}); };
+  auto chat_with = [](const std::string& key, json value) {
+    return packed({{"op", "generate"}, {"id", 1}, {"messages", {{{"role", "user"}, {"content", "x"}}}}, {key, value}});
+  };
+  auto without_key = [](json object, const std::string& key) {
+    object.erase(key);
+    return object;
+  };
+  const json call = {{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}};
+  json bad_name = call, map_arguments = call, code_call = call, extra_key = call;
+  bad_name["function"]["name"] = "a b";
+  map_arguments["function"]["arguments"] = json::object();
+  code_call["type"] = "code";
+  extra_key["index"] = 0;
   json many_keys = ok;
   for (int i = 0; i < 40; ++i) many_keys["k" + std::to_string(i)] = i;
   return {
@@ -376,8 +430,53 @@ std::vector<BadFrame> bad_frames() {
       {"message without content", packed({{"op", "generate"}, {"id", 1}, {"messages", {{{"role", "user"}}}}}),
        RequestError::malformed, "messages[0] lacks content", one, true},
       {"message with another key",
-       packed({{"op", "generate"}, {"id", 1}, {"messages", {{{"role", "user"}, {"content", "a"}, {"name", "b"}}}}}),
-       RequestError::malformed, "'name'", one, true},
+       packed({{"op", "generate"}, {"id", 1}, {"messages", {{{"role", "user"}, {"content", "a"}, {"weight", "b"}}}}}),
+       RequestError::malformed, "'weight'", one, true},
+      {"tool result without its call's id", chat({{{"role", "tool"}, {"content", "18 C"}}}),
+       RequestError::invalid_request, "'messages[0].tool_call_id' is missing", one, true},
+      {"user content nil", chat({{{"role", "user"}, {"content", nullptr}}}), RequestError::invalid_request,
+       "'messages[0].content' is null", one, true},
+      {"tool calls from a user", chat({{{"role", "user"}, {"content", "x"}, {"tool_calls", {call}}}}),
+       RequestError::invalid_request, "'messages[0].tool_calls' is on a \"user\" message", one, true},
+      {"tool calls not an array", chat({{{"role", "assistant"}, {"tool_calls", call}}}), RequestError::malformed,
+       "'messages[0].tool_calls' must be an array", one, true},
+      {"tool call without an id", chat({{{"role", "assistant"}, {"tool_calls", {without_key(call, "id")}}}}),
+       RequestError::invalid_request, "'messages[0].tool_calls[0].id' is missing", one, true},
+      {"tool call with a bad name", chat({{{"role", "assistant"}, {"tool_calls", {bad_name}}}}),
+       RequestError::invalid_request, "'messages[0].tool_calls[0].function.name' is \"a b\"", one, true},
+      {"tool call's arguments a map", chat({{{"role", "assistant"}, {"tool_calls", {map_arguments}}}}),
+       RequestError::malformed, "'messages[0].tool_calls[0].function.arguments' must be a string", one, true},
+      {"tool call without a function", chat({{{"role", "assistant"}, {"tool_calls", {without_key(call, "function")}}}}),
+       RequestError::malformed, "messages[0].tool_calls[0] lacks function", one, true},
+      {"tool call of another type", chat({{{"role", "assistant"}, {"tool_calls", {code_call}}}}),
+       RequestError::invalid_request, "type must be \"function\"", one, true},
+      {"tool call with another key", chat({{{"role", "assistant"}, {"tool_calls", {extra_key}}}}),
+       RequestError::malformed, "other than id, type, function: 'index'", one, true},
+      {"tools not JSON text", chat_with("tools", json::array()), RequestError::malformed,
+       "'tools' must be a string", one, true},
+      {"tools not JSON", chat_with("tools", "[{"), RequestError::invalid_request, "tools is not JSON", one, true},
+      {"tools with a bad name", chat_with("tools", R"([{"type": "function", "function": {"name": "a b"}}])"),
+       RequestError::invalid_request, "'tools[0].function.name' is \"a b\"", one, true},
+      {"tools twice the same name",
+       chat_with("tools", R"([{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}])"),
+       RequestError::invalid_request, "'tools[1].function.name' is \"f\", the name of an earlier tool", one, true},
+      {"tool_choice unknown", chat_with("tool_choice", "always"), RequestError::invalid_request,
+       "'tool_choice' is \"always\"", one, true},
+      {"tool_choice an integer", chat_with("tool_choice", 1), RequestError::malformed, "tool_choice must be", one, true},
+      {"tool_choice required without tools", chat_with("tool_choice", "required"), RequestError::invalid_request,
+       "'tool_choice' is \"required\": give the tools", one, true},
+      {"tool_choice names no tool", chat_with("tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}),
+       RequestError::invalid_request, "'tool_choice' is a function", one, true},
+      {"parallel_tool_calls a string", chat_with("parallel_tool_calls", "no"), RequestError::malformed,
+       "'parallel_tool_calls' must be true or false", one, true},
+      {"chat_template_kwargs an array", chat_with("chat_template_kwargs", {1}), RequestError::malformed,
+       "'chat_template_kwargs' must be a map", one, true},
+      {"chat_template_kwargs replacing messages", chat_with("chat_template_kwargs", {{"messages", 1}}),
+       RequestError::invalid_request, "'chat_template_kwargs.messages' is set by the server", one, true},
+      {"chat_template_kwargs with binary", chat_with_binary_kwargs(), RequestError::malformed,
+       "chat_template_kwargs holds a value JSON has no type for", one, true},
+      {"tools with a prompt", with("tools", R"([{"type": "function", "function": {"name": "f"}}])"),
+       RequestError::invalid_request, "are for messages", one, true},
       {"message not a map", packed({{"op", "generate"}, {"id", 1}, {"messages", {"hi"}}}), RequestError::malformed,
        "'messages[0]' must be a map", one, true},
       {"no prompt", without("prompt"), RequestError::invalid_request, "no prompt", one, true},

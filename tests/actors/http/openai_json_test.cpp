@@ -7,6 +7,7 @@
 #include <string>
 
 #include "actors/http/openai_json.hpp"
+#include "tests/actors/front_end/tool_round_trip.hpp"
 
 namespace mqlm::actors::openai {
 namespace {
@@ -178,7 +179,35 @@ INSTANTIATE_TEST_SUITE_P(
         BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
                 "messages[0].content[0].type"},
         BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})",
+                "messages[0].tool_call_id"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "function", "content": "x"}]})",
                 "messages[0].role"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "tool", "tool_call_id": "c", "content": null}]})",
+                "messages[0].content"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "tool", "tool_call_id": 7, "content": "x"}]})",
+                "messages[0].tool_call_id"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": [)"
+                                R"({"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]})",
+                "messages[0].tool_calls"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": {}}]})",
+                "messages[0].tool_calls"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [)"
+                                R"({"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}]}]})",
+                "messages[0].tool_calls[0].function.arguments"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [)"
+                                R"({"id": "c", "type": "function", "function": {"name": "f"}}]}]})",
+                "messages[0].tool_calls[0].function.arguments"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [)"
+                                R"({"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]})",
+                "messages[0].tool_calls[0].id"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [)"
+                                R"({"id": "c", "type": "code", "function": {"name": "f", "arguments": "{}"}}]}]})",
+                "messages[0].tool_calls[0].type"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [)"
+                                R"({"id": "c", "function": {"name": "get weather", "arguments": "{}"}}]}]})",
+                "messages[0].tool_calls[0].function.name"},
+        BadBody{Endpoint::chat, R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"id": "c"}]}]})",
+                "messages[0].tool_calls[0].function"},
         BadBody{Endpoint::chat, R"({"model": "m", "max_tokens": -1, )" + kMessages + "}", "max_tokens"},
         BadBody{Endpoint::chat, R"({"model": "m", "max_tokens": 0, )" + kMessages + "}", "max_tokens"},
         BadBody{Endpoint::chat, R"({"model": "m", "max_tokens": 99999999999999, )" + kMessages + "}", "max_tokens"},
@@ -199,7 +228,54 @@ INSTANTIATE_TEST_SUITE_P(
         BadBody{Endpoint::chat, R"({"model": "m", "stop": [""], )" + kMessages + "}", "stop[0]"},
         BadBody{Endpoint::chat, R"({"model": "m", "stream_options": {"include_usage": true}, )" + kMessages + "}",
                 "stream_options"},
-        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function"}], )" + kMessages + "}", "tools"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function"}], )" + kMessages + "}",
+                "tools[0].function"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": {"type": "function"}, )" + kMessages + "}", "tools"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "retrieval"}], )" + kMessages + "}",
+                "tools[0].type"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function", "function": {}}], )" + kMessages + "}",
+                "tools[0].function.name"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function", "function": {"name": "a.b"}}], )" +
+                                    kMessages + "}",
+                "tools[0].function.name"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function", "function": {"name": ")" +
+                                    std::string(65, 'x') + R"("}}], )" + kMessages + "}",
+                "tools[0].function.name"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f"}}, )"
+                                R"({"type": "function", "function": {"name": "f"}}], )" + kMessages + "}",
+                "tools[1].function.name"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f", )"
+                                R"("parameters": "{}"}}], )" + kMessages + "}",
+                "tools[0].function.parameters"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f", )"
+                                R"("description": 3}}], )" + kMessages + "}",
+                "tools[0].function.description"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f", )"
+                                R"("parameters": {"x": )" + std::string(40, '[') + std::string(40, ']') + "}}}], " +
+                                    kMessages + "}",
+                "tools"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tool_choice": "sometimes", )" + kMessages + "}", "tool_choice"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tool_choice": 1, )" + kMessages + "}", "tool_choice"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tool_choice": "required", )" + kMessages + "}", "tool_choice"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tool_choice": {"type": "function", "function": {"name": "f"}}, )" +
+                                    kMessages + "}",
+                "tool_choice"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f"}}], )"
+                                R"("tool_choice": {"type": "function", "function": {"name": "g"}}, )" + kMessages + "}",
+                "tool_choice.function.name"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f"}}], )"
+                                R"("tool_choice": {"type": "function"}, )" + kMessages + "}",
+                "tool_choice.function"},
+        BadBody{Endpoint::chat, R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f"}}], )"
+                                R"("tool_choice": {"function": {"name": "f"}}, )" + kMessages + "}",
+                "tool_choice.type"},
+        BadBody{Endpoint::chat, R"({"model": "m", "parallel_tool_calls": "yes", )" + kMessages + "}",
+                "parallel_tool_calls"},
+        BadBody{Endpoint::chat, R"({"model": "m", "chat_template_kwargs": {"add_generation_prompt": false}, )" +
+                                    kMessages + "}",
+                "chat_template_kwargs.add_generation_prompt"},
+        BadBody{Endpoint::chat, R"({"model": "m", "chat_template_kwargs": {"tools": []}, )" + kMessages + "}",
+                "chat_template_kwargs.tools"},
         BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": [5, 1], )" + kMessages + "}", "logit_bias"},
         BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"x5": 1}, )" + kMessages + "}", "logit_bias[\"x5\"]"},
         BadBody{Endpoint::chat, R"({"model": "m", "logit_bias": {"-3": 1}, )" + kMessages + "}", "logit_bias[\"-3\"]"},
@@ -231,16 +307,19 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BadBody>& info) { return std::to_string(info.index) + "_" + name(info.param); });
 
 // The extension fields llama-server's and vLLM's clients send: ignore_eos reaches the sampler's
-// stop conditions, cache_prompt and chat_template_kwargs are accepted (the prefix cache is always
-// on; the arguments are not passed to chat templates yet).
+// stop conditions, cache_prompt is accepted (the prefix cache is always on), chat_template_kwargs
+// reach the Submit as JSON text.
 TEST(OpenAiRequest, CommonExtensionFieldsAreAccepted) {
   json body = chat_body();
   body["ignore_eos"] = true;
   body["cache_prompt"] = false;
-  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  body["chat_template_kwargs"] = {{"enable_thinking", false}, {"custom", {{"a", {1, 2}}}}};
   CompletionRequest chat = parse_ok(Endpoint::chat, body);
   EXPECT_TRUE(chat.submit.sampling.ignore_eos);
   EXPECT_EQ(chat.submit.chat.size(), 1u);
+  EXPECT_EQ(json::parse(chat.submit.chat_template_kwargs), body["chat_template_kwargs"]);
+  body["chat_template_kwargs"] = json::object();
+  EXPECT_EQ(parse_ok(Endpoint::chat, body).submit.chat_template_kwargs, "");
   CompletionRequest plain = parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", "x"}, {"cache_prompt", true}});
   EXPECT_FALSE(plain.submit.sampling.ignore_eos);
   EXPECT_TRUE(parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", "x"}, {"ignore_eos", true}})
@@ -248,15 +327,56 @@ TEST(OpenAiRequest, CommonExtensionFieldsAreAccepted) {
 }
 
 // A body within the HTTP limit (1 MB) whose chat_template_kwargs value nests 400,000 arrays deep:
-// writing the value out for the debug log recursed once per level and overflowed the handler's
-// stack (the server crashed on one request). Nothing in the body is written out now.
-TEST(OpenAiRequest, ADeeplyNestedIgnoredArgumentIsNotWalked) {
+// writing the value out recursed once per level and overflowed the handler's stack (the server
+// crashed on one request). The depth is found by looking 32 levels down, no further, and refused.
+TEST(OpenAiRequest, ADeeplyNestedTemplateArgumentIsRefusedWithoutWalkingIt) {
   constexpr std::size_t kDepth = 400'000;
   const std::string body = R"({"model": "m", "messages": [{"role": "user", "content": "Hi"}], )"
                            R"("chat_template_kwargs": {"k": )" +
                            std::string(kDepth, '[') + std::string(kDepth, ']') + "}}";
-  auto parsed = parse_completion_request(Endpoint::chat, body, kSeed);
-  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parsed));
+  const ApiError error = parse_error(Endpoint::chat, body);
+  EXPECT_EQ(error.param.value_or(""), "chat_template_kwargs");
+  EXPECT_NE(error.message.find("deeper than 32"), std::string::npos) << error.message;
+}
+
+using tests::weather_tools;
+
+// A whole tool-calling round trip as OpenAI's clients send it back.
+TEST(OpenAiRequest, ToolsToolCallsAndToolResultsReachTheSubmit) {
+  json body = chat_body();
+  body["tools"] = weather_tools();
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get-time"}}}};
+  body["parallel_tool_calls"] = false;
+  body["messages"] = tests::tool_round_trip_messages();
+  const messages::Submit s = parse_ok(Endpoint::chat, body).submit;
+  EXPECT_EQ(json::parse(s.tools), weather_tools());
+  EXPECT_EQ(s.tool_choice, static_cast<std::uint8_t>(messages::ToolChoice::function));
+  EXPECT_EQ(s.tool_choice_name, "get-time");
+  EXPECT_FALSE(s.parallel_tool_calls);
+  tests::expect_tool_round_trip_turns(s.chat);
+  // A tool result may come as text parts too.
+  body["messages"][3]["content"] = json::array({{{"type", "text"}, {"text", "12"}}, {{"type", "text"}, {"text", "00"}}});
+  EXPECT_EQ(parse_ok(Endpoint::chat, body).submit.chat[3].content, "12\n00");
+}
+
+TEST(OpenAiRequest, ToolChoiceByNameAndTheDefaults) {
+  json body = chat_body();
+  const messages::Submit plain = parse_ok(Endpoint::chat, body).submit;
+  EXPECT_EQ(plain.tools, "");
+  EXPECT_EQ(plain.tool_choice, static_cast<std::uint8_t>(messages::ToolChoice::automatic));
+  EXPECT_TRUE(plain.parallel_tool_calls);
+  body["tools"] = weather_tools();
+  const std::pair<const char*, messages::ToolChoice> choices[] = {{"auto", messages::ToolChoice::automatic},
+                                                                  {"none", messages::ToolChoice::none},
+                                                                  {"required", messages::ToolChoice::required}};
+  for (const auto& [name, choice] : choices) {
+    body["tool_choice"] = name;
+    EXPECT_EQ(parse_ok(Endpoint::chat, body).submit.tool_choice, static_cast<std::uint8_t>(choice)) << name;
+  }
+  // "none" and "auto" ask nothing of tools that are not there; an empty array is none.
+  body["tools"] = json::array();
+  body["tool_choice"] = "none";
+  EXPECT_EQ(parse_ok(Endpoint::chat, body).submit.tools, "");
 }
 
 messages::Tokenize tokenize_ok(std::string_view body, bool detokenize) {

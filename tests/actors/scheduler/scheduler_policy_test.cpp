@@ -243,6 +243,24 @@ Input submit_chat(std::uint64_t id, std::string content) {
     h.hand("gateway", std::move(s), id);
   };
 }
+// A chat with a tool call and its result, the tools and a template argument.
+Input submit_chat_with_tools(std::uint64_t id) {
+  return [=](Harness& h) {
+    Submit s;
+    s.prompt_kind = static_cast<std::uint8_t>(PromptKind::chat);
+    ChatTurn call{"assistant", ""};
+    call.has_content = false;
+    call.tool_calls = {{"c1", "f", R"({"a": 1})"}};
+    ChatTurn result{"tool", "2"};
+    result.tool_call_id = "c1";
+    s.chat = {ChatTurn{"user", "x"}, call, result};
+    s.tools = R"([{"type": "function", "function": {"name": "f"}}])";
+    s.chat_template_kwargs = R"({"flag": true})";
+    s.sampling.temperature = 0;
+    s.sampling.max_tokens = 1;
+    h.hand("gateway", std::move(s), id);
+  };
+}
 Input abort(std::uint64_t id, AbortReason reason = AbortReason::client) {
   return [=](Harness& h) { h.hand("gateway", Abort{static_cast<std::uint8_t>(reason)}, id); };
 }
@@ -607,6 +625,16 @@ std::vector<Case> chat_cases() {
        {"plan 1 1@0+2o start:1", "gateway final #1 length 2+1"},  // the vocabulary's BOS, then "x"
        {},
        [](SchedulerConfig& c) { c.chat_template = "{{ messages[0].content }}"; }},
+      {"chat_gives_the_template_tools_tool_calls_and_kwargs",
+       {ready(), submit_chat_with_tools(1), run_to_end(), pages_free()},
+       {"plan 1 1@0+2o start:1", "gateway final #1 length 2+1"},
+       {"invalid_request"},
+       [](SchedulerConfig& c) {
+         c.chat_template =
+             "{% if tools[0].function.name != 'f' or not flag or messages[1].content is not none or "
+             "messages[1].tool_calls[0].function.arguments.a != 1 or messages[2].tool_call_id != 'c1' %}"
+             "{{ raise_exception('not as sent') }}{% endif %}{{ messages[0].content }}";
+       }},
       {"chat_refused_by_the_template",
        {ready(), submit_chat(1, "x"), submit(2, 3, {.max_tokens = 1}), run_to_end(), pages_free()},
        {"gateway final #1 error invalid_request", "gateway final #2 length 3+1"},

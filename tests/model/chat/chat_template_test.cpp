@@ -94,6 +94,58 @@ TEST(ChatTemplate, RefusalsAndBadConversationsAreErrorValues) {
             std::string::npos);
 }
 
+// What a template sees of a tool-calling conversation, written out: each message's keys (items()
+// in order, content None where null), the arguments as a mapping (.items(), tojson), the tools.
+constexpr std::string_view kShowTemplate =
+    "{% for m in messages %}{% for k, v in m.items() %}{% if k != 'tool_calls' %}{{ k }}={{ v }};{% endif %}"
+    "{% endfor %}{% for c in m.tool_calls or [] %}[{{ c.id }} {{ c.type }} {{ c.function.name }}"
+    "{% if c.function.arguments is mapping %}{% for k, v in c.function.arguments.items() %} {{ k }}:{{ v }}"
+    "{% endfor %}{% else %} text {{ c.function.arguments }}{% endif %} {{ c.function.arguments | tojson }}]"
+    "{% endfor %}|{% endfor %}tools={{ tools | tojson if tools is not none else 'None' }}"
+    "{% if enable_thinking is defined %} thinking={{ enable_thinking }} depth={{ custom.depth }}{% endif %}";
+
+std::variant<std::string, ChatTemplateError> render_with(const std::vector<ChatMessage>& messages,
+                                                         const ChatExtras& extras) {
+  return template_for(kShowTemplate).render(messages, true, 0, extras);
+}
+
+TEST(ChatTemplate, ToolCallsToolResultsAndToolsAreWhatTransformersGivesTemplates) {
+  const std::vector<ChatMessage> messages = {
+      {"user", "Weather?"},
+      {"assistant", "", {{"call_1", "get_weather", R"({"city": "Paris", "days": 2})"}, {"call_2", "now", "not json"},
+                         {"call_3", "list", "[1, 2]"}}, "", "", false},
+      {"tool", "18 C", {}, "call_1", "get_weather"}};
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather"}}])";
+  auto rendered = render_with(messages, {tools, ""});
+  ASSERT_TRUE(std::holds_alternative<std::string>(rendered)) << std::get<ChatTemplateError>(rendered).message;
+  EXPECT_EQ(std::get<std::string>(rendered),
+            "role=user;content=Weather?;|"
+            "role=assistant;content=None;"
+            R"([call_1 function get_weather city:Paris days:2 {"city": "Paris", "days": 2}])"
+            R"([call_2 function now text not json "not json"])"
+            R"([call_3 function list text [1, 2] "[1, 2]"])"
+            "|role=tool;tool_call_id=call_1;name=get_weather;content=18 C;|"
+            R"(tools=[{"type": "function", "function": {"name": "get_weather"}}])");
+  // No tools: the variable is None, as transformers passes it.
+  EXPECT_NE(std::get<std::string>(render_with({{"user", "x"}}, {})).find("tools=None"), std::string::npos);
+}
+
+TEST(ChatTemplate, KwargsAreVariablesButMayNotReplaceTheServers) {
+  auto rendered = render_with({{"user", "x"}}, {"", R"({"enable_thinking": false, "custom": {"depth": 3}})"});
+  ASSERT_TRUE(std::holds_alternative<std::string>(rendered)) << std::get<ChatTemplateError>(rendered).message;
+  EXPECT_NE(std::get<std::string>(rendered).find("thinking=False depth=3"), std::string::npos);
+  for (const char* reserved : {"messages", "add_generation_prompt", "bos_token", "eos_token", "tools"}) {
+    auto refused = render_with({{"user", "x"}}, {"", std::string(R"({")") + reserved + R"(": 1})"});
+    ASSERT_TRUE(std::holds_alternative<ChatTemplateError>(refused)) << reserved;
+    EXPECT_NE(std::get<ChatTemplateError>(refused).message.find(std::string("may not set '") + reserved + "'"),
+              std::string::npos);
+  }
+  for (const ChatExtras& bad : {ChatExtras{"{", ""}, ChatExtras{R"({"a": 1})", ""}, ChatExtras{"", "[1]"},
+                                ChatExtras{"", "not json"}}) {
+    EXPECT_TRUE(std::holds_alternative<ChatTemplateError>(render_with({{"user", "x"}}, bad))) << bad.tools << bad.kwargs;
+  }
+}
+
 TEST(ChatTemplate, AModelWithoutATemplateNeedsOneGiven) {
   auto missing = chat_template_for(vocabulary_with(""));
   ASSERT_TRUE(std::holds_alternative<ChatTemplateError>(missing));
