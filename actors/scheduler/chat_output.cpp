@@ -48,6 +48,7 @@ std::variant<ChatOutputPlan, std::string> chat_output_plan(const ServedModel& m,
   if (forced && submit.tools.empty()) return std::string("tool_choice required or a function needs tools");
   model::OutputParserSetup setup;
   setup.reasoning = m.output.reasoning;
+  setup.parallel = submit.parallel_tool_calls;
   if (forced) {
     setup.reasoning = false;  // the grammar makes the output the call from its first token
     setup.calls = choice == ToolChoice::function ? model::CallReading::forced_function

@@ -304,6 +304,7 @@ bool OutputParser::add_calls(std::string_view json, ParsedOutput& out) {
   if (found.empty()) return false;
   held_space_.clear();  // whitespace before a call
   for (auto& call : found) {
+    if (!setup_.parallel && calls_ > 0) break;
     call.index = calls_++;
     out.calls.push_back(std::move(call));
   }

@@ -52,6 +52,7 @@ struct OutputParserSetup {
   CallReading calls = CallReading::none;
   ToolCallFormat format = ToolCallFormat::none;  // native's
   std::string function;                          // forced_function's name
+  bool parallel = true;  // false: calls after the first are dropped (parallel_tool_calls false)
 };
 
 // A piece of call `index` (0, 1, ... in the order made): the first has the function's name,

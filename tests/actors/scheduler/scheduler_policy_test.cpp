@@ -778,6 +778,14 @@ TEST(SchedulerToolCalls, NativeCallsEndTheTurnWithThem) {
   EXPECT_TRUE(o.calls[0].id.starts_with("call_")) << o.calls[0].id;
   EXPECT_NE(o.calls[0].id, o.calls[1].id);
   EXPECT_EQ(o.schema, "");  // auto constrains nothing
+  // parallel_tool_calls false: the first call only.
+  Submit single = with_tools(ToolChoice::automatic);
+  single.parallel_tool_calls = false;
+  const ChatOutcome one = run_chat(kHermesTemplate, single,
+                                   R"(<tool_call>{"name":"f","arguments":{"a":1}}</tool_call>)"
+                                   R"(<tool_call>{"name":"f","arguments":{"a":2}}</tool_call>)");
+  ASSERT_EQ(one.calls.size(), 1u);
+  EXPECT_EQ(one.calls[0].arguments, R"({"a":1})");
   // tool_choice none, or no tools: the same output is all content.
   const std::string text = R"(<tool_call>{"name":"f","arguments":{}}</tool_call>)";
   for (const Submit& submit : {with_tools(ToolChoice::none), Submit{}}) {

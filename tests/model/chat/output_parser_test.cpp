@@ -122,6 +122,18 @@ TEST(OutputParser, HermesParallelCalls) {
   EXPECT_EQ(args(r.calls[1]), nlohmann::json::object());
 }
 
+TEST(OutputParser, WithoutParallelCallsOnlyTheFirstCounts) {
+  OutputParserSetup setup = native(ToolCallFormat::hermes);
+  setup.parallel = false;
+  const Result r = parse_every_way(setup, "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n"
+                                          "<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "a");
+  EXPECT_EQ(r.content, "");
+  setup.format = ToolCallFormat::mistral;
+  EXPECT_EQ(parse_every_way(setup, "[TOOL_CALLS][{\"name\": \"a\"}, {\"name\": \"b\"}]").calls.size(), 1u);
+}
+
 TEST(OutputParser, HermesBodyThatIsNoCallIsContent) {
   const Result r = parse_every_way(native(ToolCallFormat::hermes), "a <tool_call>not json</tool_call> b");
   EXPECT_EQ(r.content, "a <tool_call>not json</tool_call> b");
