@@ -193,7 +193,8 @@ void generate(const ClientOptions& o) {
     }
     switch (*event.finish_reason) {
       case FinishReason::stop:
-      case FinishReason::length: return;
+      case FinishReason::length:
+      case FinishReason::tool_calls: return;
       case FinishReason::abort: throw CommandFailed("the request was aborted by the server (is it stopping?)");
       case FinishReason::error:
         throw CommandFailed(fmt::format("the request failed: {}: {}",

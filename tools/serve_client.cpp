@@ -32,6 +32,7 @@ std::string_view to_string(FinishReason reason) {
     case FinishReason::length: return "length";
     case FinishReason::abort: return "abort";
     case FinishReason::error: return "error";
+    case FinishReason::tool_calls: return "tool_calls";
   }
   return "?";
 }
@@ -303,7 +304,8 @@ Problem read_finish(const json& map, std::optional<FinishReason>& out) {
   std::string reason;
   if (!find(map, "finish_reason")) return "a final event without 'finish_reason'";
   if (auto p = read_string(map, "finish_reason", reason)) return p;
-  for (auto r : {FinishReason::stop, FinishReason::length, FinishReason::abort, FinishReason::error}) {
+  for (auto r : {FinishReason::stop, FinishReason::length, FinishReason::tool_calls, FinishReason::abort,
+                 FinishReason::error}) {
     if (reason == to_string(r)) {
       out = r;
       return {};

@@ -61,7 +61,7 @@ std::string encode_abort(const RequestId& id, const std::string& api_key = {});
 std::string encode_status(const StatusRequest& request);
 
 enum class EventKind { token, final, error, status };
-enum class FinishReason { stop, length, abort, error };
+enum class FinishReason { stop, length, abort, error, tool_calls };
 std::string_view to_string(EventKind kind);
 std::string_view to_string(FinishReason reason);
 
