@@ -231,7 +231,8 @@ class PhaseRunner {
     for (const auto& [time, tokens] : t.token_events) streamed += tokens;
     t.output_tokens = e.usage ? e.usage->completion_tokens : streamed;
     if (e.usage) t.prompt_tokens = e.usage->prompt_tokens;
-    t.ok = e.finish_reason == FinishReason::stop || e.finish_reason == FinishReason::length;
+    t.ok = e.finish_reason == FinishReason::stop || e.finish_reason == FinishReason::length ||
+           e.finish_reason == FinishReason::tool_calls;
     std::string why;
     if (e.finish_reason == FinishReason::abort) why = "abort";
     if (e.finish_reason == FinishReason::error) why = e.error_code.empty() ? "error" : e.error_code;

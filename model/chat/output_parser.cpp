@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,11 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kMistralArgs = "[ARGS]";
+
+bool name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+}
 
 bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
 
@@ -142,6 +148,7 @@ bool OutputParser::step(bool final, ParsedOutput& out) {
     case State::reasoning: return step_reasoning(final, out);
     case State::hermes_call: return step_hermes(final, out);
     case State::json_call: return step_json(final, out);
+    case State::mistral_name: return step_mistral_name(final);
     case State::arguments:
       if (pending_.empty()) return false;
       add_piece(out.calls, {0, calls_ == 0 ? setup_.function : std::string{}, std::move(pending_)});
@@ -178,15 +185,17 @@ bool OutputParser::step_content(bool final, ParsedOutput& out) {
       return rest.starts_with(marker) || (!final && marker.starts_with(rest));
     });
     if (marker_next && !final && hold_point(rest, markers) == 0) return false;
-    if (!marker_next) expect_json_ = false;
-    if (!marker_next && (pending_[first] == '{' || pending_[first] == '[')) {
-      held_space_.append(pending_, 0, first);
-      pending_.erase(0, first);
-      state_ = State::json_call;
-      call_text_.clear();
-      json_depth_ = 0;
-      json_in_string_ = json_escape_ = false;
-      return true;
+    if (!marker_next) {
+      expect_json_ = false;
+      const bool named = std::exchange(named_call_next_, false);
+      const bool opens_json = pending_[first] == '{' || pending_[first] == '[';
+      if (opens_json || named) {
+        held_space_.append(pending_, 0, first);
+        pending_.erase(0, first);
+        state_ = opens_json ? State::json_call : State::mistral_name;
+        start_json();
+        return true;
+      }
     }
   }
   const auto [at, marker] = first_marker(pending_, markers);
@@ -204,8 +213,33 @@ bool OutputParser::step_content(bool final, ParsedOutput& out) {
   } else if (marker == kHermesOpen) {
     state_ = State::hermes_call;
   } else {
-    expect_json_ = true;  // [TOOL_CALLS], <|python_tag|>: JSON follows
+    expect_json_ = true;  // [TOOL_CALLS], <|python_tag|>: JSON follows (or Mistral's name[ARGS])
+    named_call_next_ = marker == kMistralCalls;
   }
+  return true;
+}
+
+void OutputParser::start_json() {
+  call_text_.clear();
+  call_name_.clear();
+  json_depth_ = 0;
+  json_in_string_ = json_escape_ = false;
+}
+
+// [TOOL_CALLS]name[ARGS]{...}: the name up to [ARGS], then its arguments as a JSON value; anything
+// else where the name stands is content.
+bool OutputParser::step_mistral_name(bool final) {
+  std::size_t i = 0;
+  while (i < pending_.size() && name_char(pending_[i])) ++i;
+  const std::string_view rest = std::string_view(pending_).substr(i);
+  if (i > 0 && rest.starts_with(kMistralArgs)) {
+    call_name_ = pending_.substr(0, i);
+    pending_.erase(0, i + kMistralArgs.size());
+    state_ = State::json_call;
+    return true;
+  }
+  if (!final && kMistralArgs.starts_with(rest)) return false;  // the name, or [ARGS], not whole yet
+  state_ = State::content;
   return true;
 }
 
@@ -262,12 +296,12 @@ bool OutputParser::step_json(bool final, ParsedOutput& out) {
   pending_.erase(0, i);
   if (!whole && !final) return false;
   state_ = State::content;
-  if (add_calls(call_text_, out)) {
+  if (call_name_.empty() ? add_calls(call_text_, out) : add_named_call(out)) {
     expect_json_ = true;  // another may follow
   } else {
-    add_content(call_text_, out);
+    add_content(call_name_.empty() ? call_text_ : call_name_ + std::string(kMistralArgs) + call_text_, out);
   }
-  call_text_.clear();
+  start_json();
   return true;
 }
 
@@ -284,6 +318,13 @@ void OutputParser::add_content(std::string_view text, ParsedOutput& out) {
   out.content.append(text.substr(first, last + 1 - first));
   held_space_ = std::string(text.substr(last + 1));
   content_started_ = true;
+}
+
+// call_name_'s call, with call_text_ as its arguments (an object); false when they are not one.
+bool OutputParser::add_named_call(ParsedOutput& out) {
+  const auto arguments = nlohmann::ordered_json::parse(call_text_, nullptr, false);
+  if (!arguments.is_object()) return false;
+  return add_calls(nlohmann::ordered_json{{"name", call_name_}, {"arguments", arguments}}.dump(), out);
 }
 
 // The calls in `json` (a call object or an array of them), each whole; false (nothing added)

@@ -9,7 +9,8 @@
 //                for parallel calls (Hermes 2/3, Qwen 2.5 / 3, QwQ)
 //   llama3_json  {"name": ..., "parameters": {...}} as the whole answer, optionally after
 //                <|python_tag|> (Llama 3.1 / 3.2 / 3.3)
-//   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (Mistral Nemo, Small)
+//   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (Mistral Nemo), or
+//                [TOOL_CALLS]name[ARGS]{...}, once per call (Mistral Small 3.2, Devstral)
 // A request decides the rest (OutputParserSetup): whether its prompt opened the think block,
 // and how calls are read: not at all (tool_choice none, or no tools), in the model's format
 // (auto), or as the JSON a forced call's grammar makes the model write (forced_call_schema).
@@ -86,7 +87,7 @@ class OutputParser {
   std::uint32_t calls() const { return calls_; }
 
  private:
-  enum class State : std::uint8_t { content, reasoning, hermes_call, json_call, arguments };
+  enum class State : std::uint8_t { content, reasoning, hermes_call, json_call, mistral_name, arguments };
 
   ParsedOutput drain(bool final);
   bool step(bool final, ParsedOutput& out);
@@ -94,8 +95,11 @@ class OutputParser {
   bool step_reasoning(bool final, ParsedOutput& out);
   bool step_hermes(bool final, ParsedOutput& out);
   bool step_json(bool final, ParsedOutput& out);
+  bool step_mistral_name(bool final);
+  void start_json();
   void add_content(std::string_view text, ParsedOutput& out);
   bool add_calls(std::string_view json, ParsedOutput& out);
+  bool add_named_call(ParsedOutput& out);
   std::vector<std::string_view> content_markers() const;
 
   OutputParserSetup setup_;
@@ -105,6 +109,8 @@ class OutputParser {
   std::string call_text_;   // a call's text so far (hermes body, JSON value)
   bool content_started_ = false;  // content other than whitespace went out
   bool expect_json_ = false;      // the next non-space character may open a JSON call
+  bool named_call_next_ = false;  // ... or, after [TOOL_CALLS], a function's name and [ARGS]
+  std::string call_name_;         // that name, while its arguments are read
   // The JSON value being read: nesting depth, inside a string, after a backslash there.
   int json_depth_ = 0;
   bool json_in_string_ = false, json_escape_ = false;

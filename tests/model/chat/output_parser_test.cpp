@@ -231,6 +231,25 @@ TEST(OutputParser, MistralCalls) {
   EXPECT_TRUE(bad.calls.empty());
 }
 
+TEST(OutputParser, MistralNamedCalls) {
+  const Result r = parse_every_way(native(ToolCallFormat::mistral),
+                                   "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"n\": [1]}"
+                                   "[TOOL_CALLS]now[ARGS]{}");
+  EXPECT_EQ(r.content, "");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(args(r.calls[0]), (nlohmann::json{{"city", "Paris"}, {"n", {1}}}));
+  EXPECT_EQ(r.calls[1].name, "now");
+  EXPECT_EQ(args(r.calls[1]), nlohmann::json::object());
+  // Not a name, or arguments that are no object: content.
+  EXPECT_EQ(parse_every_way(native(ToolCallFormat::mistral), "[TOOL_CALLS]bad name[ARGS]{}").content,
+            "bad name[ARGS]{}");
+  const Result bad = parse_every_way(native(ToolCallFormat::mistral), "[TOOL_CALLS]f[ARGS][1]");
+  EXPECT_EQ(bad.content, "f[ARGS][1]");
+  EXPECT_TRUE(bad.calls.empty());
+  EXPECT_EQ(parse_every_way(native(ToolCallFormat::mistral), "[TOOL_CALLS]f[AR").content, "f[AR");
+}
+
 TEST(OutputParser, NoCallReadingIsAllContent) {
   const OutputParserSetup none{true, false, CallReading::none, ToolCallFormat::hermes, {}};
   const Result r = parse_every_way(none, "<think>x</think>y <tool_call>{\"name\": \"f\"}</tool_call>");
