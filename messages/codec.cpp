@@ -114,7 +114,9 @@ std::string validate(const Abort& a) {
 }
 
 std::string validate(const FinalEvent& f) {
-  if (f.finish < 1 || f.finish > 4) return "FinalEvent.finish out of range";
+  if (f.finish < 1 || f.finish > static_cast<std::uint8_t>(FinishReason::tool_calls)) {
+    return "FinalEvent.finish out of range";
+  }
   return f.error <= static_cast<std::uint16_t>(RequestError::forbidden) ? std::string{}
                                                                          : "FinalEvent.error out of range";
 }

@@ -315,8 +315,8 @@ Problem read_finish(const json& map, std::optional<FinishReason>& out) {
   std::string reason;
   if (!find(map, "finish_reason")) return "a final event without 'finish_reason'";
   if (auto p = read_string(map, "finish_reason", reason)) return p;
-  for (auto r : {FinishReason::stop, FinishReason::length, FinishReason::abort, FinishReason::error,
-                 FinishReason::tool_calls}) {
+  for (auto r : {FinishReason::stop, FinishReason::length, FinishReason::tool_calls, FinishReason::abort,
+                 FinishReason::error}) {
     if (reason == to_string(r)) {
       out = r;
       return {};

@@ -1,5 +1,7 @@
 #include "actors/front_end/events.hpp"
 
+#include <algorithm>
+
 namespace mqlm::actors::front_end {
 
 using messages::RequestError;
@@ -47,6 +49,29 @@ void GatheredOutput::append(messages::TokenEvent event) {
   tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
   text += event.text;
   for (auto& entry : event.logprobs) logprobs.push_back(std::move(entry));
+  reasoning += event.reasoning;
+  add_calls(event.tool_calls);
+}
+
+GatheredOutput GatheredOutput::with(const messages::FinalEvent& final_event) const {
+  GatheredOutput all = *this;
+  all.text += final_event.text;
+  all.reasoning += final_event.reasoning;
+  all.add_calls(final_event.tool_calls);
+  return all;
+}
+
+// A piece adds to its call, or starts it.
+void GatheredOutput::add_calls(const std::vector<messages::ToolCallDelta>& pieces) {
+  for (const auto& piece : pieces) {
+    auto call = std::find_if(tool_calls.begin(), tool_calls.end(),
+                             [&](const messages::ToolCallDelta& c) { return c.index == piece.index; });
+    if (call != tool_calls.end()) {
+      call->arguments += piece.arguments;
+    } else {
+      tool_calls.push_back(piece);
+    }
+  }
 }
 
 }  // namespace mqlm::actors::front_end

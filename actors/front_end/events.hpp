@@ -24,8 +24,17 @@ struct GatheredOutput {
   std::vector<std::int32_t> tokens;
   std::string text;
   std::vector<messages::TokenLogprobs> logprobs;
+  std::string reasoning;                     // a chat's reasoning (TokenEvent::reasoning)
+  // Its calls, each one's pieces joined into one (a streaming client's final holds only the
+  // pieces held back until the end: a call's later pieces have no id and name).
+  std::vector<messages::ToolCallDelta> tool_calls;
 
   void append(messages::TokenEvent event);
+  // All of it: this and what the final event brought (the output held back until the end).
+  GatheredOutput with(const messages::FinalEvent& final_event) const;
+
+ private:
+  void add_calls(const std::vector<messages::ToolCallDelta>& pieces);
 };
 
 }  // namespace mqlm::actors::front_end

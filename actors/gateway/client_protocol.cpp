@@ -718,6 +718,40 @@ void pack_logprobs(Packer& pk, const std::vector<messages::TokenLogprobs>& logpr
   }
 }
 
+// Tool call pieces: {"index", "id" and "name" (a call's first piece only), "arguments"}.
+void pack_tool_call_pieces(Packer& pk, const std::vector<messages::ToolCallDelta>& pieces) {
+  pk.pack_array(static_cast<std::uint32_t>(pieces.size()));
+  for (const auto& piece : pieces) {
+    const bool first = !piece.name.empty();
+    pk.pack_map(first ? 4 : 2);
+    pack_text(pk, "index");
+    pk.pack_uint32(piece.index);
+    if (first) {
+      pack_text(pk, "id");
+      pack_text(pk, piece.id);
+      pack_text(pk, "name");
+      pack_text(pk, piece.name);
+    }
+    pack_text(pk, "arguments");
+    pack_text(pk, piece.arguments);
+  }
+}
+
+// A chat's reasoning and tool calls, each when there is some: how many keys, then the keys.
+std::uint32_t split_output_keys(const std::string& reasoning, const std::vector<messages::ToolCallDelta>& calls) {
+  return (reasoning.empty() ? 0 : 1) + (calls.empty() ? 0 : 1);
+}
+void pack_split_output(Packer& pk, const std::string& reasoning, const std::vector<messages::ToolCallDelta>& calls) {
+  if (!reasoning.empty()) {
+    pack_text(pk, "reasoning");
+    pack_text(pk, reasoning);
+  }
+  if (!calls.empty()) {
+    pack_text(pk, "tool_calls");
+    pack_tool_call_pieces(pk, calls);
+  }
+}
+
 std::string to_string(const msgpack::sbuffer& buffer) { return std::string(buffer.data(), buffer.size()); }
 
 double to_ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
@@ -817,7 +851,7 @@ void begin_event(Packer& pk, std::string_view kind, const ClientId* id, std::uin
 std::string encode_token_event(const ClientId& id, const messages::TokenEvent& event, bool with_logprobs) {
   msgpack::sbuffer buffer;
   Packer pk(buffer);
-  begin_event(pk, "token", &id, with_logprobs ? 3 : 2);
+  begin_event(pk, "token", &id, 2 + (with_logprobs ? 1 : 0) + split_output_keys(event.reasoning, event.tool_calls));
   pack_text(pk, "tokens");
   pack_tokens(pk, event.tokens);
   pack_text(pk, "text");
@@ -826,11 +860,13 @@ std::string encode_token_event(const ClientId& id, const messages::TokenEvent& e
     pack_text(pk, "logprobs");
     pack_logprobs(pk, event.logprobs);
   }
+  pack_split_output(pk, event.reasoning, event.tool_calls);
   return to_string(buffer);
 }
 
 std::string encode_final_event(const ClientId& id, const messages::FinalEvent& final_event,
-                               const front_end::GatheredOutput& gathered, bool with_logprobs) {
+                               const front_end::GatheredOutput& gathered_before, bool with_logprobs) {
+  const front_end::GatheredOutput gathered = gathered_before.with(final_event);
   auto reason = static_cast<messages::FinishReason>(final_event.finish);
   bool is_error = reason == messages::FinishReason::error;
   bool has_stop = !final_event.stop.empty();
@@ -838,17 +874,19 @@ std::string encode_final_event(const ClientId& id, const messages::FinalEvent& f
   msgpack::sbuffer buffer;
   Packer pk(buffer);
   begin_event(pk, "final", &id,
-              5 + (with_logprobs ? 1 : 0) + (has_stop ? 1 : 0) + (is_error ? 1 : 0) + (has_embedding ? 1 : 0));
+              5 + (with_logprobs ? 1 : 0) + (has_stop ? 1 : 0) + (is_error ? 1 : 0) + (has_embedding ? 1 : 0) +
+                  split_output_keys(gathered.reasoning, gathered.tool_calls));
   pack_text(pk, "finish_reason");
   pack_text(pk, finish_reason_name(reason));
   pack_text(pk, "text");
-  pack_text(pk, gathered.text + final_event.text);
+  pack_text(pk, gathered.text);
   pack_text(pk, "tokens");
   pack_tokens(pk, gathered.tokens);
   if (with_logprobs) {
     pack_text(pk, "logprobs");
     pack_logprobs(pk, gathered.logprobs);
   }
+  pack_split_output(pk, gathered.reasoning, gathered.tool_calls);
   if (has_stop) {
     pack_text(pk, "stop");
     pack_text(pk, final_event.stop);

@@ -956,13 +956,56 @@ json completion_logprobs(const std::vector<TokenLogprobs>& logprobs, int top_log
           {"token_ids", std::move(ids)},         {"top_logprobs_by_id", std::move(tops_by_id)}};
 }
 
+namespace {
+
+// A chat message's tool_calls, whole: [{id, type "function", function {name, arguments}}].
+json tool_calls_json(const std::vector<messages::ToolCallDelta>& calls) {
+  json out = json::array();
+  for (const auto& call : calls) {
+    out.push_back({{"id", call.id},
+                   {"type", "function"},
+                   {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  }
+  return out;
+}
+
+// A streamed delta's tool_calls: [{index, id, type, function {name, arguments}}], id, type and
+// name on a call's first piece only.
+json tool_call_deltas_json(const std::vector<messages::ToolCallDelta>& pieces) {
+  json out = json::array();
+  for (const auto& piece : pieces) {
+    json delta = {{"index", piece.index}, {"function", {{"arguments", piece.arguments}}}};
+    if (!piece.name.empty()) {
+      delta["id"] = piece.id;
+      delta["type"] = "function";
+      delta["function"]["name"] = piece.name;
+    }
+    out.push_back(std::move(delta));
+  }
+  return out;
+}
+
+// The assistant's message: content (null when it made calls and wrote nothing else), its
+// reasoning_content and tool_calls when it has them.
+json chat_message(const front_end::GatheredOutput& all) {
+  json message = {{"role", "assistant"},
+                  {"content", all.text.empty() && !all.tool_calls.empty() ? json(nullptr) : json(all.text)},
+                  {"refusal", nullptr}};
+  if (!all.reasoning.empty()) message["reasoning_content"] = all.reasoning;
+  if (!all.tool_calls.empty()) message["tool_calls"] = tool_calls_json(all.tool_calls);
+  return message;
+}
+
+}  // namespace
+
 json completion_body(const CompletionRequest& request, const ResponseIdentity& identity,
-                     const front_end::GatheredOutput& output, const FinalEvent& final_event) {
-  const std::string text = output.text + final_event.text;
+                     const front_end::GatheredOutput& gathered, const FinalEvent& final_event) {
+  const front_end::GatheredOutput output = gathered.with(final_event);
+  const std::string& text = output.text;
   json choice;
   if (request.endpoint == Endpoint::chat) {
     choice = {{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
+              {"message", chat_message(output)},
               {"logprobs", request.logprobs ? json{{"content", chat_logprobs(output.logprobs, request.top_logprobs,
                                                                              request.tokens_as_ids)},
                                                    {"refusal", nullptr}}
@@ -1005,11 +1048,16 @@ json StreamRenderer::chunk(json choice) const {
   return body;
 }
 
-json StreamRenderer::content_choice(const std::string& text, const std::vector<TokenLogprobs>& logprobs) {
+json StreamRenderer::content_choice(const std::string& text, const std::vector<TokenLogprobs>& logprobs,
+                                   const std::string& reasoning, const std::vector<messages::ToolCallDelta>& calls) {
   const bool with_logprobs = request_.logprobs && !logprobs.empty();
   if (request_.endpoint == Endpoint::chat) {
+    json delta = json::object();
+    if (!text.empty() || (reasoning.empty() && calls.empty())) delta["content"] = text;
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    if (!calls.empty()) delta["tool_calls"] = tool_call_deltas_json(calls);
     return {{"index", 0},
-            {"delta", {{"content", text}}},
+            {"delta", std::move(delta)},
             {"logprobs", with_logprobs ? json{{"content", chat_logprobs(logprobs, request_.top_logprobs,
                                                                         request_.tokens_as_ids)},
                                               {"refusal", nullptr}}
@@ -1033,8 +1081,11 @@ std::string StreamRenderer::start() {
 }
 
 std::string StreamRenderer::tokens(const messages::TokenEvent& event) {
-  if (event.text.empty() && !(request_.logprobs && !event.logprobs.empty())) return {};
-  return sse_event(chunk(content_choice(event.text, event.logprobs)));
+  if (event.text.empty() && event.reasoning.empty() && event.tool_calls.empty() &&
+      !(request_.logprobs && !event.logprobs.empty())) {
+    return {};
+  }
+  return sse_event(chunk(content_choice(event.text, event.logprobs, event.reasoning, event.tool_calls)));
 }
 
 std::string StreamRenderer::finish(const FinalEvent& final_event) {
@@ -1043,7 +1094,9 @@ std::string StreamRenderer::finish(const FinalEvent& final_event) {
     return sse_event(error_json(error_for(final_event))) + std::string(kSseDone);
   }
   std::string out;
-  if (!final_event.text.empty()) out += sse_event(chunk(content_choice(final_event.text, {})));
+  if (!final_event.text.empty() || !final_event.reasoning.empty() || !final_event.tool_calls.empty()) {
+    out += sse_event(chunk(content_choice(final_event.text, {}, final_event.reasoning, final_event.tool_calls)));
+  }
   json last = request_.endpoint == Endpoint::chat
                   ? json{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", *reason}}
                   : json{{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", *reason}};

@@ -75,7 +75,7 @@ std::variant<nlohmann::json, ApiError> parse_body(std::string_view body);
 // The HTTP error for a FinalEvent that ended with error or abort (and for refusals before one).
 ApiError error_for(const messages::FinalEvent& final_event);
 
-// "stop", "length"; nullopt for abort and error, which are answered as errors.
+// "stop", "length", "tool_calls"; nullopt for abort and error, which are answered as errors.
 std::optional<std::string> finish_reason(const messages::FinalEvent& final_event);
 
 // A response's id ("chatcmpl-..." / "cmpl-...") and creation time (Unix seconds).
@@ -86,8 +86,9 @@ struct ResponseIdentity {
 
 nlohmann::json usage_json(const messages::FinalEvent& final_event);
 
-// The body of a finished request that did not stream (final_event ended with stop or length);
-// output: what its TokenEvents brought (the gateway gathers the same way).
+// The body of a finished request that did not stream (final_event ended with stop, length or
+// tool_calls); output: what its TokenEvents brought (the gateway gathers the same way). A chat's
+// message has reasoning_content and tool_calls when the scheduler split them off the text.
 nlohmann::json completion_body(const CompletionRequest& request, const ResponseIdentity& identity,
                                const front_end::GatheredOutput& output,
                                const messages::FinalEvent& final_event);
@@ -136,7 +137,11 @@ class StreamRenderer {
 
  private:
   nlohmann::json chunk(nlohmann::json choice) const;
-  nlohmann::json content_choice(const std::string& text, const std::vector<messages::TokenLogprobs>& logprobs);
+  // A chunk's choice: chat's delta has content, reasoning_content and tool_calls as given (content
+  // when there is nothing else); completions' the text.
+  nlohmann::json content_choice(const std::string& text, const std::vector<messages::TokenLogprobs>& logprobs,
+                                const std::string& reasoning = {},
+                                const std::vector<messages::ToolCallDelta>& calls = {});
 
   CompletionRequest request_;
   ResponseIdentity identity_;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/scheduler/chat_output.hpp"
 #include "actors/scheduler/scheduler_request.hpp"
 
 namespace mqlm::actors {
@@ -287,10 +288,27 @@ void SchedulerPolicy::on_submit(Turn& ctx, const Message& message, const Submit&
   }
   ServedModel& m = *chosen;
   usage_changed(ctx, m, +1);
+  auto output = chat_output_plan(m, submit);
+  if (auto* why = std::get_if<std::string>(&output)) {
+    end_request(ctx, r.sequence, FinishReason::error, RequestError::invalid_request, std::move(*why));
+    return;
+  }
+  ChatOutputPlan& plan = std::get<ChatOutputPlan>(output);
+  // A forced tool call constrains the sampling as a json_schema response_format does.
+  std::optional<Submit> constrained;
+  if (plan.format) {
+    constrained = submit;
+    constrained->sampling.response_format = std::move(*plan.format);
+    r.sampling = constrained->sampling;
+  }
   std::vector<std::int32_t> prompt;
-  if (auto refused = refusal(m, submit, ctx.now_ns(), prompt)) {
+  if (auto refused = refusal(m, constrained ? *constrained : submit, ctx.now_ns(), prompt)) {
     end_request(ctx, r.sequence, FinishReason::error, refused->first, std::move(refused->second));
     return;
+  }
+  if (plan.setup) {
+    plan.setup->starts_in_reasoning = plan.setup->reasoning && opens_reasoning(m, prompt);
+    r.output.emplace(std::move(*plan.setup));
   }
   r.history = std::move(prompt);
   r.prompt_tokens = static_cast<std::uint32_t>(r.history.size());
@@ -639,7 +657,11 @@ void SchedulerPolicy::deliver_token(Turn& ctx, Request& r, const OutputToken& ou
   model::StopStep step = r.stops->push(output.token, text);
   TokenEvent event;
   event.tokens = {output.token};
-  event.text = std::move(step.text);
+  if (r.output) {
+    put_output(event, r.output->push(step.text), submit_unix_ns(r), r.sequence);
+  } else {
+    event.text = std::move(step.text);
+  }
   if (output.has_logprobs) event.logprobs.push_back(with_token_texts(tokenizer, output.logprobs));
   ctx.send(r.front, event, {0, r.client_request, {}});
   if (step.finish) {
@@ -648,6 +670,10 @@ void SchedulerPolicy::deliver_token(Turn& ctx, Request& r, const OutputToken& ou
   } else if (r.model->n_ctx > 0 && r.history.size() >= r.model->n_ctx) {
     end_request(ctx, r.sequence, FinishReason::length, RequestError::none, "the model's context is full");
   }
+}
+
+std::int64_t SchedulerPolicy::submit_unix_ns(const Request& request) const {
+  return request.submitted_ns + config_.unix_clock_offset_ns;
 }
 
 // The one way a request ends.
@@ -665,7 +691,6 @@ void SchedulerPolicy::end_request(Turn& ctx, std::uint64_t sequence, FinishReaso
   if (r.executor_has_it) to_release_.push_back(sequence);
 
   FinalEvent final;
-  final.finish = static_cast<std::uint8_t>(finish);
   final.error = static_cast<std::uint16_t>(error);
   final.message = std::move(message);
   final.stop = std::move(stop);
@@ -676,6 +701,14 @@ void SchedulerPolicy::end_request(Turn& ctx, std::uint64_t sequence, FinishReaso
     final.text = (r.decoder ? r.decoder->finish() : std::string{});
     final.text = r.stops->release() + final.text;
   }
+  if (r.output) {
+    // What the parser held back, as what it is; a turn that ended having made calls ends with them.
+    model::ParsedOutput rest = r.output->push(final.text);
+    rest.append(r.output->finish());
+    put_output(final, std::move(rest), submit_unix_ns(r), r.sequence);
+    if (finish == FinishReason::stop && r.output->calls() > 0) finish = FinishReason::tool_calls;
+  }
+  final.finish = static_cast<std::uint8_t>(finish);
   final.prompt_tokens = r.prompt_tokens;
   final.completion_tokens = r.history.empty() ? 0 : r.generated();
   final.cached_tokens = r.cached_tokens;

@@ -171,6 +171,8 @@ class SchedulerPolicy {
                    messages::RequestError error = messages::RequestError::none, std::string message = {},
                    std::string stop = {}, std::vector<float> embedding = {});
   void apply_pending_aborts(Turn& ctx);
+  // The Unix time a request came (ns), from which its tool calls' ids are made.
+  std::int64_t submit_unix_ns(const Request& request) const;
   void answer_status(Turn& ctx);
   bool in_flight_for(const std::string& model) const;
 

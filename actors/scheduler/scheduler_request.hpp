@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/scheduler/scheduler_policy.hpp"
+#include "model/chat/output_parser.hpp"
 #include "model/llama/embedding_pool.hpp"
 #include "model/sampling/stop_matcher.hpp"
 #include "model/tokenizer/tokenizer.hpp"
@@ -40,6 +41,8 @@ struct SchedulerPolicy::Request {
   model::Pooling pooling = model::Pooling::none;  // an embedding: its prompt's output is a vector
   std::optional<model::StreamDecoder> decoder;
   std::optional<model::StopMatcher> stops;
+  // A chat's output split into content, reasoning and tool calls, after the stop strings.
+  std::optional<model::OutputParser> output;
   std::int64_t submitted_ns = 0, scheduled_ns = 0, first_token_ns = 0;
 
   std::uint32_t generated() const { return static_cast<std::uint32_t>(history.size()) - prompt_tokens; }

@@ -65,6 +65,7 @@ std::unique_ptr<ServedModel> read_served_model(const std::string& name, const st
   auto chat = model::chat_template_for(m.vocabulary, chat_template);
   if (auto* t = std::get_if<model::ChatTemplate>(&chat)) {
     m.chat = *t;
+    m.output = model::output_conventions(t->source());
     m.stop_tokens = t->end_of_turn_tokens(m.vocabulary);
   } else {
     m.chat_problem = std::get<model::ChatTemplateError>(chat).message;

@@ -12,6 +12,7 @@
 #include "actors/scheduler/kv_page_table.hpp"
 #include "messages/models.hpp"
 #include "model/chat/chat_template.hpp"
+#include "model/chat/output_parser.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
 namespace mqlm::actors {
@@ -26,6 +27,7 @@ struct ServedModel {
   std::unique_ptr<model::Tokenizer> tokenizer;
   std::optional<model::ChatTemplate> chat;
   std::string chat_problem;  // without `chat`: why (no template, or one that does not parse)
+  model::OutputConventions output;  // what its chat template says it writes: <think>, its tool call format
   std::vector<std::int32_t> stop_tokens;  // EOS, EOT and the end-of-turn tokens its chat template writes
   std::uint32_t n_ctx = 0;
   std::uint32_t n_vocab = 0;  // ids that may appear in a prompt or be sampled

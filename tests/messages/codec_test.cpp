@@ -562,6 +562,14 @@ TEST(MessagesCodec, OutOfRangeEnumIsInvalidWithEnvelope) {
   for (int failure : {1, 2}) {
     EXPECT_TRUE(decodes(decode_payload<ActorFailed>(payload_with<ActorFailed>(1, packed(failure)))));
   }
+  for (int finish : {0, 6, 255}) {
+    SCOPED_TRACE("FinalEvent.finish " + std::to_string(finish));
+    EXPECT_TRUE(fails_with(decode_payload<FinalEvent>(payload_with<FinalEvent>(0, packed(finish))), ErrorCode::invalid,
+                           true));
+  }
+  for (int finish = 1; finish <= 5; ++finish) {  // stop ... tool_calls
+    EXPECT_TRUE(decodes(decode_payload<FinalEvent>(payload_with<FinalEvent>(0, packed(finish))))) << finish;
+  }
 }
 
 // Floats that no sender makes are invalid, among them those near 2^64, which msgpack's packer

@@ -57,6 +57,7 @@ struct ServerOptions {
   std::uint32_t token_budget = 512;
   bool overlap = true;  // the scheduler plans a step ahead
   std::filesystem::path trace;
+  std::filesystem::path chat_template;  // in place of the model's own
 };
 
 // One process's deployment, as `mqlm serve` builds it.
@@ -73,6 +74,7 @@ class Server {
                            {"max_sequences", std::to_string(o.max_sequences)},
                            {"token_budget", std::to_string(o.token_budget)},
                            {"overlap", o.overlap ? "1" : "0"}};
+    if (!o.chat_template.empty()) scheduler["chat_template"] = o.chat_template.string();
     scheduler_options_ = scheduler;
     // As the supervisor's timeout below: a burst of 2,000 submissions under TSan kept the scheduler
     // from answering for 831 ms, past the default 800, and every open request failed unavailable.
@@ -277,6 +279,81 @@ TEST(Server, MalformedFramesAndBadRequestsGetTheirErrorsAndTheServerGoesOn) {
   Outcome fine = run_one(server.endpoint(), greedy("fine", "hello there", 4));
   EXPECT_EQ(fine.final.finish_reason, tools::FinishReason::length);
   EXPECT_EQ(fine.tokens.size(), 4u);
+}
+
+// A generate frame as a client writes it, and the events for its id until the final, over a raw
+// DEALER (the protocol's maps as they are, tool_calls and reasoning among them).
+std::vector<nlohmann::json> generate_raw(const std::string& endpoint, const nlohmann::json& request) {
+  zmq::context_t context;
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::rcvtimeo, 120'000);
+  socket.connect(endpoint);
+  const std::vector<std::uint8_t> frame = nlohmann::json::to_msgpack(request);
+  socket.send(zmq::buffer(frame));
+  std::vector<nlohmann::json> events;
+  while (events.empty() || events.back().value("event", "") != "final") {
+    zmq::message_t answer;
+    if (!socket.recv(answer)) throw std::runtime_error("no event within 120 s");
+    if (answer.size() == 0) continue;  // the envelope's empty delimiter
+    events.push_back(nlohmann::json::from_msgpack(answer.to_string()));
+  }
+  return events;
+}
+
+// Tool calling over the client protocol, on a Hermes-style template: tool_choice required makes a
+// call whose arguments hold the tool's schema (streamed pieces joined, and not streamed whole),
+// finish tool_calls; the call and its result sent back as messages give an answer with text.
+TEST(Server, ToolCallRoundTripOverTheClientProtocol) {
+  ServerOptions options;
+  options.chat_template = work_dir() / "hermes.jinja";
+  std::ofstream(options.chat_template)
+      << "{%- if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}{% endfor %}<|im_end|>\n{% endif %}"
+         "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content or '' }}{% for c in m.tool_calls or [] %}"
+         "<tool_call>\n{{ c.function | tojson }}\n</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
+         "<|im_start|>assistant\n";
+  Server server(options);
+  const nlohmann::json tools = nlohmann::json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]},
+      "days": {"type": "integer"}}, "required": ["city", "days"], "additionalProperties": false}}}])");
+  nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}});
+  nlohmann::json request = {{"op", "generate"}, {"id", 1}, {"messages", messages}, {"tools", tools.dump()},
+                            {"tool_choice", "required"}, {"parallel_tool_calls", false}, {"max_tokens", 200},
+                            {"temperature", 0.8}, {"seed", 3}};
+  for (bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "streamed" : "not streamed");
+    request["stream"] = stream;
+    const auto events = generate_raw(server.endpoint(), request);
+    const nlohmann::json& final = events.back();
+    ASSERT_EQ(final["finish_reason"], "tool_calls") << final.dump();
+    std::string id, name, arguments;
+    for (const auto& event : events) {
+      for (const auto& piece : event.value("tool_calls", nlohmann::json::array())) {
+        EXPECT_EQ(piece["index"], 0);
+        if (piece.contains("id")) id = piece["id"], name = piece["name"];
+        arguments += piece["arguments"].get<std::string>();
+      }
+    }
+    EXPECT_TRUE(id.starts_with("call_")) << id;
+    EXPECT_EQ(name, "get_weather");
+    const auto parsed = nlohmann::json::parse(arguments);
+    EXPECT_TRUE(parsed["city"] == "Paris" || parsed["city"] == "Oslo") << arguments;
+    EXPECT_TRUE(parsed["days"].is_number_integer()) << arguments;
+    EXPECT_EQ(parsed.size(), 2u) << arguments;
+    if (stream) continue;
+    // The call and its result back: an answer, as text.
+    nlohmann::json turns = messages;
+    turns.push_back({{"role", "assistant"}, {"content", nullptr},
+                     {"tool_calls", {{{"id", id}, {"type", "function"},
+                                      {"function", {{"name", name}, {"arguments", arguments}}}}}}});
+    turns.push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", "18 C"}});
+    nlohmann::json answer_request = {{"op", "generate"}, {"id", 2}, {"messages", turns}, {"tools", tools.dump()},
+                                     {"max_tokens", 8}, {"temperature", 0}, {"stream", false}};
+    const nlohmann::json answer = generate_raw(server.endpoint(), answer_request).back();
+    EXPECT_TRUE(answer["finish_reason"] == "length" || answer["finish_reason"] == "stop") << answer.dump();
+    EXPECT_FALSE(answer.contains("tool_calls"));
+    EXPECT_TRUE(answer["text"].is_string());
+  }
 }
 
 // 2,000 requests of random lengths; a fifth aborted after their first token, a tenth from

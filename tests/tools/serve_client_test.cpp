@@ -282,6 +282,16 @@ std::string status_with(Fill fill) {
   });
 }
 
+TEST(ServeClientDecoding, AFinalOfToolCallsKeepsItsCallsAmongTheFields) {
+  const ServeEvent e = decoded(final_with(2, [](auto& p) {
+    p.pack("finish_reason"), p.pack("tool_calls");
+    p.pack("tool_calls"), p.pack_array(1), p.pack_map(2), p.pack("index"), p.pack(0), p.pack("arguments"), p.pack("{}");
+  }));
+  EXPECT_EQ(e.finish_reason, FinishReason::tool_calls);
+  EXPECT_EQ(to_string(*e.finish_reason), "tool_calls");
+  EXPECT_EQ(e.fields["tool_calls"][0]["arguments"], "{}");
+}
+
 TEST(ServeClientDecoding, MalformedFramesAreErrorValuesThatSayWhy) {
   const std::string status = pack_map(1, [](auto& p) { p.pack("event"), p.pack("status"); });
   struct Case {

@@ -613,6 +613,31 @@ TEST(ClientProtocolTest, TokenEventCarriesIdTokensTextAndLogprobs) {
   EXPECT_EQ(with["logprobs"][1]["top"], json::array());
 }
 
+TEST(ClientProtocolTest, EventsCarryReasoningAndToolCalls) {
+  messages::TokenEvent event{{5}, "", {}};
+  event.reasoning = "hmm";
+  event.tool_calls = {{0, "call_a", "f", "{\"x\""}, {0, "", "", ": 1}"}};
+  json token = read(encode_token_event(ClientId{std::int64_t{1}}, event, false));
+  EXPECT_EQ(token["reasoning"], "hmm");
+  EXPECT_EQ(token["tool_calls"], json::parse(R"([{"index": 0, "id": "call_a", "name": "f", "arguments": "{\"x\""},
+                                                 {"index": 0, "arguments": ": 1}"}])"));
+  // Not streaming: the final has the calls whole, the final's own pieces joined on.
+  front_end::GatheredOutput gathered;
+  gathered.append(event);
+  messages::FinalEvent final_event;
+  final_event.finish = static_cast<std::uint8_t>(messages::FinishReason::tool_calls);
+  final_event.tool_calls = {{0, "", "", "}"}, {1, "call_b", "g", "{}"}};
+  json final_json = read(encode_final_event(ClientId{std::int64_t{1}}, final_event, gathered, false));
+  EXPECT_EQ(final_json["finish_reason"], "tool_calls");
+  EXPECT_EQ(final_json["reasoning"], "hmm");
+  EXPECT_EQ(final_json["tool_calls"], json::parse(R"([{"index": 0, "id": "call_a", "name": "f", "arguments": "{\"x\": 1}}"},
+                                                      {"index": 1, "id": "call_b", "name": "g", "arguments": "{}"}])"));
+  // Without them, neither key.
+  json plain = read(encode_token_event(ClientId{std::int64_t{1}}, messages::TokenEvent{{5}, "a", {}}, false));
+  EXPECT_FALSE(plain.contains("reasoning"));
+  EXPECT_FALSE(plain.contains("tool_calls"));
+}
+
 TEST(ClientProtocolTest, FinalEventJoinsGatheredOutputAndConvertsTimings) {
   messages::FinalEvent event;
   event.finish = static_cast<std::uint8_t>(messages::FinishReason::stop);

@@ -33,7 +33,8 @@ FinalEvent finished(FinishReason reason, std::uint32_t tokens, double ttft_s, do
 
 TEST(HttpFigures, CountsByFinishReasonAndTimesTokens) {
   HttpFigures f;
-  EXPECT_EQ(f.finished.size(), 4u);  // every reason shows, at 0 until it happens
+  EXPECT_EQ(f.finished.size(), 5u);  // every reason shows, at 0 until it happens
+  EXPECT_EQ(f.finished["tool_calls"], 0u);
   f.record(finished(FinishReason::length, 11, 0.02, 1.02));  // 10 tokens after the first in 1 s
   f.record(finished(FinishReason::stop, 1, 0.3, 0.3));        // one token: no time per token
   f.record(finished(FinishReason::abort, 0, 0, 0.5));         // no token: no timings

@@ -529,6 +529,40 @@ TEST(OpenAiResponse, ChatBodyHasTheTextFinishReasonUsageAndLogprobs) {
                                          "prompt_tokens_details": {"cached_tokens": 2}})"));
 }
 
+// A call's pieces as the scheduler sends them: the first with id and name.
+messages::ToolCallDelta call_piece(std::uint32_t index, std::string name, std::string arguments) {
+  return {index, name.empty() ? std::string{} : "call_" + std::to_string(index), std::move(name),
+          std::move(arguments)};
+}
+
+TEST(OpenAiResponse, ChatBodyHasToolCallsAndReasoningApart) {
+  CompletionRequest request = parse_ok(Endpoint::chat, chat_body());
+  front_end::GatheredOutput output;
+  TokenEvent thinking;
+  thinking.reasoning = "The user wants ";
+  output.append(thinking);
+  TokenEvent call;
+  call.reasoning = "the weather.";
+  call.tool_calls = {call_piece(0, "get_weather", "{\"city\": "), call_piece(0, "", "\"Paris\"}"),
+                     call_piece(1, "now", "{}")};
+  output.append(call);
+  FinalEvent final_event = finished(FinishReason::tool_calls, 5, 9, 0);
+  json r = completion_body(request, {"chatcmpl-t", 1}, output, final_event);
+  const json& message = r["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());  // only calls
+  EXPECT_EQ(message["reasoning_content"], "The user wants the weather.");
+  EXPECT_EQ(message["tool_calls"], json::parse(R"([
+      {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+      {"id": "call_1", "type": "function", "function": {"name": "now", "arguments": "{}"}}])"));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  // Without calls or reasoning: content as ever, no other keys.
+  front_end::GatheredOutput plain;
+  json p = completion_body(request, {"chatcmpl-p", 1}, plain, finished(FinishReason::stop, 1, 0, 0));
+  EXPECT_EQ(p["choices"][0]["message"]["content"], "");
+  EXPECT_FALSE(p["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_FALSE(p["choices"][0]["message"].contains("reasoning_content"));
+}
+
 TEST(OpenAiResponse, CompletionLogprobsHaveOffsetsAndTheChosenTokenAmongTheTop) {
   std::vector<TokenLogprobs> entries{logprob(1, "h\xC3", -0.1f, {"x"}, {-0.05f}),  // half of an é
                                      logprob(2, "\xA9!", -0.2f, {"\xA9!"}, {-0.2f}),
@@ -633,6 +667,32 @@ TEST(OpenAiStream, ChatChunksStartWithTheRoleAndEndWithUsageThenDone) {
   EXPECT_EQ(chunks[4]["usage"]["total_tokens"], 5);
   EXPECT_EQ(chunks[5], "[DONE]");
   for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(chunks[i]["id"], "chatcmpl-s");
+}
+
+TEST(OpenAiStream, ChatDeltasCarryReasoningAndToolCallPieces) {
+  json body = chat_body();
+  body["stream"] = true;
+  StreamRenderer renderer(parse_ok(Endpoint::chat, body), {"chatcmpl-t", 7});
+  std::string sse = renderer.start();
+  TokenEvent thinking;
+  thinking.reasoning = "hmm";
+  sse += renderer.tokens(thinking);
+  TokenEvent first;
+  first.tool_calls = {call_piece(0, "get_weather", "{\"ci")};
+  sse += renderer.tokens(first);
+  FinalEvent final_event = finished(FinishReason::tool_calls, 3, 2, 0);
+  final_event.tool_calls = {call_piece(0, "", "ty\": 1}")};
+  sse += renderer.finish(final_event);
+  auto chunks = events(sse);
+  ASSERT_EQ(chunks.size(), 6u);
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"], (json{{"reasoning_content", "hmm"}}));
+  EXPECT_EQ(chunks[2]["choices"][0]["delta"], json::parse(R"({"tool_calls": [{"index": 0, "id": "call_0",
+      "type": "function", "function": {"name": "get_weather", "arguments": "{\"ci"}}]})"));
+  // A later piece: index and arguments only.
+  EXPECT_EQ(chunks[3]["choices"][0]["delta"],
+            json::parse(R"({"tool_calls": [{"index": 0, "function": {"arguments": "ty\": 1}"}}]})"));
+  EXPECT_EQ(chunks[4]["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(chunks[5], "[DONE]");
 }
 
 TEST(OpenAiStream, CompletionLogprobOffsetsContinueAcrossChunks) {

@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/scheduler/scheduler_policy.hpp"
 #include "model/llama/embedding_pool.hpp"
 #include "model/gguf/synthetic_model.hpp"
@@ -55,7 +57,7 @@ std::string error_name(std::uint16_t error) {
 }
 
 std::string finish_name(std::uint8_t finish) {
-  static const char* names[] = {"?", "stop", "length", "abort", "error"};
+  static const char* names[] = {"?", "stop", "length", "abort", "error", "tool_calls"};
   return finish < std::size(names) ? names[finish] : std::to_string(finish);
 }
 
@@ -113,12 +115,16 @@ class Recorder final : public PolicyOutput {
   SendStatus send(const std::string& to, Payload payload, SendOptions options) override {
     lines.push_back(render(to, payload, options));
     if (auto* plan = std::get_if<StepPlan>(&payload)) plans.push_back(std::move(*plan));
+    if (auto* token = std::get_if<TokenEvent>(&payload)) tokens.push_back(std::move(*token));
+    if (auto* final = std::get_if<FinalEvent>(&payload)) finals.push_back(std::move(*final));
     auto refused = refuse.find(to);
     return refused == refuse.end() ? SendStatus::sent : refused->second;
   }
   std::vector<std::string> lines;
   std::deque<StepPlan> plans;  // sent to the executor and not answered yet, oldest first
   std::map<std::string, SendStatus> refuse;
+  std::vector<TokenEvent> tokens;  // to the front ends, in order
+  std::vector<FinalEvent> finals;
 };
 
 // ---- the inputs of a case ---------------------------------------------------------------------
@@ -684,6 +690,155 @@ TEST_P(SchedulerPolicyCase, SendsWhatItShouldAndReleasesEveryPage) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, SchedulerPolicyCase, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// ---- a chat's output split: tool calls and reasoning --------------------------------------------
+
+// What a chat request's events brought, joined, and the response_format its start carried.
+struct ChatOutcome {
+  std::string text, reasoning;
+  std::vector<ToolCall> calls;
+  std::string finish;
+  std::string schema;  // the sampling's json_schema (a forced call's)
+  std::string error;   // the final's message when it failed
+};
+
+constexpr std::string_view kTools =
+    R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+        "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}])";
+
+// A chat of one user message to the tiny model with `chat_template`, whose executor samples the
+// bytes of `output` one a step (the byte-level vocabulary), then the stop token.
+ChatOutcome run_chat(const std::string& chat_template, Submit submit, const std::string& output) {
+  SchedulerConfig config;
+  config.models = {{"tiny", model_path()}};
+  config.default_model = "tiny";
+  config.chat_template = chat_template;
+  Harness h(config);
+  ready(128)(h);  // room for the longest output here
+  submit.prompt_kind = static_cast<std::uint8_t>(PromptKind::chat);
+  submit.chat = {ChatTurn{"user", "x"}};
+  submit.sampling.temperature = 0;
+  submit.sampling.max_tokens = static_cast<std::int32_t>(output.size()) + 1;
+  submit.sampling.stop_token_ids = {kStopToken};
+  h.hand("gateway", std::move(submit), 1);
+  ChatOutcome o;
+  std::size_t next = 0;
+  for (int i = 0; i < 1000 && !h.out.plans.empty(); ++i) {
+    for (const auto& start : h.out.plans.front().starts) o.schema = start.sampling.response_format.schema;
+    h.answer([&](std::uint64_t) { return next < output.size() ? std::int32_t{output[next++] - '!'} : kStopToken; });
+  }
+  EXPECT_EQ(h.out.finals.size(), 1u);
+  if (h.out.finals.empty()) return o;
+  const FinalEvent& final = h.out.finals.back();
+  o.finish = finish_name(final.finish);
+  o.error = final.message;
+  std::vector<ToolCallDelta> pieces;
+  for (const auto& event : h.out.tokens) {
+    o.text += event.text;
+    o.reasoning += event.reasoning;
+    pieces.insert(pieces.end(), event.tool_calls.begin(), event.tool_calls.end());
+  }
+  o.text += final.text;
+  o.reasoning += final.reasoning;
+  pieces.insert(pieces.end(), final.tool_calls.begin(), final.tool_calls.end());
+  for (const auto& piece : pieces) {
+    if (piece.index == o.calls.size()) {
+      o.calls.push_back({piece.id, piece.name, piece.arguments});
+    } else {
+      EXPECT_TRUE(piece.id.empty() && piece.name.empty()) << "a later piece of call " << piece.index;
+      o.calls.at(piece.index).arguments += piece.arguments;
+    }
+  }
+  return o;
+}
+
+Submit with_tools(ToolChoice choice, std::string name = {}) {
+  Submit s;
+  s.tools = std::string(kTools);
+  s.tool_choice = static_cast<std::uint8_t>(choice);
+  s.tool_choice_name = std::move(name);
+  return s;
+}
+
+// A Hermes-style template (it writes <tool_call>) and a thinking one whose generation prompt opens
+// <think>; the parser's setup comes from these sources.
+const std::string kHermesTemplate = "{{ messages[0].content }}{# <tool_call> #}";
+const std::string kThinkingTemplate = "{{ messages[0].content }}<think>{# </think> #}";
+
+TEST(SchedulerToolCalls, NativeCallsEndTheTurnWithThem) {
+  const ChatOutcome o = run_chat(kHermesTemplate, with_tools(ToolChoice::automatic),
+                                 R"(ok<tool_call>{"name":"f","arguments":{"a":1}}</tool_call>)"
+                                 R"(<tool_call>{"name":"f","arguments":{"a":2}}</tool_call>)");
+  EXPECT_EQ(o.finish, "tool_calls") << o.error;
+  EXPECT_EQ(o.text, "ok");
+  ASSERT_EQ(o.calls.size(), 2u);
+  EXPECT_EQ(o.calls[0].name, "f");
+  EXPECT_EQ(o.calls[0].arguments, R"({"a":1})");
+  EXPECT_EQ(o.calls[1].arguments, R"({"a":2})");
+  EXPECT_TRUE(o.calls[0].id.starts_with("call_")) << o.calls[0].id;
+  EXPECT_NE(o.calls[0].id, o.calls[1].id);
+  EXPECT_EQ(o.schema, "");  // auto constrains nothing
+  // parallel_tool_calls false: the first call only.
+  Submit single = with_tools(ToolChoice::automatic);
+  single.parallel_tool_calls = false;
+  const ChatOutcome one = run_chat(kHermesTemplate, single,
+                                   R"(<tool_call>{"name":"f","arguments":{"a":1}}</tool_call>)"
+                                   R"(<tool_call>{"name":"f","arguments":{"a":2}}</tool_call>)");
+  ASSERT_EQ(one.calls.size(), 1u);
+  EXPECT_EQ(one.calls[0].arguments, R"({"a":1})");
+  // tool_choice none, or no tools: the same output is all content.
+  const std::string text = R"(<tool_call>{"name":"f","arguments":{}}</tool_call>)";
+  for (const Submit& submit : {with_tools(ToolChoice::none), Submit{}}) {
+    const ChatOutcome plain = run_chat(kHermesTemplate, submit, text);
+    EXPECT_EQ(plain.finish, "stop");
+    EXPECT_EQ(plain.text, text);
+    EXPECT_TRUE(plain.calls.empty());
+  }
+}
+
+TEST(SchedulerToolCalls, ForcedCallsConstrainTheSampling) {
+  const ChatOutcome function = run_chat(kHermesTemplate, with_tools(ToolChoice::function, "f"), R"({"a":7})");
+  EXPECT_EQ(function.finish, "tool_calls");
+  EXPECT_EQ(nlohmann::json::parse(function.schema)["required"], nlohmann::json::array({"a"}));
+  ASSERT_EQ(function.calls.size(), 1u);
+  EXPECT_EQ(function.calls[0].name, "f");
+  EXPECT_EQ(function.calls[0].arguments, R"({"a":7})");
+  EXPECT_EQ(function.text, "");
+
+  const ChatOutcome required = run_chat("{{ messages[0].content }}", with_tools(ToolChoice::required),
+                                        R"([{"name":"f","arguments":{"a":1}},{"name":"f","arguments":{"a":2}}])");
+  EXPECT_EQ(required.finish, "tool_calls") << required.error;
+  EXPECT_EQ(nlohmann::json::parse(required.schema)["type"], "array");
+  ASSERT_EQ(required.calls.size(), 2u);
+  EXPECT_EQ(required.calls[1].arguments, R"({"a":2})");
+}
+
+TEST(SchedulerToolCalls, BadToolChoicesAreRefused) {
+  const ChatOutcome unknown = run_chat(kHermesTemplate, with_tools(ToolChoice::function, "g"), "");
+  EXPECT_EQ(unknown.finish, "error");
+  EXPECT_NE(unknown.error.find("'g'"), std::string::npos) << unknown.error;
+  Submit no_tools;
+  no_tools.tool_choice = static_cast<std::uint8_t>(ToolChoice::required);
+  EXPECT_EQ(run_chat(kHermesTemplate, no_tools, "").finish, "error");
+  Submit both = with_tools(ToolChoice::required);
+  both.sampling.response_format.kind = static_cast<std::uint8_t>(model::ResponseKind::json_object);
+  EXPECT_EQ(run_chat(kHermesTemplate, both, "").finish, "error");
+}
+
+TEST(SchedulerReasoning, APromptThatOpensThinkingStartsInReasoning) {
+  const ChatOutcome o = run_chat(kThinkingTemplate, Submit{}, "hmm</think>yes");
+  EXPECT_EQ(o.finish, "stop");
+  EXPECT_EQ(o.reasoning, "hmm");
+  EXPECT_EQ(o.text, "yes");
+  // A model that never closes the block: everything is reasoning.
+  const ChatOutcome open = run_chat(kThinkingTemplate, Submit{}, "hmm...");
+  EXPECT_EQ(open.reasoning, "hmm...");
+  EXPECT_EQ(open.text, "");
+  // A template that does not open it: the model's own <think> does.
+  const ChatOutcome own = run_chat("{{ messages[0].content }}{# </think> #}", Submit{}, "<think>a</think>b");
+  EXPECT_EQ(own.reasoning, "a");
+  EXPECT_EQ(own.text, "b");
+}
 
 }  // namespace
 }  // namespace mqlm::actors
