@@ -1,6 +1,7 @@
 #include "gpu/ops.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numbers>
 #include <limits>
@@ -166,6 +167,33 @@ void add(Recording& rec, KernelLibrary& lib, BufferRange a, BufferRange b, Buffe
 void silu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out, std::uint32_t n) {
   auto [gx, gy] = spread(ceil_div(n, 256));
   rec.dispatch(kernel(lib, "silu_mul", 3, 4), {gate, up, out}, n, gx, gy);
+}
+
+void gelu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out, std::uint32_t n) {
+  auto [gx, gy] = spread(ceil_div(n, 256));
+  rec.dispatch(kernel(lib, "gelu_mul", 3, 4), {gate, up, out}, n, gx, gy);
+}
+
+namespace {
+// out = f(x, value) elementwise: the shader's second input is not read (x bound again).
+void unary(Recording& rec, KernelLibrary& lib, const char* shader, BufferRange x, BufferRange out, std::uint32_t n,
+           float value) {
+  struct {
+    std::uint32_t n;
+    float value;
+  } push{n, value};
+  auto [gx, gy] = spread(ceil_div(n, 256));
+  rec.dispatch(kernel(lib, shader, 3, sizeof push), {x, x, out}, push, gx, gy);
+}
+}  // namespace
+
+void scale(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t n, float factor) {
+  unary(rec, lib, "scale", x, out, n, factor);
+}
+
+void soft_cap(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t n, float cap) {
+  if (!(cap > 0)) throw GpuError(fmt::format("soft_cap: a cap of {}", cap));
+  unary(rec, lib, "soft_cap", x, out, n, cap);
 }
 
 void silu_mul_f16(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out16,
@@ -896,7 +924,8 @@ AttentionPlan plan_attention(const AttentionShape& s) {
   if (!split) return {AttentionPath::one_pass, 1};
   if (s.splits != 0) return {AttentionPath::split, s.splits};
   std::uint32_t groups = std::max(1u, s.heads / attention_head_group(s) * s.tokens);
-  const std::uint64_t keys = s.max_context != 0 ? s.max_context : std::uint64_t{s.page_size} * s.max_pages;
+  std::uint64_t keys = s.max_context != 0 ? s.max_context : std::uint64_t{s.page_size} * s.max_pages;
+  if (s.window != 0) keys = std::min<std::uint64_t>(keys, s.window);
   std::uint32_t by_keys = std::max(1u, ceil_div(keys, attention_tile));
   return {AttentionPath::split,
           std::clamp(ceil_div(attention_target_groups, groups), 1u, std::min(attention_max_splits, by_keys))};
@@ -917,7 +946,7 @@ bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
       std::uint32_t heads, kv_heads, page_size, max_pages, tokens;
       float scale;
     } push{s.heads, s.kv_heads, s.page_size, s.max_pages, s.tokens, s.scale};
-    rec.dispatch(kernel(lib, "attention", 6, sizeof push, {s.head_dim}),
+    rec.dispatch(kernel(lib, "attention", 6, sizeof push, {s.head_dim, s.window, std::bit_cast<std::uint32_t>(s.softcap)}),
                  {q, k_cache, v_cache, block_tables, token_seq_pos, out}, push, s.heads, s.tokens);
     return false;
   }
@@ -937,7 +966,8 @@ bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
   // One split writes the output itself: F16 where asked (and no int8 output is).
   const bool f16_here = plan.splits == 1 && merged.q8.buffer == VK_NULL_HANDLE && merged.f16.buffer != VK_NULL_HANDLE;
   if (f16_here) check_padded_f16("attention", merged.f16, s.tokens, merged.padded_rows, s.heads * s.head_dim);
-  rec.dispatch(kernel(lib, f16_here ? "attention_split_f16" : "attention_split", 7, sizeof push, {s.head_dim, hg}),
+  rec.dispatch(kernel(lib, f16_here ? "attention_split_f16" : "attention_split", 7, sizeof push,
+                      {s.head_dim, hg, s.window, std::bit_cast<std::uint32_t>(s.softcap)}),
                {q, k_cache, v_cache, block_tables, token_seq_pos, f16_here ? merged.f16 : out, scratch}, push,
                s.heads / hg, f16_here ? merged.padded_rows : s.tokens, plan.splits);
   if (plan.splits == 1) return f16_here;

@@ -25,6 +25,12 @@ void rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange wei
 void add(Recording& rec, KernelLibrary& lib, BufferRange a, BufferRange b, BufferRange out, std::uint32_t n);
 // out = silu(gate) * up, n elements.
 void silu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out, std::uint32_t n);
+// out = gelu(gate) * up (GELU's tanh form: GeGLU), n elements.
+void gelu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out, std::uint32_t n);
+// out = x * factor, n elements.
+void scale(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t n, float factor);
+// out = cap * tanh(x / cap), n elements (Gemma's logit soft-capping).
+void soft_cap(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t n, float cap);
 // x, out: (rows, n); out = softmax(x * scale) per row.
 void softmax(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t rows, std::uint32_t n,
              float scale);
@@ -298,6 +304,8 @@ struct AttentionShape {
   AttentionPath path = AttentionPath::automatic;  // tests and benchmarks force one
   std::uint32_t splits = 0;                       // key ranges per token of the split path; 0: chosen
   std::uint32_t max_context = 0;  // the most keys a token of the step sees; 0: max_pages * page_size
+  std::uint32_t window = 0;       // a token sees the keys of its last `window` positions only; 0: all
+  float softcap = 0;              // scores s (scale included) become softcap tanh(s / softcap); 0: none
 };
 struct AttentionPlan {
   AttentionPath path = AttentionPath::one_pass;

@@ -25,6 +25,21 @@ Vec add(const Vec& a, const Vec& b) {
   return out;
 }
 
+Vec gelu_mul(const Vec& gate, const Vec& up) {
+  Vec out(gate.size());
+  for (std::size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    out[i] = static_cast<float>(0.5 * g * (1.0 + std::tanh(0.7978845608028654 * g * (1.0 + 0.044715 * g * g))) * up[i]);
+  }
+  return out;
+}
+
+Vec soft_cap(const Vec& x, float cap) {
+  Vec out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(cap * std::tanh(double{x[i]} / cap));
+  return out;
+}
+
 Vec silu_mul(const Vec& gate, const Vec& up) {
   Vec out(gate.size());
   for (std::size_t i = 0; i < gate.size(); ++i) {
@@ -116,17 +131,20 @@ Vec attention(const Vec& q, const LogicalCache& cache, const std::vector<std::ui
     for (std::size_t h = 0; h < s.heads; ++h) {
       std::size_t kvh = h / group;
       const float* qh = &q[(t * s.heads + h) * d];
-      std::vector<double> scores(pos[t] + 1);
-      for (std::size_t j = 0; j <= pos[t]; ++j) {
+      // Keys first .. pos[t]: all of them, or the window's.
+      const std::size_t first = s.window != 0 && pos[t] + 1 > s.window ? pos[t] + 1 - s.window : 0;
+      std::vector<double> scores(pos[t] + 1 - first);
+      for (std::size_t j = first; j <= pos[t]; ++j) {
         double dot = 0;
         for (std::size_t i = 0; i < d; ++i) dot += double(qh[i]) * keys[j][kvh * d + i];
-        scores[j] = dot * s.scale;
+        scores[j - first] = dot * s.scale;
+        if (s.softcap != 0) scores[j - first] = s.softcap * std::tanh(scores[j - first] / s.softcap);
       }
       double m = *std::max_element(scores.begin(), scores.end()), sum = 0;
       for (auto& sc : scores) sum += (sc = std::exp(sc - m));
       for (std::size_t i = 0; i < d; ++i) {
         double o = 0;
-        for (std::size_t j = 0; j <= pos[t]; ++j) o += scores[j] * values[j][kvh * d + i];
+        for (std::size_t j = first; j <= pos[t]; ++j) o += scores[j - first] * values[j][kvh * d + i];
         out[(t * s.heads + h) * d + i] = static_cast<float>(o / sum);
       }
     }

@@ -14,6 +14,8 @@ using Vec = std::vector<float>;
 Vec rms_norm(const Vec& x, const Vec& weight, std::size_t rows, std::size_t n, float eps);
 Vec add(const Vec& a, const Vec& b);
 Vec silu_mul(const Vec& gate, const Vec& up);
+Vec gelu_mul(const Vec& gate, const Vec& up);  // GELU's tanh form
+Vec soft_cap(const Vec& x, float cap);          // cap * tanh(x / cap)
 Vec softmax(const Vec& x, std::size_t rows, std::size_t n, float scale);
 Vec rope(const Vec& x, const std::vector<std::int32_t>& positions, const ops::RopeShape& shape);
 // weights: (m, k) already dequantized; acts: (n, k); returns (n, m).

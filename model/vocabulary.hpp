@@ -38,6 +38,9 @@ struct Vocabulary {
   std::int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;  // -1: none
   bool add_bos = false;
   bool add_eos = false;
+  // SentencePiece: text at the start or after a special token gets a space in front, which
+  // decoding takes off again (tokenizer.ggml.add_space_prefix; Gemma's files say false).
+  bool add_space_prefix = true;
   std::string chat_template;             // tokenizer.chat_template, empty if absent
 };
 

@@ -4,12 +4,16 @@
 // (causal). Key j of a sequence lives in slot block_table[seq][j / page_size] * page_size +
 // j % page_size. Query head h reads KV head h / (heads / kv_heads) (grouped-query attention).
 // One workgroup per (token, head); keys in chunks of 128 with an online softmax; a thread sums the
-// values of one dimension (two for head dims past 128).
+// values of one dimension (two for head dims past 128). WINDOW (sliding-window layers): a token
+// sees only the keys of the last WINDOW positions, its own included; SOFTCAP: scores s become
+// SOFTCAP tanh(s / SOFTCAP) (Gemma 2). Each folds away at its default.
 #include "common.glsl"
 #include "reduce.glsl"
 
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint D = 128;  // head dimension, at most 256
+layout(constant_id = 1) const uint WINDOW = 0;     // 0: every key up to the token's own
+layout(constant_id = 2) const float SOFTCAP = 0.0;  // 0: scores as they are
 const uint DT = (D + 127) / 128;             // dimensions a thread sums
 layout(push_constant) uniform Params {
   uint heads; uint kv_heads; uint page_size; uint max_pages; uint tokens; float scale;
@@ -35,7 +39,8 @@ void main() {
 
   float m = -1.0 / 0.0, l = 0.0, o[DT];
   for (uint r = 0; r < DT; ++r) o[r] = 0.0;
-  for (uint c0 = 0; c0 < ctx; c0 += 128) {
+  const uint first = WINDOW > 0 && ctx > WINDOW ? ctx - WINDOW : 0;
+  for (uint c0 = first; c0 < ctx; c0 += 128) {
     uint j = c0 + tid;
     float s = -1.0 / 0.0;
     uint slot = 0;
@@ -44,6 +49,7 @@ void main() {
       uint kb = (slot * p.kv_heads + kvh) * D;
       s = 0.0;
       for (uint d = 0; d < D; ++d) s += q_sh[d] * float(k_cache[kb + d]);
+      if (SOFTCAP > 0.0) s = soft_cap(s, SOFTCAP);
     }
     float m_new = max(m, workgroup_max(s));
     float pj = j < ctx ? exp(s - m_new) : 0.0;

@@ -15,6 +15,10 @@
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint D = 128;  // head dimension: a multiple of 16, at most 256
 layout(constant_id = 1) const uint HG = 1;   // query heads per workgroup, at most 8
+// Sliding-window layers: a token sees only the keys of the last WINDOW positions (0: all). Scores
+// s become SOFTCAP tanh(s / SOFTCAP) (0: as they are). Each folds away at its default.
+layout(constant_id = 2) const uint WINDOW = 0;
+layout(constant_id = 3) const float SOFTCAP = 0.0;
 layout(push_constant) uniform Params {
   uint heads; uint kv_heads; uint page_size; uint max_pages; uint tokens; float scale; uint splits;
 } p;
@@ -46,8 +50,9 @@ void main() {
 #endif
   const uint kvh = h0 / (p.heads / p.kv_heads);
   const uvec2 sp = token_seq_pos[t];
-  const uint ctx = sp.y + 1, per = (ctx + p.splits - 1) / p.splits;
-  const uint begin = min(ctx, split * per), end = min(ctx, begin + per);
+  const uint ctx = sp.y + 1, first = WINDOW > 0 && ctx > WINDOW ? ctx - WINDOW : 0;
+  const uint per = (ctx - first + p.splits - 1) / p.splits;
+  const uint begin = min(ctx, first + split * per), end = min(ctx, begin + per);
   for (uint i = tid; i < HG * C; i += 128) q_sh[i] = q4[(t * p.heads + h0) * C + i] * p.scale;
   attend(kvh, p.kv_heads, sp.x * p.max_pages, p.page_size, begin, end);
   for (uint i = tid; i < HG * C; i += 128) {

@@ -15,8 +15,8 @@
 // ATT_THREADS (128) threads work; every invocation of the workgroup calls attend() (it holds
 // barriers), and those past ATT_THREADS wait at them. It leaves the running max and sum of
 // exponentials of head g in m_sh[g], l_sh[g] and its un-normalised output in attend_output(g, c).
-// The includer declares before it D and HG (head dimension, query heads) and the buffers k_cache,
-// v_cache (uvec2: four F16) and block_table.
+// The includer declares before it D, HG and SOFTCAP (head dimension, query heads, the scores' soft
+// cap or 0) and the buffers k_cache, v_cache (uvec2: four F16) and block_table.
 const uint ATT_THREADS = 128;
 const uint C = D / 4;     // vec4 chunks per row
 const uint NK = ATT_THREADS / C;  // keys one pass of the value loop covers
@@ -73,6 +73,7 @@ void attend(uint kvh, uint kv_heads, uint table_row, uint page_size, uint begin,
         }
         [[unroll]] for (uint kk = 0; kk < KPT; ++kk) {
           [[unroll]] for (uint m = 1; m < P; m *= 2) s[kk] += subgroupShuffleXor(s[kk], m);
+          if (SOFTCAP > 0.0) s[kk] = soft_cap(s[kk], SOFTCAP);
           if (part_of == 0) s_sh[g * TK + k0 + kk] = tile + k0 + kk < end ? s[kk] : -1.0 / 0.0;
         }
       }

@@ -12,3 +12,43 @@ end_checks() {
   [[ $failures -eq 0 ]] && echo "$1"
   exit $((failures > 0))
 }
+
+# start_server MQLM MODEL DIR: `mqlm serve MODEL` without keys on a free TCP port of 127.0.0.1,
+# its address in server and its pid in server_pid, its log DIR/serve.log; returns 0 once it answers
+# a status request (DIR/status.json), else counts a failure and returns 1 (90 s: the model loads
+# and the GPU pipelines are built first).
+server_pid=""
+start_server() {
+  local mqlm=$1 model=$2 dir=$3 port
+  # A port nobody listens on now (the kernel's choice, released at once).
+  port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  server="tcp://127.0.0.1:$port"
+  "$mqlm" serve "$model" --listen "$server" --insecure >"$dir/serve.log" 2>&1 &
+  server_pid=$!
+  local deadline=$((SECONDS + 90))
+  while ((SECONDS < deadline)); do
+    "$mqlm" client --server "$server" --status --timeout-ms 1000 >"$dir/status.json" 2>"$dir/status.err" && return 0
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  fail "mqlm serve did not answer a status request within 90 s" "$dir/status.err" "$dir/serve.log"
+  return 1
+}
+
+# stop_server DIR: SIGTERM drains and stops the server started by start_server, exit 0, within 10 s.
+stop_server() {
+  local dir=$1 rc
+  kill -TERM "$server_pid"
+  for _ in $(seq 100); do
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$server_pid" 2>/dev/null; then
+    fail "mqlm serve still runs 10 s after SIGTERM" "$dir/serve.log"
+    return
+  fi
+  wait "$server_pid"
+  rc=$?
+  server_pid=""
+  [[ $rc -eq 0 ]] || fail "mqlm serve exited $rc after SIGTERM" "$dir/serve.log"
+}

@@ -19,7 +19,7 @@ struct MakeModelOptions {
   std::uint64_t seed = 1;
   std::optional<std::uint32_t> layers, hidden, heads, kv_heads, head_dim, ffn, vocab, context;
   std::optional<float> rope_base;
-  std::optional<std::uint32_t> rotary_dims;
+  std::optional<std::uint32_t> rotary_dims, sliding_window;
   std::string rope_scaling = "none";
   model::gguf::RopeScaling scaling;  // its factors, from the flags
   bool llama3_keys = false;
@@ -35,9 +35,17 @@ model::gguf::ModelShape shape_from(const MakeModelOptions& o) {
   }
   if (!o.arch.empty() && o.arch != shape->arch) {
     shape->arch = o.arch;
-    if (o.arch != "llama") {  // Qwen's own values, unless a flag says otherwise
+    if (o.arch == "qwen2" || o.arch == "qwen3") {  // Qwen's own values, unless a flag says otherwise
       shape->rope_base = 1000000.0f;
       shape->rms_epsilon = 1e-6f;
+    } else if (o.arch == "phi3") {  // Phi-3's
+      shape->rope_base = 10000.0f;
+      shape->rms_epsilon = 1e-5f;
+    } else if (o.arch == "gemma2" || o.arch == "gemma3") {  // Gemma's: tied, a window of 4096 or 1024
+      shape->rope_base = o.arch == "gemma2" ? 10000.0f : 1000000.0f;
+      shape->rms_epsilon = 1e-6f;
+      shape->tied_embeddings = true;
+      shape->sliding_window = o.arch == "gemma2" ? 4096 : 1024;
     }
   }
   for (auto [field, value] : {std::pair{&model::gguf::ModelShape::layers, o.layers}, {&model::gguf::ModelShape::hidden, o.hidden},
@@ -48,8 +56,11 @@ model::gguf::ModelShape shape_from(const MakeModelOptions& o) {
   }
   if (o.rope_base) shape->rope_base = *o.rope_base;
   if (o.rotary_dims) shape->rotary_dims = *o.rotary_dims;
-  shape->rope_scaling = o.scaling;
-  shape->rope_scaling.type = *model::gguf::parse_rope_scaling_type(o.rope_scaling);
+  if (o.sliding_window) shape->sliding_window = *o.sliding_window;
+  if (o.rope_scaling != "none" || shape->rope_scaling.type == model::gguf::RopeScalingType::none) {
+    shape->rope_scaling = o.scaling;  // the preset's own scaling (gemma3-4b's) unless a flag names one
+    shape->rope_scaling.type = *model::gguf::parse_rope_scaling_type(o.rope_scaling);
+  }
   shape->rope_freqs_tensor = !o.llama3_keys;
   if (o.tied) shape->tied_embeddings = true;
   if (auto problem = model::gguf::shape_problem(*shape)) throw CommandFailed(*problem, 2);
@@ -74,9 +85,13 @@ std::string types_summary(const model::gguf::SyntheticModel& model, model::gguf:
   return fmt::format("{}{}: {}", model::gguf::file_type_name(file_type), pure ? " pure" : "", fmt::join(parts, ", "));
 }
 
-// ", rotary 32 of 64, rope yarn x4 from 512": what the file says of its RoPE beyond the defaults.
+// ", sliding window 1024, rotary 32 of 64, rope yarn x4 from 512": what the file says of its
+// attention's reach and its RoPE beyond the defaults.
 std::string rope_summary(const model::gguf::ModelShape& shape) {
   std::string out;
+  if (shape.sliding_window != 0 && (shape.arch == "gemma2" || shape.arch == "gemma3")) {
+    out += fmt::format(", sliding window {}", shape.sliding_window);
+  }
   if (shape.rotary_dims != 0 && shape.rotary_dims != shape.head_dim) {
     out += fmt::format(", rotary {} of {}", shape.rotary_dims, shape.head_dim);
   }
@@ -110,7 +125,7 @@ void make_model(const MakeModelOptions& o) {
 void add_make_model_command(CLI::App& app) {
   auto options = std::make_shared<MakeModelOptions>();
   auto* cmd = app.add_subcommand("make-model", "write a GGUF model with seeded random weights (tests, benchmarks)");
-  cmd->add_option("--preset", options->preset, "tiny, llama3-1b or llama3-8b")->capture_default_str();
+  cmd->add_option("--preset", options->preset, "tiny, llama3-1b, llama3-8b, phi3-mini, gemma2-2b or gemma3-4b")->capture_default_str();
   cmd->add_option("--type", options->type,
                   fmt::format("llama-quantize's file type, any case (q3_k, q4_k, q5_k: the _m ones, as there); the "
                               "types it gives each matrix for it unless --pure: {}",
@@ -120,8 +135,10 @@ void add_make_model_command(CLI::App& app) {
                 "every matrix in the file type's main type (q4_k for q4_k_m), as llama-quantize --pure");
   cmd->add_option("-o,--output", options->output, "the GGUF file to write")->required();
   cmd->add_option("--seed", options->seed, "same seed, same file")->capture_default_str();
-  cmd->add_option("--arch", options->arch, "llama, qwen2 (q/k/v biases) or qwen3 (q/k norms)")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3"}));
+  cmd->add_option("--arch", options->arch,
+                  "llama, qwen2 (q/k/v biases), qwen3 (q/k norms), phi3 (fused q/k/v and gate/up), gemma2 (sliding "
+                  "window, soft caps, GeGLU, norms after each block) or gemma3 (gemma2's blocks, q/k norms, no caps)")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}));
   cmd->add_option("--layers", options->layers, "override the preset's layer count");
   cmd->add_option("--hidden", options->hidden, "override the embedding length");
   cmd->add_option("--heads", options->heads, "override the attention head count");
@@ -131,6 +148,8 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--vocab", options->vocab, "override the vocabulary size (at least 261)");
   cmd->add_option("--context", options->context, "override the context length");
   cmd->add_option("--rope-base", options->rope_base, "override the RoPE frequency base");
+  cmd->add_option("--sliding-window", options->sliding_window,
+                  "gemma2, gemma3: the local layers' window (attention.sliding_window)");
   cmd->add_option("--rotary-dims", options->rotary_dims, "turn only the first N dimensions of each head (partial rotary)");
   cmd->add_option("--rope-scaling", options->rope_scaling,
                   "none, linear, yarn or llama3 (written as the rope_freqs.weight tensor, as convert_hf_to_gguf does)")

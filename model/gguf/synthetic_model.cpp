@@ -81,31 +81,42 @@ bool writes_rope_freqs(const ModelShape& s) {
 
 std::vector<PlannedTensor> plan_tensors(const ModelShape& s) {
   std::uint64_t q = std::uint64_t{s.heads} * s.head_dim, kv = std::uint64_t{s.kv_heads} * s.head_dim;
+  const bool phi3 = s.arch == "phi3", gemma = s.arch == "gemma2" || s.arch == "gemma3";
   std::vector<PlannedTensor> plan{{"token_embd.weight", {s.hidden, s.vocab}, Role::matrix}};
   if (writes_rope_freqs(s)) plan.push_back({"rope_freqs.weight", {rotary_dims(s) / 2}, Role::rope_factors});
   for (std::uint32_t layer = 0; layer < s.layers; ++layer) {
     auto blk = [layer](std::string_view what) { return fmt::format("blk.{}.{}", layer, what); };
     plan.push_back({blk("attn_norm.weight"), {s.hidden}, Role::norm});
-    plan.push_back({blk("attn_q.weight"), {s.hidden, q}, Role::matrix});
-    plan.push_back({blk("attn_k.weight"), {s.hidden, kv}, Role::matrix});
-    plan.push_back({blk("attn_v.weight"), {s.hidden, kv}, Role::matrix});
+    if (phi3) {  // q, k and v as one matrix, as convert_hf_to_gguf writes Phi-3's
+      plan.push_back({blk("attn_qkv.weight"), {s.hidden, q + 2 * kv}, Role::matrix});
+    } else {
+      plan.push_back({blk("attn_q.weight"), {s.hidden, q}, Role::matrix});
+      plan.push_back({blk("attn_k.weight"), {s.hidden, kv}, Role::matrix});
+      plan.push_back({blk("attn_v.weight"), {s.hidden, kv}, Role::matrix});
+    }
     if (s.arch == "qwen2") {
       plan.push_back({blk("attn_q.bias"), {q}, Role::bias});
       plan.push_back({blk("attn_k.bias"), {kv}, Role::bias});
       plan.push_back({blk("attn_v.bias"), {kv}, Role::bias});
     }
-    if (s.arch == "qwen3") {
+    if (s.arch == "qwen3" || s.arch == "gemma3") {
       plan.push_back({blk("attn_q_norm.weight"), {s.head_dim}, Role::norm});
       plan.push_back({blk("attn_k_norm.weight"), {s.head_dim}, Role::norm});
     }
     plan.push_back({blk("attn_output.weight"), {q, s.hidden}, Role::matrix});
+    if (gemma) plan.push_back({blk("post_attention_norm.weight"), {s.hidden}, Role::norm});
     plan.push_back({blk("ffn_norm.weight"), {s.hidden}, Role::norm});
-    plan.push_back({blk("ffn_gate.weight"), {s.hidden, s.ffn}, Role::matrix});
-    plan.push_back({blk("ffn_up.weight"), {s.hidden, s.ffn}, Role::matrix});
+    if (phi3) {  // the gate's rows, then up's
+      plan.push_back({blk("ffn_up.weight"), {s.hidden, 2 * s.ffn}, Role::matrix});
+    } else {
+      plan.push_back({blk("ffn_gate.weight"), {s.hidden, s.ffn}, Role::matrix});
+      plan.push_back({blk("ffn_up.weight"), {s.hidden, s.ffn}, Role::matrix});
+    }
     plan.push_back({blk("ffn_down.weight"), {s.ffn, s.hidden}, Role::matrix});
+    if (gemma) plan.push_back({blk("post_ffw_norm.weight"), {s.hidden}, Role::norm});
   }
   plan.push_back({"output_norm.weight", {s.hidden}, Role::norm});
-  if (!s.tied_embeddings) plan.push_back({"output.weight", {s.hidden, s.vocab}, Role::matrix});
+  if (!s.tied_embeddings && s.arch != "gemma2") plan.push_back({"output.weight", {s.hidden, s.vocab}, Role::matrix});
   return plan;
 }
 
@@ -172,6 +183,14 @@ void set_model_metadata(GgufWriter& w, const ModelShape& s, FileType file_type, 
   w.set(a + ".rope.freq_base", s.rope_base);
   if (!writes_rope_freqs(s)) write_rope_scaling(w, a, s.rope_scaling);
   w.set(a + ".attention.layer_norm_rms_epsilon", s.rms_epsilon);
+  if (s.arch == "gemma2") {
+    w.set(a + ".attn_logit_softcapping", s.attn_softcap);
+    w.set(a + ".final_logit_softcapping", s.final_softcap);
+  }
+  if ((s.arch == "gemma2" || s.arch == "gemma3") && s.sliding_window != 0) {
+    w.set(a + ".attention.sliding_window", s.sliding_window);
+  }
+  if (s.arch == "gemma3") w.set(a + ".rope.freq_base_swa", s.rope_base_local);
 }
 
 void choose_matrix_types(std::vector<PlannedTensor>& plan, const QuantMixture& mixture, SyntheticModel& model) {
@@ -213,14 +232,38 @@ std::optional<ModelShape> model_preset(std::string_view name) {
   if (name == "llama3-8b") {
     return ModelShape{"llama", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, 1e-5f, false};
   }
+  if (name == "phi3-mini") {  // Phi-3-mini-4k-instruct
+    return ModelShape{"phi3", 32, 3072, 32, 32, 96, 8192, 32064, 4096, 10000.0f, 1e-5f, false};
+  }
+  if (name == "gemma2-2b") {
+    ModelShape s{"gemma2", 26, 2304, 8, 4, 256, 9216, 256000, 8192, 10000.0f, 1e-6f, true};
+    s.sliding_window = 4096;
+    return s;
+  }
+  if (name == "gemma3-4b") {  // its global layers' RoPE stretched x8 (linear), the local ones' not
+    ModelShape s{"gemma3", 34, 2560, 8, 4, 256, 10240, 262208, 131072, 1000000.0f, 1e-6f, true};
+    s.sliding_window = 1024;
+    s.rope_scaling = {.type = RopeScalingType::linear, .factor = 8.0f};
+    return s;
+  }
   return std::nullopt;
 }
 
-std::vector<std::string_view> model_preset_names() { return {"tiny", "llama3-1b", "llama3-8b"}; }
+std::vector<std::string_view> model_preset_names() {
+  return {"tiny", "llama3-1b", "llama3-8b", "phi3-mini", "gemma2-2b", "gemma3-4b"};
+}
 
 std::optional<std::string> shape_problem(const ModelShape& s) {
-  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3") {
-    return "unknown architecture '" + s.arch + "' (llama, qwen2 and qwen3 can be made)";
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "phi3" && s.arch != "gemma2" &&
+      s.arch != "gemma3") {
+    return "unknown architecture '" + s.arch + "' (llama, qwen2, qwen3, phi3, gemma2 and gemma3 can be made)";
+  }
+  if (s.arch == "phi3" && s.heads * s.head_dim != s.hidden) {
+    return fmt::format("phi3's heads times head dim must be the hidden size ({} x {} is not {})", s.heads, s.head_dim,
+                       s.hidden);
+  }
+  if (!(s.rope_base_local > 0) || !(s.attn_softcap > 0) || !(s.final_softcap > 0)) {
+    return std::string("the local layers' rope base and the soft caps must be positive");
   }
   constexpr std::uint32_t kLimit = 1u << 20;
   for (auto [what, value] : {std::pair{"layers", s.layers}, {"hidden", s.hidden}, {"heads", s.heads},
@@ -237,9 +280,10 @@ std::optional<std::string> shape_problem(const ModelShape& s) {
   if (!(r.factor > 0) || !(r.attn_factor > 0) || !(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor)) {
     return std::string("rope scaling factors must be positive, the high frequency factor above the low one");
   }
-  if (s.vocab < kMinSyntheticVocabulary || s.vocab > (1u << 24)) {
-    return fmt::format("vocab must be between {} and {} (the 256 byte tokens and 5 specials at least), not {}",
-                       kMinSyntheticVocabulary, 1u << 24, s.vocab);
+  const std::size_t specials = s.arch == "phi3" ? 9 : 5;  // phi3's own four too
+  if (s.vocab < 256 + specials || s.vocab > (1u << 24)) {
+    return fmt::format("vocab must be between {} and {} (the 256 byte tokens and {} specials at least), not {}",
+                       256 + specials, 1u << 24, specials, s.vocab);
   }
   if (!(s.rope_base > 0) || !(s.rms_epsilon > 0)) return std::string("rope base and norm epsilon must be positive");
   return std::nullopt;
@@ -254,7 +298,12 @@ SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture&
   if (auto problem = shape_problem(shape)) throw std::invalid_argument(*problem);
   SyntheticModel model;
   set_model_metadata(model.writer, shape, mixture.file_type(), seed, name);
-  write_vocabulary(model.writer, make_byte_bpe_vocabulary(shape.vocab));
+  // llama.cpp marks Phi-3's own special tokens in a model named like it (general.name with "phi3"
+  // or "phi-3") and cannot load one that lacks them.
+  constexpr std::string_view kPhi3Specials[] = {"<unk>", "<s>", "</s>", "<|endoftext|>"};
+  write_vocabulary(model.writer, make_byte_bpe_vocabulary(shape.vocab, shape.arch == "phi3"
+                                                                          ? std::span<const std::string_view>(kPhi3Specials)
+                                                                          : std::span<const std::string_view>()));
 
   std::vector<PlannedTensor> plan = plan_tensors(shape);
   choose_matrix_types(plan, mixture, model);

@@ -1,4 +1,5 @@
-// Models with seeded random weights, laid out as llama.cpp lays out llama / qwen2 / qwen3 GGUF
+// Models with seeded random weights, laid out as llama.cpp lays out llama / qwen2 / qwen3 / phi3 /
+// gemma2 / gemma3 GGUF
 // files, for tests (preset tiny: a few MB) and benchmarks (llama3-8b: written in seconds).
 //
 // Matrices are normal(0, 0.02) in the weight types llama-quantize would give them for the file
@@ -24,7 +25,10 @@
 namespace mqlm::model::gguf {
 
 struct ModelShape {
-  std::string arch = "llama";  // "llama"; "qwen2" adds q/k/v biases; "qwen3" adds per-head q/k norms
+  // "llama"; "qwen2" adds q/k/v biases; "qwen3" adds per-head q/k norms; "phi3" fuses q/k/v into
+  // attn_qkv and gate and up into ffn_up; "gemma2" adds the norms after attention and the
+  // feed-forward block (its output always the embedding's), "gemma3" those and q/k norms
+  std::string arch = "llama";
   std::uint32_t layers = 2;
   std::uint32_t hidden = 256;
   std::uint32_t heads = 4;
@@ -41,9 +45,16 @@ struct ModelShape {
   // llama3 scaling as convert_hf_to_gguf writes it (and llama.cpp reads it): the factors in the
   // rope_freqs.weight tensor and no keys; false: the keys, and no tensor.
   bool rope_freqs_tensor = true;
+  // gemma2 and gemma3: attention.sliding_window (gemma2's every other layer, gemma3's five of six)
+  // and gemma3's rope.freq_base_swa, the local layers' base; gemma2's soft caps of attention scores
+  // and logits (attn_logit_softcapping, final_logit_softcapping).
+  std::uint32_t sliding_window = 0;
+  float rope_base_local = 10000.0f;
+  float attn_softcap = 50.0f, final_softcap = 30.0f;
 };
 
-// "tiny", "llama3-1b" (Llama 3.2 1B's shape), "llama3-8b".
+// "tiny", "llama3-1b" (Llama 3.2 1B's shape), "llama3-8b", "phi3-mini" (Phi-3-mini-4k's),
+// "gemma2-2b", "gemma3-4b".
 std::optional<ModelShape> model_preset(std::string_view name);
 std::vector<std::string_view> model_preset_names();
 // Why a shape cannot be made (zero sizes, heads not a multiple of KV heads, odd head dim, a

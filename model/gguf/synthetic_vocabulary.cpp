@@ -152,14 +152,15 @@ constexpr std::string_view kLlama3ChatTemplate =
 
 std::string byte_to_unicode(std::uint8_t byte) { return utf8(byte_code_point(byte)); }
 
-Vocabulary make_byte_bpe_vocabulary(std::size_t size) {
-  if (size < kMinSyntheticVocabulary) {
+Vocabulary make_byte_bpe_vocabulary(std::size_t size, std::span<const std::string_view> extra_specials) {
+  if (size < kMinSyntheticVocabulary + extra_specials.size()) {
     throw std::invalid_argument("a byte-level BPE vocabulary needs at least " +
-                                std::to_string(kMinSyntheticVocabulary) + " tokens");
+                                std::to_string(kMinSyntheticVocabulary + extra_specials.size()) + " tokens");
   }
-  constexpr std::string_view specials[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
-                                           "<|end_header_id|>", "<|eot_id|>"};
-  const std::size_t regular = size - std::size(specials);
+  std::vector<std::string_view> specials = {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                            "<|end_header_id|>", "<|eot_id|>"};
+  specials.insert(specials.end(), extra_specials.begin(), extra_specials.end());
+  const std::size_t regular = size - specials.size();
   Vocabulary v;
   v.model = TokenizerModel::bpe;
   v.pre = "llama-bpe";

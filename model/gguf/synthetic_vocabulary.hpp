@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "model/vocabulary.hpp"
 
@@ -20,7 +22,8 @@ inline constexpr std::size_t kMinSyntheticVocabulary = 256 + 5;
 // model gpt2, pre "llama-bpe"; ids 0..255 are the bytes in code point order (GPT-2's own order);
 // then up to size - 261 learnt merges' tokens, filler tokens, and <|begin_of_text|> (bos),
 // <|end_of_text|> (eos), <|start_header_id|>, <|end_header_id|>, <|eot_id|> (eot) as control
-// tokens; add_bos, and a Llama 3 chat template. Throws std::invalid_argument below the minimum.
-Vocabulary make_byte_bpe_vocabulary(std::size_t size);
+// tokens, then `extra_specials` as control tokens too; add_bos, and a Llama 3 chat template.
+// Throws std::invalid_argument below the minimum (plus the extra ones).
+Vocabulary make_byte_bpe_vocabulary(std::size_t size, std::span<const std::string_view> extra_specials = {});
 
 }  // namespace mqlm::model::gguf

@@ -14,6 +14,7 @@ constexpr std::string_view kTypes = "tokenizer.ggml.token_type";
 constexpr std::string_view kMerges = "tokenizer.ggml.merges";
 constexpr std::string_view kAddBos = "tokenizer.ggml.add_bos_token";
 constexpr std::string_view kAddEos = "tokenizer.ggml.add_eos_token";
+constexpr std::string_view kAddSpacePrefix = "tokenizer.ggml.add_space_prefix";
 constexpr std::string_view kChatTemplate = "tokenizer.chat_template";
 
 struct SpecialId {
@@ -93,7 +94,8 @@ std::optional<GgufError> read_special_ids(const GgufFile& file, Vocabulary& voca
 std::optional<GgufError> read_flags(const GgufFile& file, Vocabulary& vocabulary) {
   vocabulary.add_bos = vocabulary.model == TokenizerModel::spm;
   vocabulary.add_eos = false;
-  for (auto [key, field] : {std::pair{kAddBos, &Vocabulary::add_bos}, std::pair{kAddEos, &Vocabulary::add_eos}}) {
+  for (auto [key, field] : {std::pair{kAddBos, &Vocabulary::add_bos}, std::pair{kAddEos, &Vocabulary::add_eos},
+                            std::pair{kAddSpacePrefix, &Vocabulary::add_space_prefix}}) {
     if (file.find(key) == nullptr) continue;
     auto flag = file.get_bool(key);
     if (!flag) return file.key_error(key, "a bool");
@@ -156,6 +158,9 @@ void write_vocabulary(GgufWriter& writer, const Vocabulary& vocabulary) {
   }
   writer.set(std::string(kAddBos), vocabulary.add_bos);
   writer.set(std::string(kAddEos), vocabulary.add_eos);
+  if (vocabulary.model == TokenizerModel::spm && !vocabulary.add_space_prefix) {
+    writer.set(std::string(kAddSpacePrefix), false);
+  }
   if (!vocabulary.chat_template.empty()) writer.set(std::string(kChatTemplate), vocabulary.chat_template);
 }
 

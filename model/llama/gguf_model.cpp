@@ -68,6 +68,32 @@ std::string read_rope(const gguf::GgufFile& file, const std::string& a, LlamaCon
   return {};
 }
 
+// Gemma's keys as llama.cpp reads them (its gemma2.cpp, gemma3.cpp): the sliding window and its
+// layer pattern (gemma2: every other layer, a window of 4096 by default; gemma3: five of six,
+// where the file names a window), the local layers' RoPE (gemma2: the global one's; gemma3: base
+// 10000, unscaled) and the soft caps (gemma2: 50 and 30 by default; gemma3: none, unless its file
+// caps the logits). q's scale is 1 / sqrt(n_embd / n_head) in the 27B models, which llama.cpp
+// knows by their layer counts (46, 62), else 1 / sqrt(head_dim).
+std::string read_gemma(const gguf::GgufFile& file, const std::string& a, LlamaConfig& c) {
+  const bool gemma2 = c.arch == Architecture::gemma2;
+  auto get_float = [&](const std::string& key, float fallback) {
+    return static_cast<float>(file.get_float(a + "." + key).value_or(fallback));
+  };
+  c.sliding_window = static_cast<std::uint32_t>(file.get_uint(a + ".attention.sliding_window").value_or(gemma2 ? 4096 : 0));
+  if (c.sliding_window != 0) {
+    const std::uint64_t pattern = file.get_uint(a + ".attention.sliding_window_pattern").value_or(gemma2 ? 2 : 6);
+    if (pattern > 1024) return a + ".attention.sliding_window_pattern must be at most 1024";
+    c.swa_pattern = static_cast<std::uint32_t>(pattern);
+  }
+  c.rope_base_local = get_float("rope.freq_base_swa", gemma2 ? c.rope_base : 10000.0f);
+  c.rope_scale_local = gemma2 ? c.rope_scale : 1.0f;
+  c.attn_softcap = gemma2 ? get_float("attn_logit_softcapping", 50.0f) : 0.0f;
+  c.final_softcap = get_float("final_logit_softcapping", gemma2 ? 30.0f : 0.0f);
+  const bool is_27b = c.n_layers == (gemma2 ? 46u : 62u);
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? c.n_embd / c.n_head : c.head_dim));
+  return {};
+}
+
 }  // namespace
 
 std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& file) {
@@ -75,7 +101,7 @@ std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& f
   if (!arch_name) return std::string("general.architecture is missing");
   LlamaConfig c;
   if (!parse_architecture(std::string(*arch_name), c.arch)) {
-    return "architecture '" + std::string(*arch_name) + "' is not supported (mqlm runs llama, qwen2 and qwen3)";
+    return "architecture '" + std::string(*arch_name) + "' is not supported (mqlm runs llama, qwen2, qwen3, phi3, gemma2 and gemma3)";
   }
   const std::string a(*arch_name);
   auto need = [&](const std::string& key, std::uint32_t& out) -> std::string {
@@ -96,13 +122,21 @@ std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& f
   c.n_ctx_train = static_cast<std::uint32_t>(file.get_uint(a + ".context_length").value_or(4096));
   c.rms_eps = static_cast<float>(file.get_float(a + ".attention.layer_norm_rms_epsilon").value_or(1e-5));
   if (std::string why = read_rope(file, a, c); !why.empty()) return why;
+  if (c.gemma()) {
+    if (std::string why = read_gemma(file, a, c); !why.empty()) return why;
+  }
+  // Phi-3's long-context files: llama.cpp takes one set of factors or the other by the context it
+  // is given, which a model here does not know.
+  for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    if (file.tensor(longrope) != nullptr) return std::string("LongRoPE (") + longrope + ") is not supported";
+  }
   const gguf::TensorInfo* embd = file.tensor("token_embd.weight");
   if (embd == nullptr) return std::string("the model has no tensor token_embd.weight");
   c.n_vocab = static_cast<std::uint32_t>(embd->rows());
   if (auto v = file.get_uint(a + ".vocab_size"); v && *v != c.n_vocab) {
     return "vocab_size " + std::to_string(*v) + " differs from token_embd.weight's " + std::to_string(c.n_vocab) + " rows";
   }
-  c.tied_output = file.tensor("output.weight") == nullptr;
+  c.tied_output = file.tensor("output.weight") == nullptr || c.arch == Architecture::gemma2;
   if (std::string why = c.check(); !why.empty()) return why;
   if (auto why = uncomputed_tensor(file)) return *why;
   return c;

@@ -150,10 +150,14 @@ GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& sourc
     assign_layer_tensors(config_, layer, next);
   }
   output_norm_ = next();
-  output_ = next();
+  if (i < specs.size()) output_ = next();  // gemma2 asks for none
   config_.tied_output = !output_.buffer;
   const std::vector<float> frequencies = gpu::ops::rope_frequencies(rope_shape(config_, 0, config_.n_head));
   rope_frequencies_ = uploader.upload_new(std::as_bytes(std::span(frequencies)), owner_);
+  if (config_.sliding_window != 0) {
+    const std::vector<float> local = gpu::ops::rope_frequencies(rope_shape(config_, 0, config_.n_head, true));
+    rope_frequencies_local_ = uploader.upload_new(std::as_bytes(std::span(local)), owner_);
+  }
   uploader.finish();
 }
 

@@ -92,6 +92,7 @@ class GpuKvCache {
 // One layer's weights on the GPU (a missing bias or norm is an empty tensor).
 struct GpuLayer {
   GpuTensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
+  GpuTensor post_attn_norm, post_ffn_norm;  // Gemma's norms of the two blocks' outputs
 };
 
 // One token of a step: which sequence (an index into block_tables), its position there, and
@@ -224,6 +225,7 @@ class GpuModel {
   GpuTensor token_embd_, output_norm_, output_;
   std::vector<GpuLayer> layers_;
   gpu::PoolBuffer rope_frequencies_;  // (rotary dims / 2) what the rope kernels read: ops::rope_frequencies
+  gpu::PoolBuffer rope_frequencies_local_;  // the same for the local layers, where a model has them
   gpu::ops::KernelChoice kernel_choice_;
   // Each part boundary idles the GPU ~15-60 us; the host records a layer ~3x faster than the GPU
   // runs it, so parts may double (H100, llama3-8b Q4_0 decode: parts up to 32 / 8 / 4 layers

@@ -145,6 +145,11 @@ class GpuModel::Step {
   BufferRange normed_q8();
   BufferRange glu16();
 
+  // The rotary embedding of layer l's q and k: the local layers' where the model has them.
+  const ops::RopeShape& rope(std::uint32_t l) const { return c_.local_layer(l) ? rope_local_ : rope_; }
+  BufferRange rope_frequencies(std::uint32_t l) const {
+    return (c_.local_layer(l) ? model_.rope_frequencies_local_ : model_.rope_frequencies_).range();
+  }
   void record_qkv_heads(const GpuLayer& L, std::uint32_t l);
   void record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint32_t l);
   void record_glu(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm);
@@ -156,6 +161,9 @@ class GpuModel::Step {
   void sum_products(const std::vector<PendingSum>& sums);
   void residual_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
                         const GpuTensor* next_norm);
+  void post_normed_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
+                           const GpuTensor& norm);
+  void record_geglu(const GpuLayer& L, const LayerPlan& p);
   void narrow_residual(const GpuTensor& w, const ProductPlan& p, BufferRange input, const GpuTensor* next_norm);
   std::uint32_t product_narrow(const GpuTensor& w, const PoolBuffer& out, std::uint32_t columns, bool accumulate,
                                BufferRange dequantized = {}, BufferRange split_scratch = {}, bool sum_later = false,
@@ -187,7 +195,7 @@ class GpuModel::Step {
   StepInputs in_;
   StepPlan plan_;
   StepScratch s_;
-  ops::RopeShape rope_;
+  ops::RopeShape rope_, rope_local_;
   ops::AttentionShape attention_;
   std::optional<gpu::Recording> rec_;
   // While the step's inputs go up (the constructor), each after the first runs alongside the
@@ -221,10 +229,11 @@ GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache,
       plan_(plan_step(features_, c_, model.layers_, model.output_.buffer ? model.output_ : model.token_embd_, n_,
                       in_.outputs, model.kernel_choice_)),
       rope_(rope_shape(c_, n_, c_.n_head)),
-      attention_{n_, c_.n_head, c_.n_head_kv, c_.head_dim, cache.page_size(), in_.max_pages,
-                 1.0f / std::sqrt(static_cast<float>(c_.head_dim))},
+      rope_local_(rope_shape(c_, n_, c_.n_head, true)),
+      attention_{n_, c_.n_head, c_.n_head_kv, c_.head_dim, cache.page_size(), in_.max_pages, c_.query_scale()},
       rec_(queue_.begin()) {
   attention_.max_context = in_.max_context;
+  attention_.softcap = c_.attn_softcap;
   // The first part too: a copy of KV pages to the host may be in flight (read_pages_later), and
   // this step may write those pages.
   rec().after_previous_submissions();
@@ -326,6 +335,9 @@ void GpuModel::Step::record_embedding() {
   const GpuTensor& embd = model_.token_embd_;
   ops::get_rows(rec(), lib_, embd.type, embd.buffer.range(),
                 tokens_from_ != nullptr ? tokens_from_->ids.range() : s_.ids.range(), s_.x.range(), c_.n_embd, n_);
+  if (c_.scaled_embedding()) {
+    ops::scale(rec(), lib_, s_.x.range(), s_.x.range(), n_ * c_.n_embd, std::sqrt(static_cast<float>(c_.n_embd)));
+  }
   mark("embedding");
   s_.attn_parts = pool_.allocate(ops::attention_scratch_bytes(attention_), "scratch");
   // A step sent while the GPU still runs the one it takes its tokens from goes as one submission:
@@ -352,10 +364,16 @@ void GpuModel::Step::record_attention(std::uint32_t l) {
     merged.f16 = acts16();
     merged.padded_rows = plan_.padded_tokens;
   }
+  ops::AttentionShape shape = attention_;
+  shape.window = c_.window(l);
   const bool ready = ops::attention(rec(), lib_, s_.q.range(), cache_.keys(l), cache_.values(l), s_.tables.range(),
-                                    s_.seq_pos.range(), s_.attn_parts.range(), s_.attn.range(), attention_, merged);
+                                    s_.seq_pos.range(), s_.attn_parts.range(), s_.attn.range(), shape, merged);
   mark("attention");
-  residual_product(L.wo, p.out, s_.attn, ready, p.ffn_norm_f16 ? &L.ffn_norm : nullptr);
+  if (c_.post_norms()) {
+    post_normed_product(L.wo, p.out, s_.attn, ready, L.post_attn_norm);
+  } else {
+    residual_product(L.wo, p.out, s_.attn, ready, p.ffn_norm_f16 ? &L.ffn_norm : nullptr);
+  }
   mark("matmul out");
 }
 
@@ -370,7 +388,7 @@ void GpuModel::Step::record_qkv_heads(const GpuLayer& L, std::uint32_t l) {
   for (const auto& [w, out, what] : heads) {
     if (what != ops::HeadsOutput::q) rec().next_runs_alongside();  // they write apart
     ops::matvec_q8_heads(rec(), lib_, w->type, w->buffer.range(), normed_q8(), out, s_.positions.range(),
-                         s_.slots.range(), model_.rope_frequencies_.range(), rope_, what, rows_of(*w), cols_of(*w), n_,
+                         s_.slots.range(), rope_frequencies(l), rope(l), what, rows_of(*w), cols_of(*w), n_,
                          plan_.kernels);
   }
   mark("matmul qkv, rope, kv write");
@@ -410,9 +428,8 @@ void GpuModel::Step::record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint
       slices.v_splits = s.splits;
     }
   }
-  ops::rope_kv_write(rec(), lib_, s_.q.range(), s_.k.range(), s_.v.range(), s_.positions.range(),
-                     model_.rope_frequencies_.range(), cache_.keys(l), cache_.values(l), s_.slots.range(), rope_,
-                     c_.n_head_kv, slices);
+  ops::rope_kv_write(rec(), lib_, s_.q.range(), s_.k.range(), s_.v.range(), s_.positions.range(), rope_frequencies(l),
+                     cache_.keys(l), cache_.values(l), s_.slots.range(), rope(l), c_.n_head_kv, slices);
   mark("rope, kv write");
 }
 
@@ -421,7 +438,9 @@ void GpuModel::Step::record_feed_forward(std::uint32_t l) {
   const LayerPlan& p = plan_.layers[l];
   // The norm the down product may make along with its split sum.
   const GpuTensor* next_norm = p.next_norm_f16 ? &model_.layers_[l + 1].attn_norm : nullptr;
-  if (p.glu) {
+  if (c_.gelu()) {
+    record_geglu(L, p);
+  } else if (p.glu) {
     record_glu(L, p, next_norm);
   } else {
     if (!s_.gate) {
@@ -433,6 +452,19 @@ void GpuModel::Step::record_feed_forward(std::uint32_t l) {
     record_down(L, p, next_norm);
   }
   mark("matmul down");
+}
+
+// x += rmsnorm(down x (gelu(gate) * up)), Gemma's feed-forward block (the norm after it too).
+void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p) {
+  if (!s_.gate) {
+    s_.gate = scratch(std::uint64_t{n_} * c_.n_ff);
+    s_.up = scratch(std::uint64_t{n_} * c_.n_ff);
+  }
+  sum_products(normed_products(L.ffn_norm, p.ffn_input, {{&L.w_gate, &p.gate, &s_.gate}, {&L.w_up, &p.up, &s_.up}}));
+  mark("matmul gate, up");
+  ops::gelu_mul(rec(), lib_, s_.gate.range(), s_.up.range(), s_.gate.range(), n_ * c_.n_ff);
+  mark("gelu");
+  post_normed_product(L.w_down, p.down, s_.gate, false, L.post_ffn_norm);
 }
 
 // x += down x (silu(gate) * up), the SwiGLU one product.
@@ -565,6 +597,31 @@ void GpuModel::Step::residual_product(const GpuTensor& w, const ProductPlan& p, 
       ops::add(rec(), lib_, s_.x.range(), s_.proj.range(), s_.x.range(), n_ * c_.n_embd);
       return;
   }
+}
+
+// x += rmsnorm(w x in), Gemma's norm of a block's output before its residual add: the product
+// into proj on the int8 path, the tensor cores' (K not split) or the general one (the plan takes
+// no other here). in_ready: as residual_product's.
+void GpuModel::Step::post_normed_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
+                                         const GpuTensor& norm) {
+  const std::uint32_t m = rows_of(w), k = cols_of(w);
+  switch (p.path) {
+    case ProductPath::int8:
+      if (!in_ready) ops::quantize_q8(rec(), lib_, in.range(), acts_q8(), k, n_);
+      ops::matvec_q8(rec(), lib_, w.type, w.buffer.range(), acts_q8(), s_.proj.range(), m, k, n_, false, plan_.kernels);
+      break;
+    case ProductPath::narrow:
+      if (!in_ready) to_f16(in, n_, k);
+      product_narrow(w, s_.proj, n_, false, dequantize({{&w, &p}}).front());
+      break;
+    case ProductPath::matvec:
+    case ProductPath::general:
+      ops::matmul(rec(), lib_, w.type, w.buffer.range(), in.range(), false, s_.proj.range(), m, k, n_,
+                  ops::MatmulPath::automatic, plan_.kernels);
+      break;
+  }
+  ops::rms_norm(rec(), lib_, s_.proj.range(), norm.buffer.range(), s_.proj.range(), n_, c_.n_embd, c_.rms_eps);
+  ops::add(rec(), lib_, s_.x.range(), s_.proj.range(), s_.x.range(), n_ * c_.n_embd);
 }
 
 // x += w x input (acts16 unless given), the add fused into the tensor cores' product. next_norm:
@@ -713,6 +770,9 @@ GpuModel::StepResult GpuModel::Step::record_output(StepOutput want) {
   ops::get_rows(rec(), lib_, gpu::WeightType::f32, s_.h.range(), s_.output_rows.range(), s_.picked.range(), c_.n_embd,
                 n_out);
   record_output_product(model_.output_.buffer ? model_.output_ : model_.token_embd_);
+  if (c_.final_softcap > 0.0f) {
+    ops::soft_cap(rec(), lib_, s_.logits.range(), s_.logits.range(), n_out * c_.n_vocab, c_.final_softcap);
+  }
   mark("output");
   if (want == StepOutput::logits) {
     const std::size_t count = std::size_t{n_out} * c_.n_vocab;

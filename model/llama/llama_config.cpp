@@ -11,12 +11,16 @@ const char* architecture_name(Architecture arch) {
     case Architecture::llama: return "llama";
     case Architecture::qwen2: return "qwen2";
     case Architecture::qwen3: return "qwen3";
+    case Architecture::phi3: return "phi3";
+    case Architecture::gemma2: return "gemma2";
+    case Architecture::gemma3: return "gemma3";
   }
   return "?";
 }
 
 bool parse_architecture(const std::string& name, Architecture& out) {
-  for (Architecture a : {Architecture::llama, Architecture::qwen2, Architecture::qwen3}) {
+  for (Architecture a : {Architecture::llama, Architecture::qwen2, Architecture::qwen3, Architecture::phi3,
+                         Architecture::gemma2, Architecture::gemma3}) {
     if (name == architecture_name(a)) {
       out = a;
       return true;
@@ -25,7 +29,10 @@ bool parse_architecture(const std::string& name, Architecture& out) {
   return false;
 }
 
-gpu::ops::RopeShape rope_shape(const LlamaConfig& c, std::uint32_t tokens, std::uint32_t heads) {
+gpu::ops::RopeShape rope_shape(const LlamaConfig& c, std::uint32_t tokens, std::uint32_t heads, bool local) {
+  if (local) {
+    return {tokens, heads, c.head_dim, c.rotary_dims(), c.rope_base_local, 1.0f / c.rope_scale_local, c.rope_neox()};
+  }
   gpu::ops::RopeShape s{tokens, heads, c.head_dim, c.rotary_dims(), c.rope_base, 1.0f / c.rope_scale, c.rope_neox()};
   s.yarn = {c.yarn_ext_factor, c.yarn_attn_factor, c.yarn_beta_fast, c.yarn_beta_slow,
             c.yarn_original_context != 0 ? c.yarn_original_context : c.n_ctx_train};
@@ -54,36 +61,53 @@ std::string LlamaConfig::check() const {
     if (!(f > 0) || !std::isfinite(f)) return "rope_freqs.weight holds a factor that is not a positive number";
   }
   if (!(yarn_attn_factor > 0) || !std::isfinite(yarn_ext_factor)) return "the YaRN factors must be finite, attn positive";
+  for (float v : {attn_scale, attn_softcap, final_softcap}) {
+    if (!(v >= 0) || !std::isfinite(v)) return "the attention scale and soft caps must be finite and not negative";
+  }
+  if (!(rope_base_local > 0) || !(rope_scale_local > 0)) return "the local layers' rope base and scale must be positive";
   return {};
 }
 
 std::vector<TensorSpec> tensor_specs(const LlamaConfig& c) {
   std::vector<TensorSpec> specs;
-  specs.push_back({"token_embd.weight", c.n_vocab, c.n_embd, true, false});
+  // Weights a matmul reads (rows, cols), the part of `fused` from first_row where given; F32 vectors.
+  auto matrix = [&](std::string name, std::uint64_t rows, std::uint64_t cols, std::string fused = {},
+                    std::uint64_t first_row = 0) {
+    specs.push_back({std::move(name), rows, cols, true, false, std::move(fused), first_row});
+  };
+  auto vector = [&](std::string name, std::uint64_t n) { specs.push_back({std::move(name), 1, n, false, false, {}, 0}); };
+  matrix("token_embd.weight", c.n_vocab, c.n_embd);
   for (std::uint32_t l = 0; l < c.n_layers; ++l) {
     std::string p = "blk." + std::to_string(l) + ".";
-    specs.push_back({p + "attn_norm.weight", 1, c.n_embd, false, false});
-    specs.push_back({p + "attn_q.weight", c.q_dim(), c.n_embd, true, false});
-    specs.push_back({p + "attn_k.weight", c.kv_dim(), c.n_embd, true, false});
-    specs.push_back({p + "attn_v.weight", c.kv_dim(), c.n_embd, true, false});
-    specs.push_back({p + "attn_output.weight", c.n_embd, c.q_dim(), true, false});
+    vector(p + "attn_norm.weight", c.n_embd);
+    // phi3's q, k and v are one matrix where its file has attn_qkv.
+    const std::string qkv = c.arch == Architecture::phi3 ? p + "attn_qkv.weight" : "";
+    matrix(p + "attn_q.weight", c.q_dim(), c.n_embd, qkv, 0);
+    matrix(p + "attn_k.weight", c.kv_dim(), c.n_embd, qkv, c.q_dim());
+    matrix(p + "attn_v.weight", c.kv_dim(), c.n_embd, qkv, c.q_dim() + c.kv_dim());
+    matrix(p + "attn_output.weight", c.n_embd, c.q_dim());
     if (c.qkv_bias()) {
-      specs.push_back({p + "attn_q.bias", 1, c.q_dim(), false, false});
-      specs.push_back({p + "attn_k.bias", 1, c.kv_dim(), false, false});
-      specs.push_back({p + "attn_v.bias", 1, c.kv_dim(), false, false});
+      vector(p + "attn_q.bias", c.q_dim());
+      vector(p + "attn_k.bias", c.kv_dim());
+      vector(p + "attn_v.bias", c.kv_dim());
     }
     if (c.qk_norm()) {
-      specs.push_back({p + "attn_q_norm.weight", 1, c.head_dim, false, false});
-      specs.push_back({p + "attn_k_norm.weight", 1, c.head_dim, false, false});
+      vector(p + "attn_q_norm.weight", c.head_dim);
+      vector(p + "attn_k_norm.weight", c.head_dim);
     }
-    specs.push_back({p + "ffn_norm.weight", 1, c.n_embd, false, false});
-    specs.push_back({p + "ffn_gate.weight", c.n_ff, c.n_embd, true, false});
-    specs.push_back({p + "ffn_up.weight", c.n_ff, c.n_embd, true, false});
-    specs.push_back({p + "ffn_down.weight", c.n_embd, c.n_ff, true, false});
+    if (c.post_norms()) vector(p + "post_attention_norm.weight", c.n_embd);
+    vector(p + "ffn_norm.weight", c.n_embd);
+    // phi3's ffn_up holds the gate's rows, then up's (llama.cpp's swiglu of the one product).
+    const std::string gate_up = c.arch == Architecture::phi3 ? p + "ffn_up.weight" : "";
+    matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd, gate_up, 0);
+    matrix(p + "ffn_up.weight", c.n_ff, c.n_embd, gate_up, c.n_ff);
+    matrix(p + "ffn_down.weight", c.n_embd, c.n_ff);
+    if (c.post_norms()) vector(p + "post_ffw_norm.weight", c.n_embd);
   }
-  specs.push_back({"output_norm.weight", 1, c.n_embd, false, false});
-  // Absent in models that tie the output to the embedding.
-  specs.push_back({"output.weight", c.n_vocab, c.n_embd, true, true});
+  vector("output_norm.weight", c.n_embd);
+  // Absent in models that tie the output to the embedding; not asked for of gemma2, whose logits
+  // use the embedding whatever else the file holds (as llama.cpp's do).
+  if (c.arch != Architecture::gemma2) specs.push_back({"output.weight", c.n_vocab, c.n_embd, true, true, {}, 0});
   return specs;
 }
 

@@ -1,7 +1,8 @@
 // The hyper-parameters of a llama-family transformer (Llama 2 and 3, Mistral, TinyLlama, Qwen2,
-// Qwen3), as GGUF metadata gives them, and the tensors such a model has.
+// Qwen3, Phi-3), as GGUF metadata gives them, and the tensors such a model has.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,7 +13,13 @@ struct RopeShape;
 
 namespace mqlm::model {
 
-enum class Architecture : std::uint8_t { llama, qwen2, qwen3 };
+// phi3: llama's blocks with NeoX's rotary layout, q/k/v as one matrix (attn_qkv) and gate and up
+// as one (ffn_up, the gate's rows first); tensor_specs() names each part of them.
+// gemma2: the embedding scaled by sqrt(n_embd), a norm after attention and after the feed-forward
+// block too (before each residual add), GeGLU, sliding-window layers (every other one, from the
+// first), attention scores and logits soft-capped. gemma3: gemma2's blocks with q/k norms, five
+// sliding-window layers to one global, their own RoPE base, and no soft caps.
+enum class Architecture : std::uint8_t { llama, qwen2, qwen3, phi3, gemma2, gemma3 };
 
 struct LlamaConfig {
   Architecture arch = Architecture::llama;
@@ -36,10 +43,30 @@ struct LlamaConfig {
   std::vector<float> rope_freq_factors;
   float rms_eps = 1e-5f;
   bool tied_output = false;     // no output.weight: the logits use token_embd.weight (set at load)
+  // Gemma's (0 elsewhere): what q is scaled by before attention (0: 1 / sqrt(head_dim)); the soft
+  // caps of attention scores and of the logits (0: none); the sliding window of local layers, and
+  // their pattern as llama.cpp's set_swa_pattern has it (layer l is local where l % pattern <
+  // pattern - 1); the local layers' RoPE base and linear scale.
+  float attn_scale = 0.0f;
+  float attn_softcap = 0.0f, final_softcap = 0.0f;
+  std::uint32_t sliding_window = 0, swa_pattern = 0;
+  float rope_base_local = 10000.0f, rope_scale_local = 1.0f;
 
   bool rope_neox() const { return arch != Architecture::llama; }  // as llama.cpp applies them
   bool qkv_bias() const { return arch == Architecture::qwen2; }
-  bool qk_norm() const { return arch == Architecture::qwen3; }
+  bool qk_norm() const { return arch == Architecture::qwen3 || arch == Architecture::gemma3; }
+  bool gemma() const { return arch == Architecture::gemma2 || arch == Architecture::gemma3; }
+  // Gemma's: x scaled by sqrt(n_embd) after the embedding; rmsnorm after attention's and the
+  // feed-forward block's output products, before their residual adds; gelu(gate) * up.
+  bool scaled_embedding() const { return gemma(); }
+  bool post_norms() const { return gemma(); }
+  bool gelu() const { return gemma(); }
+  // Layer l attends over a sliding window (and turns with the local RoPE).
+  bool local_layer(std::uint32_t l) const {
+    return sliding_window != 0 && swa_pattern != 0 && l % swa_pattern < swa_pattern - 1;
+  }
+  std::uint32_t window(std::uint32_t l) const { return local_layer(l) ? sliding_window : 0; }
+  float query_scale() const { return attn_scale != 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim)); }
   std::uint32_t rotary_dims() const { return rope_dims != 0 ? rope_dims : head_dim; }
   std::uint32_t q_dim() const { return n_head * head_dim; }
   std::uint32_t kv_dim() const { return n_head_kv * head_dim; }
@@ -50,9 +77,10 @@ struct LlamaConfig {
 
 // The rotary embedding of `heads` heads of `tokens` tokens as the model turns them: its layout,
 // rotary dims, frequency scaling (linear, YaRN) and factors. The shape's factors point into config.
-gpu::ops::RopeShape rope_shape(const LlamaConfig& config, std::uint32_t tokens, std::uint32_t heads);
+// local: the local layers' (their base and scale, no YaRN and no factors).
+gpu::ops::RopeShape rope_shape(const LlamaConfig& config, std::uint32_t tokens, std::uint32_t heads, bool local = false);
 
-const char* architecture_name(Architecture arch);  // "llama", "qwen2", "qwen3"
+const char* architecture_name(Architecture arch);  // "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"
 bool parse_architecture(const std::string& name, Architecture& out);
 
 // One tensor the model needs: its GGUF name and logical shape (rows, cols); cols is the
@@ -62,6 +90,10 @@ struct TensorSpec {
   std::uint64_t rows = 1, cols = 0;
   bool matrix = false;  // weights a matmul reads (any weight type); else F32 (norms, biases)
   bool optional = false;
+  // A part of a fused matrix (phi3's attn_qkv, ffn_up): its rows from first_row of the tensor named
+  // `fused`, where the file has that tensor; else the tensor `name` itself.
+  std::string fused;
+  std::uint64_t first_row = 0;
 };
 std::vector<TensorSpec> tensor_specs(const LlamaConfig& config);
 
@@ -83,10 +115,12 @@ void assign_layer_tensors(const LlamaConfig& config, Layer& layer, Next&& next) 
     layer.q_norm = next();
     layer.k_norm = next();
   }
+  if (config.post_norms()) layer.post_attn_norm = next();
   layer.ffn_norm = next();
   layer.w_gate = next();
   layer.w_up = next();
   layer.w_down = next();
+  if (config.post_norms()) layer.post_ffn_norm = next();
 }
 
 }  // namespace mqlm::model

@@ -30,8 +30,29 @@ Vec ReferenceSequence::product_input(const Vec& x) const {
   return model_.int8_activations ? ref::int8_blocks(x) : x;
 }
 
+namespace {
+
+// The spec's rows of the fused matrix it is a part of, or nothing where the file has no such matrix.
+std::optional<TensorBytes> fused_part(const TensorSource& source, const TensorSpec& spec) {
+  if (spec.fused.empty()) return std::nullopt;
+  auto whole = source(spec.fused);
+  if (!whole) return std::nullopt;
+  if (whole->cols != spec.cols || whole->rows < spec.first_row + spec.rows) {
+    throw std::runtime_error(spec.fused + " is " + std::to_string(whole->rows) + " x " + std::to_string(whole->cols) +
+                             ", too small for " + spec.name + "'s " + std::to_string(spec.rows) + " rows from row " +
+                             std::to_string(spec.first_row));
+  }
+  const std::size_t row_bytes = whole->bytes.size() / whole->rows;  // rows are whole blocks of any type
+  whole->bytes = whole->bytes.subspan(spec.first_row * row_bytes, spec.rows * row_bytes);
+  whole->rows = spec.rows;
+  return whole;
+}
+
+}  // namespace
+
 std::optional<TensorBytes> find_tensor(const TensorSource& source, const TensorSpec& spec) {
-  auto tensor = source(spec.name);
+  auto tensor = fused_part(source, spec);
+  if (!tensor) tensor = source(spec.name);
   if (!tensor) {
     if (spec.optional) return std::nullopt;
     throw std::runtime_error("the model has no tensor " + spec.name);
@@ -49,6 +70,10 @@ std::optional<TensorBytes> find_tensor(const TensorSource& source, const TensorS
 
 ReferenceModel ReferenceModel::load(LlamaConfig config, const TensorSource& source) {
   if (std::string why = config.check(); !why.empty()) throw std::runtime_error("bad model configuration: " + why);
+  if (config.gemma()) {
+    throw std::runtime_error(std::string("the CPU reference does not compute ") + architecture_name(config.arch) +
+                             " (llama.cpp is the oracle of Gemma's blocks)");
+  }
   ReferenceModel m;
   m.config = config;
   auto specs = tensor_specs(config);

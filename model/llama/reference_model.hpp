@@ -37,6 +37,7 @@ struct ReferenceLayer {
   std::vector<float> ffn_norm;                 // (n_embd)
   std::vector<float> w_gate, w_up;             // (n_ff, n_embd)
   std::vector<float> w_down;                   // (n_embd, n_ff)
+  std::vector<float> post_attn_norm, post_ffn_norm;  // Gemma's, which this reference does not compute: empty
 };
 
 struct ReferenceModel {

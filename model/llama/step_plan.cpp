@@ -44,9 +44,11 @@ class Planner {
   ProductPlan product(const GpuTensor& w, ProductPath path) const {
     return {path, path == ProductPath::narrow && dequantizes(w), path == ProductPath::narrow ? split_bytes(w) : 0};
   }
-  // A residual product (x += w x in) on its own.
+  // A residual product (x += w x in) on its own; one whose output is normed first (Gemma's) takes
+  // no path that adds it as it makes it.
   ProductPlan residual(const GpuTensor& w) const {
     if (int8(w)) return product(w, ProductPath::int8);
+    if (config_.post_norms()) return product(w, narrow(w) ? ProductPath::narrow : ProductPath::general);
     if (matvec(w)) return product(w, ProductPath::matvec);
     return product(w, narrow(w) ? ProductPath::narrow : ProductPath::general);
   }
@@ -77,7 +79,7 @@ class Planner {
   }
   // The SwiGLU in one dispatch where the narrow path takes gate, up and down alike.
   bool glu(const GpuLayer& L) const {
-    if (!narrow(L.w_gate) || !narrow(L.w_up) || !narrow(L.w_down) || matvec(L.w_gate)) return false;
+    if (config_.gelu() || !narrow(L.w_gate) || !narrow(L.w_up) || !narrow(L.w_down) || matvec(L.w_gate)) return false;
     if (L.w_gate.type != L.w_up.type || L.w_gate.rows != L.w_up.rows || L.w_gate.cols != L.w_up.cols) return false;
     const gpu::WeightType type = dequantizes(L.w_gate) ? gpu::WeightType::f16 : L.w_gate.type;
     return ops::narrow_glu_applies(features_, type, rows_of(L.w_gate), cols_of(L.w_gate), n_, kernels_);

@@ -102,7 +102,7 @@ void Tokenizer::encode_spm(std::string_view text, bool after_special,
                            std::vector<TokenId>& out) const {
   std::string escaped;
   escaped.reserve(text.size() + 8);
-  if (after_special) escaped += kSpace;
+  if (after_special && add_space_prefix_) escaped += kSpace;
   for (char c : text) {
     if (c == ' ') {
       escaped += kSpace;

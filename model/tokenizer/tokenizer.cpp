@@ -71,6 +71,7 @@ std::optional<std::string> Tokenizer::load_tokens(const Vocabulary& v) {
   unk_ = v.unk;
   add_bos_ = v.add_bos;
   add_eos_ = v.add_eos;
+  add_space_prefix_ = v.add_space_prefix;
   byte_ids_.fill(-1);
   for (std::size_t id = 0; id < n; ++id) {
     const TokenType type = types_[id];
@@ -158,7 +159,7 @@ void Tokenizer::append_piece(TokenId id, bool render_special, bool& strip_space,
   const std::string& piece = pieces_[static_cast<std::size_t>(id)];
   if (type == TokenType::control || type == TokenType::user_defined) {
     if (type == TokenType::user_defined || render_special) out += piece;
-    strip_space = model_ == TokenizerModel::spm;  // encode put a space after it
+    strip_space = model_ == TokenizerModel::spm && add_space_prefix_;  // encode put a space after it
     return;
   }
   const bool text_piece = type == TokenType::normal || type == TokenType::undefined ||

@@ -10,7 +10,8 @@
 // SentencePiece's leading space (llama.cpp's rule): every stretch of text that starts the input
 // or follows a special token gets one space in front before encoding ("Hi" -> "▁Hi"). Decoding
 // mirrors it: the first text piece at the start of a sequence or after a special token loses one
-// leading space, so decode(encode(text)) == text.
+// leading space, so decode(encode(text)) == text. Neither where the vocabulary says not to
+// (Vocabulary::add_space_prefix false: Gemma's).
 //
 // A Tokenizer is immutable after create(): encode and decode may run on many threads at once.
 #pragma once
@@ -95,7 +96,7 @@ class Tokenizer {
 
   bool is_special(TokenId id) const;
   bool strips_leading_space(const DecodeOptions& options) const {
-    return model_ == TokenizerModel::spm && options.sequence_start;
+    return model_ == TokenizerModel::spm && add_space_prefix_ && options.sequence_start;
   }
   // Appends one token's bytes; strip_space carries SentencePiece's leading-space rule across calls.
   void append_piece(TokenId id, bool render_special, bool& strip_space, std::string& out) const;
@@ -110,6 +111,7 @@ class Tokenizer {
   std::array<std::vector<TokenId>, 256> specials_by_first_byte_;  // longest first
   TokenId bos_ = -1, eos_ = -1, eot_ = -1, unk_ = -1;
   bool add_bos_ = false, add_eos_ = false;
+  bool add_space_prefix_ = true;  // SentencePiece's leading space (Vocabulary::add_space_prefix)
 
   // SentencePiece: rank of each token's score (0 = highest; equal scores share a rank).
   std::vector<std::uint32_t> score_ranks_;

@@ -98,6 +98,28 @@ void add_elementwise_cases(std::vector<OpCase>& cases) {
                        return Outcome{doubles(gpu.down<float>(out, n)), doubles(reference::silu_mul(a, b))};
                      }});
   }
+  for (int n : {1, 70001}) {
+    cases.push_back({fmt::format("gelu_mul_{}", n), 1e-10, [n](Gpu& gpu) {
+                       auto a = random_vec(n, 5, 6.0f), b = random_vec(n, 6);
+                       auto ba = gpu.up(a), bb = gpu.up(b), out = gpu.scratch(n * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::gelu_mul(rec, gpu.kernels, r(ba), r(bb), r(out), n); });
+                       return Outcome{doubles(gpu.down<float>(out, n)), doubles(reference::gelu_mul(a, b))};
+                     }});
+    cases.push_back({fmt::format("scale_{}", n), 0, [n](Gpu& gpu) {
+                       auto a = random_vec(n, 7), want = a;
+                       for (float& v : want) v *= 45.25f;
+                       auto ba = gpu.up(a);
+                       run_step(gpu, [&](Recording& rec) { ops::scale(rec, gpu.kernels, r(ba), r(ba), n, 45.25f); });
+                       return Outcome{doubles(gpu.down<float>(ba, n)), doubles(want)};
+                     }});
+    // Values far past the cap too (tanh's argument up to 20).
+    cases.push_back({fmt::format("soft_cap_{}", n), 1e-10, [n](Gpu& gpu) {
+                       auto a = random_vec(n, 8, 600.0f);
+                       auto ba = gpu.up(a), out = gpu.scratch(n * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::soft_cap(rec, gpu.kernels, r(ba), r(out), n, 30.0f); });
+                       return Outcome{doubles(gpu.down<float>(out, n)), doubles(reference::soft_cap(a, 30.0f))};
+                     }});
+  }
   for (auto [rows, n] : {std::pair{1, 1}, {5, 37}, {2, 3000}}) {
     cases.push_back({fmt::format("softmax_{}x{}", rows, n), 1e-10, [rows, n](Gpu& gpu) {
                        auto x = random_vec(rows * n, 7, 4.0f);
@@ -265,6 +287,8 @@ void add_attention_cases(std::vector<OpCase>& cases) {
     std::vector<std::pair<std::uint32_t, std::uint32_t>> queries;  // (sequence, position)
     ops::AttentionPath path = ops::AttentionPath::automatic;
     std::uint32_t splits = 0;
+    std::uint32_t window = 0;
+    float softcap = 0;
   };
   using Path = ops::AttentionPath;
   std::vector<AttnCase> table;
@@ -300,6 +324,17 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   for (std::uint32_t p = 0; p < 150; ++p) full.push_back({0, p});
   table.push_back({"prefill_150_gqa8_d64", 8, 1, 64, {150}, full});
   table.push_back({"prefill_150_gqa8_d64_split3", 8, 1, 64, {150}, full, Path::split, 3});
+  // Gemma's sliding window (positions before it, at it, past it by one and far past it) and score
+  // soft cap (the scores scaled up so that the cap bites), on every path.
+  for (std::uint32_t d : {128u, 256u}) {
+    const std::vector<std::pair<std::uint32_t, std::uint32_t>> decode{{0, 0}, {1, 16}, {2, 299}, {3, 1999}};
+    for (auto [path, splits, label] : {std::tuple{Path::automatic, 0u, ""}, {Path::split, 1u, "_split1"},
+                                       {Path::split, 7u, "_split7"}, {Path::one_pass, 0u, "_one_pass"}}) {
+      table.push_back({fmt::format("decode_window17_softcap_d{}{}", d, label), 8, 2, d, {1, 17, 300, 2000}, decode, path,
+                       splits, 17, 0.5f});
+      table.push_back({fmt::format("prefill_150_window40_d{}{}", d, label), 4, 2, d, {150}, full, path, splits, 40});
+    }
+  }
 
   for (const auto& c : table) {
     cases.push_back({"attention_" + c.name, 1e-9, [c](Gpu& gpu) {
@@ -308,6 +343,8 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                        ops::AttentionShape s{static_cast<std::uint32_t>(c.queries.size()), c.heads, c.kv_heads, c.head_dim,
                                              page_size, cache.max_pages, 1.0f / std::sqrt(float(c.head_dim)), c.path,
                                              c.splits};
+                       s.window = c.window;
+                       s.softcap = c.softcap;
                        auto q = random_vec(s.tokens * s.heads * s.head_dim, 13);
                        std::vector<std::uint32_t> seq_pos, seq, pos;
                        for (auto [sq, p] : c.queries) {

@@ -9,33 +9,12 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mkdir -p "$dir"
 source "$(dirname "${BASH_SOURCE[0]}")/../checks.sh"
 
-pid=""
-trap '[[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null' EXIT
+trap '[[ -n $server_pid ]] && kill -KILL "$server_pid" 2>/dev/null' EXIT
 
 "$mqlm" make-model --preset tiny --type f16 -o "$dir/tiny.gguf" >"$dir/make.log" 2>&1 ||
   { fail "make the tiny model" "$dir/make.log"; exit 1; }
 
-# A port nobody listens on now (the kernel's choice, released at once).
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-server="tcp://127.0.0.1:$port"
-"$mqlm" serve "$dir/tiny.gguf" --listen "$server" --insecure >"$dir/serve.log" 2>&1 &
-pid=$!
-
-# Ready when it answers a status request: the model loads and the GPU pipelines are built first.
-ready=0
-deadline=$((SECONDS + 90))
-while ((SECONDS < deadline)); do
-  if "$mqlm" client --server "$server" --status --timeout-ms 1000 >"$dir/status.json" 2>"$dir/status.err"; then
-    ready=1
-    break
-  fi
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.5
-done
-if ((!ready)); then
-  fail "mqlm serve did not answer a status request within 90 s" "$dir/status.err" "$dir/serve.log"
-  exit 1
-fi
+start_server "$mqlm" "$dir/tiny.gguf" "$dir" || exit 1
 grep -q '"models"' "$dir/status.json" || fail "the status lists no models" "$dir/status.json"
 
 # Greedy text, streamed, with the summary on stderr.
@@ -83,19 +62,6 @@ assert r["completed"] == 20, r["completed"]
 assert r["output_throughput"] > 0, r["output_throughput"]
 ' "$dir/bench.json" || fail "bench.json lacks 20 completed requests or output throughput" "$dir/bench.json"
 
-# SIGTERM drains and stops the server, exit 0, within 10 s.
-kill -TERM "$pid"
-for _ in $(seq 100); do
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
-if kill -0 "$pid" 2>/dev/null; then
-  fail "mqlm serve still runs 10 s after SIGTERM" "$dir/serve.log"
-else
-  wait "$pid"
-  rc=$?
-  pid=""
-  [[ $rc -eq 0 ]] || fail "mqlm serve exited $rc after SIGTERM" "$dir/serve.log"
-fi
+stop_server "$dir"
 
 end_checks "all serving client checks passed"

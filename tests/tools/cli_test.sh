@@ -90,6 +90,9 @@ check "generation from it" 0 "$mqlm" generate "$dir/yarn.gguf" -p "Once upon a t
 check "llama3 as keys" 0 "$mqlm" make-model --preset tiny --rope-scaling llama3 --rope-factor 8 --rope-llama3-keys \
   -o "$dir/llama3.gguf"
 expect_output "the summary says how" "rope llama3 x8 \(keys\)"
+check "a gemma3 model" 0 "$mqlm" make-model --preset tiny --arch gemma3 -o "$dir/gemma3.gguf"
+expect_output "the summary says its window" "gemma3 2 layers, .*\(tied\), sliding window 1024"
+check "phi3's heads must fill the hidden size" 2 "$mqlm" make-model --preset tiny --arch phi3 --head-dim 80 -o "$dir/bad.gguf"
 check "rotary dims past the head" 2 "$mqlm" make-model --preset tiny --rotary-dims 66 -o "$dir/bad.gguf"
 check "an unknown scaling" 105 "$mqlm" make-model --preset tiny --rope-scaling longrope -o "$dir/bad.gguf"
 head -c 5000 "$dir/tiny.gguf" >"$dir/cut.gguf"

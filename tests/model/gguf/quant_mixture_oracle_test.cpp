@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -128,6 +129,19 @@ TEST_F(QuantMixtureOracle, RowsNotWholeBlocksOf32) {
   shape.head_dim = 56;
   shape.ffn = 200;
   expect_same_types(shape, all_file_types);
+}
+
+// phi3's fused attn_qkv (llama.cpp takes it for an attn_v) and ffn_up of twice the rows, gemma2's
+// and gemma3's extra norms (F32) and their output from the embedding.
+TEST_F(QuantMixtureOracle, Phi3AndGemma) {
+  for (const char* arch : {"phi3", "gemma2", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    ModelShape shape = small_llama(2);
+    shape.arch = arch;
+    shape.vocab = 265;  // phi3's own specials too
+    shape.tied_embeddings = std::string_view(arch) != "phi3";
+    expect_same_types(shape, all_file_types);
+  }
 }
 
 // 80 layers with grouped KV heads: llama.cpp takes the model for a 70B and gives attn_v Q5_K

@@ -21,6 +21,7 @@ void expect_same(const Vocabulary& a, const Vocabulary& b) {
   EXPECT_EQ(std::tie(a.bos, a.eos, a.eot, a.unk, a.pad), std::tie(b.bos, b.eos, b.eot, b.unk, b.pad));
   EXPECT_EQ(a.add_bos, b.add_bos);
   EXPECT_EQ(a.add_eos, b.add_eos);
+  EXPECT_EQ(a.add_space_prefix, b.add_space_prefix);
   EXPECT_EQ(a.chat_template, b.chat_template);
 }
 
@@ -69,6 +70,17 @@ TEST(VocabularyMetadata, SentencePieceRoundTrip) {
   expect_same(std::get<Vocabulary>(back), v);
 }
 
+// Gemma's: no SentencePiece space in front of the text.
+TEST(VocabularyMetadata, SentencePieceWithoutTheSpacePrefixRoundTrip) {
+  Vocabulary v = sentencepiece();
+  v.add_space_prefix = false;
+  GgufWriter writer;
+  write_vocabulary(writer, v);
+  auto back = read_back(writer);
+  ASSERT_TRUE(std::holds_alternative<Vocabulary>(back)) << std::get<GgufError>(back).message();
+  expect_same(std::get<Vocabulary>(back), v);
+}
+
 TEST(VocabularyMetadata, DefaultsWhenKeysAreAbsent) {
   GgufWriter writer;
   writer.set("tokenizer.ggml.model", std::string("llama"));
@@ -80,6 +92,7 @@ TEST(VocabularyMetadata, DefaultsWhenKeysAreAbsent) {
   EXPECT_EQ(v.pre, "default");
   EXPECT_TRUE(v.add_bos);  // SentencePiece models expect BOS unless told otherwise
   EXPECT_FALSE(v.add_eos);
+  EXPECT_TRUE(v.add_space_prefix);
   EXPECT_EQ(v.eos, -1);
   EXPECT_TRUE(v.scores.empty());
   EXPECT_TRUE(v.types.empty());

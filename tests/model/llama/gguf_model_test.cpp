@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <variant>
 #include <vector>
@@ -61,13 +62,66 @@ TEST_P(GgufModelTest, LoadsAndBothForwardPassesAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ArchitecturesAndTypes, GgufModelTest,
-                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3"),
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "phi3"),
                                             ::testing::Values(gpu::WeightType::f16, gpu::WeightType::q4_0,
                                                               gpu::WeightType::q4_k)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +
                                   std::string(gpu::weight_type_name(std::get<1>(info.param)));
                          });
+
+// A tiny make-model file of `arch` (a sliding window of `window` where non-zero), its configuration.
+LlamaConfig tiny_config(const std::string& arch, std::uint32_t window, std::uint32_t layers = 2) {
+  gguf::ModelShape shape = *gguf::model_preset("tiny");
+  shape.arch = arch;
+  shape.layers = layers;
+  shape.sliding_window = window;
+  auto parsed = gguf::GgufFile::parse(gguf::make_synthetic_model(shape, gpu::WeightType::f32, 5, "t").writer.to_bytes());
+  auto config = read_llama_config(std::get<gguf::GgufFile>(parsed));
+  if (auto* why = std::get_if<std::string>(&config)) throw std::runtime_error(*why);
+  return std::get<LlamaConfig>(config);
+}
+
+// Gemma's keys and defaults as llama.cpp's gemma2.cpp and gemma3.cpp read them.
+TEST(GgufModelConfig, GemmaWindowsCapsAndLocalRope) {
+  const LlamaConfig gemma2 = tiny_config("gemma2", 16);
+  EXPECT_EQ(gemma2.sliding_window, 16u);
+  EXPECT_TRUE(gemma2.local_layer(0));  // every other layer, from the first
+  EXPECT_FALSE(gemma2.local_layer(1));
+  EXPECT_EQ(gemma2.window(0), 16u);
+  EXPECT_EQ(gemma2.window(1), 0u);
+  EXPECT_FLOAT_EQ(gemma2.attn_softcap, 50.0f);
+  EXPECT_FLOAT_EQ(gemma2.final_softcap, 30.0f);
+  EXPECT_FLOAT_EQ(gemma2.query_scale(), 0.125f);  // 1 / sqrt(head_dim 64)
+  EXPECT_FLOAT_EQ(gemma2.rope_base_local, gemma2.rope_base);
+  EXPECT_TRUE(gemma2.tied_output && gemma2.post_norms() && gemma2.gelu() && gemma2.scaled_embedding());
+  EXPECT_EQ(tiny_config("gemma2", 0).sliding_window, 4096u);  // Gemma 2's, where the file names none
+
+  const LlamaConfig gemma3 = tiny_config("gemma3", 16, 7);
+  for (std::uint32_t l = 0; l < 7; ++l) EXPECT_EQ(gemma3.local_layer(l), l != 5) << "layer " << l;  // five of six
+  EXPECT_FLOAT_EQ(gemma3.rope_base_local, 10000.0f);
+  EXPECT_FLOAT_EQ(gemma3.attn_softcap, 0.0f);
+  EXPECT_FLOAT_EQ(gemma3.final_softcap, 0.0f);
+  EXPECT_TRUE(gemma3.qk_norm());
+  const LlamaConfig global_only = tiny_config("gemma3", 0);
+  EXPECT_FALSE(global_only.local_layer(0) || global_only.local_layer(1));
+}
+
+// Phi-3's long-context files are refused, not run with the wrong frequencies.
+TEST(GgufModelConfig, LongRopeIsRefused) {
+  gguf::ModelShape shape = *gguf::model_preset("tiny");
+  shape.arch = "phi3";
+  auto model = gguf::make_synthetic_model(shape, gpu::WeightType::f32, 5, "t");
+  std::vector<float> factors(shape.head_dim / 2, 1.0f);
+  model.writer.add_tensor("rope_factors_long.weight", gguf::TensorType::f32, {factors.size()},
+                          std::vector<std::byte>(reinterpret_cast<const std::byte*>(factors.data()),
+                                                 reinterpret_cast<const std::byte*>(factors.data() + factors.size())));
+  auto parsed = gguf::GgufFile::parse(model.writer.to_bytes());
+  ASSERT_TRUE(std::holds_alternative<gguf::GgufFile>(parsed));
+  auto config = read_llama_config(std::get<gguf::GgufFile>(parsed));
+  ASSERT_TRUE(std::holds_alternative<std::string>(config));
+  EXPECT_NE(std::get<std::string>(config).find("LongRoPE (rope_factors_long.weight) is not supported"), std::string::npos);
+}
 
 TEST(GgufModelConfig, UnsupportedArchitectureIsNamed) {
   gguf::GgufWriter writer;

@@ -488,6 +488,58 @@ INSTANTIATE_TEST_SUITE_P(Scalings, RopeScalingFile,
                                               gpu::weight_type_name(std::get<1>(info.param)));
                          });
 
+// make-model's files of each architecture past llama / qwen2 / qwen3 (the tiny shape: 4 heads of 64
+// sharing 2 KV heads), F32 and F16 to kUnquantizedBound, Q8_0 (the int8 products of a decode step)
+// to kLogprobBound: prompts of 1, 7, 40 and 100 tokens, in one step, and again with the last token
+// as a decode step of its own. Gemma's with a sliding
+// window of 16 (the longer prompts run past it on its local layers: gemma2's first, gemma3's five
+// of six, with their own RoPE base; without the window they were 0.72 and 1.62 apart), gemma3's
+// global layers' RoPE stretched x8 (linear), and gemma2's soft caps at 0.05 for attention scores
+// and 1 for logits, where they bite (Gemma 2's own 50 and 30 change nothing in these models:
+// without the caps mqlm was 0.022 and 0.61 apart). Seen on lavapipe: 0.0003 to 0.0011.
+struct ArchitectureCase {
+  const char* arch;
+  std::uint32_t layers = 2;
+  std::uint32_t window = 0;
+  float rope_factor = 0;  // linear scaling; 0: none
+  float attn_softcap = 0, final_softcap = 0;  // 0: make-model's
+};
+constexpr ArchitectureCase kArchitectures[] = {
+    {"phi3"}, {"gemma2", 2, 16, 0.0f, 0.05f, 1.0f}, {"gemma3", 7, 16, 8.0f}};
+
+class ArchitectureFile : public ::testing::TestWithParam<std::tuple<ArchitectureCase, gpu::WeightType>> {};
+
+TEST_P(ArchitectureFile, NextTokenAgreesWithLlamaCpp) {
+  auto [model, type] = GetParam();
+  start_llamacpp();
+  ScratchFolder folder;
+  gguf::ModelShape shape;
+  shape.arch = model.arch;
+  shape.layers = model.layers;
+  shape.sliding_window = model.window;
+  shape.tied_embeddings = model.window != 0;  // Gemma's are
+  if (model.rope_factor != 0) shape.rope_scaling = {.type = gguf::RopeScalingType::linear, .factor = model.rope_factor};
+  if (model.attn_softcap != 0) shape.attn_softcap = model.attn_softcap;
+  if (model.final_softcap != 0) shape.final_softcap = model.final_softcap;
+  const auto path = write_model(folder, shape, model.arch, type);
+  const auto prompts = clear_prompts(path, shape.vocab, {1u, 7u, 40u, 100u}, 128);
+  const double bound = type == gpu::WeightType::q8_0 ? kLogprobBound : kUnquantizedBound;
+  for (bool decode_last : {false, true}) {
+    expect_same_next_tokens(path, prompts,
+                            fmt::format("mqlm {} {}{}", gpu::weight_type_name(type), model.arch, decode_last ? " decode" : ""),
+                            {.bound = bound, .context = 128, .decode_last = decode_last});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFile,
+                         ::testing::Combine(::testing::ValuesIn(kArchitectures),
+                                            ::testing::Values(gpu::WeightType::f32, gpu::WeightType::f16,
+                                                              gpu::WeightType::q8_0)),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}", std::get<0>(info.param).arch,
+                                              gpu::weight_type_name(std::get<1>(info.param)));
+                         });
+
 // mqlm's embedding of each prompt: its positions computed in two steps (the first `split` of them,
 // then the rest), the hidden states pooled over both.
 std::vector<std::vector<float>> mqlm_embeddings(const gguf::GgufFile& file, const std::vector<Prompt>& prompts,

@@ -91,6 +91,21 @@ TEST(SpmEncode, MergesByScoreWithTheLeadingSpace) {
   EXPECT_EQ(t.encode("held", kPlain), (Ids{SpmIds::space, SpmIds::he, SpmIds::ld}));
 }
 
+// Gemma's files (tokenizer.ggml.add_space_prefix false): no space in front of the text, at its
+// start or after a special token, and none taken off when decoding (llama.cpp's rule both ways).
+TEST(SpmEncode, WithoutTheLeadingSpaceWhereTheVocabularySaysSo) {
+  Vocabulary v = sentencepiece_vocabulary();
+  v.add_space_prefix = false;
+  const Tokenizer t = make_tokenizer(v);
+  EXPECT_EQ(t.encode("hello world"), (Ids{SpmIds::bos, SpmIds::hello, SpmIds::space_world}));
+  EXPECT_EQ(t.encode(" hello", kPlain), (Ids{SpmIds::space_hello}));
+  EXPECT_EQ(t.encode("hello</s>world", kParse),
+            (Ids{SpmIds::hello, SpmIds::eos, SpmIds::w, SpmIds::or_, SpmIds::ld}));
+  EXPECT_EQ(t.decode(Ids{SpmIds::space_hello, SpmIds::space_world}), " hello world");
+  EXPECT_EQ(t.decode(t.encode("hello world")), "hello world");
+  EXPECT_EQ(t.decode(t.encode(" hello</s> world", kParse)), " hello world");
+}
+
 TEST(SpmEncode, ByteFallbackForCharactersOutsideTheVocabulary) {
   const Tokenizer t = make_tokenizer(sentencepiece_vocabulary());
   const TokenId b0 = SpmIds::byte0;
