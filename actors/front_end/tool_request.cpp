@@ -90,8 +90,9 @@ std::vector<std::string> tool_names(const std::string& tools_text) {
   const json tools = json::parse(tools_text, nullptr, false);
   if (!tools.is_array()) return names;
   for (const auto& tool : tools) {
-    if (tool.is_object() && tool.contains("function") && tool["function"].is_object()) {
-      names.push_back(tool["function"].value("name", ""));
+    if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+        tool["function"].contains("name") && tool["function"]["name"].is_string()) {
+      names.push_back(tool["function"]["name"].get<std::string>());
     }
   }
   return names;

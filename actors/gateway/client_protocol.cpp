@@ -391,7 +391,9 @@ Check read_tool_choice(const msgpack::object& o, messages::Submit& submit) {
   }
   const auto choice = json_from(o);
   const nlohmann::json* name = nullptr;
-  if (choice && choice->is_object() && choice->value("type", "") == "function" && choice->contains("function") &&
+  // Compared, not read: a type that is no string (a number, say) is simply not "function".
+  if (choice && choice->is_object() && choice->contains("type") && (*choice)["type"] == "function" &&
+      choice->contains("function") &&
       (*choice)["function"].is_object() && (*choice)["function"].contains("name")) {
     name = &(*choice)["function"]["name"];
   }

@@ -84,7 +84,7 @@ void check_generate(const GenerateRequest& request) {
   mqlm::messages::TokenEvent tokens{{7, 8}, "hi", {}};
   check_event(encode_token_event(request.id, tokens, submit.sampling.logprobs), request.id);
   mqlm::messages::FinalEvent final_event;
-  mqlm::actors::front_end::GatheredOutput gathered{{7, 8}, "hi", {}};
+  mqlm::actors::front_end::GatheredOutput gathered{{7, 8}, "hi", {}, "", {}};
   check_event(encode_final_event(request.id, final_event, gathered, false), request.id);
 }
 
@@ -103,6 +103,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string api_key;
   try {
     request = parse_request(std::span(reinterpret_cast<const std::byte*>(data), size), &api_key);
+  } catch (const std::exception& e) {
+    contract_broken(std::string("parse_request threw: ") + e.what());
   } catch (...) {
     contract_broken("parse_request threw");
   }

@@ -463,6 +463,9 @@ std::vector<BadFrame> bad_frames() {
       {"tool_choice unknown", chat_with("tool_choice", "always"), RequestError::invalid_request,
        "'tool_choice' is \"always\"", one, true},
       {"tool_choice an integer", chat_with("tool_choice", 1), RequestError::malformed, "tool_choice must be", one, true},
+      // client_protocol.fuzz: reading a type that is a number threw out of parse_request.
+      {"tool_choice's type a number", chat_with("tool_choice", {{"type", 110}, {"function", {{"name", "get_weather"}}}}),
+       RequestError::malformed, "tool_choice must be", one, true},
       {"tool_choice required without tools", chat_with("tool_choice", "required"), RequestError::invalid_request,
        "'tool_choice' is \"required\": give the tools", one, true},
       {"tool_choice names no tool", chat_with("tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}),

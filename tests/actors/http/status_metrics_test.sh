@@ -122,8 +122,9 @@ assert owners == status["pool"]["active_by_owner"], owners
 
 # Counters.
 finished = {s.labels["finish_reason"]: s.value for s in samples(family("mqlm_http_requests", "counter"), "_total")}
-assert set(finished) == {"stop", "length", "abort", "error"}, finished
-assert finished["stop"] + finished["length"] == len(done) and finished["abort"] == finished["error"] == 0, finished
+assert set(finished) == {"stop", "length", "tool_calls", "abort", "error"}, finished
+assert finished["stop"] + finished["length"] == len(done), finished
+assert finished["tool_calls"] == finished["abort"] == finished["error"] == 0, finished
 assert single("mqlm_http_completion_tokens", "counter", "_total") == sum(d["usage"]["completion_tokens"] for d in done)
 assert single("mqlm_http_prompt_tokens", "counter", "_total") == sum(d["usage"]["prompt_tokens"] for d in done)
 assert single("mqlm_scheduler_steps", "counter", "_total") > 0
