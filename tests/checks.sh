@@ -13,12 +13,12 @@ end_checks() {
   exit $((failures > 0))
 }
 
-# start_server MQLM MODEL DIR: `mqlm serve MODEL` without keys on a free TCP port of 127.0.0.1,
+# start_zmq_server MQLM MODEL DIR: `mqlm serve MODEL` without keys on a free TCP port of 127.0.0.1,
 # its address in server and its pid in server_pid, its log DIR/serve.log; returns 0 once it answers
 # a status request (DIR/status.json), else counts a failure and returns 1 (90 s: the model loads
 # and the GPU pipelines are built first).
 server_pid=""
-start_server() {
+start_zmq_server() {
   local mqlm=$1 model=$2 dir=$3 port
   # A port nobody listens on now (the kernel's choice, released at once).
   port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -35,8 +35,8 @@ start_server() {
   return 1
 }
 
-# stop_server DIR: SIGTERM drains and stops the server started by start_server, exit 0, within 10 s.
-stop_server() {
+# stop_zmq_server DIR: SIGTERM drains and stops the server started by start_zmq_server, exit 0, within 10 s.
+stop_zmq_server() {
   local dir=$1 rc
   kill -TERM "$server_pid"
   for _ in $(seq 100); do

@@ -21,7 +21,7 @@ prompt="Once upon a time, in a land far away, there lived a small model that rea
 "$mqlm" generate "$dir/$arch.gguf" -p "$prompt" -n 16 --temperature 0 >"$dir/generate.out" 2>"$dir/generate.err" ||
   fail "mqlm generate from the $arch model" "$dir/generate.out" "$dir/generate.err"
 
-start_server "$mqlm" "$dir/$arch.gguf" "$dir" || exit 1
+start_zmq_server "$mqlm" "$dir/$arch.gguf" "$dir" || exit 1
 for run in 1 2; do
   "$mqlm" client --server "$server" -p "$prompt" -n 16 --temperature 0 >"$dir/client$run.out" 2>"$dir/client$run.err" ||
     fail "mqlm client (run $run) against the $arch model" "$dir/client$run.out" "$dir/client$run.err" "$dir/serve.log"
@@ -29,6 +29,6 @@ for run in 1 2; do
 done
 [[ -n $(tr -d '[:space:]' <"$dir/client1.out") ]] || fail "the $arch model served no text" "$dir/client1.out"
 cmp -s "$dir/client1.out" "$dir/client2.out" || fail "greedy text differs between two requests" "$dir/client1.out" "$dir/client2.out"
-stop_server "$dir"
+stop_zmq_server "$dir"
 
 end_checks "the $arch model is served"

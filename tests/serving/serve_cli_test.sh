@@ -14,7 +14,7 @@ trap '[[ -n $server_pid ]] && kill -KILL "$server_pid" 2>/dev/null' EXIT
 "$mqlm" make-model --preset tiny --type f16 -o "$dir/tiny.gguf" >"$dir/make.log" 2>&1 ||
   { fail "make the tiny model" "$dir/make.log"; exit 1; }
 
-start_server "$mqlm" "$dir/tiny.gguf" "$dir" || exit 1
+start_zmq_server "$mqlm" "$dir/tiny.gguf" "$dir" || exit 1
 grep -q '"models"' "$dir/status.json" || fail "the status lists no models" "$dir/status.json"
 
 # Greedy text, streamed, with the summary on stderr.
@@ -62,6 +62,6 @@ assert r["completed"] == 20, r["completed"]
 assert r["output_throughput"] > 0, r["output_throughput"]
 ' "$dir/bench.json" || fail "bench.json lacks 20 completed requests or output throughput" "$dir/bench.json"
 
-stop_server "$dir"
+stop_zmq_server "$dir"
 
 end_checks "all serving client checks passed"
