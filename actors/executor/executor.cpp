@@ -834,8 +834,9 @@ void Executor::finish_oldest(Context& ctx) {
       take_outputs(step.plan, step.chosen, step.result);
     } catch (const std::exception& e) {
       // The sampler refuses logits with nothing finite in them: the model's bug, not the request's.
-      fail_step(step.plan, step.result, RequestError::internal, std::string("sampling failed: ") + e.what());
+      // Also the step's failure: a step held behind it (send_held_masks) fails with it.
       step.failure = StepFailure{RequestError::internal, std::string("sampling failed: ") + e.what()};
+      fail_step(step.plan, step.result, step.failure->error, step.failure->message);
     }
   }
   // The answer goes first, so that the scheduler plans the next step while the masks of the step
