@@ -19,7 +19,8 @@ Recording::Recording(Recording&& other) noexcept
       slot_(other.slot_),
       command_buffer_(other.command_buffer_),
       has_commands_(other.has_commands_),
-      skip_barrier_(other.skip_barrier_) {}
+      skip_barrier_(other.skip_barrier_),
+      label_(other.label_) {}
 
 Recording::~Recording() {
   if (queue_ != nullptr) queue_->drop(slot_);
@@ -157,11 +158,17 @@ Recording ComputeQueue::begin() {
     slots_.push_back({cb, 0, false});
   }
   auto& s = slots_[slot];
+  if (stamps_ && slot < kStampedSlots) read_stamps();  // the slot's last stamps, before they are reset
   check(vkResetCommandBuffer(s.command_buffer, 0), "vkResetCommandBuffer");
   VkCommandBufferBeginInfo begin{};
   begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   check(vkBeginCommandBuffer(s.command_buffer, &begin), "vkBeginCommandBuffer");
+  if (stamps_ && slot < kStampedSlots) {
+    const auto query = static_cast<std::uint32_t>(2 * slot);
+    vkCmdResetQueryPool(s.command_buffer, stamps_.get(), query, 2);
+    vkCmdWriteTimestamp(s.command_buffer, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, stamps_.get(), query);
+  }
   s.recording = true;
   ++open_recordings_;
   return Recording(*this, slot, s.command_buffer);
@@ -178,6 +185,8 @@ void ComputeQueue::drop(std::size_t slot) {
 std::uint64_t ComputeQueue::submit(Recording& recording, std::span<const TimelineWait> waits) {
   if (recording.queue_ != this) throw GpuError("submitting a recording that is not open on this queue");
   auto& s = slots_[recording.slot_];
+  const bool stamped = stamps_ && recording.slot_ < kStampedSlots;
+  if (stamped) recording.write_timestamp(stamps_.get(), static_cast<std::uint32_t>(2 * recording.slot_ + 1));
   check(vkEndCommandBuffer(s.command_buffer), "vkEndCommandBuffer");
   std::uint64_t value = last_submitted_ + 1;
   std::vector<VkSemaphore> wait_semaphores;
@@ -208,10 +217,58 @@ std::uint64_t ComputeQueue::submit(Recording& recording, std::span<const Timelin
   s.recording = false;
   --open_recordings_;
   recording.queue_ = nullptr;
+  const bool starved = stamped && completed() >= last_submitted_;
   check(vkQueueSubmit(device_.queue(), 1, &info, VK_NULL_HANDLE), "vkQueueSubmit");
   s.value = value;
   last_submitted_ = value;
+  if (stamped) stamped_.push_back({value, recording.slot_, recording.label_, starved});
   return value;
+}
+
+void ComputeQueue::enable_timeline() {
+  const DeviceFeatures& features = device_.features();
+  if (stamps_ || features.timestamp_period_ns <= 0) return;
+  VkQueryPoolCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+  info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+  info.queryCount = 2 * kStampedSlots;
+  VkQueryPool pool = VK_NULL_HANDLE;
+  check(vkCreateQueryPool(device_.get(), &info, nullptr, &pool), "vkCreateQueryPool (queue timeline)");
+  stamps_ = {device_.get(), pool};
+  tick_ms_ = features.timestamp_period_ns / 1e6;
+}
+
+const QueueTimeline& ComputeQueue::timeline() {
+  if (stamps_) read_stamps();
+  return timeline_totals_;
+}
+
+// The completed submissions' stamps, in the order they ran.
+void ComputeQueue::read_stamps() {
+  const std::uint64_t done = completed();
+  QueueTimeline& t = timeline_totals_;
+  while (!stamped_.empty() && stamped_.front().value <= done) {
+    const Stamped s = stamped_.front();
+    stamped_.pop_front();
+    std::array<std::uint64_t, 2> ticks{};
+    if (vkGetQueryPoolResults(device_.get(), stamps_.get(), static_cast<std::uint32_t>(2 * s.slot), 2, sizeof(ticks),
+                              ticks.data(), 8, VK_QUERY_RESULT_64_BIT) != VK_SUCCESS) {
+      continue;
+    }
+    ++t.submissions;
+    if (ticks[1] > ticks[0]) t.busy_ms += static_cast<double>(ticks[1] - ticks[0]) * tick_ms_;
+    if (last_end_tick_ != 0 && ticks[0] > last_end_tick_) {
+      const double gap = static_cast<double>(ticks[0] - last_end_tick_) * tick_ms_;
+      if (!s.starved) {
+        t.queued_gap_ms += gap;
+      } else if (gap <= QueueTimeline::idle_ms) {
+        t.starved_ms += gap;
+        t.starved_by_label[s.label] += gap;
+        ++t.starved_submissions;
+      }
+    }
+    last_end_tick_ = std::max(last_end_tick_, ticks[1]);
+  }
 }
 
 std::uint64_t ComputeQueue::submit_and_wait(Recording& recording) {

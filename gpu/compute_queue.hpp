@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <initializer_list>
+#include <map>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gpu/device.hpp"
@@ -60,6 +63,8 @@ class Recording {
   // submission (host-coherent memory alone does not make it so).
   void make_visible_to_host();
   VkCommandBuffer command_buffer() const { return command_buffer_; }
+  // What the queue's timeline calls this submission where the GPU waited for it (a literal).
+  void set_label(const char* label) { label_ = label; }
 
  private:
   friend class ComputeQueue;
@@ -71,6 +76,22 @@ class Recording {
   VkCommandBuffer command_buffer_;
   bool has_commands_ = false;
   bool skip_barrier_ = false;
+  const char* label_ = "";
+};
+
+// Where the GPU's time went, from a timestamp at the start and the end of every submission
+// (ComputeQueue::enable_timeline): running them, or idle before one. An idle gap before a
+// submission sent while the one before it still ran is the queue's own (submission and wake-up
+// latency); before one sent after the GPU had drained, the host was late (starved), counted by
+// the late submission's label. Gaps over idle_ms are no work at all, not counted.
+struct QueueTimeline {
+  static constexpr double idle_ms = 20.0;
+  std::uint64_t submissions = 0;
+  double busy_ms = 0;
+  double queued_gap_ms = 0;
+  double starved_ms = 0;
+  std::map<std::string, double> starved_by_label;
+  std::uint64_t starved_submissions = 0;
 };
 
 class ComputeQueue {
@@ -92,6 +113,10 @@ class ComputeQueue {
   // it is safe to reuse or release once completed() reaches this value.
   std::uint64_t free_fence() const { return last_submitted_ + open_recordings_; }
   const Device& device() const { return device_; }
+  // Stamps every submission from now on (where the device has timestamps; not otherwise).
+  void enable_timeline();
+  // The stamped submissions' times so far, those completed read first.
+  const QueueTimeline& timeline();
 
  private:
   friend class Recording;
@@ -100,8 +125,16 @@ class ComputeQueue {
     std::uint64_t value;  // the submission that last used it
     bool recording;
   };
+  struct Stamped {  // a submission whose stamps are not read yet
+    std::uint64_t value;
+    std::size_t slot;
+    const char* label;
+    bool starved;  // the GPU had finished everything before it when it was submitted
+  };
+  static constexpr std::size_t kStampedSlots = 256;
   void drop(std::size_t slot);
   void block_until(std::uint64_t value) const;
+  void read_stamps();
 
   const Device& device_;
   UniqueCommandPool pool_;
@@ -109,6 +142,11 @@ class ComputeQueue {
   std::vector<Slot> slots_;
   std::uint64_t last_submitted_ = 0;
   std::uint64_t open_recordings_ = 0;
+  UniqueQueryPool stamps_;  // two per slot (start, end), once enable_timeline is called
+  double tick_ms_ = 0;
+  std::deque<Stamped> stamped_;
+  std::uint64_t last_end_tick_ = 0;
+  QueueTimeline timeline_totals_;
 };
 
 }  // namespace mqlm::gpu

@@ -173,6 +173,7 @@ void Uploader::upload(std::span<const UploadRegion> regions) {
   auto on_chunk = [&] {
     copy_all(fills);
     auto rec = queue_.begin();
+    rec.set_label("an upload");
     record_staged_copies(rec, staging_[slot], pieces, false);
     in_flight_[slot] = queue_.submit(rec);
     pieces.clear();
@@ -299,6 +300,7 @@ void download_regions(ComputeQueue& queue, BufferPool& pool, std::span<const Dow
   };
   auto on_chunk = [&] {
     auto rec = queue.begin();
+    rec.set_label("a copy to the host");
     record_staged_copies(rec, current->staging, current->pieces, true);
     current->submitted = queue.submit(rec);
   };
@@ -326,6 +328,7 @@ PendingDownload download_later(ComputeQueue& queue, BufferPool& pool, std::span<
     at += r.out.size();
   }
   auto rec = queue.begin();
+  rec.set_label("a copy to the host");
   record_staged_copies(rec, pending.staging, pieces, true);
   pending.done = queue.submit(rec);
   pending.copies.reserve(pieces.size());

@@ -79,6 +79,7 @@ gpu::PendingDownload GpuKvCache::read_pages_later(std::span<const std::uint32_t>
   PoolBuffer index = pool_.allocate(pages.size_bytes(), "staging", gpu::MemoryKind::host);
   std::memcpy(index.mapped(), pages.data(), pages.size_bytes());
   auto rec = queue_.begin();
+  rec.set_label("a copy to the host");
   rec.after_previous_submissions();  // behind the steps that wrote the pages
   const auto count = static_cast<std::uint32_t>(pages.size());
   for (std::size_t l = 0; l < keys_.size(); ++l) {

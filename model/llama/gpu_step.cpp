@@ -237,6 +237,7 @@ GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache,
   // The first part too: a copy of KV pages to the host may be in flight (read_pages_later), and
   // this step may write those pages.
   rec().after_previous_submissions();
+  rec().set_label("a step's first part");
   // Token ids from the step before (tokens_from) are on the GPU already.
   if (tokens_from_ == nullptr) s_.ids = upload(in_.ids);
   s_.positions = upload(in_.positions);
@@ -710,6 +711,7 @@ void GpuModel::Step::end_layer(std::uint32_t l) {
   queue_.submit(rec());
   rec_.emplace(queue_.begin());
   rec().after_previous_submissions();
+  rec().set_label("a step's later part");
   mark("waiting for the host");
   part_layers_ = 0;
   part_size_ = std::min(2 * part_size_, model_.layers_per_submission_);
@@ -800,6 +802,7 @@ GpuModel::StepResult GpuModel::Step::record_output(StepOutput want) {
     pending.done_at = queue_.last_submitted();
   } else if (sampling_ != nullptr && sampling_->masks_later) {
     holds_output_ = true;  // run() hands the step to `pending`; send_held sends this part
+    rec().set_label("an output part held for its masks");
   } else {
     pending.done_at = queue_.submit(rec());  // the caller waits (collect)
   }

@@ -2,9 +2,11 @@
 // selection rules on whatever devices there are (the H100 machine too).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "gpu/device.hpp"
 #include "gpu/kernel_library.hpp"
@@ -122,6 +124,33 @@ TEST(Device, MemoryFiguresSumTheDeviceLocalHeaps) {
       << "usage " << before.usage_bytes << " -> " << after.usage_bytes;
   buffer.reset();
   gpu.pool.trim();
+}
+
+// The queue's timeline: each submission's GPU time, and the idle gap before a submission the host
+// sent after the GPU had drained, by that submission's label.
+TEST(ComputeQueueTimeline, CountsBusyTimeAndTheGapBeforeALateSubmission) {
+  auto& gpu = testing::shared_gpu();
+  if (gpu.device.features().timestamp_period_ns <= 0) GTEST_SKIP() << "no timestamps on this device";
+  gpu.queue.enable_timeline();
+  const QueueTimeline before = gpu.queue.timeline();
+  PoolBuffer buffer = gpu.pool.allocate(VkDeviceSize{4} << 20, "timeline test");
+  auto fill = [&](const char* label) {
+    Recording rec = gpu.queue.begin();
+    rec.set_label(label);
+    rec.fill(buffer.range(), 7);
+    gpu.queue.submit_and_wait(rec);
+  };
+  fill("first");
+  std::this_thread::sleep_for(std::chrono::milliseconds(15));
+  fill("late");
+  const QueueTimeline& after = gpu.queue.timeline();
+  EXPECT_EQ(after.submissions, before.submissions + 2);
+  EXPECT_GT(after.busy_ms, before.busy_ms);
+  // The GPU idled while this thread slept: most of the 15 ms, never more than the wall time.
+  const double late = after.starved_by_label.contains("late") ? after.starved_by_label.at("late") : 0.0;
+  EXPECT_GT(late, 5.0);
+  EXPECT_LT(late, QueueTimeline::idle_ms);
+  EXPECT_GE(after.starved_submissions, before.starved_submissions + 1);
 }
 
 }  // namespace
