@@ -127,7 +127,9 @@ struct DeviceStack {
       : device(gpu::DeviceOptions{options.device}),
         queue(device),
         pool(queue, gpu::PoolOptions{pool_block_bytes(options, device)}),
-        kernels(device, read_pipeline_cache(options.pipeline_cache)) {}
+        kernels(device, read_pipeline_cache(options.pipeline_cache)) {
+    queue.enable_timeline();
+  }
   model::GpuContext context() { return {queue, pool, kernels}; }
 
   gpu::Device device;
@@ -221,6 +223,7 @@ class Executor final : public Actor {
   void on_stop(Context& ctx) override {
     finish_steps(ctx);
     advance_spills(ctx, true);
+    log_gpu_timeline();
   }
 
  private:
@@ -230,6 +233,7 @@ class Executor final : public Actor {
   void answer_unload(Context& ctx, const Message& message, const UnloadModel& unload);
   void answer_query(Context& ctx, const Message& message, const ExecutorQuery& query);
   void answer_step(Context& ctx, const Message& message, const StepPlan& plan);
+  void log_gpu_timeline();
   Step& open_step(const messages::Envelope& to, const StepPlan& plan);
   LoadedModel* chain_model(const StepPlan& plan);
   LoadedModel* ahead_model(const StepPlan& plan);
@@ -259,8 +263,11 @@ class Executor final : public Actor {
   void log_if_slow(const StepPlan& plan, const model::StepProfile& profile, Clock::duration took,
                    std::uint64_t new_blocks) const;
   void warm_up(const LoadedModel& loaded);
-  model::StepBatch step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending);
+  model::StepBatch step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending,
+                              bool masks_later = false);
   void send_held_masks(const Step& before, Step& step);
+  void send_masks(Step& step);
+  bool prepare(Step& step, const Frames& blobs, LoadedModel& loaded);
   std::vector<std::uint32_t> constrained_masks(const StepPlan& plan, std::uint32_t words);
   const std::shared_ptr<const model::grammar::TokenTrie>& token_trie(LoadedModel& loaded) const;
   void take_outputs(const StepPlan& plan, std::span<const model::SampledToken> chosen, StepResult& result);
@@ -583,6 +590,19 @@ void Executor::answer_query(Context& ctx, const Message& message, const Executor
   ctx.reply(message, std::move(report));
 }
 
+// Where the GPU's time went while it served (gpu::QueueTimeline), said once at the end.
+void Executor::log_gpu_timeline() {
+  if (!gpu_) return;
+  const gpu::QueueTimeline& t = gpu_->queue.timeline();
+  if (t.submissions == 0) return;
+  std::string late;
+  for (const auto& [label, ms] : t.starved_by_label) late += fmt::format("; {:.1f} ms before {}", ms, label);
+  spdlog::info("executor: {} steps ({} chained), {} GPU submissions: busy {:.1f} ms, idle {:.1f} ms between submissions "
+               "queued in time, {:.1f} ms waiting for the host ({} times{})",
+               plans_, steps_chained_, t.submissions, t.busy_ms, t.queued_gap_ms, t.starved_ms, t.starved_submissions,
+               late);
+}
+
 // Every plan takes the same way through the queue of steps: the steps before it are answered
 // first, unless it goes to the GPU behind the one in flight (chain_model); then it is submitted,
 // and every step is answered in order but a last one left in flight for the next plan to follow.
@@ -618,7 +638,10 @@ Step& Executor::open_step(const messages::Envelope& to, const StepPlan& plan) {
 // constrained sequences goes too, holding back its output part: a grammar's mask needs the token
 // before it on the host, and is sent when that step is answered (send_held_masks).
 LoadedModel* Executor::chain_model(const StepPlan& plan) {
-  if (steps_.empty() || !steps_.back().pending) return nullptr;
+  if (steps_.empty() || !steps_.back().pending || !plan.starts.empty() || !plan.released.empty() ||
+      !plan.spill.empty() || !plan.restore.empty()) {
+    return nullptr;
+  }
   const Step& before = steps_.back();
   LoadedModel* loaded = ahead_model(plan);
   if (loaded == nullptr || loaded->id != before.model_id || plan.sequences.size() != before.plan.sequences.size()) {
@@ -632,12 +655,16 @@ LoadedModel* Executor::chain_model(const StepPlan& plan) {
 }
 
 // The model a plan may be sent ahead on, or null: a step of decodes and prefills that all
-// ask for output, with nothing else to do (no starts, releases, trim or pages to move), no
-// sequence left out, and no step profile asked for (log_steps_over_ms profiles steps run in turn).
+// ask for output, no trim, no sequence left out, no embedding, and no step profile asked for
+// (log_steps_over_ms profiles steps run in turn). Its starts, releases and page moves are done
+// before it is sent (prepare): a spill's copy goes to the GPU before the step that may write
+// its pages, and a restore is on the GPU when it returns.
 LoadedModel* Executor::ahead_model(const StepPlan& plan) {
-  if (!gpu_ || options_.log_steps_over_ms > 0 || !failed_.empty() || plan.sequences.empty() || !plan.starts.empty() ||
-      !plan.released.empty() || plan.trim || !plan.spill.empty() || !plan.restore.empty()) {
+  if (!gpu_ || options_.log_steps_over_ms > 0 || !failed_.empty() || plan.sequences.empty() || plan.trim) {
     return nullptr;
+  }
+  for (const SequenceStart& start : plan.starts) {
+    if (start.pooling != 0) return nullptr;
   }
   std::string problem;
   LoadedModel* loaded = model_for(plan, problem);
@@ -659,7 +686,7 @@ void Executor::submit(Step& step, const Frames& blobs) {
       step.plan = std::move(*resolved);
     }
     if (ahead != nullptr && step.plan.sequences.size() == planned) {
-      submit_ahead(step, *ahead, nullptr);
+      if (prepare(step, blobs, *ahead)) submit_ahead(step, *ahead, nullptr);
     } else {
       run_in_turn(step, blobs);
     }
@@ -671,17 +698,20 @@ void Executor::submit(Step& step, const Frames& blobs) {
 }
 
 // Sends the step to the GPU without waiting for it (tokens_from: the step in flight, whose choices
-// give this one's tokens).
+// give this one's tokens). Its constrained rows' masks are walked while the GPU runs its layers:
+// now, when they need no step before it (send_masks), else once that step is answered
+// (send_held_masks).
 void Executor::submit_ahead(Step& step, LoadedModel& loaded, const model::GpuModel::PendingTokens* tokens_from) {
   step.model_id = loaded.id;
   try {
     fail_if_injected(++gpu_steps_);
-    step.pending = loaded.weights->submit_tokens(step_batch(step.plan, loaded, tokens_from != nullptr),
+    step.pending = loaded.weights->submit_tokens(step_batch(step.plan, loaded, tokens_from != nullptr, true),
                                                  *loaded.kv_cache, tokens_from);
     step.sent_ahead = true;
   } catch (const std::exception& e) {
     gpu_failed(step, e.what(), e);
   }
+  if (tokens_from == nullptr) send_masks(step);
 }
 
 // Starts the plan's sequences and runs its step on the plan's model, waiting for it, once the plan
@@ -700,21 +730,30 @@ void Executor::run_in_turn(Step& step, const Frames& blobs) {
     step.failure = StepFailure{RequestError::internal, problem};
   } else if (auto invalid = plan_problem(plan, *loaded)) {
     step.failure = StepFailure{RequestError::internal, "invalid step plan: " + *invalid};
-  } else if (plan.restore.size() != blobs.size()) {
+  } else if (prepare(step, blobs, *loaded) && !plan.sequences.empty()) {
+    run_forward(step, *loaded);
+  }
+}
+
+// The plan's pages moved (spilled to the host, restored from blobs) and its sequences started on
+// `loaded`, before its step goes to the GPU; false when the step failed.
+bool Executor::prepare(Step& step, const Frames& blobs, LoadedModel& loaded) {
+  const StepPlan& plan = step.plan;
+  if (plan.restore.size() != blobs.size()) {
     step.failure = StepFailure{RequestError::internal, fmt::format("invalid step plan: {} pages to restore and {} blobs",
                                                                    plan.restore.size(), blobs.size())};
-  } else {
-    step.model_id = loaded->id;
-    try {
-      page_moves_.move(plan, blobs, loaded->id, *loaded->kv_cache, gpu_->pool);
-    } catch (const std::exception& e) {
-      // The step fails; the scheduler then forgets the pages the plan was restoring.
-      gpu_failed(step, std::string("moving KV pages: ") + e.what(), e);
-      return;
-    }
-    start_sequences(loaded->id, plan.starts);
-    if (!plan.sequences.empty()) run_forward(step, *loaded);
+    return false;
   }
+  step.model_id = loaded.id;
+  try {
+    page_moves_.move(plan, blobs, loaded.id, *loaded.kv_cache, gpu_->pool);
+  } catch (const std::exception& e) {
+    // The step fails; the scheduler then forgets the pages the plan was restoring.
+    gpu_failed(step, std::string("moving KV pages: ") + e.what(), e);
+    return false;
+  }
+  start_sequences(loaded.id, plan.starts);
+  return true;
 }
 
 // The step's forward pass, waited for: the GPU's argmax where every output is plain greedy, the
@@ -1104,18 +1143,22 @@ bool Executor::all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded)
 // The plan's batch, each output's token chosen on the GPU: by the argmax where every output is
 // plain greedy, else by each sequence's draw (follows_pending: the plan's tokens come from the step
 // in flight, whose choices the samplers have not accepted yet).
-model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending) {
+model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& loaded, bool follows_pending,
+                                      bool masks_later) {
   model::StepBatch batch = make_batch(plan, loaded.page_size);
   // An embedding's last row is pooled, not sampled: no logits for it.
   for (model::StepToken& token : batch.tokens) token.output = token.output && samples(plan.sequences[token.sequence]);
   if (all_plain_greedy(plan, loaded)) return batch;
   model::StepSampling& sampling = batch.sampling.emplace();
   // A constrained row's mask: the tokens its grammar allows after every token accepted so far.
-  // Following a step in flight, it waits for that step's token: its words are sent later
-  // (masks_later, send_held_masks), zeros until then.
+  // masks_later: its words are sent once the GPU has the step's layers, zeros until then
+  // (send_masks; send_held_masks where they need the tokens of the step in flight first).
   const std::uint32_t words = (loaded.n_vocab + 31) / 32;
-  const std::vector<std::uint32_t> masks =
-      follows_pending ? std::vector<std::uint32_t>(words, 0) : constrained_masks(plan, words);
+  const bool constrained = std::any_of(plan.sequences.begin(), plan.sequences.end(), [&](const PlanSequence& seq) {
+    return samples(seq) && sequences_.at(seq.sequence).constraint.has_value();
+  });
+  std::vector<std::uint32_t> masks;
+  if (constrained) masks = masks_later ? std::vector<std::uint32_t>(words, 0) : constrained_masks(plan, words);
   std::size_t mask_offset = 0;
   std::uint32_t row = 0;
   for (const PlanSequence& seq : plan.sequences) {
@@ -1124,7 +1167,7 @@ model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& l
     std::span<const std::uint32_t> allowed;
     if (state.constraint) {
       allowed = std::span(masks).subspan(mask_offset, words);
-      if (follows_pending) {
+      if (masks_later) {
         sampling.masks_later = true;
       } else {
         mask_offset += words;
@@ -1176,6 +1219,13 @@ void Executor::send_held_masks(const Step& before, Step& step) {
     if (!step.failure) step.failure = StepFailure{before.failure->error, "the step before it failed: " + before.failure->message};
     return;
   }
+  send_masks(step);
+}
+
+// The masks of a step sent with its output part held (in step_batch's order of rows), walked
+// while the GPU runs the step's layers, and the held part sent with them.
+void Executor::send_masks(Step& step) {
+  if (!step.pending || !step.pending->holds_output()) return;
   LoadedModel& loaded = models_.at(step.model_id);
   try {
     loaded.weights->send_held(*step.pending, constrained_masks(step.plan, (loaded.n_vocab + 31) / 32));

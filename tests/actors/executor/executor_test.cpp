@@ -415,9 +415,10 @@ TEST(ExecutorTest, FollowersTakeTheTokenTheirSequencesLastStepSampled) {
     tokens.push_back(result.tokens[0].token);
   }
   EXPECT_EQ(tokens, std::vector<std::int32_t>(expected.begin(), expected.begin() + 6));
-  // The first decode went to the GPU with its token put in; each of the four after it went behind
-  // the one before, before that one was answered, its token taken on the GPU.
-  EXPECT_EQ(rig.query(false).steps_chained, 4u);
+  // The prefill went to the GPU without waiting (its sequence started on the host); each of the
+  // five decodes after it went behind the one before, before that one was answered, its token taken
+  // on the GPU.
+  EXPECT_EQ(rig.query(false).steps_chained, 5u);
 
   // A follower of a sequence that has sampled nothing is left out; the rest of its step runs.
   const auto second_size = static_cast<std::uint32_t>(kSecond.prompt.size());
