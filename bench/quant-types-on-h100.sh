@@ -10,7 +10,8 @@
 # Here: ../shared/tools/devpack -o .devrun build/mqlm && ../shared/tools/llamacpp-peer pack .devrun/peer
 # There (carry .devrun): bench/quant-types-on-h100.sh [mqlm|llamacpp|kernels ...] (default: all
 # three). Knobs: TYPES (file types; default "q4_k_m q5_k_m q6_k iq4_xs q4_0 q8_0"), PURE ("q4_0
-# q8_0"), ROUNDS (2), PRESET (llama3-8b), KERNEL_TYPES (the `bench kernels` rows).
+# q8_0"), ROUNDS (2), PRESET (llama3-8b; the files are named after it, so one call may run the
+# script once per preset, building llama.cpp once), KERNEL_TYPES (the `bench kernels` rows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
@@ -23,6 +24,7 @@ log=$OUT/quant-types.txt
 parts=${*:-mqlm llamacpp kernels}
 types=${TYPES:-q4_k_m q5_k_m q6_k iq4_xs q4_0 q8_0}
 pure=${PURE-q4_0 q8_0}
+preset=${PRESET:-llama3-8b}
 models=/tmp/quant-types
 mkdir -p "$models"
 
@@ -35,13 +37,13 @@ fi
 
 files=()
 for t in $types; do
-  f=$models/$t.gguf
-  [[ -f $f ]] || "$mqlm" make-model --preset "${PRESET:-llama3-8b}" --type "$t" -o "$f" | tee -a "$log"
+  f=$models/$preset-$t.gguf
+  [[ -f $f ]] || "$mqlm" make-model --preset "$preset" --type "$t" -o "$f" | tee -a "$log"
   files+=("$f")
 done
 for t in $pure; do
-  f=$models/$t-pure.gguf
-  [[ -f $f ]] || "$mqlm" make-model --preset "${PRESET:-llama3-8b}" --type "$t" --pure -o "$f" | tee -a "$log"
+  f=$models/$preset-$t-pure.gguf
+  [[ -f $f ]] || "$mqlm" make-model --preset "$preset" --type "$t" --pure -o "$f" | tee -a "$log"
   files+=("$f")
 done
 
