@@ -113,6 +113,13 @@ void rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange wei
   rec.dispatch(kernel(lib, "rms_norm", 3, sizeof push, {256}), {x, weight, out}, push, gx, gy);
 }
 
+void rms_norm_add(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange weight, BufferRange io,
+                  std::uint32_t rows, std::uint32_t n, float eps) {
+  RowsPush push{n, rows, eps};
+  auto [gx, gy] = spread(rows);
+  rec.dispatch(kernel(lib, "rms_norm_add", 3, sizeof push, {256}), {x, weight, io}, push, gx, gy);
+}
+
 namespace {
 // The tensor cores' F16 input that `op` makes: padded_rows of n, at least `rows` of them.
 void check_padded_f16(std::string_view op, BufferRange out16, std::uint32_t rows, std::uint32_t padded_rows,
@@ -819,6 +826,11 @@ void quantize_q8_rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, Buf
 void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,
                       std::uint32_t k, std::uint32_t n) {
   record_quantize_q8(rec, lib, "quantize_q8_silu", {gate, out, up}, &k, sizeof k, k, n);
+}
+
+void quantize_q8_gelu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,
+                      std::uint32_t k, std::uint32_t n) {
+  record_quantize_q8(rec, lib, "quantize_q8_gelu", {gate, out, up}, &k, sizeof k, k, n);
 }
 
 namespace {

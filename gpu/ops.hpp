@@ -21,6 +21,10 @@ namespace mqlm::gpu::ops {
 // x: (rows, n), weight: (n), out: (rows, n).
 void rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange weight, BufferRange out, std::uint32_t rows,
               std::uint32_t n, float eps);
+// io += rmsnorm(x) * weight, (rows, n) each: Gemma's norm of a block's output and the residual add
+// in one dispatch.
+void rms_norm_add(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange weight, BufferRange io,
+                  std::uint32_t rows, std::uint32_t n, float eps);
 // out = a + b, n elements.
 void add(Recording& rec, KernelLibrary& lib, BufferRange a, BufferRange b, BufferRange out, std::uint32_t n);
 // out = silu(gate) * up, n elements.
@@ -148,13 +152,15 @@ bool matvec_q8_applies(const DeviceFeatures& features, WeightType type, std::uin
 // Decode's int8 mat-vecs read activations quantized once per step instead of in every workgroup:
 // quantize_q8* write n columns of k (k % 32 == 0) as int8 blocks with their scales (the rounding
 // reference::int8_blocks makes) into q8_acts_bytes(k, n) bytes; the input is x, rmsnorm(x) *
-// norm_weight, or silu(gate) * up. matvec_q8 then computes out = weights x acts (or out += with
+// norm_weight, silu(gate) * up or gelu(gate) * up (GELU's tanh form). matvec_q8 then computes out = weights x acts (or out += with
 // `accumulate`) where matvec_q8_applies says so.
 std::uint64_t q8_acts_bytes(std::uint32_t k, std::uint32_t n);
 void quantize_q8(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange out, std::uint32_t k, std::uint32_t n);
 void quantize_q8_rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange norm_weight, float eps,
                           BufferRange out, std::uint32_t k, std::uint32_t n);
 void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,
+                      std::uint32_t k, std::uint32_t n);
+void quantize_q8_gelu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,
                       std::uint32_t k, std::uint32_t n);
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,

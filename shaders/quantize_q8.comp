@@ -2,7 +2,8 @@
 // Activations for the int8 mat-vec (mul_mat_vec_blocks.comp with B_Q8): each block of 32 elements
 // of each of n columns becomes 32 signed bytes and one float scale, value ~= scale * byte, the
 // scale being the block's largest magnitude / 127 (the rounding reference::int8_blocks makes).
-// The input is x (PLAIN), rmsnorm(x) * weight (RMSNORM) or silu(gate) * up (SILU), made here so
+// The input is x (PLAIN), rmsnorm(x) * weight (RMSNORM), silu(gate) * up (SILU) or gelu(gate) * up
+// (GELU, the tanh form: Gemma's GeGLU), made here so
 // that the mat-vec's many workgroups read a quarter of the bytes and do none of this work.
 // Output: the bytes of every column (n * K bytes, as 32-bit words), then the scales (n * K / 32
 // floats) from word n * K / 4. Grid: (ceil(K / 2048), n); K a multiple of 32.
@@ -17,7 +18,7 @@ layout(push_constant) uniform Params { uint K; float eps; } p;
 layout(push_constant) uniform Params { uint K; } p;
 #endif
 layout(binding = 0) readonly buffer A { vec4 a4[]; };  // x, or the gate
-#if defined(RMSNORM) || defined(SILU)
+#if defined(RMSNORM) || defined(SILU) || defined(GELU)
 layout(binding = 2) readonly buffer B { vec4 b4[]; };  // the norm weight, or up
 #endif
 #if defined(RMSNORM)
@@ -44,6 +45,9 @@ void main() {
 #elif defined(SILU)
   v0 = v0 / (1.0 + exp(-v0)) * b4[row4 + 2 * unit];
   v1 = v1 / (1.0 + exp(-v1)) * b4[row4 + 2 * unit + 1];
+#elif defined(GELU)
+  v0 = vec4(gelu_tanh(v0.x), gelu_tanh(v0.y), gelu_tanh(v0.z), gelu_tanh(v0.w)) * b4[row4 + 2 * unit];
+  v1 = vec4(gelu_tanh(v1.x), gelu_tanh(v1.y), gelu_tanh(v1.z), gelu_tanh(v1.w)) * b4[row4 + 2 * unit + 1];
 #endif
   write_int8_unit(v0, v1, c, gl_NumWorkGroups.y, p.K, unit);
 }

@@ -5,6 +5,7 @@
 // SUM_SPLITS (with F16_OUT): first x[r] += the K slices of the residual product before it
 // (binding 3: slice z of row r at z * rows * n + r * n), added in sum_splits.comp's order and
 // written back; then the norm of the sum. The product's sum and the next norm in one dispatch.
+// ADD_OUT: out += the normed row (Gemma's norm of a block's output, added to the residual).
 #include "common.glsl"
 #include "reduce.glsl"
 
@@ -32,6 +33,11 @@ layout(binding = 2) writeonly buffer Out { float16_t out_data[]; };
 layout(binding = 2) writeonly buffer Out4 { f16vec4 out4[]; };
 #define STORE(i, v) out_data[i] = float16_t(v)
 #define STORE4(i, v) out4[i] = f16vec4(v)
+#elif defined(ADD_OUT)
+layout(binding = 2) buffer Out { float out_data[]; };
+layout(binding = 2) buffer Out4 { vec4 out4[]; };
+#define STORE(i, v) out_data[i] += (v)
+#define STORE4(i, v) out4[i] += (v)
 #else
 layout(binding = 2) writeonly buffer Out { float out_data[]; };
 layout(binding = 2) writeonly buffer Out4 { vec4 out4[]; };

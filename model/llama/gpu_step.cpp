@@ -463,9 +463,14 @@ void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p) {
   }
   sum_products(normed_products(L.ffn_norm, p.ffn_input, {{&L.w_gate, &p.gate, &s_.gate}, {&L.w_up, &p.up, &s_.up}}));
   mark("matmul gate, up");
-  ops::gelu_mul(rec(), lib_, s_.gate.range(), s_.up.range(), s_.gate.range(), n_ * c_.n_ff);
+  const bool int8 = p.down.path == ProductPath::int8;  // gelu(gate) * up made as the product's int8 input
+  if (int8) {
+    ops::quantize_q8_gelu(rec(), lib_, s_.gate.range(), s_.up.range(), acts_q8(), c_.n_ff, n_);
+  } else {
+    ops::gelu_mul(rec(), lib_, s_.gate.range(), s_.up.range(), s_.gate.range(), n_ * c_.n_ff);
+  }
   mark("gelu");
-  post_normed_product(L.w_down, p.down, s_.gate, false, L.post_ffn_norm);
+  post_normed_product(L.w_down, p.down, s_.gate, int8, L.post_ffn_norm);
 }
 
 // x += down x (silu(gate) * up), the SwiGLU one product.
@@ -621,8 +626,7 @@ void GpuModel::Step::post_normed_product(const GpuTensor& w, const ProductPlan& 
                   ops::MatmulPath::automatic, plan_.kernels);
       break;
   }
-  ops::rms_norm(rec(), lib_, s_.proj.range(), norm.buffer.range(), s_.proj.range(), n_, c_.n_embd, c_.rms_eps);
-  ops::add(rec(), lib_, s_.x.range(), s_.proj.range(), s_.x.range(), n_ * c_.n_embd);
+  ops::rms_norm_add(rec(), lib_, s_.proj.range(), norm.buffer.range(), s_.x.range(), n_, c_.n_embd, c_.rms_eps);
 }
 
 // x += w x input (acts16 unless given), the add fused into the tensor cores' product. next_norm:

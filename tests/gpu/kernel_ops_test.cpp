@@ -83,6 +83,13 @@ void add_elementwise_cases(std::vector<OpCase>& cases) {
                        run_step(gpu, [&](Recording& rec) { ops::rms_norm(rec, gpu.kernels, r(bx), r(bw), r(out), rows, n, 1e-5f); });
                        return Outcome{doubles(gpu.down<float>(out, x.size())), doubles(reference::rms_norm(x, w, rows, n, 1e-5f))};
                      }});
+    cases.push_back({fmt::format("rms_norm_add_{}x{}", rows, n), 1e-10, [rows, n](Gpu& gpu) {
+                       auto x = random_vec(rows * n, 11), w = random_vec(n, 12), io = random_vec(rows * n, 13);
+                       auto bx = gpu.up(x), bw = gpu.up(w), bio = gpu.up(io);
+                       run_step(gpu, [&](Recording& rec) { ops::rms_norm_add(rec, gpu.kernels, r(bx), r(bw), r(bio), rows, n, 1e-5f); });
+                       return Outcome{doubles(gpu.down<float>(bio, io.size())),
+                                      doubles(reference::add(io, reference::rms_norm(x, w, rows, n, 1e-5f)))};
+                     }});
   }
   for (int n : {1, 1000, 70001}) {
     cases.push_back({fmt::format("add_{}", n), 0, [n](Gpu& gpu) {
@@ -941,14 +948,14 @@ TEST(RopeKvWrite, AddsTheSlicesOfSplitProducts) {
 }
 
 // Decode's int8 path in two dispatches: quantize_q8* makes the activations (x, rmsnorm(x) *
-// weight, or silu(gate) * up) as int8 blocks once; matvec_q8 multiplies (and adds to the output).
+// weight, silu(gate) * up or gelu(gate) * up) as int8 blocks once; matvec_q8 multiplies (and adds to the output).
 // The quantized buffer itself is checked against the reference's rounding, then the products.
 TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
   Gpu& g = shared_gpu();
   if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
   const std::uint32_t m = 37, k = 2048 + 512;  // two workgroups of quantize_q8, the second partly idle
-  enum class Input { plain, rmsnorm, silu };
-  for (Input input : {Input::plain, Input::rmsnorm, Input::silu}) {
+  enum class Input { plain, rmsnorm, silu, gelu };
+  for (Input input : {Input::plain, Input::rmsnorm, Input::silu, Input::gelu}) {
     for (std::uint32_t n : {1u, 3u, 8u}) {
       std::mt19937_64 rng(n * 10 + static_cast<int>(input));
       std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
@@ -956,12 +963,14 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
       for (auto* v : {&a, &b}) for (auto& x : *v) x = dist(rng);
       Vec acts = input == Input::plain     ? a
                  : input == Input::rmsnorm ? reference::rms_norm(a, b, n, k, 1e-5f)
-                                           : reference::silu_mul(a, b);
+                 : input == Input::silu    ? reference::silu_mul(a, b)
+                                           : reference::gelu_mul(a, b);
       PoolBuffer ab = g.up(a), bb = g.up(b), q = g.scratch(ops::q8_acts_bytes(k, n));
       run_step(g, [&](Recording& rec) {
         if (input == Input::plain) ops::quantize_q8(rec, g.kernels, ab.range(), q.range(), k, n);
         if (input == Input::rmsnorm) ops::quantize_q8_rms_norm(rec, g.kernels, ab.range(), bb.range(), 1e-5f, q.range(), k, n);
         if (input == Input::silu) ops::quantize_q8_silu(rec, g.kernels, ab.range(), bb.range(), q.range(), k, n);
+        if (input == Input::gelu) ops::quantize_q8_gelu(rec, g.kernels, ab.range(), bb.range(), q.range(), k, n);
       });
       // The buffer: n * k signed bytes, then n * k / 32 float scales.
       auto bytes = g.down<std::int8_t>(q, ops::q8_acts_bytes(k, n));
