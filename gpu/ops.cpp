@@ -1155,4 +1155,43 @@ void copy_gather(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRang
   rec.dispatch(kernel(lib, "copy_gather", 3, sizeof push), {src, dst, index}, push, gx, gy);
 }
 
+void moe_route(Recording& rec, KernelLibrary& lib, BufferRange logits, BufferRange experts, BufferRange weights,
+               std::uint32_t rows, std::uint32_t n_expert, std::uint32_t used) {
+  if (used == 0 || used > n_expert) throw GpuError(fmt::format("moe_route: {} experts of {} a row", used, n_expert));
+  struct {
+    std::uint32_t n_expert, used, rows;
+  } push{n_expert, used, rows};
+  auto [gx, gy] = spread(ceil_div(rows, 64));
+  rec.dispatch(kernel(lib, "moe_route", 3, sizeof push), {logits, experts, weights}, push, gx, gy);
+}
+
+bool experts_read_q8(WeightType type) { return quantized(type); }
+
+void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
+                    BufferRange experts, BufferRange out, const ExpertProduct& s) {
+  if (s.k % block_elements(type) != 0) (void)row_bytes(type, s.k);  // throws with the reason
+  if (s.acts_q8 && (!experts_read_q8(type) || s.k % 32 != 0)) {
+    throw GpuError(fmt::format("matvec_experts: {} weights of rows of {} take no int8 activations", weight_type_name(type), s.k));
+  }
+  constexpr std::uint32_t kRows = 4;  // mul_mat_id.comp's ROWS
+  const auto& module =
+      kernel(lib, fmt::format("mul_mat_id_{}{}", weight_type_name(type), s.acts_q8 ? "_q8" : ""), 4, 24);
+  const std::uint32_t pairs = s.rows * s.used, cols = s.acts_per_pair ? pairs : s.rows;
+  for (std::uint32_t first = 0; first < pairs; first += max_groups) {
+    struct {
+      std::uint32_t m, k, used, per_pair, first, cols;
+    } push{s.m, s.k, s.used, s.acts_per_pair ? 1u : 0u, first, cols};
+    rec.dispatch(module, {weights, acts, experts, out}, push, ceil_div(s.m, kRows), std::min(pairs - first, max_groups));
+  }
+}
+
+void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,
+                 std::uint32_t rows, std::uint32_t n, std::uint32_t used) {
+  struct {
+    std::uint32_t n, used, total;
+  } push{n, used, rows * n};
+  auto [gx, gy] = spread(ceil_div(push.total, 64));
+  rec.dispatch(kernel(lib, "moe_combine", 3, sizeof push), {outputs, weights, x}, push, gx, gy);
+}
+
 }  // namespace mqlm::gpu::ops
