@@ -1167,22 +1167,63 @@ void moe_route(Recording& rec, KernelLibrary& lib, BufferRange logits, BufferRan
 
 bool experts_read_q8(WeightType type) { return quantized(type); }
 
-void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
-                    BufferRange experts, BufferRange out, const ExpertProduct& s) {
+namespace {
+// What both expert products check: whole blocks of K, int8 activations only where taken.
+void check_experts(WeightType type, const ExpertProduct& s) {
   if (s.k % block_elements(type) != 0) (void)row_bytes(type, s.k);  // throws with the reason
   if (s.acts_q8 && (!experts_read_q8(type) || s.k % 32 != 0)) {
-    throw GpuError(fmt::format("matvec_experts: {} weights of rows of {} take no int8 activations", weight_type_name(type), s.k));
+    throw GpuError(fmt::format("expert products: {} weights of rows of {} take no int8 activations", weight_type_name(type), s.k));
   }
-  constexpr std::uint32_t kRows = 4;  // mul_mat_id.comp's ROWS
-  const auto& module =
-      kernel(lib, fmt::format("mul_mat_id_{}{}", weight_type_name(type), s.acts_q8 ? "_q8" : ""), 4, 24);
+}
+
+// Records `module` over `groups` workgroup rows (y) of m / rows_per_group columns (x), at most
+// max_groups rows a dispatch, each dispatch's first row in the push constants' fifth word.
+void dispatch_experts(Recording& rec, const Kernel& module, std::initializer_list<BufferRange> buffers,
+                      const ExpertProduct& s, std::uint32_t rows_per_group, std::uint32_t groups) {
   const std::uint32_t pairs = s.rows * s.used, cols = s.acts_per_pair ? pairs : s.rows;
-  for (std::uint32_t first = 0; first < pairs; first += max_groups) {
+  for (std::uint32_t first = 0; first < groups; first += max_groups) {
     struct {
       std::uint32_t m, k, used, per_pair, first, cols;
     } push{s.m, s.k, s.used, s.acts_per_pair ? 1u : 0u, first, cols};
-    rec.dispatch(module, {weights, acts, experts, out}, push, ceil_div(s.m, kRows), std::min(pairs - first, max_groups));
+    rec.dispatch(module, buffers, push, ceil_div(s.m, rows_per_group), std::min(groups - first, max_groups));
   }
+}
+
+std::string experts_module(std::string_view shader, WeightType type, bool acts_q8) {
+  return fmt::format("{}_{}{}", shader, weight_type_name(type), acts_q8 ? "_q8" : "");
+}
+}  // namespace
+
+void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
+                    BufferRange experts, BufferRange out, const ExpertProduct& s) {
+  check_experts(type, s);
+  constexpr std::uint32_t kRows = 4;  // mul_mat_id.comp's ROWS
+  dispatch_experts(rec, kernel(lib, experts_module("mul_mat_id", type, s.acts_q8), 4, 24), {weights, acts, experts, out},
+                   s, kRows, s.rows * s.used);
+}
+
+std::uint64_t moe_tiles_bytes(std::uint32_t pairs, std::uint32_t n_expert) {
+  return (std::uint64_t{ceil_div(pairs, experts_tile_pairs)} + n_expert + 1) * 16;
+}
+
+void moe_sort(Recording& rec, KernelLibrary& lib, BufferRange experts, BufferRange order, BufferRange tiles,
+              std::uint32_t pairs, std::uint32_t n_expert) {
+  if (n_expert > 1024) throw GpuError(fmt::format("moe_sort: {} experts, at most 1024", n_expert));
+  struct {
+    std::uint32_t pairs, n_expert, tile;
+  } push{pairs, n_expert, experts_tile_pairs};
+  rec.dispatch(kernel(lib, "moe_sort", 3, sizeof push), {experts, order, tiles}, push, 1, 1);
+}
+
+void matmul_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
+                    BufferRange order, BufferRange tiles, BufferRange out, const ExpertProduct& s,
+                    std::uint32_t n_expert) {
+  check_experts(type, s);
+  constexpr std::uint32_t kRows = 64;  // mul_mm_id.comp's TM
+  // As many tile rows as there can be tiles; those past the step's count end at once.
+  const std::uint32_t tiles_at_most = ceil_div(s.rows * s.used, experts_tile_pairs) + n_expert;
+  dispatch_experts(rec, kernel(lib, experts_module("mul_mm_id", type, s.acts_q8), 5, 24),
+                   {weights, acts, order, tiles, out}, s, kRows, tiles_at_most);
 }
 
 void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,

@@ -411,6 +411,16 @@ struct ExpertProduct {
 bool experts_read_q8(WeightType type);
 void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
                     BufferRange experts, BufferRange out, const ExpertProduct& shape);
+// The same for wide steps: the pairs grouped by expert (moe_sort), each expert's weights read once
+// for every tile of up to experts_tile_pairs of its pairs. order and tiles as moe_sort wrote them.
+inline constexpr std::uint32_t experts_tile_pairs = 16;  // mul_mm_id.comp's TN
+std::uint64_t moe_tiles_bytes(std::uint32_t pairs, std::uint32_t n_expert);
+// order: (pairs) uint32, the pairs expert by expert; tiles: moe_tiles_bytes, the tiles of them.
+void moe_sort(Recording& rec, KernelLibrary& lib, BufferRange experts, BufferRange order, BufferRange tiles,
+              std::uint32_t pairs, std::uint32_t n_expert);
+void matmul_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
+                    BufferRange order, BufferRange tiles, BufferRange out, const ExpertProduct& shape,
+                    std::uint32_t n_expert);
 // x(row, n) += sum over the row's slots of weight(row, slot) * outputs(row * used + slot, n).
 void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,
                  std::uint32_t rows, std::uint32_t n, std::uint32_t used);

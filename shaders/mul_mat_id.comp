@@ -5,8 +5,7 @@
 // after another. Activations: the token's row (PER_SLOT 0: gate and up read the same normed x) or
 // the pair's own (down reads its expert's silu(gate) * up). Each workgroup makes ROWS rows of one
 // pair, its threads striding along K.
-// B_Q8: the activations as quantize_q8 makes them (the int8 mat-vec's input: the bytes of all
-// `cols` rows, then their blocks' scales), rounded as llama.cpp rounds a quantized product's.
+// B_Q8: the activations as quantize_q8 makes them (expert_acts.glsl).
 #include "common.glsl"
 #define A_BINDING 0
 #include "weights.glsl"
@@ -14,33 +13,11 @@
 #define ROWS 4
 layout(local_size_x = 64) in;
 layout(push_constant) uniform Params { uint M; uint K; uint slots; uint per_slot; uint pair0; uint cols; } p;
-#if defined(B_Q8)
-layout(binding = 1) readonly buffer ActsBytes { int8_t b_i8[]; };
-layout(binding = 1) readonly buffer ActsScales { float b_scale[]; };
-vec4 load_b4(uint row, uint q) {  // K is whole blocks of 32
-  uint base = row * p.K + 4 * q;
-  float d = b_scale[p.cols * p.K / 4 + base / 32];
-  return d * vec4(b_i8[base], b_i8[base + 1], b_i8[base + 2], b_i8[base + 3]);
-}
-#else
-layout(binding = 1) readonly buffer Acts { float b[]; };
-#endif
+#include "expert_acts.glsl"
 layout(binding = 2) readonly buffer Experts { uint experts[]; };
 layout(binding = 3) writeonly buffer Out { float out_data[]; };
 
 shared float partials[ROWS * 64];
-
-#if !defined(B_Q8)
-vec4 load_b4(uint row, uint q) {
-  uint k = 4 * q, base = row * p.K + k;
-  if (k + 3 < p.K) return vec4(b[base], b[base + 1], b[base + 2], b[base + 3]);
-  vec4 v = vec4(0.0);
-  for (uint j = 0; j < 4; ++j) {
-    if (k + j < p.K) v[j] = b[base + j];
-  }
-  return v;
-}
-#endif
 
 void main() {
   uint pair = p.pair0 + gl_WorkGroupID.y;

@@ -106,6 +106,7 @@ struct StepScratch {
   // used, n_ff_exp) and output (tokens, used, n_embd).
   PoolBuffer router_logits, experts, expert_weights, expert_gate, expert_up, expert_out;
   PoolBuffer expert_glu_q8;  // int8 blocks of (tokens, used, n_ff_exp): the down products' input; when used
+  PoolBuffer expert_order, expert_tiles;  // wide steps: the pairs grouped by expert (ops::moe_sort)
   PoolBuffer acts16;                 // (padded tokens, max(n_embd, q_dim, n_ff)) F16; when used
   PoolBuffer glu16;                  // (padded tokens, n_ff) F16 silu(gate) * up; when used
   PoolBuffer acts_q8;                // int8 blocks of (tokens, max(n_embd, q_dim, n_ff)); when used
@@ -170,6 +171,7 @@ class GpuModel::Step {
                            const GpuTensor& norm);
   void record_geglu(const GpuLayer& L, const LayerPlan& p);
   void record_experts(const GpuLayer& L);
+  void expert_product(const GpuTensor& w, BufferRange acts, const PoolBuffer& out, const ops::ExpertProduct& shape);
   void narrow_residual(const GpuTensor& w, const ProductPlan& p, BufferRange input, const GpuTensor* next_norm);
   std::uint32_t product_narrow(const GpuTensor& w, const PoolBuffer& out, std::uint32_t columns, bool accumulate,
                                BufferRange dequantized = {}, BufferRange split_scratch = {}, bool sum_later = false,
@@ -495,6 +497,14 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
   ops::moe_route(rec(), lib_, s_.router_logits.range(), s_.experts.range(), s_.expert_weights.range(), n_, c_.n_expert,
                  used);
   mark("route");
+  if (n_ > ops::matvec_max_columns) {  // wide: the products read each expert once per tile of its pairs
+    if (!s_.expert_order) {
+      s_.expert_order = scratch(pairs);
+      s_.expert_tiles = pool_.allocate(ops::moe_tiles_bytes(pairs, c_.n_expert), "scratch");
+    }
+    ops::moe_sort(rec(), lib_, s_.experts.range(), s_.expert_order.range(), s_.expert_tiles.range(), pairs, c_.n_expert);
+    mark("route");
+  }
   // gate and up read the same input and write apart.
   const bool gate_q8 = ops::experts_read_q8(L.w_gate.type), up_q8 = ops::experts_read_q8(L.w_up.type);
   if (gate_q8 || up_q8) {
@@ -506,8 +516,7 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
     if (w == &L.w_up) rec().next_runs_alongside();
     ops::ExpertProduct shape = gate_up;
     shape.acts_q8 = q8;
-    ops::matvec_experts(rec(), lib_, w->type, w->buffer.range(), q8 ? acts_q8() : s_.h.range(), s_.experts.range(),
-                        out->range(), shape);
+    expert_product(*w, q8 ? acts_q8() : s_.h.range(), *out, shape);
   }
   mark("matmul experts gate, up");
   const ops::ExpertProduct down{c_.n_embd, c_.n_ff_exp, n_, used, true, ops::experts_read_q8(L.w_down.type)};
@@ -519,12 +528,22 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
     ops::silu_mul(rec(), lib_, s_.expert_gate.range(), s_.expert_up.range(), s_.expert_gate.range(), pairs * c_.n_ff_exp);
   }
   mark("silu");
-  ops::matvec_experts(rec(), lib_, L.w_down.type, L.w_down.buffer.range(),
-                      down.acts_q8 ? s_.expert_glu_q8.range() : s_.expert_gate.range(), s_.experts.range(),
-                      s_.expert_out.range(), down);
+  expert_product(L.w_down, down.acts_q8 ? s_.expert_glu_q8.range() : s_.expert_gate.range(), s_.expert_out, down);
   mark("matmul experts down");
   ops::moe_combine(rec(), lib_, s_.expert_out.range(), s_.expert_weights.range(), s_.x.range(), n_, c_.n_embd, used);
   mark("experts sum");
+}
+
+// One of the experts' products: a mat-vec per pair in decode steps, per expert's tile of pairs
+// (sorted by record_experts) in wide ones.
+void GpuModel::Step::expert_product(const GpuTensor& w, BufferRange acts, const PoolBuffer& out,
+                                    const ops::ExpertProduct& shape) {
+  if (s_.expert_order && n_ > ops::matvec_max_columns) {
+    ops::matmul_experts(rec(), lib_, w.type, w.buffer.range(), acts, s_.expert_order.range(), s_.expert_tiles.range(),
+                        out.range(), shape, c_.n_expert);
+  } else {
+    ops::matvec_experts(rec(), lib_, w.type, w.buffer.range(), acts, s_.experts.range(), out.range(), shape);
+  }
 }
 
 // x += down x (silu(gate) * up), the SwiGLU one product.

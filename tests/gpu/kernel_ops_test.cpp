@@ -402,6 +402,42 @@ void add_sampling_cases(std::vector<OpCase>& cases) {
   }
 }
 
+// Every pair's product with its expert, one row of the input a token or one a pair (per_pair), by
+// the mat-vec or, for 40 tokens of 2 pairs over 4 experts (tiles of 16, a last one part full; 70
+// rows: two row groups), by the tiled product after moe_sort.
+Outcome expert_product_outcome(Gpu& gpu, WeightType type, bool per_pair, bool tiled, bool q8) {
+  const std::uint32_t experts = 4, m = tiled ? 70 : 33, k = static_cast<std::uint32_t>(k_for(type, false)),
+                      rows = tiled ? 40 : 3, used = 2, pairs = rows * used, cols = per_pair ? pairs : rows;
+  auto bytes = quantize(type, random_vec(std::size_t{experts} * m * k, 12), k);
+  auto weights = dequantize(type, bytes, std::size_t{experts} * m, k);
+  auto acts = random_vec(std::size_t{cols} * k, 13);
+  std::vector<std::uint32_t> ids(pairs);
+  for (std::uint32_t i = 0; i < pairs; ++i) ids[i] = (i * 7 + i / 5) % experts;
+  auto bw = gpu.up(bytes), ba = gpu.up(acts), bi = gpu.up(ids), out = gpu.scratch(pairs * m * 4);
+  auto a8 = gpu.scratch(ops::q8_acts_bytes(k, cols));
+  auto order = gpu.scratch(pairs * 4), tiles = gpu.scratch(ops::moe_tiles_bytes(pairs, experts));
+  run_step(gpu, [&](Recording& rec) {
+    if (q8) ops::quantize_q8(rec, gpu.kernels, r(ba), r(a8), k, cols);
+    const ops::ExpertProduct shape{m, k, rows, used, per_pair, q8};
+    if (tiled) {
+      ops::moe_sort(rec, gpu.kernels, r(bi), r(order), r(tiles), pairs, experts);
+      ops::matmul_experts(rec, gpu.kernels, type, r(bw), q8 ? r(a8) : r(ba), r(order), r(tiles), r(out), shape, experts);
+    } else {
+      ops::matvec_experts(rec, gpu.kernels, type, r(bw), q8 ? r(a8) : r(ba), r(bi), r(out), shape);
+    }
+  });
+  const Vec seen = q8 ? reference::int8_blocks(acts) : acts;
+  Vec want;
+  for (std::uint32_t pair = 0; pair < pairs; ++pair) {
+    const std::size_t row = per_pair ? pair : pair / used;
+    Vec w(weights.begin() + std::size_t{ids[pair]} * m * k, weights.begin() + std::size_t{ids[pair] + 1} * m * k);
+    Vec x(seen.begin() + row * k, seen.begin() + (row + 1) * k);
+    auto y = reference::matmul(w, x, m, k, 1);
+    want.insert(want.end(), y.begin(), y.end());
+  }
+  return Outcome{doubles(gpu.down<float>(out, want.size())), doubles(want)};
+}
+
 // A mixture of experts' routing (ties of logits broken toward the lower index), its products
 // (every weight type; one input row a token, or one a pair; int8 inputs where the type takes them)
 // and its weighted sum.
@@ -422,33 +458,12 @@ void add_experts_cases(std::vector<OpCase>& cases) {
                      }});
   }
   for (auto type : all_weight_types) {
-    for (bool per_pair : {false, true}) {
+    for (auto [per_pair, tiled] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
       const bool q8 = ops::experts_read_q8(type);
-      cases.push_back({fmt::format("matvec_experts_{}{}", weight_type_name(type), per_pair ? "_per_pair" : ""),
-                       q8 ? int8_tolerance : 1e-10, [type, per_pair, q8](Gpu& gpu) {
-                         const std::uint32_t experts = 4, m = 33, k = static_cast<std::uint32_t>(k_for(type, false)), rows = 3,
-                                             used = 2, pairs = rows * used, cols = per_pair ? pairs : rows;
-                         auto bytes = quantize(type, random_vec(std::size_t{experts} * m * k, 12), k);
-                         auto weights = dequantize(type, bytes, std::size_t{experts} * m, k);
-                         auto acts = random_vec(std::size_t{cols} * k, 13);
-                         std::vector<std::uint32_t> ids = {3, 0, 1, 3, 2, 1};
-                         auto bw = gpu.up(bytes), ba = gpu.up(acts), bi = gpu.up(ids), out = gpu.scratch(pairs * m * 4);
-                         auto a8 = gpu.scratch(ops::q8_acts_bytes(k, cols));
-                         run_step(gpu, [&](Recording& rec) {
-                           if (q8) ops::quantize_q8(rec, gpu.kernels, r(ba), r(a8), k, cols);
-                           ops::matvec_experts(rec, gpu.kernels, type, r(bw), q8 ? r(a8) : r(ba), r(bi), r(out),
-                                               {m, k, rows, used, per_pair, q8});
-                         });
-                         const Vec seen = q8 ? reference::int8_blocks(acts) : acts;
-                         Vec want;
-                         for (std::uint32_t pair = 0; pair < pairs; ++pair) {
-                           const std::size_t row = per_pair ? pair : pair / used;
-                           Vec w(weights.begin() + std::size_t{ids[pair]} * m * k, weights.begin() + std::size_t{ids[pair] + 1} * m * k);
-                           Vec x(seen.begin() + row * k, seen.begin() + (row + 1) * k);
-                           auto y = reference::matmul(w, x, m, k, 1);
-                           want.insert(want.end(), y.begin(), y.end());
-                         }
-                         return Outcome{doubles(gpu.down<float>(out, want.size())), doubles(want)};
+      cases.push_back({fmt::format("{}_experts_{}{}", tiled ? "matmul" : "matvec", weight_type_name(type),
+                                   per_pair ? "_per_pair" : ""),
+                       q8 ? int8_tolerance : 1e-10, [type, per_pair, tiled, q8](Gpu& gpu) {
+                         return expert_product_outcome(gpu, type, per_pair, tiled, q8);
                        }});
     }
   }
