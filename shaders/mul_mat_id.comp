@@ -27,6 +27,21 @@ void main() {
   uint act_row = p.per_slot != 0 ? pair : pair / p.slots;
   float acc[ROWS];
   for (uint r = 0; r < ROWS; ++r) acc[r] = 0.0;
+#if defined(QW_BINDING)
+  // The types of quant_units.glsl a block of 32 at a time, each decoded once (load_a4 decodes
+  // one for every quad).
+  for (uint blk = tid; blk < p.K / 32; blk += 64) {
+    vec4 x[8];
+    for (uint i = 0; i < 8; ++i) x[i] = load_b4(act_row, 8 * blk + i);
+    for (uint r = 0; r < ROWS; ++r) {
+      if (row0 + r >= p.M) break;
+      uvec2 w[4];
+      vec2 a, b;
+      block32(first + row0 + r, blk, p.K, w, a, b);
+      for (uint i = 0; i < 8; ++i) acc[r] += dot(block_weights4(w, a, b, i), x[i]);
+    }
+  }
+#else
   uint quads = (p.K + 3) / 4;
   for (uint q = tid; q < quads; q += 64) {
     vec4 x = load_b4(act_row, q);
@@ -34,6 +49,7 @@ void main() {
       if (row0 + r < p.M) acc[r] += dot(load_a4(first + row0 + r, q, p.K), x);
     }
   }
+#endif
   for (uint r = 0; r < ROWS; ++r) partials[r * 64 + tid] = acc[r];
   barrier();
   for (uint width = 32; width > 0; width /= 2) {

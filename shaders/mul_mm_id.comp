@@ -43,10 +43,24 @@ void main() {
     barrier();
     if (row < p.M) {
       uint end = min(KC / 4, quads - q0);
+#if defined(QW_BINDING)
+      // The types of quant_units.glsl a block of 32 (8 quads, K whole blocks) at a time, each
+      // decoded once.
+      for (uint q = 0; q < end; q += 8) {
+        uvec2 w[4];
+        vec2 a, b;
+        block32(first + row, (q0 + q) / 8, p.K, w, a, b);
+        for (uint i = 0; i < 8; ++i) {
+          vec4 wq = block_weights4(w, a, b, i);
+          for (uint c = 0; c < TN; ++c) acc[c] += dot(wq, staged[c][q + i]);
+        }
+      }
+#else
       for (uint q = 0; q < end; ++q) {
         vec4 a = load_a4(first + row, q0 + q, p.K);
         for (uint c = 0; c < TN; ++c) acc[c] += dot(a, staged[c][q]);
       }
+#endif
     }
     barrier();
   }
