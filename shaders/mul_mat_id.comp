@@ -9,6 +9,10 @@
 #include "common.glsl"
 #define A_BINDING 0
 #include "weights.glsl"
+#if defined(A_Q4_K)  // Q4_K a block of 32 at a time too (quant_units.glsl reads it)
+#define QW_BINDING A_BINDING
+#include "quant_units.glsl"
+#endif
 
 #define ROWS 4
 layout(local_size_x = 64) in;
@@ -28,7 +32,7 @@ void main() {
   float acc[ROWS];
   for (uint r = 0; r < ROWS; ++r) acc[r] = 0.0;
 #if defined(QW_BINDING)
-  // The types of quant_units.glsl a block of 32 at a time, each decoded once (load_a4 decodes
+  // The types of quant_units.glsl (and Q4_K) a block of 32 at a time, each decoded once (load_a4 decodes
   // one for every quad).
   for (uint blk = tid; blk < p.K / 32; blk += 64) {
     vec4 x[8];

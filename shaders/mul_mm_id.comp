@@ -7,6 +7,10 @@
 #include "common.glsl"
 #define A_BINDING 0
 #include "weights.glsl"
+#if defined(A_Q4_K)  // Q4_K a block of 32 at a time too (quant_units.glsl reads it)
+#define QW_BINDING A_BINDING
+#include "quant_units.glsl"
+#endif
 
 #define TM 64
 #define TN 16
@@ -44,7 +48,7 @@ void main() {
     if (row < p.M) {
       uint end = min(KC / 4, quads - q0);
 #if defined(QW_BINDING)
-      // The types of quant_units.glsl a block of 32 (8 quads, K whole blocks) at a time, each
+      // The types of quant_units.glsl (and Q4_K) a block of 32 (8 quads, K whole blocks) at a time, each
       // decoded once.
       for (uint q = 0; q < end; q += 8) {
         uvec2 w[4];
