@@ -1171,8 +1171,9 @@ namespace {
 // What both expert products check: whole blocks of K, int8 activations only where taken.
 void check_experts(WeightType type, const ExpertProduct& s) {
   if (s.k % block_elements(type) != 0) (void)row_bytes(type, s.k);  // throws with the reason
-  if (s.acts_q8 && (!experts_read_q8(type) || s.k % 32 != 0)) {
-    throw GpuError(fmt::format("expert products: {} weights of rows of {} take no int8 activations", weight_type_name(type), s.k));
+  if (s.acts_q8 != experts_read_q8(type)) {
+    throw GpuError(fmt::format("expert products: {} weights take {} activations", weight_type_name(type),
+                               experts_read_q8(type) ? "int8 (quantize_q8's)" : "F32"));
   }
 }
 

@@ -404,10 +404,10 @@ struct ExpertProduct {
   std::uint32_t m = 0, k = 0;        // one expert's matrix
   std::uint32_t rows = 0, used = 0;  // tokens, and experts a token
   bool acts_per_pair = false;        // acts (rows * used, k), each pair its own; else (rows, k)
-  bool acts_q8 = false;              // acts as quantize_q8 makes them (experts_read_q8)
+  bool acts_q8 = false;              // acts as quantize_q8 makes them: where experts_read_q8
 };
-// Whether the expert products of `type` read int8 activations (quantize_q8's): block-quantized
-// weights, whose products llama.cpp also makes on rounded activations.
+// Whether the expert products of `type` read int8 activations (quantize_q8's), as they must: block-
+// quantized weights, whose products llama.cpp also makes on rounded activations; F32 otherwise.
 bool experts_read_q8(WeightType type);
 void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
                     BufferRange experts, BufferRange out, const ExpertProduct& shape);
