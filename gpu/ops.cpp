@@ -1167,4 +1167,85 @@ void copy_gather(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRang
   rec.dispatch(kernel(lib, "copy_gather", 3, sizeof push), {src, dst, index}, push, gx, gy);
 }
 
+void moe_route(Recording& rec, KernelLibrary& lib, BufferRange logits, BufferRange experts, BufferRange weights,
+               std::uint32_t rows, std::uint32_t n_expert, std::uint32_t used) {
+  if (used == 0 || used > n_expert) throw GpuError(fmt::format("moe_route: {} experts of {} a row", used, n_expert));
+  struct {
+    std::uint32_t n_expert, used, rows;
+  } push{n_expert, used, rows};
+  auto [gx, gy] = spread(ceil_div(rows, 64));
+  rec.dispatch(kernel(lib, "moe_route", 3, sizeof push), {logits, experts, weights}, push, gx, gy);
+}
+
+bool experts_read_q8(WeightType type) { return quantized(type); }
+
+namespace {
+// What both expert products check: whole blocks of K, int8 activations only where taken.
+void check_experts(WeightType type, const ExpertProduct& s) {
+  if (s.k % block_elements(type) != 0) (void)row_bytes(type, s.k);  // throws with the reason
+  if (s.acts_q8 != experts_read_q8(type)) {
+    throw GpuError(fmt::format("expert products: {} weights take {} activations", weight_type_name(type),
+                               experts_read_q8(type) ? "int8 (quantize_q8's)" : "F32"));
+  }
+}
+
+// Records `module` over `groups` workgroup rows (y) of m / rows_per_group columns (x), at most
+// max_groups rows a dispatch, each dispatch's first row in the push constants' fifth word.
+void dispatch_experts(Recording& rec, const Kernel& module, std::initializer_list<BufferRange> buffers,
+                      const ExpertProduct& s, std::uint32_t rows_per_group, std::uint32_t groups) {
+  const std::uint32_t pairs = s.rows * s.used, cols = s.acts_per_pair ? pairs : s.rows;
+  for (std::uint32_t first = 0; first < groups; first += max_groups) {
+    struct {
+      std::uint32_t m, k, used, per_pair, first, cols;
+    } push{s.m, s.k, s.used, s.acts_per_pair ? 1u : 0u, first, cols};
+    rec.dispatch(module, buffers, push, ceil_div(s.m, rows_per_group), std::min(groups - first, max_groups));
+  }
+}
+
+std::string experts_module(std::string_view shader, WeightType type, bool acts_q8) {
+  return fmt::format("{}_{}{}", shader, weight_type_name(type), acts_q8 ? "_q8" : "");
+}
+}  // namespace
+
+void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
+                    BufferRange experts, BufferRange out, const ExpertProduct& s) {
+  check_experts(type, s);
+  constexpr std::uint32_t kRows = 4;  // mul_mat_id.comp's ROWS
+  dispatch_experts(rec, kernel(lib, experts_module("mul_mat_id", type, s.acts_q8), 4, 24), {weights, acts, experts, out},
+                   s, kRows, s.rows * s.used);
+}
+
+std::uint64_t moe_tiles_bytes(std::uint32_t pairs, std::uint32_t n_expert) {
+  return (std::uint64_t{ceil_div(pairs, experts_tile_pairs)} + n_expert + 1) * 16;
+}
+
+void moe_sort(Recording& rec, KernelLibrary& lib, BufferRange experts, BufferRange order, BufferRange tiles,
+              std::uint32_t pairs, std::uint32_t n_expert) {
+  if (n_expert > 1024) throw GpuError(fmt::format("moe_sort: {} experts, at most 1024", n_expert));
+  struct {
+    std::uint32_t pairs, n_expert, tile;
+  } push{pairs, n_expert, experts_tile_pairs};
+  rec.dispatch(kernel(lib, "moe_sort", 3, sizeof push), {experts, order, tiles}, push, 1, 1);
+}
+
+void matmul_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
+                    BufferRange order, BufferRange tiles, BufferRange out, const ExpertProduct& s,
+                    std::uint32_t n_expert) {
+  check_experts(type, s);
+  constexpr std::uint32_t kRows = 64;  // mul_mm_id.comp's TM
+  // As many tile rows as there can be tiles; those past the step's count end at once.
+  const std::uint32_t tiles_at_most = ceil_div(s.rows * s.used, experts_tile_pairs) + n_expert;
+  dispatch_experts(rec, kernel(lib, experts_module("mul_mm_id", type, s.acts_q8), 5, 24),
+                   {weights, acts, order, tiles, out}, s, kRows, tiles_at_most);
+}
+
+void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,
+                 std::uint32_t rows, std::uint32_t n, std::uint32_t used) {
+  struct {
+    std::uint32_t n, used, total;
+  } push{n, used, rows * n};
+  auto [gx, gy] = spread(ceil_div(push.total, 64));
+  rec.dispatch(kernel(lib, "moe_combine", 3, sizeof push), {outputs, weights, x}, push, gx, gy);
+}
+
 }  // namespace mqlm::gpu::ops

@@ -398,4 +398,37 @@ void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, 
 void copy_gather(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, BufferRange index,
                  std::uint64_t chunk_bytes, std::uint32_t count, std::uint64_t base, std::uint64_t stride);
 
+// A mixture of experts (gpu::reference::moe_route and the model's experts block say what each
+// computes). moe_route: each row of router logits (rows, n_expert) gives its `used` experts, (rows,
+// used) uint32 ids, and their weights, (rows, used) F32.
+void moe_route(Recording& rec, KernelLibrary& lib, BufferRange logits, BufferRange experts, BufferRange weights,
+               std::uint32_t rows, std::uint32_t n_expert, std::uint32_t used);
+// out(pair, m) = expert(pair)'s (m, k) matrix x acts, pair = row * used + slot, for rows * used
+// pairs, reading only the chosen experts' weights (weights: every expert's matrix in turn, of any
+// type the mat-vec reads).
+struct ExpertProduct {
+  std::uint32_t m = 0, k = 0;        // one expert's matrix
+  std::uint32_t rows = 0, used = 0;  // tokens, and experts a token
+  bool acts_per_pair = false;        // acts (rows * used, k), each pair its own; else (rows, k)
+  bool acts_q8 = false;              // acts as quantize_q8 makes them: where experts_read_q8
+};
+// Whether the expert products of `type` read int8 activations (quantize_q8's), as they must: block-
+// quantized weights, whose products llama.cpp also makes on rounded activations; F32 otherwise.
+bool experts_read_q8(WeightType type);
+void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
+                    BufferRange experts, BufferRange out, const ExpertProduct& shape);
+// The same for wide steps: the pairs grouped by expert (moe_sort), each expert's weights read once
+// for every tile of up to experts_tile_pairs of its pairs. order and tiles as moe_sort wrote them.
+inline constexpr std::uint32_t experts_tile_pairs = 16;  // mul_mm_id.comp's TN
+std::uint64_t moe_tiles_bytes(std::uint32_t pairs, std::uint32_t n_expert);
+// order: (pairs) uint32, the pairs expert by expert; tiles: moe_tiles_bytes, the tiles of them.
+void moe_sort(Recording& rec, KernelLibrary& lib, BufferRange experts, BufferRange order, BufferRange tiles,
+              std::uint32_t pairs, std::uint32_t n_expert);
+void matmul_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
+                    BufferRange order, BufferRange tiles, BufferRange out, const ExpertProduct& shape,
+                    std::uint32_t n_expert);
+// x(row, n) += sum over the row's slots of weight(row, slot) * outputs(row * used + slot, n).
+void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,
+                 std::uint32_t rows, std::uint32_t n, std::uint32_t used);
+
 }  // namespace mqlm::gpu::ops

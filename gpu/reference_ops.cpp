@@ -176,4 +176,17 @@ void topk(const Vec& x, std::size_t rows, std::size_t n, std::size_t k, Vec& val
   }
 }
 
+void moe_route(const Vec& logits, std::size_t rows, std::size_t n, std::size_t k, Vec& weights,
+               std::vector<std::uint32_t>& experts) {
+  // The softmax's denominator cancels in the renormalisation: the top k logits' exponentials.
+  Vec top;
+  topk(logits, rows, n, k, top, experts);
+  weights.assign(rows * k, 0.0f);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (std::size_t j = 0; j < k; ++j) sum += std::exp(double{top[r * k + j]} - top[r * k]);
+    for (std::size_t j = 0; j < k; ++j) weights[r * k + j] = static_cast<float>(std::exp(double{top[r * k + j]} - top[r * k]) / sum);
+  }
+}
+
 }  // namespace mqlm::gpu::reference

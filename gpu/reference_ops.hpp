@@ -35,5 +35,10 @@ Vec attention(const Vec& q, const LogicalCache& cache, const std::vector<std::ui
 std::vector<std::uint32_t> argmax(const Vec& x, std::size_t rows, std::size_t n);
 // The k best (value, index) of each row, larger value first, lower index on ties.
 void topk(const Vec& x, std::size_t rows, std::size_t n, std::size_t k, Vec& values, std::vector<std::uint32_t>& indices);
+// A mixture of experts' routing of each row of router logits (rows, n): the k experts of highest
+// softmax probability (lower index on ties) and their probabilities renormalised to sum to 1, as
+// (rows, k) each.
+void moe_route(const Vec& logits, std::size_t rows, std::size_t n, std::size_t k, Vec& weights,
+               std::vector<std::uint32_t>& experts);
 
 }  // namespace mqlm::gpu::reference

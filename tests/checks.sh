@@ -13,17 +13,18 @@ end_checks() {
   exit $((failures > 0))
 }
 
-# start_zmq_server MQLM MODEL DIR: `mqlm serve MODEL` without keys on a free TCP port of 127.0.0.1,
+# start_zmq_server MQLM MODEL DIR [OPTION...]: `mqlm OPTION... serve MODEL` without keys on a free TCP port of 127.0.0.1,
 # its address in server and its pid in server_pid, its log DIR/serve.log; returns 0 once it answers
 # a status request (DIR/status.json), else counts a failure and returns 1 (90 s: the model loads
 # and the GPU pipelines are built first).
 server_pid=""
 start_zmq_server() {
   local mqlm=$1 model=$2 dir=$3 port
+  local options=("${@:4}")  # global options before `serve` (--log-level info)
   # A port nobody listens on now (the kernel's choice, released at once).
   port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   server="tcp://127.0.0.1:$port"
-  "$mqlm" serve "$model" --listen "$server" --insecure >"$dir/serve.log" 2>&1 &
+  "$mqlm" "${options[@]}" serve "$model" --listen "$server" --insecure >"$dir/serve.log" 2>&1 &
   server_pid=$!
   local deadline=$((SECONDS + 90))
   while ((SECONDS < deadline)); do

@@ -269,10 +269,15 @@ void report_generation(const GenerateOptions& o, const model::gguf::GgufFile& fi
     std::cout << "\n";
   }
   // What a decode step reads: every weight but the embedding table, of which it reads one row
-  // (unless the output is tied to it, when all of it is read as the output matrix).
+  // (unless the output is tied to it, when all of it is read as the output matrix), and of the
+  // experts only the ones a token goes through.
   std::uint64_t weight_bytes = 0;
   for (const auto& t : file.tensors()) {
-    if (t.name != "token_embd.weight" || config.tied_output) weight_bytes += t.bytes;
+    if (t.name.ends_with("_exps.weight") && config.moe()) {
+      weight_bytes += t.bytes / config.n_expert * config.n_expert_used;
+    } else if (t.name != "token_embd.weight" || config.tied_output) {
+      weight_bytes += t.bytes;
+    }
   }
   const std::size_t generated = g.tokens.size();
   const double decode_rate = generated > 1 ? static_cast<double>(generated - 1) / g.decode_s : 0.0;

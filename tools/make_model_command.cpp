@@ -20,6 +20,7 @@ struct MakeModelOptions {
   std::optional<std::uint32_t> layers, hidden, heads, kv_heads, head_dim, ffn, vocab, context;
   std::optional<float> rope_base;
   std::optional<std::uint32_t> rotary_dims, sliding_window;
+  std::optional<std::uint32_t> experts, experts_used, expert_ffn;
   std::string rope_scaling = "none";
   model::gguf::RopeScaling scaling;  // its factors, from the flags
   bool llama3_keys = false;
@@ -35,7 +36,7 @@ model::gguf::ModelShape shape_from(const MakeModelOptions& o) {
   }
   if (!o.arch.empty() && o.arch != shape->arch) {
     shape->arch = o.arch;
-    if (o.arch == "qwen2" || o.arch == "qwen3") {  // Qwen's own values, unless a flag says otherwise
+    if (o.arch == "qwen2" || o.arch == "qwen3" || o.arch == "qwen3moe") {  // Qwen's own values, unless a flag says otherwise
       shape->rope_base = 1000000.0f;
       shape->rms_epsilon = 1e-6f;
     } else if (o.arch == "phi3") {  // Phi-3's
@@ -47,7 +48,18 @@ model::gguf::ModelShape shape_from(const MakeModelOptions& o) {
       shape->tied_embeddings = true;
       shape->sliding_window = o.arch == "gemma2" ? 4096 : 1024;
     }
+    if (o.arch == "qwen3moe" && shape->experts == 0) {  // 8 experts of 256, 2 a token
+      shape->experts = 8;
+      shape->experts_used = 2;
+      shape->expert_ffn = 256;
+    }
   }
+  if (o.experts) {
+    shape->experts = *o.experts;
+    if (shape->experts_used == 0) shape->experts_used = std::min(2u, *o.experts);
+  }
+  if (o.experts_used) shape->experts_used = *o.experts_used;
+  if (o.expert_ffn) shape->expert_ffn = *o.expert_ffn;
   for (auto [field, value] : {std::pair{&model::gguf::ModelShape::layers, o.layers}, {&model::gguf::ModelShape::hidden, o.hidden},
                               {&model::gguf::ModelShape::heads, o.heads}, {&model::gguf::ModelShape::kv_heads, o.kv_heads},
                               {&model::gguf::ModelShape::head_dim, o.head_dim}, {&model::gguf::ModelShape::ffn, o.ffn},
@@ -95,6 +107,10 @@ std::string rope_summary(const model::gguf::ModelShape& shape) {
   if (shape.rotary_dims != 0 && shape.rotary_dims != shape.head_dim) {
     out += fmt::format(", rotary {} of {}", shape.rotary_dims, shape.head_dim);
   }
+  if (shape.experts > 0) {
+    out += fmt::format(", {} experts of {}, {} a token", shape.experts,
+                       shape.expert_ffn != 0 ? shape.expert_ffn : shape.ffn, shape.experts_used);
+  }
   const auto& r = shape.rope_scaling;
   if (r.type == model::gguf::RopeScalingType::none) return out;
   out += fmt::format(", rope {} x{}", model::gguf::rope_scaling_type_name(r.type), r.factor);
@@ -125,7 +141,9 @@ void make_model(const MakeModelOptions& o) {
 void add_make_model_command(CLI::App& app) {
   auto options = std::make_shared<MakeModelOptions>();
   auto* cmd = app.add_subcommand("make-model", "write a GGUF model with seeded random weights (tests, benchmarks)");
-  cmd->add_option("--preset", options->preset, "tiny, llama3-1b, llama3-8b, phi3-mini, gemma2-2b or gemma3-4b")->capture_default_str();
+  cmd->add_option("--preset", options->preset,
+                  "tiny, llama3-1b, llama3-8b, phi3-mini, gemma2-2b, gemma3-4b, qwen3moe-30b-a3b or mixtral-8x7b")
+      ->capture_default_str();
   cmd->add_option("--type", options->type,
                   fmt::format("llama-quantize's file type, any case (q3_k, q4_k, q5_k: the _m ones, as there); the "
                               "types it gives each matrix for it unless --pure: {}",
@@ -137,8 +155,13 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--seed", options->seed, "same seed, same file")->capture_default_str();
   cmd->add_option("--arch", options->arch,
                   "llama, qwen2 (q/k/v biases), qwen3 (q/k norms), phi3 (fused q/k/v and gate/up), gemma2 (sliding "
-                  "window, soft caps, GeGLU, norms after each block) or gemma3 (gemma2's blocks, q/k norms, no caps)")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}));
+                  "window, soft caps, GeGLU, norms after each block), gemma3 (gemma2's blocks, q/k norms, no caps) or "
+                  "qwen3moe (qwen3's attention, 8 experts of 256 unless the flags below say otherwise)")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe"}));
+  cmd->add_option("--experts", options->experts,
+                  "a mixture of this many experts (qwen3moe; on llama, Mixtral's, each as wide as --ffn)");
+  cmd->add_option("--experts-used", options->experts_used, "how many experts a token goes through (2 by default)");
+  cmd->add_option("--expert-ffn", options->expert_ffn, "qwen3moe: each expert's feed-forward length");
   cmd->add_option("--layers", options->layers, "override the preset's layer count");
   cmd->add_option("--hidden", options->hidden, "override the embedding length");
   cmd->add_option("--heads", options->heads, "override the attention head count");

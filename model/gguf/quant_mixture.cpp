@@ -155,6 +155,7 @@ WeightType QuantMixture::chosen_type(std::string_view name, std::uint64_t row_le
   }
   // llama.cpp takes a fused attn_qkv for an attn_v (its own attn_qkv branch is never reached).
   if (contains(name, "attn_v.weight") || contains(name, "attn_qkv.weight")) return attn_v_type(layer_of(name));
+  if (contains(name, "attn_k.weight") && eight_experts()) return WeightType::q8_0;
   if (contains(name, "ffn_down")) return ffn_down_type(layer_of(name));
   if (contains(name, "attn_output.weight")) return attn_output_type();
   return default_type_;
@@ -187,7 +188,7 @@ WeightType QuantMixture::attn_v_type(std::uint32_t layer) const {
   }
   // A 70B model's attn_v is 8 times smaller than its attn_q: more bits there cost little.
   if (is_70b() && (type == WeightType::q3_k || type == WeightType::q4_k)) type = WeightType::q5_k;
-  return type;
+  return eight_experts() ? WeightType::q8_0 : type;
 }
 
 WeightType QuantMixture::ffn_down_type(std::uint32_t layer) const {
@@ -206,6 +207,18 @@ WeightType QuantMixture::ffn_down_type(std::uint32_t layer) const {
 }
 
 WeightType QuantMixture::attn_output_type() const {
+  if (eight_experts()) {
+    switch (file_type_) {
+      case FileType::q2_k:
+      case FileType::q3_k_s:
+      case FileType::q3_k_m:
+      case FileType::q4_k_s:
+      case FileType::q4_k_m:
+      case FileType::iq4_nl:
+      case FileType::iq4_xs: return WeightType::q5_k;
+      default: return default_type_;
+    }
+  }
   switch (file_type_) {
     case FileType::q2_k: return WeightType::q3_k;
     case FileType::q3_k_m: return WeightType::q4_k;

@@ -13,6 +13,9 @@
 //                the first 1/8
 //   attn_output  Q2_K: Q3_K; Q3_K_M: Q4_K; Q3_K_L: Q5_K
 //   the rest     the file type's own type
+// A model of exactly 8 experts (llama.cpp has Mixtral in mind) has attn_k and attn_v in Q8_0 and
+// attn_output Q5_K in Q2_K, Q3_K_S, Q3_K_M, Q4_K_S, Q4_K_M and IQ4_* files (the file type's own
+// type otherwise); ffn_down_exps is an ffn_down, and the routers (ffn_gate_inp) are not quantized.
 // more_bits(layer) holds in the first and last eighth of the layers and every third layer
 // between. Then, where a matrix's rows are not whole blocks of the chosen type, a type with
 // smaller blocks: IQ4_XS -> IQ4_NL, Q2_K and Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1,
@@ -61,6 +64,7 @@ struct MixtureModel {
   std::uint32_t heads = 1;
   std::uint32_t kv_heads = 1;
   bool tied_embeddings = false;  // no output.weight: token_embd.weight is chosen for as the output
+  std::uint32_t experts = 0;     // a mixture of experts: 8 (Mixtral's count) changes attention's types
 };
 
 struct MatrixType {
@@ -84,6 +88,7 @@ class QuantMixture {
   gpu::WeightType attn_v_type(std::uint32_t layer) const;
   gpu::WeightType ffn_down_type(std::uint32_t layer) const;
   gpu::WeightType attn_output_type() const;
+  bool eight_experts() const { return model_.experts == 8; }
   bool is_70b() const;
 
   FileType file_type_;

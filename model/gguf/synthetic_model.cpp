@@ -64,7 +64,7 @@ std::vector<std::byte> f32_bytes(const std::vector<float>& values) {
   return bytes;
 }
 
-enum class Role { matrix, norm, bias, rope_factors };
+enum class Role { matrix, norm, bias, rope_factors, router };
 
 struct PlannedTensor {
   std::string name;
@@ -74,6 +74,26 @@ struct PlannedTensor {
 };
 
 std::uint32_t rotary_dims(const ModelShape& s) { return s.rotary_dims != 0 ? s.rotary_dims : s.head_dim; }
+std::uint32_t expert_width(const ModelShape& s) { return s.expert_ffn != 0 ? s.expert_ffn : s.ffn; }
+std::uint64_t elements(const std::vector<std::uint64_t>& dims) {
+  std::uint64_t product = 1;
+  for (std::uint64_t d : dims) product *= d;
+  return product;
+}
+
+// A router's std: trained routers pick their experts by clear margins, and so do these (logits of
+// std ~3 at hidden 256), so that an engine's rounding rarely changes a token's experts.
+constexpr float kRouterStd = 0.2f;
+
+// The router and each expert's gate, up and down, stacked (llama.cpp's 3-D layout).
+void plan_experts(std::vector<PlannedTensor>& plan, const ModelShape& s, std::uint32_t layer) {
+  auto blk = [layer](std::string_view what) { return fmt::format("blk.{}.{}", layer, what); };
+  const std::uint64_t width = expert_width(s);
+  plan.push_back({blk("ffn_gate_inp.weight"), {s.hidden, s.experts}, Role::router});
+  plan.push_back({blk("ffn_gate_exps.weight"), {s.hidden, width, s.experts}, Role::matrix});
+  plan.push_back({blk("ffn_up_exps.weight"), {s.hidden, width, s.experts}, Role::matrix});
+  plan.push_back({blk("ffn_down_exps.weight"), {width, s.hidden, s.experts}, Role::matrix});
+}
 
 bool writes_rope_freqs(const ModelShape& s) {
   return s.rope_scaling.type == RopeScalingType::llama3 && s.rope_freqs_tensor;
@@ -99,20 +119,22 @@ std::vector<PlannedTensor> plan_tensors(const ModelShape& s) {
       plan.push_back({blk("attn_k.bias"), {kv}, Role::bias});
       plan.push_back({blk("attn_v.bias"), {kv}, Role::bias});
     }
-    if (s.arch == "qwen3" || s.arch == "gemma3") {
+    if (s.arch == "qwen3" || s.arch == "gemma3" || s.arch == "qwen3moe") {
       plan.push_back({blk("attn_q_norm.weight"), {s.head_dim}, Role::norm});
       plan.push_back({blk("attn_k_norm.weight"), {s.head_dim}, Role::norm});
     }
     plan.push_back({blk("attn_output.weight"), {q, s.hidden}, Role::matrix});
     if (gemma) plan.push_back({blk("post_attention_norm.weight"), {s.hidden}, Role::norm});
     plan.push_back({blk("ffn_norm.weight"), {s.hidden}, Role::norm});
-    if (phi3) {  // the gate's rows, then up's
+    if (s.experts > 0) {
+      plan_experts(plan, s, layer);
+    } else if (phi3) {  // the gate's rows, then up's
       plan.push_back({blk("ffn_up.weight"), {s.hidden, 2 * s.ffn}, Role::matrix});
     } else {
       plan.push_back({blk("ffn_gate.weight"), {s.hidden, s.ffn}, Role::matrix});
       plan.push_back({blk("ffn_up.weight"), {s.hidden, s.ffn}, Role::matrix});
     }
-    plan.push_back({blk("ffn_down.weight"), {s.ffn, s.hidden}, Role::matrix});
+    if (s.experts == 0) plan.push_back({blk("ffn_down.weight"), {s.ffn, s.hidden}, Role::matrix});
     if (gemma) plan.push_back({blk("post_ffw_norm.weight"), {s.hidden}, Role::norm});
   }
   plan.push_back({"output_norm.weight", {s.hidden}, Role::norm});
@@ -191,6 +213,11 @@ void set_model_metadata(GgufWriter& w, const ModelShape& s, FileType file_type, 
     w.set(a + ".attention.sliding_window", s.sliding_window);
   }
   if (s.arch == "gemma3") w.set(a + ".rope.freq_base_swa", s.rope_base_local);
+  if (s.experts > 0) {
+    w.set(a + ".expert_count", s.experts);
+    w.set(a + ".expert_used_count", s.experts_used);
+    if (s.arch == "qwen3moe") w.set(a + ".expert_feed_forward_length", expert_width(s));
+  }
 }
 
 void choose_matrix_types(std::vector<PlannedTensor>& plan, const QuantMixture& mixture, SyntheticModel& model) {
@@ -213,7 +240,7 @@ std::map<gpu::WeightType, std::shared_ptr<BlockPool>> make_pools(const std::vect
                                                                  std::uint64_t seed) {
   std::map<gpu::WeightType, std::uint64_t> elements_of_type;
   for (const auto& t : plan) {
-    if (t.role == Role::matrix) elements_of_type[t.type] += t.dims[0] * t.dims[1];
+    if (t.role == Role::matrix) elements_of_type[t.type] += elements(t.dims);
   }
   std::map<gpu::WeightType, std::shared_ptr<BlockPool>> pools;
   for (auto [type, elements] : elements_of_type) {
@@ -246,18 +273,49 @@ std::optional<ModelShape> model_preset(std::string_view name) {
     s.rope_scaling = {.type = RopeScalingType::linear, .factor = 8.0f};
     return s;
   }
+  if (name == "qwen3moe-30b-a3b") {  // Qwen3-30B-A3B: 128 experts of 768, 8 a token
+    ModelShape s{"qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 1e-6f, false};
+    s.experts = 128;
+    s.experts_used = 8;
+    s.expert_ffn = 768;
+    return s;
+  }
+  if (name == "mixtral-8x7b") {  // llama's blocks with 8 experts of 14336, 2 a token
+    ModelShape s{"llama", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 1000000.0f, 1e-5f, false};
+    s.experts = 8;
+    s.experts_used = 2;
+    return s;
+  }
   return std::nullopt;
 }
 
 std::vector<std::string_view> model_preset_names() {
-  return {"tiny", "llama3-1b", "llama3-8b", "phi3-mini", "gemma2-2b", "gemma3-4b"};
+  return {"tiny", "llama3-1b", "llama3-8b", "phi3-mini", "gemma2-2b", "gemma3-4b", "qwen3moe-30b-a3b", "mixtral-8x7b"};
 }
+
+namespace {
+
+std::optional<std::string> experts_problem(const ModelShape& s) {
+  if (s.arch == "qwen3moe" && s.experts == 0) return std::string("qwen3moe needs experts");
+  if (s.experts == 0) return std::nullopt;
+  if (s.arch != "qwen3moe" && s.arch != "llama") return "only qwen3moe and llama (Mixtral) have experts, not " + s.arch;
+  if (s.experts > 1024 || s.experts_used == 0 || s.experts_used > s.experts || s.experts_used > 32) {
+    return fmt::format("{} experts, {} used: at most 1024 experts, 1 to 32 used and at most them", s.experts, s.experts_used);
+  }
+  if (s.arch == "llama" && s.expert_ffn != 0 && s.expert_ffn != s.ffn) {
+    return std::string("Mixtral's experts are feed_forward_length wide: no expert ffn of their own");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::optional<std::string> shape_problem(const ModelShape& s) {
   if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "phi3" && s.arch != "gemma2" &&
-      s.arch != "gemma3") {
-    return "unknown architecture '" + s.arch + "' (llama, qwen2, qwen3, phi3, gemma2 and gemma3 can be made)";
+      s.arch != "gemma3" && s.arch != "qwen3moe") {
+    return "unknown architecture '" + s.arch + "' (llama, qwen2, qwen3, phi3, gemma2, gemma3 and qwen3moe can be made)";
   }
+  if (auto problem = experts_problem(s)) return problem;
   if (s.arch == "phi3" && s.heads * s.head_dim != s.hidden) {
     return fmt::format("phi3's heads times head dim must be the hidden size ({} x {} is not {})", s.heads, s.head_dim,
                        s.hidden);
@@ -290,7 +348,7 @@ std::optional<std::string> shape_problem(const ModelShape& s) {
 }
 
 MixtureModel mixture_model(const ModelShape& shape) {
-  return {shape.arch, shape.layers, shape.heads, shape.kv_heads, shape.tied_embeddings};
+  return {shape.arch, shape.layers, shape.heads, shape.kv_heads, shape.tied_embeddings, shape.experts};
 }
 
 SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture& mixture, std::uint64_t seed,
@@ -311,14 +369,15 @@ SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture&
   for (std::size_t i = 0; i < plan.size(); ++i) {
     PlannedTensor& t = plan[i];
     if (t.role == Role::matrix) {
-      std::uint64_t blocks = t.dims[0] * t.dims[1] / gpu::block_elements(t.type);
+      std::uint64_t blocks = elements(t.dims) / gpu::block_elements(t.type);
       model.writer.add_tensor(t.name, to_tensor_type(t.type), t.dims, pool_data(pools.at(t.type), blocks));
     } else if (t.role == Role::rope_factors) {
       model.writer.add_tensor(t.name, TensorType::f32, t.dims,
                               f32_bytes(llama3_rope_factors(shape.rope_scaling, shape.rope_base, rotary_dims(shape))));
     } else {
       float mean = t.role == Role::norm ? 1.0f : 0.0f;
-      auto values = normals(t.dims[0], mean, kWeightStd, seed ^ (0xA5A5A5A5ull + i * 0x9E3779B97F4A7C15ull));
+      auto values = normals(elements(t.dims), mean, t.role == Role::router ? kRouterStd : kWeightStd,
+                            seed ^ (0xA5A5A5A5ull + i * 0x9E3779B97F4A7C15ull));
       model.writer.add_tensor(t.name, TensorType::f32, t.dims, f32_bytes(values));
     }
   }

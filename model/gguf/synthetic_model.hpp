@@ -51,10 +51,14 @@ struct ModelShape {
   std::uint32_t sliding_window = 0;
   float rope_base_local = 10000.0f;
   float attn_softcap = 50.0f, final_softcap = 30.0f;
+  // A mixture of experts (qwen3moe; llama with experts is Mixtral): `experts` SwiGLU blocks of
+  // expert_ffn rows (0: ffn, which Mixtral's always are) in ffn_{gate,up,down}_exps, a router
+  // ffn_gate_inp in F32 (as convert_hf_to_gguf writes it), experts_used of them a token. 0: dense.
+  std::uint32_t experts = 0, experts_used = 0, expert_ffn = 0;
 };
 
 // "tiny", "llama3-1b" (Llama 3.2 1B's shape), "llama3-8b", "phi3-mini" (Phi-3-mini-4k's),
-// "gemma2-2b", "gemma3-4b".
+// "gemma2-2b", "gemma3-4b", "qwen3moe-30b-a3b" (Qwen3-30B-A3B's), "mixtral-8x7b".
 std::optional<ModelShape> model_preset(std::string_view name);
 std::vector<std::string_view> model_preset_names();
 // Why a shape cannot be made (zero sizes, heads not a multiple of KV heads, odd head dim, a

@@ -94,6 +94,24 @@ std::string read_gemma(const gguf::GgufFile& file, const std::string& a, LlamaCo
   return {};
 }
 
+// The experts' keys (none: a dense model): qwen3moe's expert_feed_forward_length is each
+// expert's size (n_ff / n_expert_used without it, as llama.cpp has it); Mixtral's experts are
+// feed_forward_length wide.
+std::string read_experts(const gguf::GgufFile& file, const std::string& a, LlamaConfig& c) {
+  auto get = [&](const char* key) { return file.get_uint(a + "." + key).value_or(0); };
+  const std::uint64_t experts = get("expert_count"), used = get("expert_used_count");
+  if (experts > 1024 || used > 1024) return a + ".expert_count and expert_used_count must be at most 1024";
+  c.n_expert = static_cast<std::uint32_t>(experts);
+  c.n_expert_used = static_cast<std::uint32_t>(used);
+  if (experts == 0) return {};
+  const std::uint64_t width = get("expert_feed_forward_length");
+  if (width > (1u << 20)) return a + ".expert_feed_forward_length must be at most 2^20";
+  c.n_ff_exp = static_cast<std::uint32_t>(width != 0                         ? width
+                                          : c.arch == Architecture::qwen3moe ? c.n_ff / std::max(c.n_expert_used, 1u)
+                                                                             : c.n_ff);
+  return {};
+}
+
 }  // namespace
 
 std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& file) {
@@ -101,7 +119,7 @@ std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& f
   if (!arch_name) return std::string("general.architecture is missing");
   LlamaConfig c;
   if (!parse_architecture(std::string(*arch_name), c.arch)) {
-    return "architecture '" + std::string(*arch_name) + "' is not supported (mqlm runs llama, qwen2, qwen3, phi3, gemma2 and gemma3)";
+    return "architecture '" + std::string(*arch_name) + "' is not supported (mqlm runs llama, qwen2, qwen3, phi3, gemma2, gemma3 and qwen3moe)";
   }
   const std::string a(*arch_name);
   auto need = [&](const std::string& key, std::uint32_t& out) -> std::string {
@@ -125,6 +143,7 @@ std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& f
   if (c.gemma()) {
     if (std::string why = read_gemma(file, a, c); !why.empty()) return why;
   }
+  if (std::string why = read_experts(file, a, c); !why.empty()) return why;
   // Phi-3's long-context files: llama.cpp takes one set of factors or the other by the context it
   // is given, which a model here does not know.
   for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
@@ -148,7 +167,9 @@ TensorSource gguf_tensor_source(const gguf::GgufFile& file) {
     if (info == nullptr) return std::nullopt;
     auto type = gguf::weight_type(*info);
     if (auto* error = std::get_if<gguf::GgufError>(&type)) throw std::runtime_error(error->message());
-    if (info->dims.size() > 2) throw std::runtime_error(name + " has more than two dimensions");
+    // The experts' 3-D tensors are read as their matrices one after another.
+    const bool experts = name.ends_with("_exps.weight") && info->dims.size() == 3;
+    if (info->dims.size() > 2 && !experts) throw std::runtime_error(name + " has more than two dimensions");
     return TensorBytes{std::get<gpu::WeightType>(type), info->rows(), info->row_length(), file.data(*info)};
   };
 }

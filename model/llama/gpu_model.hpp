@@ -93,6 +93,9 @@ class GpuKvCache {
 struct GpuLayer {
   GpuTensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
   GpuTensor post_attn_norm, post_ffn_norm;  // Gemma's norms of the two blocks' outputs
+  // A mixture of experts' router (n_expert, n_embd); w_gate, w_up and w_down then hold every
+  // expert's matrix, one after another.
+  GpuTensor router;
 };
 
 // One token of a step: which sequence (an index into block_tables), its position there, and

@@ -101,6 +101,12 @@ struct StepScratch {
   PoolBuffer weights16;              // (StepPlan::weights16_bytes) a group's weights as F16
   PoolBuffer attn_parts;             // (ops::attention_scratch_bytes) split attention's partials
   PoolBuffer gate, up;               // (tokens, n_ff) each; when used
+  // A mixture of experts' (when the model has one): the router's logits (tokens, n_expert), each
+  // token's experts and their weights (tokens, used), each (token, expert)'s gate and up (tokens,
+  // used, n_ff_exp) and output (tokens, used, n_embd).
+  PoolBuffer router_logits, experts, expert_weights, expert_gate, expert_up, expert_out;
+  PoolBuffer expert_glu_q8;  // int8 blocks of (tokens, used, n_ff_exp): the down products' input; when used
+  PoolBuffer expert_order, expert_tiles;  // wide steps: the pairs grouped by expert (ops::moe_sort)
   PoolBuffer acts16;                 // (padded tokens, max(n_embd, q_dim, n_ff)) F16; when used
   PoolBuffer glu16;                  // (padded tokens, n_ff) F16 silu(gate) * up; when used
   PoolBuffer acts_q8;                // int8 blocks of (tokens, max(n_embd, q_dim, n_ff)); when used
@@ -164,6 +170,8 @@ class GpuModel::Step {
   void post_normed_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
                            const GpuTensor& norm);
   void record_geglu(const GpuLayer& L, const LayerPlan& p);
+  void record_experts(const GpuLayer& L);
+  void expert_product(const GpuTensor& w, BufferRange acts, const PoolBuffer& out, const ops::ExpertProduct& shape);
   void narrow_residual(const GpuTensor& w, const ProductPlan& p, BufferRange input, const GpuTensor* next_norm);
   std::uint32_t product_narrow(const GpuTensor& w, const PoolBuffer& out, std::uint32_t columns, bool accumulate,
                                BufferRange dequantized = {}, BufferRange split_scratch = {}, bool sum_later = false,
@@ -439,7 +447,9 @@ void GpuModel::Step::record_feed_forward(std::uint32_t l) {
   const LayerPlan& p = plan_.layers[l];
   // The norm the down product may make along with its split sum.
   const GpuTensor* next_norm = p.next_norm_f16 ? &model_.layers_[l + 1].attn_norm : nullptr;
-  if (c_.gelu()) {
+  if (c_.moe()) {
+    record_experts(L);
+  } else if (c_.gelu()) {
     record_geglu(L, p);
   } else if (p.glu) {
     record_glu(L, p, next_norm);
@@ -471,6 +481,75 @@ void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p) {
   }
   mark("gelu");
   post_normed_product(L.w_down, p.down, s_.gate, int8, L.post_ffn_norm);
+}
+
+// x += the weighted sum of each token's experts' SwiGLU blocks, the experts and weights routed
+// on the GPU; each product reads only the experts its tokens chose.
+void GpuModel::Step::record_experts(const GpuLayer& L) {
+  const std::uint32_t used = c_.n_expert_used, pairs = n_ * used;
+  if (!s_.experts) {
+    s_.router_logits = scratch(std::uint64_t{n_} * c_.n_expert);
+    s_.experts = scratch(pairs);
+    s_.expert_weights = scratch(pairs);
+    s_.expert_gate = scratch(std::uint64_t{pairs} * c_.n_ff_exp);
+    s_.expert_up = scratch(std::uint64_t{pairs} * c_.n_ff_exp);
+    s_.expert_out = scratch(std::uint64_t{pairs} * c_.n_embd);
+  }
+  ops::rms_norm(rec(), lib_, s_.x.range(), L.ffn_norm.buffer.range(), s_.h.range(), n_, c_.n_embd, c_.rms_eps);
+  mark("norm");
+  ops::matmul(rec(), lib_, L.router.type, L.router.buffer.range(), s_.h.range(), false, s_.router_logits.range(),
+              c_.n_expert, c_.n_embd, n_, ops::MatmulPath::automatic, plan_.kernels);
+  mark("matmul router");
+  ops::moe_route(rec(), lib_, s_.router_logits.range(), s_.experts.range(), s_.expert_weights.range(), n_, c_.n_expert,
+                 used);
+  mark("route");
+  if (n_ > ops::matvec_max_columns) {  // wide: the products read each expert once per tile of its pairs
+    if (!s_.expert_order) {
+      s_.expert_order = scratch(pairs);
+      s_.expert_tiles = pool_.allocate(ops::moe_tiles_bytes(pairs, c_.n_expert), "scratch");
+    }
+    ops::moe_sort(rec(), lib_, s_.experts.range(), s_.expert_order.range(), s_.expert_tiles.range(), pairs, c_.n_expert);
+    mark("route");
+  }
+  // gate and up read the same input and write apart.
+  const bool gate_q8 = ops::experts_read_q8(L.w_gate.type), up_q8 = ops::experts_read_q8(L.w_up.type);
+  if (gate_q8 || up_q8) {
+    ops::quantize_q8(rec(), lib_, s_.h.range(), acts_q8(), c_.n_embd, n_);
+    mark("quantize");
+  }
+  const ops::ExpertProduct gate_up{c_.n_ff_exp, c_.n_embd, n_, used};
+  for (const auto& [w, out, q8] : {std::tuple{&L.w_gate, &s_.expert_gate, gate_q8}, {&L.w_up, &s_.expert_up, up_q8}}) {
+    if (w == &L.w_up) rec().next_runs_alongside();
+    ops::ExpertProduct shape = gate_up;
+    shape.acts_q8 = q8;
+    expert_product(*w, q8 ? acts_q8() : s_.h.range(), *out, shape);
+  }
+  mark("matmul experts gate, up");
+  const ops::ExpertProduct down{c_.n_embd, c_.n_ff_exp, n_, used, true, ops::experts_read_q8(L.w_down.type)};
+  if (down.acts_q8) {
+    if (!s_.expert_glu_q8) s_.expert_glu_q8 = pool_.allocate(ops::q8_acts_bytes(c_.n_ff_exp, pairs), "scratch");
+    ops::quantize_q8_silu(rec(), lib_, s_.expert_gate.range(), s_.expert_up.range(), s_.expert_glu_q8.range(),
+                          c_.n_ff_exp, pairs);
+  } else {
+    ops::silu_mul(rec(), lib_, s_.expert_gate.range(), s_.expert_up.range(), s_.expert_gate.range(), pairs * c_.n_ff_exp);
+  }
+  mark("silu");
+  expert_product(L.w_down, down.acts_q8 ? s_.expert_glu_q8.range() : s_.expert_gate.range(), s_.expert_out, down);
+  mark("matmul experts down");
+  ops::moe_combine(rec(), lib_, s_.expert_out.range(), s_.expert_weights.range(), s_.x.range(), n_, c_.n_embd, used);
+  mark("experts sum");
+}
+
+// One of the experts' products: a mat-vec per pair in decode steps, per expert's tile of pairs
+// (sorted by record_experts) in wide ones.
+void GpuModel::Step::expert_product(const GpuTensor& w, BufferRange acts, const PoolBuffer& out,
+                                    const ops::ExpertProduct& shape) {
+  if (s_.expert_order && n_ > ops::matvec_max_columns) {
+    ops::matmul_experts(rec(), lib_, w.type, w.buffer.range(), acts, s_.expert_order.range(), s_.expert_tiles.range(),
+                        out.range(), shape, c_.n_expert);
+  } else {
+    ops::matvec_experts(rec(), lib_, w.type, w.buffer.range(), acts, s_.experts.range(), out.range(), shape);
+  }
 }
 
 // x += down x (silu(gate) * up), the SwiGLU one product.

@@ -14,13 +14,14 @@ const char* architecture_name(Architecture arch) {
     case Architecture::phi3: return "phi3";
     case Architecture::gemma2: return "gemma2";
     case Architecture::gemma3: return "gemma3";
+    case Architecture::qwen3moe: return "qwen3moe";
   }
   return "?";
 }
 
 bool parse_architecture(const std::string& name, Architecture& out) {
   for (Architecture a : {Architecture::llama, Architecture::qwen2, Architecture::qwen3, Architecture::phi3,
-                         Architecture::gemma2, Architecture::gemma3}) {
+                         Architecture::gemma2, Architecture::gemma3, Architecture::qwen3moe}) {
     if (name == architecture_name(a)) {
       out = a;
       return true;
@@ -65,6 +66,13 @@ std::string LlamaConfig::check() const {
     if (!(v >= 0) || !std::isfinite(v)) return "the attention scale and soft caps must be finite and not negative";
   }
   if (!(rope_base_local > 0) || !(rope_scale_local > 0)) return "the local layers' rope base and scale must be positive";
+  if (arch == Architecture::qwen3moe && !moe()) return "qwen3moe needs expert_count and expert_used_count";
+  if (moe() && (n_expert > 1024 || n_expert_used == 0 || n_expert_used > n_expert || n_expert_used > 32 ||
+                !positive(n_ff_exp))) {
+    return "expert_count must be at most 1024, expert_used_count 1 to 32 and at most it, the expert feed-forward size "
+           "positive";
+  }
+  if (moe() && gemma()) return "Gemma with experts is not supported";
   return {};
 }
 
@@ -97,6 +105,13 @@ std::vector<TensorSpec> tensor_specs(const LlamaConfig& c) {
     }
     if (c.post_norms()) vector(p + "post_attention_norm.weight", c.n_embd);
     vector(p + "ffn_norm.weight", c.n_embd);
+    if (c.moe()) {  // the router, then each expert's gate, up and down, stacked
+      matrix(p + "ffn_gate_inp.weight", c.n_expert, c.n_embd);
+      matrix(p + "ffn_gate_exps.weight", std::uint64_t{c.n_expert} * c.n_ff_exp, c.n_embd);
+      matrix(p + "ffn_up_exps.weight", std::uint64_t{c.n_expert} * c.n_ff_exp, c.n_embd);
+      matrix(p + "ffn_down_exps.weight", std::uint64_t{c.n_expert} * c.n_embd, c.n_ff_exp);
+      continue;
+    }
     // phi3's ffn_up holds the gate's rows, then up's (llama.cpp's swiglu of the one product).
     const std::string gate_up = c.arch == Architecture::phi3 ? p + "ffn_up.weight" : "";
     matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd, gate_up, 0);

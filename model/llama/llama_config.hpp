@@ -19,7 +19,9 @@ namespace mqlm::model {
 // block too (before each residual add), GeGLU, sliding-window layers (every other one, from the
 // first), attention scores and logits soft-capped. gemma3: gemma2's blocks with q/k norms, five
 // sliding-window layers to one global, their own RoPE base, and no soft caps.
-enum class Architecture : std::uint8_t { llama, qwen2, qwen3, phi3, gemma2, gemma3 };
+// qwen3moe: qwen3's attention, and a mixture of experts for its feed-forward block. A llama file
+// with experts (expert_count > 0) is Mixtral's: llama's attention and the same mixture.
+enum class Architecture : std::uint8_t { llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe };
 
 struct LlamaConfig {
   Architecture arch = Architecture::llama;
@@ -51,10 +53,17 @@ struct LlamaConfig {
   float attn_softcap = 0.0f, final_softcap = 0.0f;
   std::uint32_t sliding_window = 0, swa_pattern = 0;
   float rope_base_local = 10000.0f, rope_scale_local = 1.0f;
+  // A mixture of experts (0 experts: a dense feed-forward block): each token's router picks
+  // n_expert_used of n_expert SwiGLU blocks of n_ff_exp rows (softmax over the router's logits,
+  // the top ones, their weights renormalised to sum to 1) and adds their weighted outputs.
+  std::uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 
   bool rope_neox() const { return arch != Architecture::llama; }  // as llama.cpp applies them
   bool qkv_bias() const { return arch == Architecture::qwen2; }
-  bool qk_norm() const { return arch == Architecture::qwen3 || arch == Architecture::gemma3; }
+  bool qk_norm() const {
+    return arch == Architecture::qwen3 || arch == Architecture::gemma3 || arch == Architecture::qwen3moe;
+  }
+  bool moe() const { return n_expert > 0; }
   bool gemma() const { return arch == Architecture::gemma2 || arch == Architecture::gemma3; }
   // Gemma's: x scaled by sqrt(n_embd) after the embedding; rmsnorm after attention's and the
   // feed-forward block's output products, before their residual adds; gelu(gate) * up.
@@ -80,11 +89,12 @@ struct LlamaConfig {
 // local: the local layers' (their base and scale, no YaRN and no factors).
 gpu::ops::RopeShape rope_shape(const LlamaConfig& config, std::uint32_t tokens, std::uint32_t heads, bool local = false);
 
-const char* architecture_name(Architecture arch);  // "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"
+const char* architecture_name(Architecture arch);  // "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe"
 bool parse_architecture(const std::string& name, Architecture& out);
 
 // One tensor the model needs: its GGUF name and logical shape (rows, cols); cols is the
-// contiguous dimension (GGUF's ne[0]); vectors have rows == 1.
+// contiguous dimension (GGUF's ne[0]); vectors have rows == 1. The experts' 3-D tensors are their
+// matrices one after another: (n_expert * rows of one, cols).
 struct TensorSpec {
   std::string name;
   std::uint64_t rows = 1, cols = 0;
@@ -117,6 +127,7 @@ void assign_layer_tensors(const LlamaConfig& config, Layer& layer, Next&& next) 
   }
   if (config.post_norms()) layer.post_attn_norm = next();
   layer.ffn_norm = next();
+  if (config.moe()) layer.router = next();
   layer.w_gate = next();
   layer.w_up = next();
   layer.w_down = next();

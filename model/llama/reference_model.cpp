@@ -81,8 +81,14 @@ ReferenceModel ReferenceModel::load(LlamaConfig config, const TensorSource& sour
   auto next = [&] { return load_tensor(source, specs.at(i++)); };
   m.token_embd = next();
   m.layers.resize(config.n_layers);
-  for (auto& layer : m.layers) {
+  for (std::uint32_t l = 0; l < config.n_layers; ++l) {
+    ReferenceLayer& layer = m.layers[l];
     assign_layer_tensors(config, layer, next);
+    if (!config.moe()) continue;
+    for (std::size_t j = 0; const char* part : {"gate", "up", "down"}) {
+      auto t = source("blk." + std::to_string(l) + ".ffn_" + part + "_exps.weight");
+      layer.experts_int8[j++] = t && gpu::quantized(t->type);
+    }
   }
   m.output_norm = next();
   m.output = next();
@@ -157,10 +163,40 @@ std::vector<float> ReferenceSequence::attention_block(const ReferenceLayer& laye
 
 std::vector<float> ReferenceSequence::ffn_block(const ReferenceLayer& layer, const Vec& x, std::size_t n) const {
   const LlamaConfig& c = model_.config;
+  if (c.moe()) return experts_block(layer, x, n);
   const Vec in = product_input(x);
   Vec gate = ref::matmul(layer.w_gate, in, c.n_ff, c.n_embd, n);
   Vec up = ref::matmul(layer.w_up, in, c.n_ff, c.n_embd, n);
   return ref::matmul(layer.w_down, product_input(ref::silu_mul(gate, up)), c.n_embd, c.n_ff, n);
+}
+
+// Each token through the experts its router picks, their outputs weighted and summed.
+std::vector<float> ReferenceSequence::experts_block(const ReferenceLayer& layer, const Vec& x, std::size_t n) const {
+  const LlamaConfig& c = model_.config;
+  const std::size_t k = c.n_expert_used, ff = c.n_ff_exp, d = c.n_embd;
+  const Vec in = product_input(x);
+  Vec weights;
+  std::vector<std::uint32_t> experts;
+  ref::moe_route(ref::matmul(layer.router, in, c.n_expert, d, n), n, c.n_expert, k, weights, experts);
+  // Expert e's rows of a stacked matrix.
+  auto expert = [](const Vec& stacked, std::uint32_t e, std::size_t rows, std::size_t cols) {
+    auto from = stacked.begin() + static_cast<std::ptrdiff_t>(e * rows * cols);
+    return Vec(from, from + static_cast<std::ptrdiff_t>(rows * cols));
+  };
+  Vec out(n * d, 0.0f);
+  // What an expert product reads: rounded to int8 blocks where its weights are block-quantized.
+  auto rounded = [&](const Vec& v, std::size_t part) { return layer.experts_int8[part] ? ref::int8_blocks(v) : v; };
+  for (std::size_t t = 0; t < n; ++t) {
+    const Vec token(in.begin() + static_cast<std::ptrdiff_t>(t * d), in.begin() + static_cast<std::ptrdiff_t>((t + 1) * d));
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::uint32_t e = experts[t * k + j];
+      Vec gate = ref::matmul(expert(layer.w_gate, e, ff, d), rounded(token, 0), ff, d, 1);
+      Vec up = ref::matmul(expert(layer.w_up, e, ff, d), rounded(token, 1), ff, d, 1);
+      Vec y = ref::matmul(expert(layer.w_down, e, d, ff), rounded(ref::silu_mul(gate, up), 2), d, ff, 1);
+      for (std::size_t i = 0; i < d; ++i) out[t * d + i] += weights[t * k + j] * y[i];
+    }
+  }
+  return out;
 }
 
 }  // namespace mqlm::model

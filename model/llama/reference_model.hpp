@@ -3,6 +3,7 @@
 // a time with a growing KV cache. Readable top to bottom, in the spirit of llama2.c.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -35,9 +36,13 @@ struct ReferenceLayer {
   std::vector<float> q_norm, k_norm;           // qwen3: (head_dim) each; else empty
   std::vector<float> wo;                       // (n_embd, q_dim)
   std::vector<float> ffn_norm;                 // (n_embd)
-  std::vector<float> w_gate, w_up;             // (n_ff, n_embd)
-  std::vector<float> w_down;                   // (n_embd, n_ff)
+  std::vector<float> router;                   // experts: (n_expert, n_embd); else empty
+  std::vector<float> w_gate, w_up;             // (n_ff, n_embd); experts: (n_expert, n_ff_exp, n_embd)
+  std::vector<float> w_down;                   // (n_embd, n_ff); experts: (n_expert, n_embd, n_ff_exp)
   std::vector<float> post_attn_norm, post_ffn_norm;  // Gemma's, which this reference does not compute: empty
+  // Experts of a block-quantized type (gate, up, down) read their activations rounded to int8
+  // blocks, as the GPU's and llama.cpp's products of them do (gpu::ops::experts_read_q8).
+  std::array<bool, 3> experts_int8{};
 };
 
 struct ReferenceModel {
@@ -67,6 +72,7 @@ class ReferenceSequence {
   std::vector<float> attention_block(const ReferenceLayer& layer, std::size_t layer_index, const std::vector<float>& x,
                                      std::span<const std::int32_t> positions);
   std::vector<float> ffn_block(const ReferenceLayer& layer, const std::vector<float>& x, std::size_t tokens) const;
+  std::vector<float> experts_block(const ReferenceLayer& layer, const std::vector<float>& x, std::size_t tokens) const;
   // x as the matrix products see it (rounded to int8 blocks where the model says so).
   std::vector<float> product_input(const std::vector<float>& x) const;
 

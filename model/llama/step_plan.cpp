@@ -94,6 +94,7 @@ class Planner {
     p.qkv_write_heads = writes_heads(L);
     p.rope_sums_qkv = !L.bq.buffer && !L.bk.buffer && !L.bv.buffer && !config_.qk_norm();
     p.out = residual(L.wo);
+    if (config_.moe()) return p;  // the experts' block reads its own norm (GpuModel's record_experts)
     p.glu = glu(L);
     p.ffn_input = norm_input(std::array{&L.w_gate, &L.w_up});
     p.ffn_norm_f16 = p.glu || p.ffn_input == NormInput::f16;
@@ -124,9 +125,12 @@ class Planner {
 
   // The bytes the widest group of products recorded alongside each other needs, each bytes_of(w).
   template <class BytesOf>
+  // A mixture of experts' products have no such scratch.
   static std::uint64_t widest_group(const GpuLayer& l, BytesOf bytes_of) {
     std::uint64_t widest = 0;
+    const bool experts = static_cast<bool>(l.router.buffer);
     for (auto group : {std::vector<const GpuTensor*>{&l.wq, &l.wk, &l.wv}, {&l.w_gate, &l.w_up}, {&l.wo}, {&l.w_down}}) {
+      if (experts && (group.front() == &l.w_gate || group.front() == &l.w_down)) continue;
       std::uint64_t sum = 0;
       for (const GpuTensor* w : group) sum += bytes_of(*w);
       widest = std::max(widest, sum);
@@ -157,7 +161,7 @@ StepPlan plan_step(const gpu::DeviceFeatures& features, const LlamaConfig& confi
   // norm, where that layer reads it as F16 alone.
   for (std::size_t l = 0; l + 1 < plan.layers.size(); ++l) {
     const LayerPlan& next = plan.layers[l + 1];
-    plan.layers[l].next_norm_f16 = !next.qkv_write_heads && next.qkv_input == NormInput::f16;
+    plan.layers[l].next_norm_f16 = !config.moe() && !next.qkv_write_heads && next.qkv_input == NormInput::f16;
   }
   plan.output = planner.output(output, outputs);
   // Every layer's: the types of a mixture differ from layer to layer.

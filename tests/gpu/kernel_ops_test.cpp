@@ -409,8 +409,87 @@ void add_sampling_cases(std::vector<OpCase>& cases) {
   }
 }
 
+// Every pair's product with its expert, one row of the input a token or one a pair (per_pair), by
+// the mat-vec or, for 40 tokens of 2 pairs over 4 experts (tiles of 16, a last one part full; 70
+// rows: two row groups), by the tiled product after moe_sort.
+Outcome expert_product_outcome(Gpu& gpu, WeightType type, bool per_pair, bool tiled, bool q8) {
+  const std::uint32_t experts = 4, m = tiled ? 70 : 33, k = static_cast<std::uint32_t>(k_for(type, false)),
+                      rows = tiled ? 40 : 3, used = 2, pairs = rows * used, cols = per_pair ? pairs : rows;
+  auto bytes = quantize(type, random_vec(std::size_t{experts} * m * k, 12), k);
+  auto weights = dequantize(type, bytes, std::size_t{experts} * m, k);
+  auto acts = random_vec(std::size_t{cols} * k, 13);
+  std::vector<std::uint32_t> ids(pairs);
+  for (std::uint32_t i = 0; i < pairs; ++i) ids[i] = (i * 7 + i / 5) % experts;
+  auto bw = gpu.up(bytes), ba = gpu.up(acts), bi = gpu.up(ids), out = gpu.scratch(pairs * m * 4);
+  auto a8 = gpu.scratch(ops::q8_acts_bytes(k, cols));
+  auto order = gpu.scratch(pairs * 4), tiles = gpu.scratch(ops::moe_tiles_bytes(pairs, experts));
+  run_step(gpu, [&](Recording& rec) {
+    if (q8) ops::quantize_q8(rec, gpu.kernels, r(ba), r(a8), k, cols);
+    const ops::ExpertProduct shape{m, k, rows, used, per_pair, q8};
+    if (tiled) {
+      ops::moe_sort(rec, gpu.kernels, r(bi), r(order), r(tiles), pairs, experts);
+      ops::matmul_experts(rec, gpu.kernels, type, r(bw), q8 ? r(a8) : r(ba), r(order), r(tiles), r(out), shape, experts);
+    } else {
+      ops::matvec_experts(rec, gpu.kernels, type, r(bw), q8 ? r(a8) : r(ba), r(bi), r(out), shape);
+    }
+  });
+  const Vec seen = q8 ? reference::int8_blocks(acts) : acts;
+  Vec want;
+  for (std::uint32_t pair = 0; pair < pairs; ++pair) {
+    const std::size_t row = per_pair ? pair : pair / used;
+    Vec w(weights.begin() + std::size_t{ids[pair]} * m * k, weights.begin() + std::size_t{ids[pair] + 1} * m * k);
+    Vec x(seen.begin() + row * k, seen.begin() + (row + 1) * k);
+    auto y = reference::matmul(w, x, m, k, 1);
+    want.insert(want.end(), y.begin(), y.end());
+  }
+  return Outcome{doubles(gpu.down<float>(out, want.size())), doubles(want)};
+}
+
+// A mixture of experts' routing (ties of logits broken toward the lower index), its products
+// (every weight type; one input row a token, or one a pair; int8 inputs where the type takes them)
+// and its weighted sum.
+void add_experts_cases(std::vector<OpCase>& cases) {
+  for (auto [rows, n_expert, used, levels] : {std::tuple{5u, 8u, 2u, 0}, {3u, 128u, 8u, 0}, {4u, 16u, 4u, 3}}) {
+    cases.push_back({fmt::format("moe_route_{}x{}_top{}{}", rows, n_expert, used, levels ? "_ties" : ""), 1e-12,
+                     [=](Gpu& gpu) {
+                       auto logits = levels ? tied_vec(rows * n_expert, 11, levels) : random_vec(rows * n_expert, 11, 3.0f);
+                       auto bl = gpu.up(logits), ids = gpu.scratch(rows * used * 4), w = gpu.scratch(rows * used * 4);
+                       run_step(gpu, [&](Recording& rec) { ops::moe_route(rec, gpu.kernels, r(bl), r(ids), r(w), rows, n_expert, used); });
+                       Vec want_w;
+                       std::vector<std::uint32_t> want_ids;
+                       reference::moe_route(logits, rows, n_expert, used, want_w, want_ids);
+                       auto got = doubles(gpu.down<std::uint32_t>(ids, rows * used)), want = doubles(want_ids);
+                       for (float v : gpu.down<float>(w, rows * used)) got.push_back(v);
+                       want.insert(want.end(), want_w.begin(), want_w.end());
+                       return Outcome{got, want};
+                     }});
+  }
+  for (auto type : all_weight_types) {
+    for (auto [per_pair, tiled] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+      const bool q8 = ops::experts_read_q8(type);
+      cases.push_back({fmt::format("{}_experts_{}{}", tiled ? "matmul" : "matvec", weight_type_name(type),
+                                   per_pair ? "_per_pair" : ""),
+                       q8 ? int8_tolerance : 1e-10, [type, per_pair, tiled, q8](Gpu& gpu) {
+                         return expert_product_outcome(gpu, type, per_pair, tiled, q8);
+                       }});
+    }
+  }
+  cases.push_back({"moe_combine_3x100_top2", 1e-12, [](Gpu& gpu) {
+                     const std::uint32_t rows = 3, n = 100, used = 2;
+                     auto y = random_vec(rows * used * n, 14), w = random_vec(rows * used, 15), x = random_vec(rows * n, 16);
+                     auto by = gpu.up(y), bw = gpu.up(w), bx = gpu.up(x);
+                     run_step(gpu, [&](Recording& rec) { ops::moe_combine(rec, gpu.kernels, r(by), r(bw), r(bx), rows, n, used); });
+                     Vec want = x;
+                     for (std::uint32_t i = 0; i < rows * n; ++i) {
+                       for (std::uint32_t j = 0; j < used; ++j) want[i] += w[i / n * used + j] * y[(i / n * used + j) * n + i % n];
+                     }
+                     return Outcome{doubles(gpu.down<float>(bx, want.size())), doubles(want)};
+                   }});
+}
+
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases;
+  add_experts_cases(cases);
   add_elementwise_cases(cases);
   add_weight_cases(cases);
   add_attention_cases(cases);

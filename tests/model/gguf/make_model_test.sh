@@ -25,6 +25,19 @@ grep -q "; q4_k_m: q4_k 13, q6_k 3;" "$dir/out" || fail "Q4_K_M summary: $(cat "
   -o "$dir/d.gguf" > /dev/null 2> "$dir/err" || fail "qwen3 with fallbacks"
 grep -q "note: token_embd.weight is f16: rows of 336 elements are not whole q8_0 blocks of 32" "$dir/err" ||
   fail "no fallback note: $(cat "$dir/err")"
+# Mixtures of experts: qwen3moe's default experts, Mixtral as llama with --experts, their summaries,
+# llama-quantize's 8-expert types (attn_k and attn_v Q8_0, attn_output Q5_K), the 30B-A3B preset.
+"$mqlm" make-model --arch qwen3moe --type q4_k_m -o "$dir/moe.gguf" > "$dir/out" || fail "qwen3moe"
+grep -q "qwen3moe 2 layers, .*, 8 experts of 256, 2 a token; q4_k_m: q8_0 4, q4_k 8, q5_k 2, q6_k 2;" "$dir/out" ||
+  fail "qwen3moe summary: $(cat "$dir/out")"
+"$mqlm" make-model --arch llama --experts 8 --experts-used 3 -o "$dir/mixtral.gguf" > "$dir/out" || fail "mixtral"
+grep -q "llama 2 layers, .*FFN 768, .*, 8 experts of 768, 3 a token; f16: f16 16;" "$dir/out" ||
+  fail "mixtral summary: $(cat "$dir/out")"
+"$mqlm" make-model --preset qwen3moe-30b-a3b --layers 1 --vocab 512 --type q8_0 -o "$dir/a3b.gguf" > "$dir/out" ||
+  fail "qwen3moe-30b-a3b"
+grep -q "qwen3moe 1 layers, hidden 2048, 32 heads (4 KV) of 128, .*128 experts of 768, 8 a token" "$dir/out" ||
+  fail "qwen3moe-30b-a3b summary: $(cat "$dir/out")"
+rm -f "$dir/a3b.gguf"
 
 expect_refusal() {  # expected words, then the arguments
   local words=$1; shift
@@ -35,6 +48,8 @@ expect_refusal() {  # expected words, then the arguments
 expect_refusal "no preset named 'huge'" --preset huge -o "$dir/x.gguf"
 expect_refusal "unknown type 'q7_k' (llama-quantize's file types: f32, .*q4_k_m, q4_k," --type q7_k -o "$dir/x.gguf"
 expect_refusal "4 heads do not share 3 KV heads evenly" --kv-heads 3 -o "$dir/x.gguf"
+expect_refusal "only qwen3moe and llama (Mixtral) have experts, not qwen2" --arch qwen2 --experts 8 -o "$dir/x.gguf"
+expect_refusal "8 experts, 9 used" --arch qwen3moe --experts-used 9 -o "$dir/x.gguf"
 "$mqlm" make-model --preset tiny -o /nonexistent-dir/x.gguf > /dev/null 2> "$dir/err" && fail "wrote to nowhere"
 grep -q "cannot create /nonexistent-dir/x.gguf.partial" "$dir/err" || fail "bad path message: $(cat "$dir/err")"
 echo "make-model: all checks passed"

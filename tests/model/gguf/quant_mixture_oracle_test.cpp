@@ -144,6 +144,25 @@ TEST_F(QuantMixtureOracle, Phi3AndGemma) {
   }
 }
 
+// A mixture of experts: ffn_*_exps (3-D) take ffn_down's and the default's types, the routers
+// (ffn_gate_inp) stay F32; with exactly 8 experts attn_k and attn_v are Q8_0 and attn_output Q5_K in
+// the lower mixtures (llama.cpp's rule for Mixtral), with 4 or 16 not.
+TEST_F(QuantMixtureOracle, MixtureOfExperts) {
+  for (std::uint32_t experts : {8u, 4u, 16u}) {
+    SCOPED_TRACE(fmt::format("{} experts", experts));
+    ModelShape shape = small_llama(2);
+    shape.arch = "qwen3moe";
+    shape.experts = experts;
+    shape.experts_used = 2;
+    shape.expert_ffn = 256;
+    expect_same_types(shape, experts == 8 ? std::span<const FileType>(all_file_types) : std::span<const FileType>(kCommon));
+  }
+  ModelShape mixtral = narrow_llama(16);  // llama with experts; rows of 64 take the fallbacks
+  mixtral.experts = 8;
+  mixtral.experts_used = 2;
+  expect_same_types(mixtral, all_file_types);
+}
+
 // 80 layers with grouped KV heads: llama.cpp takes the model for a 70B and gives attn_v Q5_K
 // where it would have had Q3_K or Q4_K.
 TEST_F(QuantMixtureOracle, SeventyBillionRule) {

@@ -24,7 +24,12 @@ class GgufModelTest : public ::testing::TestWithParam<std::tuple<std::string, gp
 TEST_P(GgufModelTest, LoadsAndBothForwardPassesAgree) {
   auto [arch, type] = GetParam();
   gguf::ModelShape shape = *gguf::model_preset("tiny");
-  shape.arch = arch;
+  shape.arch = arch == "mixtral" ? "llama" : arch;  // Mixtral: llama with experts
+  if (arch == "mixtral" || arch == "qwen3moe") {
+    shape.experts = 8;
+    shape.experts_used = 2;
+    shape.expert_ffn = arch == "qwen3moe" ? 256 : 0;
+  }
   auto bytes = gguf::make_synthetic_model(shape, type, 5, "tiny").writer.to_bytes();
   auto parsed = gguf::GgufFile::parse(std::move(bytes));
   ASSERT_TRUE(std::holds_alternative<gguf::GgufFile>(parsed)) << std::get<gguf::GgufError>(parsed).message();
@@ -32,7 +37,8 @@ TEST_P(GgufModelTest, LoadsAndBothForwardPassesAgree) {
   auto config_or = read_llama_config(file);
   ASSERT_TRUE(std::holds_alternative<LlamaConfig>(config_or)) << std::get<std::string>(config_or);
   LlamaConfig config = std::get<LlamaConfig>(config_or);
-  EXPECT_EQ(architecture_name(config.arch), arch);
+  EXPECT_EQ(architecture_name(config.arch), shape.arch);
+  EXPECT_EQ(config.n_expert, shape.experts);
   EXPECT_EQ(config.n_layers, shape.layers);
   EXPECT_EQ(config.n_embd, shape.hidden);
   EXPECT_EQ(config.head_dim, shape.head_dim);
@@ -62,7 +68,7 @@ TEST_P(GgufModelTest, LoadsAndBothForwardPassesAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ArchitecturesAndTypes, GgufModelTest,
-                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "phi3"),
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "phi3", "qwen3moe", "mixtral"),
                                             ::testing::Values(gpu::WeightType::f16, gpu::WeightType::q4_0,
                                                               gpu::WeightType::q4_k)),
                          [](const auto& info) {
@@ -105,6 +111,38 @@ TEST(GgufModelConfig, GemmaWindowsCapsAndLocalRope) {
   EXPECT_TRUE(gemma3.qk_norm());
   const LlamaConfig global_only = tiny_config("gemma3", 0);
   EXPECT_FALSE(global_only.local_layer(0) || global_only.local_layer(1));
+}
+
+// The experts' keys as llama.cpp reads them: qwen3moe's expert_feed_forward_length, Mixtral's
+// experts as wide as feed_forward_length; a file using more experts than it has is refused.
+TEST(GgufModelConfig, ExpertsKeys) {
+  auto config_of = [](const gguf::ModelShape& shape) {
+    auto parsed = gguf::GgufFile::parse(gguf::make_synthetic_model(shape, gpu::WeightType::f32, 5, "t").writer.to_bytes());
+    return read_llama_config(std::get<gguf::GgufFile>(parsed));
+  };
+  gguf::ModelShape shape = *gguf::model_preset("tiny");
+  shape.arch = "qwen3moe";
+  shape.experts = 8;
+  shape.experts_used = 2;
+  shape.expert_ffn = 128;
+  const LlamaConfig qwen = std::get<LlamaConfig>(config_of(shape));
+  EXPECT_TRUE(qwen.moe() && qwen.qk_norm() && qwen.rope_neox());
+  EXPECT_EQ(qwen.n_expert, 8u);
+  EXPECT_EQ(qwen.n_expert_used, 2u);
+  EXPECT_EQ(qwen.n_ff_exp, 128u);
+  shape.arch = "llama";
+  shape.expert_ffn = 0;
+  const LlamaConfig mixtral = std::get<LlamaConfig>(config_of(shape));
+  EXPECT_EQ(mixtral.arch, Architecture::llama);
+  EXPECT_EQ(mixtral.n_ff_exp, shape.ffn);
+  EXPECT_FALSE(mixtral.qk_norm());
+  shape.experts_used = 3;
+  auto model = gguf::make_synthetic_model(shape, gpu::WeightType::f32, 5, "t");
+  model.writer.set("llama.expert_used_count", std::uint32_t{9});
+  auto parsed = gguf::GgufFile::parse(model.writer.to_bytes());
+  auto refused = read_llama_config(std::get<gguf::GgufFile>(parsed));
+  ASSERT_TRUE(std::holds_alternative<std::string>(refused));
+  EXPECT_NE(std::get<std::string>(refused).find("expert_used_count"), std::string::npos) << std::get<std::string>(refused);
 }
 
 // Phi-3's long-context files are refused, not run with the wrong frequencies.

@@ -142,6 +142,17 @@ std::filesystem::path write_model(const ScratchFolder& folder, const ModelCase& 
   return write_model(folder, model_shape(model), model.name, type);
 }
 
+// make-model's file of llama-quantize's mixture for `type`, written by mqlm's quantizers.
+std::filesystem::path write_mixture(const ScratchFolder& folder, const gguf::ModelShape& shape, const std::string& name,
+                                    gguf::FileType type) {
+  auto path = folder / fmt::format("{}_mqlm_{}.gguf", name, gguf::file_type_name(type));
+  if (auto error = gguf::make_synthetic_model(shape, gguf::QuantMixture(type, gguf::mixture_model(shape)), 31, name)
+                       .writer.write(path)) {
+    throw std::runtime_error(error->message());
+  }
+  return path;
+}
+
 std::filesystem::path quantize_with_llamacpp(const ScratchFolder& folder, const std::filesystem::path& f16,
                                              const FileType& type) {
   auto path = folder / fmt::format("{}_{}.gguf", f16.stem().string(), type.name);
@@ -348,6 +359,15 @@ void expect_same_next_tokens(const std::filesystem::path& path, const std::vecto
              tensor_type_names(file), seen.max_delta, kTieGap, seen.close_top_two, seen.prompts);
 }
 
+// The same, mqlm running each prompt in one step and then with its last token as a decode step.
+void expect_same_next_tokens_and_decoded(const std::filesystem::path& path, const std::vector<Prompt>& prompts,
+                                         const std::string& label, double bound) {
+  for (bool decode_last : {false, true}) {
+    expect_same_next_tokens(path, prompts, label + (decode_last ? " decode" : ""),
+                            {.bound = bound, .context = 128, .decode_last = decode_last});
+  }
+}
+
 class LlamaCppQuantizedFile : public ::testing::TestWithParam<std::tuple<ModelCase, FileType>> {};
 
 // llama-quantize's files, from mqlm's F16 model: mqlm runs them as llama.cpp does.
@@ -396,11 +416,7 @@ TEST_P(MqlmMixtureFile, NextTokenAgreesWithLlamaCpp) {
   start_llamacpp();
   ScratchFolder folder;
   const auto shape = model_shape(model);
-  const gguf::QuantMixture mixture(type, gguf::mixture_model(shape));
-  auto path = folder / fmt::format("{}_mqlm_{}.gguf", model.name, gguf::file_type_name(type));
-  if (auto error = gguf::make_synthetic_model(shape, mixture, 31, model.name).writer.write(path)) {
-    throw std::runtime_error(error->message());
-  }
+  const auto path = write_mixture(folder, shape, model.name, type);
   expect_same_next_tokens(path, clear_prompts(path, shape.vocab),
                           fmt::format("mqlm {} {}", gguf::file_type_name(type), model.name));
 }
@@ -524,11 +540,8 @@ TEST_P(ArchitectureFile, NextTokenAgreesWithLlamaCpp) {
   const auto path = write_model(folder, shape, model.arch, type);
   const auto prompts = clear_prompts(path, shape.vocab, {1u, 7u, 40u, 100u}, 128);
   const double bound = type == gpu::WeightType::q8_0 ? kLogprobBound : kUnquantizedBound;
-  for (bool decode_last : {false, true}) {
-    expect_same_next_tokens(path, prompts,
-                            fmt::format("mqlm {} {}{}", gpu::weight_type_name(type), model.arch, decode_last ? " decode" : ""),
-                            {.bound = bound, .context = 128, .decode_last = decode_last});
-  }
+  expect_same_next_tokens_and_decoded(path, prompts, fmt::format("mqlm {} {}", gpu::weight_type_name(type), model.arch),
+                                      bound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFile,
@@ -538,6 +551,51 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFile,
                          [](const auto& info) {
                            return fmt::format("{}_{}", std::get<0>(info.param).arch,
                                               gpu::weight_type_name(std::get<1>(info.param)));
+                         });
+
+// A mixture of experts: qwen3moe (qwen3's attention, 8 experts of 256, 2 a token) and Mixtral
+// (llama with 8 experts as wide as its feed-forward length, 2 a token), in make-model's F32, F16
+// and Q8_0 files and its Q4_K_M mixture (Q8_0 attn_k and attn_v, Q5_K attn_output: 8 experts),
+// prompts of 1 to 100 tokens in one step and with the last as a decode step: the routing (softmax,
+// top 2, renormalised) and the chosen experts' products agree with llama.cpp's.
+struct ExpertsCase {
+  const char* name;
+  const char* arch;
+  std::uint32_t expert_ffn;
+};
+constexpr ExpertsCase kExpertModels[] = {{"qwen3moe", "qwen3moe", 256}, {"mixtral", "llama", 0}};
+
+class ExpertsFile : public ::testing::TestWithParam<std::tuple<ExpertsCase, gguf::FileType>> {};
+
+gguf::ModelShape experts_shape(const ExpertsCase& model) {
+  gguf::ModelShape shape;  // hidden 256, 4 heads of 64, 2 KV heads, vocab 1024
+  shape.arch = model.arch;
+  shape.ffn = 256;
+  shape.experts = 8;
+  shape.experts_used = 2;
+  shape.expert_ffn = model.expert_ffn;
+  return shape;
+}
+
+TEST_P(ExpertsFile, NextTokenAgreesWithLlamaCpp) {
+  auto [model, type] = GetParam();
+  start_llamacpp();
+  ScratchFolder folder;
+  const gguf::ModelShape shape = experts_shape(model);
+  const auto path = write_mixture(folder, shape, model.name, type);
+  const bool unquantized = type == gguf::FileType::f32 || type == gguf::FileType::f16;
+  expect_same_next_tokens_and_decoded(path, clear_prompts(path, shape.vocab, {1u, 7u, 40u, 100u}, 128),
+                                      fmt::format("mqlm {} {}", gguf::file_type_name(type), model.name),
+                                      unquantized ? kUnquantizedBound : kLogprobBound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Experts, ExpertsFile,
+                         ::testing::Combine(::testing::ValuesIn(kExpertModels),
+                                            ::testing::Values(gguf::FileType::f32, gguf::FileType::f16,
+                                                              gguf::FileType::q8_0, gguf::FileType::q4_k_m)),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}", std::get<0>(info.param).name,
+                                              gguf::file_type_name(std::get<1>(info.param)));
                          });
 
 // mqlm's embedding of each prompt: its positions computed in two steps (the first `split` of them,

@@ -1,0 +1,88 @@
+#version 450
+// A mixture of experts' routing and sum.
+// MOE_ROUTE: each row of router logits (rows, n_expert) gives its `used` experts of highest
+// softmax probability (lower index on ties) and their probabilities renormalised to sum to 1,
+// which is exp(logit - the top logit) over those experts' sum: (rows, used) ids and weights.
+// MOE_COMBINE: x(row, n) += sum over its slots of weight(row, slot) * y(row * used + slot, n).
+// MOE_SORT: the step's (token, slot) pairs grouped by expert, for the tiled products
+// (mul_mm_id.comp): `order` the pairs expert by expert, `tiles` word 0 the number of tiles, then
+// from uvec4 1 each tile's (expert, first position in order, pairs, 0), at most `tile` pairs a
+// tile. One workgroup; the order within an expert is any (each pair's output is its own).
+#include "common.glsl"
+
+layout(local_size_x = 64) in;
+#if defined(MOE_ROUTE)
+layout(push_constant) uniform Params { uint n_expert; uint used; uint rows; } p;
+layout(binding = 0) readonly buffer Logits { float logits[]; };
+layout(binding = 1) writeonly buffer Experts { uint experts[]; };
+layout(binding = 2) buffer Weights { float weights[]; };
+
+void main() {
+  uint row = flat_group() * 64 + gl_LocalInvocationIndex;
+  if (row >= p.rows) return;
+  uint base = row * p.n_expert;
+  // The j-th pick: the best expert ranked after the (j-1)-th (value descending, index ascending).
+  float last_value = 0.0, top = 0.0, sum = 0.0;
+  uint last_index = 0;
+  for (uint j = 0; j < p.used; ++j) {
+    float best = 0.0;
+    uint pick = p.n_expert;
+    for (uint e = 0; e < p.n_expert; ++e) {
+      float v = logits[base + e];
+      bool after_last = j == 0 || v < last_value || (v == last_value && e > last_index);
+      if (after_last && (pick == p.n_expert || v > best)) {
+        best = v;
+        pick = e;
+      }
+    }
+    if (j == 0) top = best;
+    last_value = best;
+    last_index = pick;
+    float w = exp(best - top);
+    sum += w;
+    experts[row * p.used + j] = pick;
+    weights[row * p.used + j] = w;
+  }
+  for (uint j = 0; j < p.used; ++j) weights[row * p.used + j] /= sum;
+}
+#elif defined(MOE_SORT)
+layout(push_constant) uniform Params { uint pairs; uint n_expert; uint tile; } p;
+layout(binding = 0) readonly buffer Experts { uint experts[]; };
+layout(binding = 1) writeonly buffer Order { uint order[]; };
+layout(binding = 2) writeonly buffer Tiles { uvec4 tiles[]; };
+
+shared uint counts[1024], next[1024];
+
+void main() {
+  uint tid = gl_LocalInvocationIndex;
+  for (uint e = tid; e < p.n_expert; e += 64) counts[e] = 0;
+  barrier();
+  for (uint i = tid; i < p.pairs; i += 64) atomicAdd(counts[experts[i]], 1u);
+  barrier();
+  if (tid == 0) {
+    uint at = 0, count = 0;
+    for (uint e = 0; e < p.n_expert; ++e) {
+      next[e] = at;
+      for (uint c = 0; c < counts[e]; c += p.tile) tiles[1 + count++] = uvec4(e, at + c, min(p.tile, counts[e] - c), 0);
+      at += counts[e];
+    }
+    tiles[0] = uvec4(count, 0, 0, 0);
+  }
+  barrier();
+  for (uint i = tid; i < p.pairs; i += 64) order[atomicAdd(next[experts[i]], 1u)] = i;
+}
+#elif defined(MOE_COMBINE)
+layout(push_constant) uniform Params { uint n; uint used; uint total; } p;
+layout(binding = 0) readonly buffer Outputs { float y[]; };
+layout(binding = 1) readonly buffer Weights { float weights[]; };
+layout(binding = 2) buffer X { float x[]; };
+
+void main() {
+  uint i = flat_group() * 64 + gl_LocalInvocationIndex;
+  if (i >= p.total) return;
+  uint row = i / p.n, col = i % p.n;
+  float sum = 0.0;
+  for (uint j = 0; j < p.used; ++j) sum += weights[row * p.used + j] * y[(row * p.used + j) * p.n + col];
+  x[i] += sum;
+}
+#endif
