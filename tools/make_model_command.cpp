@@ -1,4 +1,5 @@
-// `mqlm make-model`: a GGUF file with seeded random weights and a byte-level BPE vocabulary, of
+// `mqlm make-model`: a GGUF file with seeded random weights and a vocabulary (byte-level BPE, or
+// Gemma's or Phi-3's SentencePiece: --tokenizer), of
 // a preset shape (or one adjusted by flags), for tests and benchmarks: its matrices in the types
 // llama-quantize would give them for a file type (q4_k_m, q6_k, ...), or all in one (--pure).
 #include <chrono>
@@ -15,7 +16,7 @@ namespace mqlm::tools {
 namespace {
 
 struct MakeModelOptions {
-  std::string preset = "tiny", type = "f16", output, arch;
+  std::string preset = "tiny", type = "f16", output, arch, tokenizer = "llama-bpe";
   std::uint64_t seed = 1;
   std::optional<std::uint32_t> layers, hidden, heads, kv_heads, head_dim, ffn, vocab, context;
   std::optional<float> rope_base;
@@ -63,6 +64,12 @@ model::gguf::ModelShape shape_from(const MakeModelOptions& o) {
   }
   shape->rope_freqs_tensor = !o.llama3_keys;
   if (o.tied) shape->tied_embeddings = true;
+  const auto tokenizer = model::gguf::parse_vocabulary_kind(o.tokenizer);
+  if (!tokenizer) {
+    throw CommandFailed(fmt::format("no tokenizer named '{}' (there are {})", o.tokenizer,
+                                    fmt::join(model::gguf::vocabulary_kind_names(), ", ")), 2);
+  }
+  shape->vocabulary = *tokenizer;
   if (auto problem = model::gguf::shape_problem(*shape)) throw CommandFailed(*problem, 2);
   return *shape;
 }
@@ -145,7 +152,11 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--kv-heads", options->kv_heads, "override the KV head count");
   cmd->add_option("--head-dim", options->head_dim, "override the head dimension");
   cmd->add_option("--ffn", options->ffn, "override the feed-forward length");
-  cmd->add_option("--vocab", options->vocab, "override the vocabulary size (at least 261)");
+  cmd->add_option("--vocab", options->vocab, "override the vocabulary size (at least 261; SentencePiece more)");
+  cmd->add_option("--tokenizer", options->tokenizer,
+                  "the vocabulary: llama-bpe, qwen2 or gpt2 (byte-level BPE under that pre-tokenizer), gemma or "
+                  "phi3 (their SentencePiece layouts)")
+      ->capture_default_str();
   cmd->add_option("--context", options->context, "override the context length");
   cmd->add_option("--rope-base", options->rope_base, "override the RoPE frequency base");
   cmd->add_option("--sliding-window", options->sliding_window,

@@ -280,10 +280,10 @@ std::optional<std::string> shape_problem(const ModelShape& s) {
   if (!(r.factor > 0) || !(r.attn_factor > 0) || !(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor)) {
     return std::string("rope scaling factors must be positive, the high frequency factor above the low one");
   }
-  const std::size_t specials = s.arch == "phi3" ? 9 : 5;  // phi3's own four too
-  if (s.vocab < 256 + specials || s.vocab > (1u << 24)) {
-    return fmt::format("vocab must be between {} and {} (the 256 byte tokens and {} specials at least), not {}",
-                       256 + specials, 1u << 24, specials, s.vocab);
+  const std::size_t least = min_vocabulary_size(s.vocabulary, s.arch == "phi3" ? 4 : 0);  // phi3's own four too
+  if (s.vocab < least || s.vocab > (1u << 24)) {
+    return fmt::format("vocab must be between {} and {} for a {} vocabulary, not {}", least, 1u << 24,
+                       vocabulary_kind_name(s.vocabulary), s.vocab);
   }
   if (!(s.rope_base > 0) || !(s.rms_epsilon > 0)) return std::string("rope base and norm epsilon must be positive");
   return std::nullopt;
@@ -299,11 +299,11 @@ SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture&
   SyntheticModel model;
   set_model_metadata(model.writer, shape, mixture.file_type(), seed, name);
   // llama.cpp marks Phi-3's own special tokens in a model named like it (general.name with "phi3"
-  // or "phi-3") and cannot load one that lacks them.
+  // or "phi-3") and cannot load one that lacks them (Phi-3's SentencePiece vocabulary has them).
   constexpr std::string_view kPhi3Specials[] = {"<unk>", "<s>", "</s>", "<|endoftext|>"};
-  write_vocabulary(model.writer, make_byte_bpe_vocabulary(shape.vocab, shape.arch == "phi3"
-                                                                          ? std::span<const std::string_view>(kPhi3Specials)
-                                                                          : std::span<const std::string_view>()));
+  write_vocabulary(model.writer, make_vocabulary(shape.vocabulary, shape.vocab,
+                                                 shape.arch == "phi3" ? std::span<const std::string_view>(kPhi3Specials)
+                                                                      : std::span<const std::string_view>()));
 
   std::vector<PlannedTensor> plan = plan_tensors(shape);
   choose_matrix_types(plan, mixture, model);

@@ -21,6 +21,7 @@
 #include "model/gguf/gguf_writer.hpp"
 #include "model/gguf/quant_mixture.hpp"
 #include "model/gguf/rope_scaling.hpp"
+#include "model/gguf/synthetic_vocabulary.hpp"
 
 namespace mqlm::model::gguf {
 
@@ -51,6 +52,7 @@ struct ModelShape {
   std::uint32_t sliding_window = 0;
   float rope_base_local = 10000.0f;
   float attn_softcap = 50.0f, final_softcap = 30.0f;
+  VocabularyKind vocabulary = VocabularyKind::llama_bpe;  // the tokenizer (synthetic_vocabulary.hpp)
 };
 
 // "tiny", "llama3-1b" (Llama 3.2 1B's shape), "llama3-8b", "phi3-mini" (Phi-3-mini-4k's),

@@ -12,7 +12,8 @@ namespace mqlm::model::gguf {
 // tokenizer.chat_template. An error names the key and what is inconsistent (scores or types
 // not one per token, an id past the vocabulary, a type out of range, a merge without a space).
 // When add_bos_token is absent it is true for "llama" (SentencePiece models expect BOS) and
-// false for "gpt2", as llama.cpp does.
+// false for "gpt2", as llama.cpp does. A model whose general.name says Phi-3 gets llama.cpp's rstrip
+// on its special tokens (Vocabulary::rstrip).
 GgufResult<Vocabulary> read_vocabulary(const GgufFile& file);
 
 // Sets the same keys (ids of -1, empty scores, types, merges and template are left out).

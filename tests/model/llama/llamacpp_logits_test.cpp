@@ -45,7 +45,6 @@
 #include <set>
 #include <span>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <fmt/format.h>
@@ -112,22 +111,9 @@ gguf::ModelShape model_shape(const ModelCase& model) {
 }
 
 // A folder of this process's own, removed with everything in it.
-class ScratchFolder {
+class ScratchFolder : public mqlm::testing::ScratchFolder {
  public:
-  ScratchFolder()
-      : path_(std::filesystem::temp_directory_path() / fmt::format("mqlm_llamacpp_logits_{}", ::getpid())) {
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchFolder() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchFolder(const ScratchFolder&) = delete;
-  ScratchFolder& operator=(const ScratchFolder&) = delete;
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
+  ScratchFolder() : mqlm::testing::ScratchFolder("mqlm_llamacpp_logits") {}
 };
 
 std::filesystem::path write_model(const ScratchFolder& folder, const gguf::ModelShape& shape, const std::string& name,
