@@ -154,7 +154,7 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--ffn", options->ffn, "override the feed-forward length");
   cmd->add_option("--vocab", options->vocab, "override the vocabulary size (at least 261; SentencePiece more)");
   cmd->add_option("--tokenizer", options->tokenizer,
-                  "the vocabulary: llama-bpe, qwen2 or gpt2 (byte-level BPE under that pre-tokenizer), gemma or "
+                  "the vocabulary: llama-bpe, qwen2, gpt2, tekken or smollm (byte-level BPE under that pre-tokenizer), gemma or "
                   "phi3 (their SentencePiece layouts)")
       ->capture_default_str();
   cmd->add_option("--context", options->context, "override the context length");

@@ -273,7 +273,8 @@ Vocabulary make_byte_bpe_vocabulary(std::size_t size, std::span<const std::strin
 namespace {
 
 constexpr std::array kKindNames = {std::pair{VocabularyKind::llama_bpe, "llama-bpe"}, std::pair{VocabularyKind::qwen2, "qwen2"},
-                                   std::pair{VocabularyKind::gpt2, "gpt2"}, std::pair{VocabularyKind::gemma, "gemma"},
+                                   std::pair{VocabularyKind::gpt2, "gpt2"}, std::pair{VocabularyKind::tekken, "tekken"},
+                                   std::pair{VocabularyKind::smollm, "smollm"}, std::pair{VocabularyKind::gemma, "gemma"},
                                    std::pair{VocabularyKind::phi3, "phi3"}};
 
 bool is_sentencepiece(VocabularyKind kind) { return kind == VocabularyKind::gemma || kind == VocabularyKind::phi3; }

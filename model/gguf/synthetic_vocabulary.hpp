@@ -31,11 +31,13 @@ inline constexpr std::size_t kMinSyntheticVocabulary = 256 + 5;
 Vocabulary make_byte_bpe_vocabulary(std::size_t size, std::span<const std::string_view> extra_specials = {});
 
 // The tokenizers a made model can have: byte-level BPE (the same tokens and merges) under Llama 3's
-// ("llama-bpe"), Qwen2's or GPT-2's pre-tokenizer, or a SentencePiece vocabulary laid out as
-// Gemma's (no leading space, user-defined whitespace and HTML tokens) or Phi-3's (Llama 2's).
-enum class VocabularyKind : std::uint8_t { llama_bpe, qwen2, gpt2, gemma, phi3 };
+// ("llama-bpe"), Qwen2's, GPT-2's, Mistral's tekken or SmolLM's pre-tokenizer, or a SentencePiece
+// vocabulary laid out as Gemma's (no leading space, user-defined whitespace and HTML tokens) or
+// Phi-3's (Llama 2's).
+enum class VocabularyKind : std::uint8_t { llama_bpe, qwen2, gpt2, tekken, smollm, gemma, phi3 };
 
-std::string_view vocabulary_kind_name(VocabularyKind kind);  // "llama-bpe", "qwen2", "gpt2", "gemma", "phi3"
+// "llama-bpe", "qwen2", "gpt2", "tekken", "smollm", "gemma", "phi3"
+std::string_view vocabulary_kind_name(VocabularyKind kind);
 std::optional<VocabularyKind> parse_vocabulary_kind(std::string_view name);
 std::vector<std::string_view> vocabulary_kind_names();
 

@@ -94,8 +94,16 @@ std::optional<GgufError> read_special_ids(const GgufFile& file, Vocabulary& voca
   return std::nullopt;
 }
 
+// Without add_bos_token, llama.cpp adds BOS for SentencePiece and for these pre-tokenizers of
+// byte-level BPE (Llama 3's family and Mistral's tekken).
+bool adds_bos_by_default(const Vocabulary& vocabulary) {
+  constexpr std::string_view kBosPre[] = {"llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral", "tekken"};
+  return vocabulary.model == TokenizerModel::spm ||
+         std::find(std::begin(kBosPre), std::end(kBosPre), vocabulary.pre) != std::end(kBosPre);
+}
+
 std::optional<GgufError> read_flags(const GgufFile& file, Vocabulary& vocabulary) {
-  vocabulary.add_bos = vocabulary.model == TokenizerModel::spm;
+  vocabulary.add_bos = adds_bos_by_default(vocabulary);
   vocabulary.add_eos = false;
   for (auto [key, field] : {std::pair{kAddBos, &Vocabulary::add_bos}, std::pair{kAddEos, &Vocabulary::add_eos},
                             std::pair{kAddSpacePrefix, &Vocabulary::add_space_prefix}}) {

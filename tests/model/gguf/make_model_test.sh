@@ -35,7 +35,7 @@ expect_refusal() {  # expected words, then the arguments
 "$mqlm" make-model --preset tiny --arch gemma2 --tokenizer gemma -o "$dir/g.gguf" > /dev/null || fail "gemma tokenizer"
 grep -q "<start_of_turn>" "$dir/g.gguf" || fail "no Gemma vocabulary in the gemma2 file"
 expect_refusal "no preset named 'huge'" --preset huge -o "$dir/x.gguf"
-expect_refusal "no tokenizer named 'bert' (there are llama-bpe, qwen2, gpt2, gemma, phi3)" --tokenizer bert -o "$dir/x.gguf"
+expect_refusal "no tokenizer named 'bert' (there are llama-bpe, qwen2, gpt2, tekken, smollm, gemma, phi3)" --tokenizer bert -o "$dir/x.gguf"
 expect_refusal "unknown type 'q7_k' (llama-quantize's file types: f32, .*q4_k_m, q4_k," --type q7_k -o "$dir/x.gguf"
 expect_refusal "4 heads do not share 3 KV heads evenly" --kv-heads 3 -o "$dir/x.gguf"
 "$mqlm" make-model --preset tiny -o /nonexistent-dir/x.gguf > /dev/null 2> "$dir/err" && fail "wrote to nowhere"

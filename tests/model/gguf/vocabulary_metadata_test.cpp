@@ -226,6 +226,21 @@ TEST(SyntheticVocabulary, EveryKind) {
   EXPECT_FALSE(parse_vocabulary_kind("tekkenx").has_value());
 }
 
+// Without add_bos_token, llama.cpp adds BOS for Llama 3's and tekken's byte-level BPE, not for the others.
+TEST(VocabularyMetadata, ByteBpeAddsBosByDefaultWhereLlamaCppDoes) {
+  for (auto [pre, bos] : {std::pair{"llama-bpe", true}, {"tekken", true}, {"pixtral", true}, {"qwen2", false},
+                          {"gpt-2", false}, {"smollm", false}}) {
+    GgufWriter writer;
+    writer.set("tokenizer.ggml.model", std::string("gpt2"));
+    writer.set("tokenizer.ggml.pre", std::string(pre));
+    writer.set("tokenizer.ggml.tokens", MetadataArray{std::vector<std::string>{"a", "b", "ab"}});
+    writer.set("tokenizer.ggml.merges", MetadataArray{std::vector<std::string>{"a b"}});
+    auto back = read_back(writer);
+    ASSERT_TRUE(std::holds_alternative<Vocabulary>(back));
+    EXPECT_EQ(std::get<Vocabulary>(back).add_bos, bos) << pre;
+  }
+}
+
 // llama.cpp gives a model named Phi-3 rstrip on its special tokens (and </s>), but <unk>, <s> and
 // <|endoftext|>: "<|user|>\n" is one token there, and read_vocabulary says the same.
 TEST(VocabularyMetadata, Phi3NamedModelsSpecialTokensSwallowWhitespaceAfter) {

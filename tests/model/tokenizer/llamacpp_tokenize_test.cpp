@@ -29,6 +29,10 @@
 #include "model/tokenizer/tokenizer.hpp"
 #include "tests/oracle/llamacpp.hpp"
 
+// llama.cpp's pre-tokenizer (src/unicode.h; libllama exports it).
+std::vector<std::string> unicode_regex_split(const std::string& text, const std::vector<std::string>& regex_exprs,
+                                             bool byte_encode);
+
 namespace mqlm::model {
 namespace {
 
@@ -60,6 +64,7 @@ const std::vector<std::string> kCorpus = {
     "def f(x):\n\treturn x**2  # square\n\nprint(f(3))",
     "<html><body><table><tr><td>cell</td></tr></table></body></html>",
     "camelCaseWords HTTPServer XMLHttpRequest getHTTPResponseCode iPhone",
+    "ÉCOLE École éCOLE ΑΘΗΝΑ Αθήνα МОСКВА Москва ǅemal Ǆ",
     "MixedCASE and ALLCAPS and lowercase and Title Case",
     "a/b/c path/to/file.txt https://example.com/a?b=c&d=e",
     "!!! ??? ... --- *** ### @@@ $$$ %%% ^^^ &&& (((  )))",
@@ -94,6 +99,10 @@ constexpr VocabularyCase kCases[] = {
     {"llama_bpe_corpus_merges", "llama", VocabularyKind::llama_bpe, "mqlm tiny", true},
     {"gpt2_corpus_merges", "llama", VocabularyKind::gpt2, "mqlm tiny", true},
     {"qwen2_corpus_merges", "qwen2", VocabularyKind::qwen2, "mqlm tiny", true},
+    {"llama_tekken", "llama", VocabularyKind::tekken},  // Mistral Nemo's
+    {"tekken_corpus_merges", "llama", VocabularyKind::tekken, "mqlm tiny", true},
+    {"llama_smollm", "llama", VocabularyKind::smollm},
+    {"smollm_corpus_merges", "llama", VocabularyKind::smollm, "mqlm tiny", true},
 };
 
 void PrintTo(const VocabularyCase& c, std::ostream* out) { *out << c.label; }
@@ -225,6 +234,55 @@ TEST_P(LlamaCppTokenize, IdsEqualLlamaTokenizeOnHardStrings) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppTokenize, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.label); });
+
+// The words of llama.cpp's pre-tokenizer: its unicode_regex_split (exported by libllama, declared in
+// its src/unicode.h), each regex of the list cutting the words of the one before.
+std::vector<std::string> llamacpp_words(const std::string& text, const std::vector<std::string>& regexes) {
+  return unicode_regex_split(text, regexes, /*byte_encode=*/false);
+}
+
+// llama.cpp's regex lists (src/llama-vocab.cpp, llm_tokenizer_bpe), by a tokenizer.ggml.pre name
+// that selects each. llama.cpp runs GPT-2's and Llama 3's by hand-written code and the others by
+// std::regex over text with each non-ASCII character replaced by its category; mqlm runs
+// tokenizer.json's regexes (and tekken's as llama.cpp writes it) with PCRE2.
+struct RegexCase {
+  const char* pre;
+  std::vector<std::string> regexes;
+};
+const std::string kLlamaCppGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+const std::vector<RegexCase> kRegexCases = {
+    {"gpt-2", {kLlamaCppGpt2}},
+    {"llama-bpe",
+     {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+    {"qwen2",
+     {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+    {"tekken",
+     {R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+    {"smollm", {R"(\p{N})", kLlamaCppGpt2}},
+};
+
+class LlamaCppPreTokenizer : public ::testing::TestWithParam<RegexCase> {};
+
+// The words themselves, which the ids above cannot always tell apart (a word cut in two whose
+// halves merge back into the same tokens): "ÉCOLE" is "É" and "COLE" in llama.cpp's tekken.
+TEST_P(LlamaCppPreTokenizer, WordsEqualLlamaCppsOnHardStrings) {
+  const RegexCase& c = GetParam();
+  const auto pre = PreTokenizer::create(c.pre);
+  ASSERT_TRUE(std::holds_alternative<PreTokenizer>(pre));
+  for (const std::string& text : kCorpus) {
+    std::vector<std::string_view> words;
+    std::get<PreTokenizer>(pre).split(text, words);
+    EXPECT_EQ(std::vector<std::string>(words.begin(), words.end()), llamacpp_words(text, c.regexes))
+        << c.pre << " " << fmt::format("{:?}", text);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Regexes, LlamaCppPreTokenizer, ::testing::ValuesIn(kRegexCases),
+                         [](const auto& info) {
+                           std::string name = info.param.pre;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace mqlm::model
