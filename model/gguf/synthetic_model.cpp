@@ -79,11 +79,37 @@ bool writes_rope_freqs(const ModelShape& s) {
   return s.rope_scaling.type == RopeScalingType::llama3 && s.rope_freqs_tensor;
 }
 
+// How many times a LongRoPE model's context is past its original one.
+float longrope_scale(const ModelShape& s) {
+  const std::uint32_t original = s.rope_scaling.original_context != 0 ? s.rope_scaling.original_context : s.context;
+  return static_cast<float>(s.context) / static_cast<float>(original);
+}
+
+// The scaling as the file says it: LongRoPE's attention factor as convert_hf_to_gguf derives it
+// from the context's stretch, unless one is given.
+RopeScaling written_scaling(const ModelShape& s) {
+  RopeScaling r = s.rope_scaling;
+  if (r.type == RopeScalingType::longrope && r.attn_factor == 1.0f) {
+    r.attn_factor = longrope_attn_factor(longrope_scale(s), r.original_context != 0 ? r.original_context : s.context);
+  }
+  return r;
+}
+
+// The values of a rope factor tensor: llama3's rope_freqs.weight, LongRoPE's long or short ones.
+std::vector<float> rope_factor_values(const ModelShape& s, std::string_view name) {
+  if (name == "rope_freqs.weight") return llama3_rope_factors(s.rope_scaling, s.rope_base, rotary_dims(s));
+  return longrope_factors(longrope_scale(s), rotary_dims(s), name == "rope_factors_long.weight");
+}
+
 std::vector<PlannedTensor> plan_tensors(const ModelShape& s) {
   std::uint64_t q = std::uint64_t{s.heads} * s.head_dim, kv = std::uint64_t{s.kv_heads} * s.head_dim;
   const bool phi3 = s.arch == "phi3", gemma = s.arch == "gemma2" || s.arch == "gemma3";
   std::vector<PlannedTensor> plan{{"token_embd.weight", {s.hidden, s.vocab}, Role::matrix}};
   if (writes_rope_freqs(s)) plan.push_back({"rope_freqs.weight", {rotary_dims(s) / 2}, Role::rope_factors});
+  if (s.rope_scaling.type == RopeScalingType::longrope) {  // Phi-3's, as convert_hf_to_gguf writes them
+    plan.push_back({"rope_factors_long.weight", {rotary_dims(s) / 2}, Role::rope_factors});
+    plan.push_back({"rope_factors_short.weight", {rotary_dims(s) / 2}, Role::rope_factors});
+  }
   for (std::uint32_t layer = 0; layer < s.layers; ++layer) {
     auto blk = [layer](std::string_view what) { return fmt::format("blk.{}.{}", layer, what); };
     plan.push_back({blk("attn_norm.weight"), {s.hidden}, Role::norm});
@@ -181,7 +207,7 @@ void set_model_metadata(GgufWriter& w, const ModelShape& s, FileType file_type, 
   }
   w.set(a + ".rope.dimension_count", rotary_dims(s));
   w.set(a + ".rope.freq_base", s.rope_base);
-  if (!writes_rope_freqs(s)) write_rope_scaling(w, a, s.rope_scaling);
+  if (!writes_rope_freqs(s)) write_rope_scaling(w, a, written_scaling(s));
   w.set(a + ".attention.layer_norm_rms_epsilon", s.rms_epsilon);
   if (s.arch == "gemma2") {
     w.set(a + ".attn_logit_softcapping", s.attn_softcap);
@@ -235,6 +261,11 @@ std::optional<ModelShape> model_preset(std::string_view name) {
   if (name == "phi3-mini") {  // Phi-3-mini-4k-instruct
     return ModelShape{"phi3", 32, 3072, 32, 32, 96, 8192, 32064, 4096, 10000.0f, 1e-5f, false};
   }
+  if (name == "phi3-mini-128k") {  // Phi-3-mini-128k-instruct: LongRoPE past 4096
+    ModelShape s{"phi3", 32, 3072, 32, 32, 96, 8192, 32064, 131072, 10000.0f, 1e-5f, false};
+    s.rope_scaling = {.type = RopeScalingType::longrope, .original_context = 4096};
+    return s;
+  }
   if (name == "gemma2-2b") {
     ModelShape s{"gemma2", 26, 2304, 8, 4, 256, 9216, 256000, 8192, 10000.0f, 1e-6f, true};
     s.sliding_window = 4096;
@@ -250,7 +281,7 @@ std::optional<ModelShape> model_preset(std::string_view name) {
 }
 
 std::vector<std::string_view> model_preset_names() {
-  return {"tiny", "llama3-1b", "llama3-8b", "phi3-mini", "gemma2-2b", "gemma3-4b"};
+  return {"tiny", "llama3-1b", "llama3-8b", "phi3-mini", "phi3-mini-128k", "gemma2-2b", "gemma3-4b"};
 }
 
 std::optional<std::string> shape_problem(const ModelShape& s) {
@@ -286,6 +317,9 @@ std::optional<std::string> shape_problem(const ModelShape& s) {
                        vocabulary_kind_name(s.vocabulary), s.vocab);
   }
   if (!(s.rope_base > 0) || !(s.rms_epsilon > 0)) return std::string("rope base and norm epsilon must be positive");
+  if (r.type == RopeScalingType::longrope && s.arch != "phi3") {
+    return "longrope scaling is Phi-3's: its factor tensors load in llama.cpp for phi3 only, not " + s.arch;
+  }
   return std::nullopt;
 }
 
@@ -314,8 +348,7 @@ SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture&
       std::uint64_t blocks = t.dims[0] * t.dims[1] / gpu::block_elements(t.type);
       model.writer.add_tensor(t.name, to_tensor_type(t.type), t.dims, pool_data(pools.at(t.type), blocks));
     } else if (t.role == Role::rope_factors) {
-      model.writer.add_tensor(t.name, TensorType::f32, t.dims,
-                              f32_bytes(llama3_rope_factors(shape.rope_scaling, shape.rope_base, rotary_dims(shape))));
+      model.writer.add_tensor(t.name, TensorType::f32, t.dims, f32_bytes(rope_factor_values(shape, t.name)));
     } else {
       float mean = t.role == Role::norm ? 1.0f : 0.0f;
       auto values = normals(t.dims[0], mean, kWeightStd, seed ^ (0xA5A5A5A5ull + i * 0x9E3779B97F4A7C15ull));

@@ -42,7 +42,10 @@ struct ModelShape {
   float rms_epsilon = 1e-5f;
   bool tied_embeddings = false;  // no output.weight: the output projection is token_embd's
   std::uint32_t rotary_dims = 0;  // rope.dimension_count: the first of each head's dimensions turn; 0: all
-  RopeScaling rope_scaling = {};  // the rope.scaling.* keys (none: no keys)
+  // the rope.scaling.* keys (none: no keys); longrope (phi3): rope_factors_long.weight and
+  // rope_factors_short.weight, made up (longrope_factors), and attn_factor derived from the context's
+  // stretch past original_context unless given
+  RopeScaling rope_scaling = {};
   // llama3 scaling as convert_hf_to_gguf writes it (and llama.cpp reads it): the factors in the
   // rope_freqs.weight tensor and no keys; false: the keys, and no tensor.
   bool rope_freqs_tensor = true;
@@ -56,6 +59,7 @@ struct ModelShape {
 };
 
 // "tiny", "llama3-1b" (Llama 3.2 1B's shape), "llama3-8b", "phi3-mini" (Phi-3-mini-4k's),
+// "phi3-mini-128k" (its LongRoPE sibling's),
 // "gemma2-2b", "gemma3-4b".
 std::optional<ModelShape> model_preset(std::string_view name);
 std::vector<std::string_view> model_preset_names();
