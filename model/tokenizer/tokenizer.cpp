@@ -48,12 +48,12 @@ std::optional<std::string> Tokenizer::load_tokens(const Vocabulary& v) {
     }
   }
   if (v.add_bos && v.bos < 0) return "add_bos is set but no BOS token is named";
+  if (v.add_eos && v.eos < 0) return "add_eos is set but no EOS token is named";
   rstrip_.assign(n, false);
   for (TokenId id : v.rstrip) {
     if (id < 0 || id >= static_cast<TokenId>(n)) return "rstrip token " + std::to_string(id) + " is outside the vocabulary";
     rstrip_[static_cast<std::size_t>(id)] = true;
   }
-  if (v.add_eos && v.eos < 0) return "add_eos is set but no EOS token is named";
 
   texts_ = v.tokens;
   types_ = v.types;
@@ -96,15 +96,17 @@ bool Tokenizer::is_special(TokenId id) const {
 
 void Tokenizer::load_specials() {
   for (std::size_t id = 0; id < texts_.size(); ++id) {
-    if (is_special(static_cast<TokenId>(id)) && !texts_[id].empty()) {
-      specials_by_first_byte_[static_cast<unsigned char>(texts_[id][0])].push_back(
-          static_cast<TokenId>(id));
-    }
+    if (!is_special(static_cast<TokenId>(id)) || texts_[id].empty()) continue;
+    const auto first = static_cast<unsigned char>(texts_[id][0]);
+    specials_by_first_byte_[first].push_back(static_cast<TokenId>(id));
+    if (types_[id] == TokenType::user_defined) added_by_first_byte_[first].push_back(static_cast<TokenId>(id));
   }
-  for (auto& list : specials_by_first_byte_) {
-    std::stable_sort(list.begin(), list.end(), [&](TokenId a, TokenId b) {
-      return texts_[static_cast<std::size_t>(a)].size() > texts_[static_cast<std::size_t>(b)].size();
-    });
+  for (auto* lists : {&specials_by_first_byte_, &added_by_first_byte_}) {
+    for (auto& list : *lists) {
+      std::stable_sort(list.begin(), list.end(), [&](TokenId a, TokenId b) {
+        return texts_[static_cast<std::size_t>(a)].size() > texts_[static_cast<std::size_t>(b)].size();
+      });
+    }
   }
 }
 
@@ -112,8 +114,8 @@ void Tokenizer::load_specials() {
 // matched in any text (as Hugging Face's added tokens and llama.cpp's are), control and unknown
 // ones only where special tokens are parsed.
 std::optional<std::pair<std::size_t, TokenId>> Tokenizer::special_at(std::string_view text, bool parse_special) const {
-  for (TokenId id : specials_by_first_byte_[static_cast<unsigned char>(text[0])]) {
-    if (!parse_special && types_[static_cast<std::size_t>(id)] != TokenType::user_defined) continue;
+  const auto& candidates = parse_special ? specials_by_first_byte_ : added_by_first_byte_;
+  for (TokenId id : candidates[static_cast<unsigned char>(text[0])]) {
     const std::string& special = texts_[static_cast<std::size_t>(id)];
     if (text.starts_with(special)) return std::pair{special.size(), id};
   }

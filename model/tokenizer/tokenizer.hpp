@@ -111,6 +111,7 @@ class Tokenizer {
   std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> text_ids_;
   std::array<TokenId, 256> byte_ids_{};  // byte -> its token (<0xNN> / GPT-2 byte char), -1: none
   std::array<std::vector<TokenId>, 256> specials_by_first_byte_;  // longest first
+  std::array<std::vector<TokenId>, 256> added_by_first_byte_;     // the user-defined ones of those
   std::vector<bool> rstrip_;  // id -> it swallows the whitespace after it (Vocabulary::rstrip)
   TokenId bos_ = -1, eos_ = -1, eot_ = -1, unk_ = -1;
   bool add_bos_ = false, add_eos_ = false;
