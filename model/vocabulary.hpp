@@ -42,6 +42,10 @@ struct Vocabulary {
   // decoding takes off again (tokenizer.ggml.add_space_prefix; Gemma's files say false).
   bool add_space_prefix = true;
   std::string chat_template;             // tokenizer.chat_template, empty if absent
+  // Special tokens that swallow the whitespace after them where they are matched in text (Hugging
+  // Face's rstrip; GGUF files do not carry it: llama.cpp gives it to Phi-3's chat markers by the
+  // model's name, and read_vocabulary does the same).
+  std::vector<std::int32_t> rstrip;
 };
 
 }  // namespace mqlm::model

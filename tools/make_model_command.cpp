@@ -1,4 +1,5 @@
-// `mqlm make-model`: a GGUF file with seeded random weights and a byte-level BPE vocabulary, of
+// `mqlm make-model`: a GGUF file with seeded random weights and a vocabulary (byte-level BPE, or
+// Gemma's or Phi-3's SentencePiece: --tokenizer), of
 // a preset shape (or one adjusted by flags), for tests and benchmarks: its matrices in the types
 // llama-quantize would give them for a file type (q4_k_m, q6_k, ...), or all in one (--pure).
 #include <chrono>
@@ -15,7 +16,7 @@ namespace mqlm::tools {
 namespace {
 
 struct MakeModelOptions {
-  std::string preset = "tiny", type = "f16", output, arch;
+  std::string preset = "tiny", type = "f16", output, arch, tokenizer = "llama-bpe";
   std::uint64_t seed = 1;
   std::optional<std::uint32_t> layers, hidden, heads, kv_heads, head_dim, ffn, vocab, context;
   std::optional<float> rope_base;
@@ -70,11 +71,17 @@ model::gguf::ModelShape shape_from(const MakeModelOptions& o) {
   if (o.rotary_dims) shape->rotary_dims = *o.rotary_dims;
   if (o.sliding_window) shape->sliding_window = *o.sliding_window;
   if (o.rope_scaling != "none" || shape->rope_scaling.type == model::gguf::RopeScalingType::none) {
-    shape->rope_scaling = o.scaling;  // the preset's own scaling (gemma3-4b's) unless a flag names one
+    shape->rope_scaling = o.scaling;  // the preset's own scaling (gemma3-4b's, phi3-mini-128k's) unless a flag names one
     shape->rope_scaling.type = *model::gguf::parse_rope_scaling_type(o.rope_scaling);
   }
   shape->rope_freqs_tensor = !o.llama3_keys;
   if (o.tied) shape->tied_embeddings = true;
+  const auto tokenizer = model::gguf::parse_vocabulary_kind(o.tokenizer);
+  if (!tokenizer) {
+    throw CommandFailed(fmt::format("no tokenizer named '{}' (there are {})", o.tokenizer,
+                                    fmt::join(model::gguf::vocabulary_kind_names(), ", ")), 2);
+  }
+  shape->vocabulary = *tokenizer;
   if (auto problem = model::gguf::shape_problem(*shape)) throw CommandFailed(*problem, 2);
   return *shape;
 }
@@ -113,6 +120,10 @@ std::string rope_summary(const model::gguf::ModelShape& shape) {
   }
   const auto& r = shape.rope_scaling;
   if (r.type == model::gguf::RopeScalingType::none) return out;
+  if (r.type == model::gguf::RopeScalingType::longrope) {
+    return out + fmt::format(", rope longrope (rope_factors_long/short.weight) from {}",
+                             r.original_context != 0 ? r.original_context : shape.context);
+  }
   out += fmt::format(", rope {} x{}", model::gguf::rope_scaling_type_name(r.type), r.factor);
   if (r.original_context != 0) out += fmt::format(" from {}", r.original_context);
   if (r.type == model::gguf::RopeScalingType::llama3) out += shape.rope_freqs_tensor ? " (rope_freqs.weight)" : " (keys)";
@@ -142,7 +153,8 @@ void add_make_model_command(CLI::App& app) {
   auto options = std::make_shared<MakeModelOptions>();
   auto* cmd = app.add_subcommand("make-model", "write a GGUF model with seeded random weights (tests, benchmarks)");
   cmd->add_option("--preset", options->preset,
-                  "tiny, llama3-1b, llama3-8b, phi3-mini, gemma2-2b, gemma3-4b, qwen3moe-30b-a3b or mixtral-8x7b")
+                  "tiny, llama3-1b, llama3-8b, phi3-mini, phi3-mini-128k, gemma2-2b, gemma3-4b, qwen3moe-30b-a3b or "
+                  "mixtral-8x7b")
       ->capture_default_str();
   cmd->add_option("--type", options->type,
                   fmt::format("llama-quantize's file type, any case (q3_k, q4_k, q5_k: the _m ones, as there); the "
@@ -168,20 +180,25 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--kv-heads", options->kv_heads, "override the KV head count");
   cmd->add_option("--head-dim", options->head_dim, "override the head dimension");
   cmd->add_option("--ffn", options->ffn, "override the feed-forward length");
-  cmd->add_option("--vocab", options->vocab, "override the vocabulary size (at least 261)");
+  cmd->add_option("--vocab", options->vocab, "override the vocabulary size (at least 261; SentencePiece more)");
+  cmd->add_option("--tokenizer", options->tokenizer,
+                  "the vocabulary: llama-bpe, qwen2, gpt2, tekken or smollm (byte-level BPE under that pre-tokenizer), gemma or "
+                  "phi3 (their SentencePiece layouts)")
+      ->capture_default_str();
   cmd->add_option("--context", options->context, "override the context length");
   cmd->add_option("--rope-base", options->rope_base, "override the RoPE frequency base");
   cmd->add_option("--sliding-window", options->sliding_window,
                   "gemma2, gemma3: the local layers' window (attention.sliding_window)");
   cmd->add_option("--rotary-dims", options->rotary_dims, "turn only the first N dimensions of each head (partial rotary)");
   cmd->add_option("--rope-scaling", options->rope_scaling,
-                  "none, linear, yarn or llama3 (written as the rope_freqs.weight tensor, as convert_hf_to_gguf does)")
-      ->check(CLI::IsMember({"none", "linear", "yarn", "llama3"}))
+                  "none, linear, yarn, llama3 (written as the rope_freqs.weight tensor, as convert_hf_to_gguf does) or "
+                  "longrope (phi3: Phi-3's rope_factors_long/short.weight, made up, past --rope-original-context)")
+      ->check(CLI::IsMember({"none", "linear", "yarn", "llama3", "longrope"}))
       ->capture_default_str();
   cmd->add_option("--rope-factor", options->scaling.factor, "how many times the context is stretched")
       ->capture_default_str();
   cmd->add_option("--rope-original-context", options->scaling.original_context,
-                  "yarn, llama3: the context the model was trained on (rope.scaling.original_context_length)");
+                  "yarn, llama3, longrope: the context the model was trained on (rope.scaling.original_context_length)");
   cmd->add_option("--rope-attn-factor", options->scaling.attn_factor, "rope.scaling.attn_factor")->capture_default_str();
   cmd->add_option("--rope-low-freq-factor", options->scaling.low_freq_factor, "llama3")->capture_default_str();
   cmd->add_option("--rope-high-freq-factor", options->scaling.high_freq_factor, "llama3")->capture_default_str();

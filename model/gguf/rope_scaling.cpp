@@ -1,5 +1,6 @@
 #include "model/gguf/rope_scaling.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -8,7 +9,7 @@ namespace mqlm::model::gguf {
 namespace {
 
 constexpr RopeScalingType kTypes[] = {RopeScalingType::none, RopeScalingType::linear, RopeScalingType::yarn,
-                                      RopeScalingType::llama3};
+                                      RopeScalingType::llama3, RopeScalingType::longrope};
 constexpr std::uint32_t kLlama3OriginalContext = 8192;
 
 // The float at `key`, or `fallback`; a key of another type is an error.
@@ -27,6 +28,7 @@ const char* rope_scaling_type_name(RopeScalingType type) {
     case RopeScalingType::linear: return "linear";
     case RopeScalingType::yarn: return "yarn";
     case RopeScalingType::llama3: return "llama3";
+    case RopeScalingType::longrope: return "longrope";
   }
   return "?";
 }
@@ -44,7 +46,7 @@ std::variant<RopeScaling, std::string> read_rope_scaling(const GgufFile& file, c
   const std::string_view type_name = file.get_string(p + "type").value_or("linear");
   auto type = parse_rope_scaling_type(type_name);
   if (!type) {
-    return "rope scaling '" + std::string(type_name) + "' is not supported (none, linear, yarn and llama3 are)";
+    return "rope scaling '" + std::string(type_name) + "' is not supported (none, linear, yarn, llama3 and longrope are)";
   }
   s.type = *type;
   std::string why;
@@ -82,8 +84,10 @@ std::variant<RopeScaling, std::string> read_rope_scaling(const GgufFile& file, c
 void write_rope_scaling(GgufWriter& writer, const std::string& arch, const RopeScaling& s) {
   if (s.type == RopeScalingType::none) return;
   const std::string p = arch + ".rope.scaling.";
-  writer.set(p + "type", std::string(rope_scaling_type_name(s.type)));
-  writer.set(p + "factor", s.factor);
+  if (s.type != RopeScalingType::longrope) {
+    writer.set(p + "type", std::string(rope_scaling_type_name(s.type)));
+    writer.set(p + "factor", s.factor);
+  }
   if (s.attn_factor != 1.0f) writer.set(p + "attn_factor", s.attn_factor);
   if (s.original_context != 0) writer.set(p + "original_context_length", s.original_context);
   if (s.type == RopeScalingType::llama3) {
@@ -107,6 +111,20 @@ std::vector<float> llama3_rope_factors(const RopeScaling& s, float freq_base, st
       const float smooth = (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
       factors[i] = 1.0f / ((1.0f - smooth) / s.factor + smooth);
     }
+  }
+  return factors;
+}
+
+float longrope_attn_factor(float scale, std::uint32_t original_context) {
+  if (!(scale > 1.0f) || original_context < 2) return 1.0f;
+  return std::sqrt(1.0f + std::log(scale) / std::log(static_cast<float>(original_context)));
+}
+
+std::vector<float> longrope_factors(float scale, std::uint32_t rotary_dims, bool long_context) {
+  std::vector<float> factors(rotary_dims / 2);
+  for (std::size_t i = 0; i < factors.size(); ++i) {
+    const float t = factors.size() < 2 ? 1.0f : static_cast<float>(i) / static_cast<float>(factors.size() - 1);
+    factors[i] = long_context ? 1.0f + (std::max(scale, 1.0f) - 1.0f) * t * t : 1.0f + 2.0f * t;
   }
   return factors;
 }

@@ -17,8 +17,12 @@ namespace mqlm::model::gguf {
 
 // rope.scaling.type: none; linear (positions divided by the factor); yarn (YaRN: low-frequency
 // pairs interpolated, high-frequency ones kept, a ramp between, cos and sin scaled); llama3
-// (Llama 3.1's factors per pair; llama.cpp knows it only as the rope_freqs.weight tensor).
-enum class RopeScalingType : std::uint8_t { none, linear, yarn, llama3 };
+// (Llama 3.1's factors per pair; llama.cpp knows it only as the rope_freqs.weight tensor);
+// longrope (Phi-3's: a divisor per pair, the rope_factors_long.weight tensor where the context is
+// past the original one and rope_factors_short.weight where not, and cos and sin scaled by
+// attn_factor; convert_hf_to_gguf writes the tensors and no type key, which reads as linear with
+// a factor of 1).
+enum class RopeScalingType : std::uint8_t { none, linear, yarn, llama3, longrope };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::none;
@@ -34,7 +38,7 @@ struct RopeScaling {
   float low_freq_factor = 1.0f, high_freq_factor = 4.0f;
 };
 
-const char* rope_scaling_type_name(RopeScalingType type);  // "none", "linear", "yarn", "llama3"
+const char* rope_scaling_type_name(RopeScalingType type);  // "none", "linear", "yarn", "llama3", "longrope"
 std::optional<RopeScalingType> parse_rope_scaling_type(std::string_view name);
 
 // The file's scaling for architecture `arch`, or what is wrong with it. As llama.cpp: no type key
@@ -42,12 +46,23 @@ std::optional<RopeScalingType> parse_rope_scaling_type(std::string_view name);
 // ignores the factor. llama3 without an original_context_length takes 8192 (Llama 3's).
 std::variant<RopeScaling, std::string> read_rope_scaling(const GgufFile& file, const std::string& arch);
 
-// The keys read_rope_scaling reads back (nothing for none).
+// The keys read_rope_scaling reads back (nothing for none; longrope as convert_hf_to_gguf writes
+// Phi-3's: the original context and attn_factor, no type).
 void write_rope_scaling(GgufWriter& writer, const std::string& arch, const RopeScaling& scaling);
 
 // Llama 3.1's divisor of each pair's frequency (rotary_dims / 2 of them), as convert_hf_to_gguf
 // computes rope_freqs.weight: 1 for wavelengths below original_context / high_freq_factor, the
 // factor past original_context / low_freq_factor, a smooth blend between.
 std::vector<float> llama3_rope_factors(const RopeScaling& scaling, float freq_base, std::uint32_t rotary_dims);
+
+// Phi-3's attention factor for a context stretched `scale` times past `original_context`, as
+// convert_hf_to_gguf computes rope.scaling.attn_factor: sqrt(1 + ln(scale) / ln(original)), 1 where
+// the context is not past the original.
+float longrope_attn_factor(float scale, std::uint32_t original_context);
+
+// Made-up LongRoPE factors for random-weight models (rotary_dims / 2 of them), shaped as Phi-3's
+// are: from 1 for the fastest pair, rising to `scale` for the slowest (the long ones) or to 3 in a
+// straight line (the short ones: far enough from 1 that a model run with the wrong set tells).
+std::vector<float> longrope_factors(float scale, std::uint32_t rotary_dims, bool long_context);
 
 }  // namespace mqlm::model::gguf

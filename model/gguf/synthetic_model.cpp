@@ -99,11 +99,37 @@ bool writes_rope_freqs(const ModelShape& s) {
   return s.rope_scaling.type == RopeScalingType::llama3 && s.rope_freqs_tensor;
 }
 
+// How many times a LongRoPE model's context is past its original one.
+float longrope_scale(const ModelShape& s) {
+  const std::uint32_t original = s.rope_scaling.original_context != 0 ? s.rope_scaling.original_context : s.context;
+  return static_cast<float>(s.context) / static_cast<float>(original);
+}
+
+// The scaling as the file says it: LongRoPE's attention factor as convert_hf_to_gguf derives it
+// from the context's stretch, unless one is given.
+RopeScaling written_scaling(const ModelShape& s) {
+  RopeScaling r = s.rope_scaling;
+  if (r.type == RopeScalingType::longrope && r.attn_factor == 1.0f) {
+    r.attn_factor = longrope_attn_factor(longrope_scale(s), r.original_context != 0 ? r.original_context : s.context);
+  }
+  return r;
+}
+
+// The values of a rope factor tensor: llama3's rope_freqs.weight, LongRoPE's long or short ones.
+std::vector<float> rope_factor_values(const ModelShape& s, std::string_view name) {
+  if (name == "rope_freqs.weight") return llama3_rope_factors(s.rope_scaling, s.rope_base, rotary_dims(s));
+  return longrope_factors(longrope_scale(s), rotary_dims(s), name == "rope_factors_long.weight");
+}
+
 std::vector<PlannedTensor> plan_tensors(const ModelShape& s) {
   std::uint64_t q = std::uint64_t{s.heads} * s.head_dim, kv = std::uint64_t{s.kv_heads} * s.head_dim;
   const bool phi3 = s.arch == "phi3", gemma = s.arch == "gemma2" || s.arch == "gemma3";
   std::vector<PlannedTensor> plan{{"token_embd.weight", {s.hidden, s.vocab}, Role::matrix}};
   if (writes_rope_freqs(s)) plan.push_back({"rope_freqs.weight", {rotary_dims(s) / 2}, Role::rope_factors});
+  if (s.rope_scaling.type == RopeScalingType::longrope) {  // Phi-3's, as convert_hf_to_gguf writes them
+    plan.push_back({"rope_factors_long.weight", {rotary_dims(s) / 2}, Role::rope_factors});
+    plan.push_back({"rope_factors_short.weight", {rotary_dims(s) / 2}, Role::rope_factors});
+  }
   for (std::uint32_t layer = 0; layer < s.layers; ++layer) {
     auto blk = [layer](std::string_view what) { return fmt::format("blk.{}.{}", layer, what); };
     plan.push_back({blk("attn_norm.weight"), {s.hidden}, Role::norm});
@@ -203,7 +229,7 @@ void set_model_metadata(GgufWriter& w, const ModelShape& s, FileType file_type, 
   }
   w.set(a + ".rope.dimension_count", rotary_dims(s));
   w.set(a + ".rope.freq_base", s.rope_base);
-  if (!writes_rope_freqs(s)) write_rope_scaling(w, a, s.rope_scaling);
+  if (!writes_rope_freqs(s)) write_rope_scaling(w, a, written_scaling(s));
   w.set(a + ".attention.layer_norm_rms_epsilon", s.rms_epsilon);
   if (s.arch == "gemma2") {
     w.set(a + ".attn_logit_softcapping", s.attn_softcap);
@@ -262,6 +288,11 @@ std::optional<ModelShape> model_preset(std::string_view name) {
   if (name == "phi3-mini") {  // Phi-3-mini-4k-instruct
     return ModelShape{"phi3", 32, 3072, 32, 32, 96, 8192, 32064, 4096, 10000.0f, 1e-5f, false};
   }
+  if (name == "phi3-mini-128k") {  // Phi-3-mini-128k-instruct: LongRoPE past 4096
+    ModelShape s{"phi3", 32, 3072, 32, 32, 96, 8192, 32064, 131072, 10000.0f, 1e-5f, false};
+    s.rope_scaling = {.type = RopeScalingType::longrope, .original_context = 4096};
+    return s;
+  }
   if (name == "gemma2-2b") {
     ModelShape s{"gemma2", 26, 2304, 8, 4, 256, 9216, 256000, 8192, 10000.0f, 1e-6f, true};
     s.sliding_window = 4096;
@@ -290,7 +321,8 @@ std::optional<ModelShape> model_preset(std::string_view name) {
 }
 
 std::vector<std::string_view> model_preset_names() {
-  return {"tiny", "llama3-1b", "llama3-8b", "phi3-mini", "gemma2-2b", "gemma3-4b", "qwen3moe-30b-a3b", "mixtral-8x7b"};
+  return {"tiny",      "llama3-1b", "llama3-8b",        "phi3-mini",   "phi3-mini-128k",
+          "gemma2-2b", "gemma3-4b", "qwen3moe-30b-a3b", "mixtral-8x7b"};
 }
 
 namespace {
@@ -338,12 +370,15 @@ std::optional<std::string> shape_problem(const ModelShape& s) {
   if (!(r.factor > 0) || !(r.attn_factor > 0) || !(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor)) {
     return std::string("rope scaling factors must be positive, the high frequency factor above the low one");
   }
-  const std::size_t specials = s.arch == "phi3" ? 9 : 5;  // phi3's own four too
-  if (s.vocab < 256 + specials || s.vocab > (1u << 24)) {
-    return fmt::format("vocab must be between {} and {} (the 256 byte tokens and {} specials at least), not {}",
-                       256 + specials, 1u << 24, specials, s.vocab);
+  const std::size_t least = min_vocabulary_size(s.vocabulary, s.arch == "phi3" ? 4 : 0);  // phi3's own four too
+  if (s.vocab < least || s.vocab > (1u << 24)) {
+    return fmt::format("vocab must be between {} and {} for a {} vocabulary, not {}", least, 1u << 24,
+                       vocabulary_kind_name(s.vocabulary), s.vocab);
   }
   if (!(s.rope_base > 0) || !(s.rms_epsilon > 0)) return std::string("rope base and norm epsilon must be positive");
+  if (r.type == RopeScalingType::longrope && s.arch != "phi3") {
+    return "longrope scaling is Phi-3's: its factor tensors load in llama.cpp for phi3 only, not " + s.arch;
+  }
   return std::nullopt;
 }
 
@@ -357,11 +392,11 @@ SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture&
   SyntheticModel model;
   set_model_metadata(model.writer, shape, mixture.file_type(), seed, name);
   // llama.cpp marks Phi-3's own special tokens in a model named like it (general.name with "phi3"
-  // or "phi-3") and cannot load one that lacks them.
+  // or "phi-3") and cannot load one that lacks them (Phi-3's SentencePiece vocabulary has them).
   constexpr std::string_view kPhi3Specials[] = {"<unk>", "<s>", "</s>", "<|endoftext|>"};
-  write_vocabulary(model.writer, make_byte_bpe_vocabulary(shape.vocab, shape.arch == "phi3"
-                                                                          ? std::span<const std::string_view>(kPhi3Specials)
-                                                                          : std::span<const std::string_view>()));
+  write_vocabulary(model.writer, make_vocabulary(shape.vocabulary, shape.vocab,
+                                                 shape.arch == "phi3" ? std::span<const std::string_view>(kPhi3Specials)
+                                                                      : std::span<const std::string_view>()));
 
   std::vector<PlannedTensor> plan = plan_tensors(shape);
   choose_matrix_types(plan, mixture, model);
@@ -372,8 +407,7 @@ SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture&
       std::uint64_t blocks = elements(t.dims) / gpu::block_elements(t.type);
       model.writer.add_tensor(t.name, to_tensor_type(t.type), t.dims, pool_data(pools.at(t.type), blocks));
     } else if (t.role == Role::rope_factors) {
-      model.writer.add_tensor(t.name, TensorType::f32, t.dims,
-                              f32_bytes(llama3_rope_factors(shape.rope_scaling, shape.rope_base, rotary_dims(shape))));
+      model.writer.add_tensor(t.name, TensorType::f32, t.dims, f32_bytes(rope_factor_values(shape, t.name)));
     } else {
       float mean = t.role == Role::norm ? 1.0f : 0.0f;
       auto values = normals(elements(t.dims), mean, t.role == Role::router ? kRouterStd : kWeightStd,

@@ -21,6 +21,7 @@
 #include "model/gguf/gguf_writer.hpp"
 #include "model/gguf/quant_mixture.hpp"
 #include "model/gguf/rope_scaling.hpp"
+#include "model/gguf/synthetic_vocabulary.hpp"
 
 namespace mqlm::model::gguf {
 
@@ -41,7 +42,10 @@ struct ModelShape {
   float rms_epsilon = 1e-5f;
   bool tied_embeddings = false;  // no output.weight: the output projection is token_embd's
   std::uint32_t rotary_dims = 0;  // rope.dimension_count: the first of each head's dimensions turn; 0: all
-  RopeScaling rope_scaling = {};  // the rope.scaling.* keys (none: no keys)
+  // the rope.scaling.* keys (none: no keys); longrope (phi3): rope_factors_long.weight and
+  // rope_factors_short.weight, made up (longrope_factors), and attn_factor derived from the context's
+  // stretch past original_context unless given
+  RopeScaling rope_scaling = {};
   // llama3 scaling as convert_hf_to_gguf writes it (and llama.cpp reads it): the factors in the
   // rope_freqs.weight tensor and no keys; false: the keys, and no tensor.
   bool rope_freqs_tensor = true;
@@ -55,10 +59,12 @@ struct ModelShape {
   // expert_ffn rows (0: ffn, which Mixtral's always are) in ffn_{gate,up,down}_exps, a router
   // ffn_gate_inp in F32 (as convert_hf_to_gguf writes it), experts_used of them a token. 0: dense.
   std::uint32_t experts = 0, experts_used = 0, expert_ffn = 0;
+  VocabularyKind vocabulary = VocabularyKind::llama_bpe;  // the tokenizer (synthetic_vocabulary.hpp)
 };
 
 // "tiny", "llama3-1b" (Llama 3.2 1B's shape), "llama3-8b", "phi3-mini" (Phi-3-mini-4k's),
-// "gemma2-2b", "gemma3-4b", "qwen3moe-30b-a3b" (Qwen3-30B-A3B's), "mixtral-8x7b".
+// "phi3-mini-128k" (its LongRoPE sibling's), "gemma2-2b", "gemma3-4b", "qwen3moe-30b-a3b"
+// (Qwen3-30B-A3B's), "mixtral-8x7b".
 std::optional<ModelShape> model_preset(std::string_view name);
 std::vector<std::string_view> model_preset_names();
 // Why a shape cannot be made (zero sizes, heads not a multiple of KV heads, odd head dim, a

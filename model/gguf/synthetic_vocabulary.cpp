@@ -1,6 +1,7 @@
 #include "model/gguf/synthetic_vocabulary.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <map>
 #include <stdexcept>
@@ -8,9 +9,13 @@
 #include <unordered_set>
 #include <vector>
 
+#include <fmt/format.h>
+
 namespace mqlm::model::gguf {
 
 namespace {
+
+constexpr std::string_view kSentencePieceSpace = "\xE2\x96\x81";  // U+2581 "▁"
 
 // The text the merges are learnt from: plain English with numbers, punctuation and line breaks,
 // so that common words, spaces before words and a few digit groups become tokens.
@@ -90,20 +95,17 @@ std::vector<std::string> pre_split(std::string_view text) {
   return chunks;
 }
 
+// Words to learn merges from: each a sequence of symbols (ids into `names`), with its count.
+struct TrainingWords {
+  std::vector<std::string> names;  // symbol id -> its text
+  std::vector<std::pair<std::vector<int>, int>> words;
+};
+
 // Classic BPE training: merge the most frequent adjacent pair (ties: the pair of earliest
 // symbols), again and again, until `limit` merges or no pair is left. Symbols are ids into
 // `names` so that counting is cheap.
-std::vector<std::pair<std::string, std::string>> learn_merges(std::size_t limit) {
-  std::map<std::string, int> chunk_counts;
-  for (auto& chunk : pre_split(kTrainingText)) ++chunk_counts[chunk];
-  std::vector<std::string> names;
-  for (int b = 0; b < 256; ++b) names.push_back(byte_to_unicode(static_cast<std::uint8_t>(b)));
-  std::vector<std::pair<std::vector<int>, int>> words;
-  for (const auto& [chunk, count] : chunk_counts) {
-    std::vector<int> symbols;
-    for (char c : chunk) symbols.push_back(static_cast<std::uint8_t>(c));
-    words.emplace_back(std::move(symbols), count);
-  }
+std::vector<std::pair<std::string, std::string>> learn_merges(TrainingWords training, std::size_t limit) {
+  auto& [names, words] = training;
   std::vector<std::pair<std::string, std::string>> merges;
   while (merges.size() < limit) {
     std::map<std::pair<int, int>, int> pairs;
@@ -130,16 +132,94 @@ std::vector<std::pair<std::string, std::string>> learn_merges(std::size_t limit)
   return merges;
 }
 
-// "Ġbako", "Ġtelimu", ...: pronounceable and distinct for each n, so sampled text reads as words.
-std::string filler_word(std::size_t n) {
+// Byte-level BPE: the text's chunks as bytes, each byte its GPT-2 character (symbol id = byte).
+TrainingWords byte_training_words() {
+  std::map<std::string, int> chunk_counts;
+  for (auto& chunk : pre_split(kTrainingText)) ++chunk_counts[chunk];
+  TrainingWords training;
+  for (int b = 0; b < 256; ++b) training.names.push_back(byte_to_unicode(static_cast<std::uint8_t>(b)));
+  for (const auto& [chunk, count] : chunk_counts) {
+    std::vector<int> symbols;
+    for (char c : chunk) symbols.push_back(static_cast<std::uint8_t>(c));
+    training.words.emplace_back(std::move(symbols), count);
+  }
+  return training;
+}
+
+// SentencePiece: each line's words with "▁" in front, each UTF-8 character a symbol; line breaks
+// are words of their own.
+TrainingWords sentencepiece_training_words() {
+  std::map<std::string, int> word_counts;
+  std::size_t start = 0;
+  for (std::size_t at = 0; at <= kTrainingText.size(); ++at) {
+    if (at < kTrainingText.size() && kTrainingText[at] != ' ' && kTrainingText[at] != '\n') continue;
+    if (at > start) ++word_counts[std::string(kSentencePieceSpace) + std::string(kTrainingText.substr(start, at - start))];
+    if (at < kTrainingText.size() && kTrainingText[at] == '\n') ++word_counts["\n"];
+    start = at + 1;
+  }
+  TrainingWords training;
+  std::map<std::string, int> ids;
+  for (const auto& [word, count] : word_counts) {
+    std::vector<int> symbols;
+    for (std::size_t at = 0; at < word.size();) {
+      std::size_t length = 1;
+      while (at + length < word.size() && (static_cast<unsigned char>(word[at + length]) & 0xC0) == 0x80) ++length;
+      auto [id, added] = ids.try_emplace(word.substr(at, length), static_cast<int>(training.names.size()));
+      if (added) training.names.push_back(word.substr(at, length));
+      symbols.push_back(id->second);
+      at += length;
+    }
+    training.words.emplace_back(std::move(symbols), count);
+  }
+  return training;
+}
+
+// "Ġbako", "Ġtelimu", ... ("▁bako" in SentencePiece): pronounceable and distinct for each n, so
+// sampled text reads as words.
+std::string filler_word(std::size_t n, std::string_view space) {
   constexpr std::string_view consonants = "bdfgklmnprstvz", vowels = "aeiou";
   constexpr std::size_t syllables = consonants.size() * vowels.size();
-  std::string word = byte_to_unicode(' ');
+  std::string word(space);
   for (std::size_t v = n + syllables; v > 0; v /= syllables) {
     word += consonants[v % syllables / vowels.size()];
     word += vowels[v % vowels.size()];
   }
   return word;
+}
+
+constexpr std::string_view kGemmaChatTemplate =
+    "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == 'assistant' else "
+    "message['role'] %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
+constexpr std::string_view kPhi3ChatTemplate =
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>' + '\n' + message['content'] + '<|end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}";
+
+struct SentencePieceLayout {
+  std::vector<std::pair<std::string_view, TokenType>> head, tail;  // before the byte tokens; at the end
+};
+
+// Gemma's: <pad> <eos> <bos> <unk> and the turn markers first, then added tokens its converter
+// marks user-defined (whitespace runs, HTML tags), which are matched in any text. Phi-3's: Llama
+// 2's <unk> <s> </s> first and its chat markers at the end.
+SentencePieceLayout sentencepiece_layout(VocabularyKind kind) {
+  using enum TokenType;
+  if (kind == VocabularyKind::gemma) {
+    return {{{"<pad>", control}, {"<eos>", control}, {"<bos>", control}, {"<unk>", unknown},
+             {"<start_of_turn>", control}, {"<end_of_turn>", control}, {"\n\n", user_defined},
+             {"\n\n\n", user_defined}, {"  ", user_defined}, {"   ", user_defined}, {"    ", user_defined},
+             {"\t\t", user_defined}, {"<table>", user_defined}, {"<tr>", user_defined}, {"<td>", user_defined},
+             {"</td>", user_defined}},
+            {}};
+  }
+  return {{{"<unk>", unknown}, {"<s>", control}, {"</s>", control}},
+          {{"<|endoftext|>", control}, {"<|assistant|>", control}, {"<|placeholder1|>", control},
+           {"<|system|>", control}, {"<|end|>", control}, {"<|user|>", control}}};
+}
+
+std::int32_t id_of(const Vocabulary& v, std::string_view text) {
+  return static_cast<std::int32_t>(std::find(v.tokens.begin(), v.tokens.end(), text) - v.tokens.begin());
 }
 
 constexpr std::string_view kLlama3ChatTemplate =
@@ -169,12 +249,13 @@ Vocabulary make_byte_bpe_vocabulary(std::size_t size, std::span<const std::strin
   std::sort(bytes.begin(), bytes.end());
   for (auto [code_point, byte] : bytes) v.tokens.push_back(utf8(code_point));
   std::unordered_set<std::string> known(v.tokens.begin(), v.tokens.end());
-  for (auto& [left, right] : learn_merges(regular - 256)) {
+  for (auto& [left, right] : learn_merges(byte_training_words(), regular - 256)) {
     v.merges.push_back(left + " " + right);
     if (known.insert(left + right).second) v.tokens.push_back(left + right);
   }
+  const std::string space = byte_to_unicode(' ');
   for (std::size_t n = 0; v.tokens.size() < regular; ++n) {
-    if (known.insert(filler_word(n)).second) v.tokens.push_back(filler_word(n));
+    if (known.insert(filler_word(n, space)).second) v.tokens.push_back(filler_word(n, space));
   }
   v.types.assign(v.tokens.size(), TokenType::normal);
   for (auto special : specials) {
@@ -186,6 +267,97 @@ Vocabulary make_byte_bpe_vocabulary(std::size_t size, std::span<const std::strin
   v.eot = static_cast<std::int32_t>(regular + 4);
   v.add_bos = true;
   v.chat_template = std::string(kLlama3ChatTemplate);
+  return v;
+}
+
+namespace {
+
+constexpr std::array kKindNames = {std::pair{VocabularyKind::llama_bpe, "llama-bpe"}, std::pair{VocabularyKind::qwen2, "qwen2"},
+                                   std::pair{VocabularyKind::gpt2, "gpt2"}, std::pair{VocabularyKind::tekken, "tekken"},
+                                   std::pair{VocabularyKind::smollm, "smollm"}, std::pair{VocabularyKind::gemma, "gemma"},
+                                   std::pair{VocabularyKind::phi3, "phi3"}};
+
+bool is_sentencepiece(VocabularyKind kind) { return kind == VocabularyKind::gemma || kind == VocabularyKind::phi3; }
+
+std::size_t sentencepiece_minimum(VocabularyKind kind) {
+  const SentencePieceLayout layout = sentencepiece_layout(kind);
+  return layout.head.size() + 256 + sentencepiece_training_words().names.size() + layout.tail.size();
+}
+
+// The layout's tokens around the 256 byte tokens <0xNN>, the training text's characters and the
+// pieces learnt from it (scored by the order they were learnt in, the first highest), and filler
+// words up to `size`.
+Vocabulary make_sentencepiece_vocabulary(VocabularyKind kind, std::size_t size) {
+  const SentencePieceLayout layout = sentencepiece_layout(kind);
+  if (size < sentencepiece_minimum(kind)) {
+    throw std::invalid_argument(fmt::format("a {} vocabulary needs at least {} tokens", vocabulary_kind_name(kind),
+                                            sentencepiece_minimum(kind)));
+  }
+  Vocabulary v;
+  v.model = TokenizerModel::spm;
+  auto add = [&v](std::string text, TokenType type, float score) {
+    v.tokens.push_back(std::move(text));
+    v.types.push_back(type);
+    v.scores.push_back(score);
+  };
+  for (auto [text, type] : layout.head) add(std::string(text), type, 0.0f);
+  for (int b = 0; b < 256; ++b) add(fmt::format("<0x{:02X}>", b), TokenType::byte, 0.0f);
+  const std::size_t regular = size - layout.tail.size();
+  TrainingWords training = sentencepiece_training_words();
+  std::unordered_set<std::string> known(training.names.begin(), training.names.end());
+  for (const auto& name : training.names) add(name, TokenType::normal, -1.0e6f);
+  const std::size_t merge_limit = regular - v.tokens.size();
+  float score = 0.0f;
+  for (auto& [left, right] : learn_merges(std::move(training), merge_limit)) {
+    if (v.tokens.size() < regular && known.insert(left + right).second) add(left + right, TokenType::normal, score--);
+  }
+  for (std::size_t n = 0; v.tokens.size() < regular; ++n) {
+    std::string word = filler_word(n, kSentencePieceSpace);
+    if (known.insert(word).second) add(std::move(word), TokenType::normal, score--);
+  }
+  for (auto [text, type] : layout.tail) add(std::string(text), type, 0.0f);
+  v.add_bos = true;
+  if (kind == VocabularyKind::gemma) {
+    v.pad = 0, v.eos = 1, v.bos = 2, v.unk = 3, v.eot = id_of(v, "<end_of_turn>");
+    v.add_space_prefix = false;
+    v.chat_template = std::string(kGemmaChatTemplate);
+  } else {
+    v.unk = 0, v.bos = 1, v.eos = id_of(v, "<|endoftext|>"), v.eot = id_of(v, "<|end|>");
+    v.chat_template = std::string(kPhi3ChatTemplate);
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string_view vocabulary_kind_name(VocabularyKind kind) {
+  for (auto [k, name] : kKindNames) {
+    if (k == kind) return name;
+  }
+  return "?";
+}
+
+std::optional<VocabularyKind> parse_vocabulary_kind(std::string_view name) {
+  for (auto [kind, n] : kKindNames) {
+    if (n == name) return kind;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string_view> vocabulary_kind_names() {
+  std::vector<std::string_view> names;
+  for (auto [kind, name] : kKindNames) names.emplace_back(name);
+  return names;
+}
+
+std::size_t min_vocabulary_size(VocabularyKind kind, std::size_t extra_specials) {
+  return is_sentencepiece(kind) ? sentencepiece_minimum(kind) : kMinSyntheticVocabulary + extra_specials;
+}
+
+Vocabulary make_vocabulary(VocabularyKind kind, std::size_t size, std::span<const std::string_view> extra_specials) {
+  if (is_sentencepiece(kind)) return make_sentencepiece_vocabulary(kind, size);
+  Vocabulary v = make_byte_bpe_vocabulary(size, extra_specials);
+  v.pre = kind == VocabularyKind::gpt2 ? "gpt-2" : vocabulary_kind_name(kind);  // llama.cpp knows "gpt-2" only
   return v;
 }
 

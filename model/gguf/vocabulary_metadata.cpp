@@ -1,5 +1,8 @@
 #include "model/gguf/vocabulary_metadata.hpp"
 
+#include <algorithm>
+#include <cctype>
+
 #include <fmt/format.h>
 
 namespace mqlm::model::gguf {
@@ -91,8 +94,16 @@ std::optional<GgufError> read_special_ids(const GgufFile& file, Vocabulary& voca
   return std::nullopt;
 }
 
+// Without add_bos_token, llama.cpp adds BOS for SentencePiece and for these pre-tokenizers of
+// byte-level BPE (Llama 3's family and Mistral's tekken).
+bool adds_bos_by_default(const Vocabulary& vocabulary) {
+  constexpr std::string_view kBosPre[] = {"llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral", "tekken"};
+  return vocabulary.model == TokenizerModel::spm ||
+         std::find(std::begin(kBosPre), std::end(kBosPre), vocabulary.pre) != std::end(kBosPre);
+}
+
 std::optional<GgufError> read_flags(const GgufFile& file, Vocabulary& vocabulary) {
-  vocabulary.add_bos = vocabulary.model == TokenizerModel::spm;
+  vocabulary.add_bos = adds_bos_by_default(vocabulary);
   vocabulary.add_eos = false;
   for (auto [key, field] : {std::pair{kAddBos, &Vocabulary::add_bos}, std::pair{kAddEos, &Vocabulary::add_eos},
                             std::pair{kAddSpacePrefix, &Vocabulary::add_space_prefix}}) {
@@ -102,6 +113,22 @@ std::optional<GgufError> read_flags(const GgufFile& file, Vocabulary& vocabulary
     vocabulary.*field = *flag;
   }
   return std::nullopt;
+}
+
+// llama.cpp's rule (llama-vocab.cpp): in a model whose general.name says Phi-3, every special
+// token and </s> swallow the whitespace after them, but <unk>, <s> and <|endoftext|>.
+void mark_phi3_rstrip(const GgufFile& file, Vocabulary& vocabulary) {
+  std::string name(file.get_string("general.name").value_or(""));
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (name.find("phi3") == std::string::npos && name.find("phi-3") == std::string::npos) return;
+  for (std::size_t id = 0; id < vocabulary.tokens.size(); ++id) {
+    const std::string& text = vocabulary.tokens[id];
+    const TokenType type = vocabulary.types.empty() ? TokenType::normal : vocabulary.types[id];
+    const bool special = type == TokenType::control || type == TokenType::user_defined || type == TokenType::unknown;
+    if ((special || text == "</s>") && text != "<unk>" && text != "<s>" && text != "<|endoftext|>") {
+      vocabulary.rstrip.push_back(static_cast<std::int32_t>(id));
+    }
+  }
 }
 
 }  // namespace
@@ -138,6 +165,7 @@ GgufResult<Vocabulary> read_vocabulary(const GgufFile& file) {
     if (!chat_template) return file.key_error(kChatTemplate, "a string");
     vocabulary.chat_template = *chat_template;
   }
+  mark_phi3_rstrip(file, vocabulary);
   return vocabulary;
 }
 

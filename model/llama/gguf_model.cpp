@@ -20,11 +20,12 @@ std::optional<std::string> uncomputed_tensor(const gguf::GgufFile& file) {
   return std::nullopt;
 }
 
-// The factors of rope_freqs.weight: F32, one per pair of rotary dimensions.
-std::variant<std::vector<float>, std::string> rope_freqs_tensor(const gguf::GgufFile& file, const gguf::TensorInfo& t,
-                                                                std::uint32_t rotary_dims) {
+// The factors of a rope factor tensor (rope_freqs.weight, LongRoPE's): F32, one per pair of rotary
+// dimensions.
+std::variant<std::vector<float>, std::string> rope_factor_tensor(const gguf::GgufFile& file, const gguf::TensorInfo& t,
+                                                                 std::uint32_t rotary_dims) {
   if (t.type != gguf::TensorType::f32 || t.elements() != rotary_dims / 2) {
-    return "rope_freqs.weight must be F32 with " + std::to_string(rotary_dims / 2) + " elements (one per pair of the " +
+    return t.name + " must be F32 with " + std::to_string(rotary_dims / 2) + " elements (one per pair of the " +
            std::to_string(rotary_dims) + " rotary dimensions)";
   }
   std::vector<float> factors(rotary_dims / 2);
@@ -32,11 +33,32 @@ std::variant<std::vector<float>, std::string> rope_freqs_tensor(const gguf::Gguf
   return factors;
 }
 
+// The rope factor tensor the model runs with, if any: rope_freqs.weight, else Phi-3's LongRoPE
+// factors as llama.cpp picks them (llama_model::get_rope_factors): the long ones where the context
+// is past the original one (rope.scaling.original_context_length), the short ones where not. The
+// context is the file's context_length, the most a sequence may hold here (llama.cpp's is the
+// one it is given, context_length by default). A LongRoPE file without rope.scaling.attn_factor
+// gets the factor convert_hf_to_gguf would have written (llama.cpp reads the key alone: every
+// converted file has it).
+const gguf::TensorInfo* rope_factors_in_use(const gguf::GgufFile& file, const std::string& a, const gguf::RopeScaling& s,
+                                            LlamaConfig& c) {
+  if (const gguf::TensorInfo* freqs = file.tensor("rope_freqs.weight")) return freqs;
+  const gguf::TensorInfo* long_factors = file.tensor("rope_factors_long.weight");
+  const gguf::TensorInfo* short_factors = file.tensor("rope_factors_short.weight");
+  if (long_factors == nullptr && short_factors == nullptr) return nullptr;
+  const std::uint32_t original = s.original_context != 0 ? s.original_context : c.n_ctx_train;
+  const bool past_original = c.n_ctx_train > original;
+  if (file.find(a + ".rope.scaling.attn_factor") == nullptr) {
+    c.yarn_attn_factor = gguf::longrope_attn_factor(static_cast<float>(c.n_ctx_train) / static_cast<float>(original), original);
+  }
+  return past_original ? long_factors : short_factors;
+}
+
 // The file's RoPE scaling as llama.cpp applies it to the llama family (llama-context.cpp): linear
 // and YaRN divide positions by the factor; YaRN's attention factor is llama.cpp's (1 for factors
 // past 1: the kernel's magnitude 1 + 0.1 ln(factor) is the whole of it), times
-// rope.scaling.attn_factor for any type; rope_freqs.weight, else llama3's keys, give each pair's
-// frequency divisor.
+// rope.scaling.attn_factor for any type; rope_freqs.weight, else Phi-3's LongRoPE factors, else
+// llama3's keys, give each pair's frequency divisor.
 std::string read_rope(const gguf::GgufFile& file, const std::string& a, LlamaConfig& c) {
   c.rope_base = static_cast<float>(file.get_float(a + ".rope.freq_base").value_or(10000.0));
   const std::uint64_t dims = file.get_uint(a + ".rope.dimension_count").value_or(c.head_dim);
@@ -46,7 +68,7 @@ std::string read_rope(const gguf::GgufFile& file, const std::string& a, LlamaCon
   if (auto* why = std::get_if<std::string>(&read)) return *why;
   const auto& s = std::get<gguf::RopeScaling>(read);
   using Type = gguf::RopeScalingType;
-  if (s.type == Type::linear || s.type == Type::yarn) c.rope_scale = s.factor;
+  if (s.type == Type::linear || s.type == Type::yarn || s.type == Type::longrope) c.rope_scale = s.factor;
   c.yarn_attn_factor = s.attn_factor;
   if (s.type == Type::yarn) {
     c.yarn_ext_factor = s.yarn_ext_factor;
@@ -58,8 +80,8 @@ std::string read_rope(const gguf::GgufFile& file, const std::string& a, LlamaCon
       c.yarn_attn_factor *= mscale / (1.0f + 0.1f * std::log(s.factor));
     }
   }
-  if (const gguf::TensorInfo* freqs = file.tensor("rope_freqs.weight")) {
-    auto factors = rope_freqs_tensor(file, *freqs, c.rotary_dims());
+  if (const gguf::TensorInfo* freqs = rope_factors_in_use(file, a, s, c)) {
+    auto factors = rope_factor_tensor(file, *freqs, c.rotary_dims());
     if (auto* why = std::get_if<std::string>(&factors)) return *why;
     c.rope_freq_factors = std::get<std::vector<float>>(std::move(factors));
   } else if (s.type == Type::llama3) {
@@ -144,11 +166,6 @@ std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& f
     if (std::string why = read_gemma(file, a, c); !why.empty()) return why;
   }
   if (std::string why = read_experts(file, a, c); !why.empty()) return why;
-  // Phi-3's long-context files: llama.cpp takes one set of factors or the other by the context it
-  // is given, which a model here does not know.
-  for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
-    if (file.tensor(longrope) != nullptr) return std::string("LongRoPE (") + longrope + ") is not supported";
-  }
   const gguf::TensorInfo* embd = file.tensor("token_embd.weight");
   if (embd == nullptr) return std::string("the model has no tensor token_embd.weight");
   c.n_vocab = static_cast<std::uint32_t>(embd->rows());

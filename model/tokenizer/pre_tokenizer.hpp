@@ -1,6 +1,7 @@
 // The regex that cuts text into words before byte-level BPE merges them, chosen by the
 // vocabulary's `tokenizer.ggml.pre` name. The regexes are those of the models' tokenizer.json
-// files, run by PCRE2 with Unicode properties (\p{L}, \p{N}, \s under PCRE2_UCP).
+// files as llama.cpp runs them (a list for some: each cuts the words of the one before), run by
+// PCRE2 with Unicode properties (\p{L}, \p{N}, \s under PCRE2_UCP).
 //
 // The words cover the text exactly: bytes no alternative matches (only invalid UTF-8 can be
 // such) become words of their own, so no byte is ever lost.
@@ -37,10 +38,12 @@ class PreTokenizer {
   bool ignore_merges() const { return ignore_merges_; }
 
  private:
-  PreTokenizer(std::shared_ptr<const pcre2_real_code_8> code, bool ignore_merges)
-      : code_(std::move(code)), ignore_merges_(ignore_merges) {}
+  PreTokenizer(std::vector<std::shared_ptr<const pcre2_real_code_8>> codes, bool ignore_merges)
+      : codes_(std::move(codes)), ignore_merges_(ignore_merges) {}
+  static void split_by(const pcre2_real_code_8& code, std::string_view text, std::vector<std::string_view>& words);
 
-  std::shared_ptr<const pcre2_real_code_8> code_;  // read-only once compiled: shared by copies
+  // One or more (read-only once compiled: shared by copies); each cuts the words of the one before.
+  std::vector<std::shared_ptr<const pcre2_real_code_8>> codes_;
   bool ignore_merges_ = false;
 };
 

@@ -1,6 +1,7 @@
 #include "model/tokenizer/tokenizer.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <stdexcept>
 
 #include "model/tokenizer/utf8.hpp"
@@ -48,6 +49,11 @@ std::optional<std::string> Tokenizer::load_tokens(const Vocabulary& v) {
   }
   if (v.add_bos && v.bos < 0) return "add_bos is set but no BOS token is named";
   if (v.add_eos && v.eos < 0) return "add_eos is set but no EOS token is named";
+  rstrip_.assign(n, false);
+  for (TokenId id : v.rstrip) {
+    if (id < 0 || id >= static_cast<TokenId>(n)) return "rstrip token " + std::to_string(id) + " is outside the vocabulary";
+    rstrip_[static_cast<std::size_t>(id)] = true;
+  }
 
   texts_ = v.tokens;
   types_ = v.types;
@@ -90,21 +96,26 @@ bool Tokenizer::is_special(TokenId id) const {
 
 void Tokenizer::load_specials() {
   for (std::size_t id = 0; id < texts_.size(); ++id) {
-    if (is_special(static_cast<TokenId>(id)) && !texts_[id].empty()) {
-      specials_by_first_byte_[static_cast<unsigned char>(texts_[id][0])].push_back(
-          static_cast<TokenId>(id));
-    }
+    if (!is_special(static_cast<TokenId>(id)) || texts_[id].empty()) continue;
+    const auto first = static_cast<unsigned char>(texts_[id][0]);
+    specials_by_first_byte_[first].push_back(static_cast<TokenId>(id));
+    if (types_[id] == TokenType::user_defined) added_by_first_byte_[first].push_back(static_cast<TokenId>(id));
   }
-  for (auto& list : specials_by_first_byte_) {
-    std::stable_sort(list.begin(), list.end(), [&](TokenId a, TokenId b) {
-      return texts_[static_cast<std::size_t>(a)].size() > texts_[static_cast<std::size_t>(b)].size();
-    });
+  for (auto* lists : {&specials_by_first_byte_, &added_by_first_byte_}) {
+    for (auto& list : *lists) {
+      std::stable_sort(list.begin(), list.end(), [&](TokenId a, TokenId b) {
+        return texts_[static_cast<std::size_t>(a)].size() > texts_[static_cast<std::size_t>(b)].size();
+      });
+    }
   }
 }
 
-// The longest special token `text` starts with: (its length, its id).
-std::optional<std::pair<std::size_t, TokenId>> Tokenizer::special_at(std::string_view text) const {
-  for (TokenId id : specials_by_first_byte_[static_cast<unsigned char>(text[0])]) {
+// The longest special token `text` starts with: (its length, its id). User-defined tokens are
+// matched in any text (as Hugging Face's added tokens and llama.cpp's are), control and unknown
+// ones only where special tokens are parsed.
+std::optional<std::pair<std::size_t, TokenId>> Tokenizer::special_at(std::string_view text, bool parse_special) const {
+  const auto& candidates = parse_special ? specials_by_first_byte_ : added_by_first_byte_;
+  for (TokenId id : candidates[static_cast<unsigned char>(text[0])]) {
     const std::string& special = texts_[static_cast<std::size_t>(id)];
     if (text.starts_with(special)) return std::pair{special.size(), id};
   }
@@ -117,19 +128,20 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
   if (options.add_special && add_bos_) out.push_back(bos_);
   bool after_special = true;  // the start counts as following a special token
   std::size_t fragment_start = 0;
-  if (options.parse_special) {
-    for (std::size_t at = 0; at < text.size();) {
-      const auto special = special_at(text.substr(at));
-      if (!special) {
-        ++at;
-        continue;
-      }
-      encode_text(text.substr(fragment_start, at - fragment_start), after_special, out);
-      out.push_back(special->second);
-      after_special = true;
-      at += special->first;
-      fragment_start = at;
+  for (std::size_t at = 0; at < text.size();) {
+    const auto special = special_at(text.substr(at), options.parse_special);
+    if (!special) {
+      ++at;
+      continue;
     }
+    encode_text(text.substr(fragment_start, at - fragment_start), after_special, out);
+    out.push_back(special->second);
+    after_special = true;
+    at += special->first;
+    if (rstrip_[static_cast<std::size_t>(special->second)]) {
+      while (at < text.size() && std::isspace(static_cast<unsigned char>(text[at])) != 0) ++at;
+    }
+    fragment_start = at;
   }
   encode_text(text.substr(fragment_start), after_special, out);
   if (options.add_special && add_eos_) out.push_back(eos_);

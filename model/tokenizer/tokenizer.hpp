@@ -4,8 +4,10 @@
 // Vocabulary::pre).
 //
 // Special tokens are the vocabulary's control, user_defined (added) and unknown tokens. They are
-// never produced by merges; with EncodeOptions::parse_special they are cut out of the text
-// first, longest match at the leftmost position; without it their text is plain text.
+// never produced by merges. User-defined tokens are cut out of any text first, longest match at the
+// leftmost position (as llama.cpp and Hugging Face do); control and unknown ones too with
+// EncodeOptions::parse_special, and without it their text is plain text. A token marked rstrip
+// (Vocabulary::rstrip) swallows the whitespace after it.
 //
 // SentencePiece's leading space (llama.cpp's rule): every stretch of text that starts the input
 // or follows a special token gets one space in front before encoding ("Hi" -> "▁Hi"). Decoding
@@ -92,7 +94,7 @@ class Tokenizer {
   void encode_text(std::string_view text, bool& after_special, std::vector<TokenId>& out) const;
   void encode_spm(std::string_view text, bool after_special, std::vector<TokenId>& out) const;
   void encode_bpe_word(std::string_view word, std::vector<TokenId>& out) const;
-  std::optional<std::pair<std::size_t, TokenId>> special_at(std::string_view text) const;
+  std::optional<std::pair<std::size_t, TokenId>> special_at(std::string_view text, bool parse_special) const;
 
   bool is_special(TokenId id) const;
   bool strips_leading_space(const DecodeOptions& options) const {
@@ -109,6 +111,8 @@ class Tokenizer {
   std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> text_ids_;
   std::array<TokenId, 256> byte_ids_{};  // byte -> its token (<0xNN> / GPT-2 byte char), -1: none
   std::array<std::vector<TokenId>, 256> specials_by_first_byte_;  // longest first
+  std::array<std::vector<TokenId>, 256> added_by_first_byte_;     // the user-defined ones of those
+  std::vector<bool> rstrip_;  // id -> it swallows the whitespace after it (Vocabulary::rstrip)
   TokenId bos_ = -1, eos_ = -1, eot_ = -1, unk_ = -1;
   bool add_bos_ = false, add_eos_ = false;
   bool add_space_prefix_ = true;  // SentencePiece's leading space (Vocabulary::add_space_prefix)

@@ -1,11 +1,14 @@
 // What the tests that use llama.cpp as the oracle share (link mqlm_llamacpp): starting it once per
-// process, and llama-quantize's work into a file.
+// process, a scratch folder for the files, and llama-quantize's work into a file.
 #pragma once
 
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+
+#include <unistd.h>
 
 #include <ggml-backend.h>
 #include <llama.h>
@@ -26,6 +29,26 @@ inline void start_llamacpp() {
   }();
   (void)started;
 }
+
+// A folder of this process's own under the temporary directory (`name` and the process id), removed
+// with everything in it: where a test writes the files both engines load.
+class ScratchFolder {
+ public:
+  explicit ScratchFolder(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchFolder() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // llama_model_quantize(in, out) to file type `ftype` (every matrix in its main type where `pure`);
 // throws std::runtime_error where llama.cpp fails.

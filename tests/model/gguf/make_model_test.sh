@@ -45,7 +45,15 @@ expect_refusal() {  # expected words, then the arguments
   [ $? -eq 2 ] || fail "make-model $* did not exit 2"
   grep -q "$words" "$dir/err" || fail "make-model $*: no '$words' in: $(cat "$dir/err")"
 }
+"$mqlm" make-model --preset tiny --arch gemma2 --tokenizer gemma -o "$dir/g.gguf" > /dev/null || fail "gemma tokenizer"
+grep -q "<start_of_turn>" "$dir/g.gguf" || fail "no Gemma vocabulary in the gemma2 file"
+"$mqlm" make-model --preset phi3-mini --layers 1 --hidden 384 --heads 4 --kv-heads 4 --ffn 256 --vocab 1024 \
+  --context 4096 --rope-scaling longrope --rope-original-context 512 -o "$dir/p.gguf" > "$dir/out" || fail "longrope"
+grep -q "rope longrope (rope_factors_long/short.weight) from 512" "$dir/out" || fail "longrope summary: $(cat "$dir/out")"
+grep -q "rope_factors_long.weight" "$dir/p.gguf" || fail "no rope_factors_long.weight"
+expect_refusal "longrope scaling is Phi-3's" --rope-scaling longrope -o "$dir/x.gguf"
 expect_refusal "no preset named 'huge'" --preset huge -o "$dir/x.gguf"
+expect_refusal "no tokenizer named 'bert' (there are llama-bpe, qwen2, gpt2, tekken, smollm, gemma, phi3)" --tokenizer bert -o "$dir/x.gguf"
 expect_refusal "unknown type 'q7_k' (llama-quantize's file types: f32, .*q4_k_m, q4_k," --type q7_k -o "$dir/x.gguf"
 expect_refusal "4 heads do not share 3 KV heads evenly" --kv-heads 3 -o "$dir/x.gguf"
 expect_refusal "only qwen3moe and llama (Mixtral) have experts, not qwen2" --arch qwen2 --experts 8 -o "$dir/x.gguf"

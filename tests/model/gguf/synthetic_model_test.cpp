@@ -189,6 +189,31 @@ TEST(SyntheticModel, ShapeProblems) {
   shape.layers = 0;
   EXPECT_NE(shape_problem(shape)->find("layers must be between 1"), std::string::npos);
   EXPECT_EQ(model_preset("huge"), std::nullopt);
+  for (std::string_view name : model_preset_names()) EXPECT_EQ(shape_problem(*model_preset(name)), std::nullopt) << name;
+  shape = *model_preset("tiny");
+  shape.rope_scaling.type = RopeScalingType::longrope;
+  EXPECT_NE(shape_problem(shape)->find("longrope scaling is Phi-3's"), std::string::npos);
+}
+
+// Phi-3's LongRoPE as convert_hf_to_gguf writes it: both factor tensors, the original context and
+// the attention factor its stretch gives (sqrt(1 + ln 32 / ln 4096) for phi3-mini-128k), no type.
+TEST(SyntheticModel, Phi3LongRope) {
+  ModelShape shape = *model_preset("phi3-mini-128k");
+  EXPECT_EQ(shape.context, 131072u);
+  EXPECT_EQ(shape.rope_scaling.type, RopeScalingType::longrope);
+  shape = *model_preset("tiny");
+  shape.arch = "phi3";
+  shape.context = 131072;
+  shape.rope_scaling = {.type = RopeScalingType::longrope, .original_context = 4096};
+  GgufFile file = load(make_synthetic_model(shape, gpu::WeightType::f16, 3, "phi3"));
+  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    const TensorInfo* t = file.tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->elements(), 32u);
+  }
+  EXPECT_EQ(file.get_uint("phi3.rope.scaling.original_context_length"), 4096u);
+  EXPECT_NEAR(*file.get_float("phi3.rope.scaling.attn_factor"), std::sqrt(1 + std::log(32.0) / std::log(4096.0)), 1e-6);
+  EXPECT_EQ(file.find("phi3.rope.scaling.type"), nullptr);
 }
 
 }  // namespace

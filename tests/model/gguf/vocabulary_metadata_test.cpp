@@ -2,7 +2,9 @@
 // is an error naming the key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "model/gguf/synthetic_vocabulary.hpp"
 #include "model/gguf/vocabulary_metadata.hpp"
@@ -180,6 +182,81 @@ TEST(SyntheticVocabulary, ByteTokensMergesAndSpecials) {
   EXPECT_TRUE(tokens.contains("Ġthe"));
   EXPECT_TRUE(tokens.contains("Ġlighthouse"));
   EXPECT_THROW(make_byte_bpe_vocabulary(260), std::invalid_argument);
+}
+
+TEST(SyntheticVocabulary, EveryKind) {
+  for (std::string_view name : vocabulary_kind_names()) {
+    SCOPED_TRACE(std::string(name));
+    const auto kind = parse_vocabulary_kind(name);
+    ASSERT_TRUE(kind.has_value());
+    EXPECT_EQ(vocabulary_kind_name(*kind), name);
+    const Vocabulary v = make_vocabulary(*kind, 1024);
+    ASSERT_EQ(v.tokens.size(), 1024u);
+    EXPECT_EQ(std::set<std::string>(v.tokens.begin(), v.tokens.end()).size(), 1024u) << "token texts repeat";
+    EXPECT_THROW(make_vocabulary(*kind, min_vocabulary_size(*kind) - 1), std::invalid_argument);
+    EXPECT_NO_THROW(make_vocabulary(*kind, min_vocabulary_size(*kind)));
+    if (v.model == TokenizerModel::bpe) {
+      EXPECT_EQ(v.tokens, make_byte_bpe_vocabulary(1024).tokens);
+      continue;
+    }
+    ASSERT_EQ(v.scores.size(), 1024u);
+    std::set<std::string> byte_tokens;
+    for (std::size_t id = 0; id < v.tokens.size(); ++id) {
+      if (v.types[id] == TokenType::byte) byte_tokens.insert(v.tokens[id]);
+    }
+    EXPECT_EQ(byte_tokens.size(), 256u);
+    EXPECT_TRUE(byte_tokens.contains("<0x0A>"));
+    const auto the = std::find(v.tokens.begin(), v.tokens.end(), "\u2581the");
+    ASSERT_NE(the, v.tokens.end()) << "a piece learnt from the text";
+    const float score = v.scores[static_cast<std::size_t>(the - v.tokens.begin())];
+    EXPECT_TRUE(score < 0 && score > -50) << "among the first pieces learnt: " << score;
+  }
+  EXPECT_EQ(make_vocabulary(VocabularyKind::gpt2, 1024).pre, "gpt-2");  // llama.cpp's name for it
+  EXPECT_EQ(make_vocabulary(VocabularyKind::qwen2, 1024).pre, "qwen2");
+  const Vocabulary gemma = make_vocabulary(VocabularyKind::gemma, 1024);
+  EXPECT_FALSE(gemma.add_space_prefix);
+  EXPECT_EQ(gemma.tokens[static_cast<std::size_t>(gemma.bos)], "<bos>");
+  EXPECT_EQ(gemma.tokens[static_cast<std::size_t>(gemma.eot)], "<end_of_turn>");
+  EXPECT_EQ(gemma.types[8], TokenType::user_defined);  // "  ", matched in any text
+  const Vocabulary phi3 = make_vocabulary(VocabularyKind::phi3, 1024);
+  EXPECT_TRUE(phi3.add_space_prefix);
+  EXPECT_EQ(std::tie(phi3.tokens[0], phi3.tokens[1], phi3.tokens[2]), std::tie("<unk>", "<s>", "</s>"));
+  EXPECT_EQ(phi3.tokens[static_cast<std::size_t>(phi3.eos)], "<|endoftext|>");
+  EXPECT_EQ(phi3.tokens[static_cast<std::size_t>(phi3.eot)], "<|end|>");
+  EXPECT_FALSE(parse_vocabulary_kind("tekkenx").has_value());
+}
+
+// Without add_bos_token, llama.cpp adds BOS for Llama 3's and tekken's byte-level BPE, not for the others.
+TEST(VocabularyMetadata, ByteBpeAddsBosByDefaultWhereLlamaCppDoes) {
+  for (auto [pre, bos] : {std::pair{"llama-bpe", true}, {"tekken", true}, {"pixtral", true}, {"qwen2", false},
+                          {"gpt-2", false}, {"smollm", false}}) {
+    GgufWriter writer;
+    writer.set("tokenizer.ggml.model", std::string("gpt2"));
+    writer.set("tokenizer.ggml.pre", std::string(pre));
+    writer.set("tokenizer.ggml.tokens", MetadataArray{std::vector<std::string>{"a", "b", "ab"}});
+    writer.set("tokenizer.ggml.merges", MetadataArray{std::vector<std::string>{"a b"}});
+    auto back = read_back(writer);
+    ASSERT_TRUE(std::holds_alternative<Vocabulary>(back));
+    EXPECT_EQ(std::get<Vocabulary>(back).add_bos, bos) << pre;
+  }
+}
+
+// llama.cpp gives a model named Phi-3 rstrip on its special tokens (and </s>), but <unk>, <s> and
+// <|endoftext|>: "<|user|>\n" is one token there, and read_vocabulary says the same.
+TEST(VocabularyMetadata, Phi3NamedModelsSpecialTokensSwallowWhitespaceAfter) {
+  const Vocabulary phi3 = make_vocabulary(VocabularyKind::phi3, 1024);
+  GgufWriter writer;
+  write_vocabulary(writer, phi3);
+  auto plain = read_back(writer);
+  ASSERT_TRUE(std::holds_alternative<Vocabulary>(plain));
+  EXPECT_TRUE(std::get<Vocabulary>(plain).rstrip.empty());
+  writer.set("general.name", std::string("Phi-3 Mini"));
+  auto named = read_back(writer);
+  ASSERT_TRUE(std::holds_alternative<Vocabulary>(named));
+  std::set<std::string> stripping;
+  for (std::int32_t id : std::get<Vocabulary>(named).rstrip) stripping.insert(phi3.tokens[static_cast<std::size_t>(id)]);
+  EXPECT_EQ(stripping, (std::set<std::string>{"</s>", "<|assistant|>", "<|placeholder1|>", "<|system|>", "<|end|>",
+                                              "<|user|>"}));
 }
 
 }  // namespace

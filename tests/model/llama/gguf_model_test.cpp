@@ -145,22 +145,6 @@ TEST(GgufModelConfig, ExpertsKeys) {
   EXPECT_NE(std::get<std::string>(refused).find("expert_used_count"), std::string::npos) << std::get<std::string>(refused);
 }
 
-// Phi-3's long-context files are refused, not run with the wrong frequencies.
-TEST(GgufModelConfig, LongRopeIsRefused) {
-  gguf::ModelShape shape = *gguf::model_preset("tiny");
-  shape.arch = "phi3";
-  auto model = gguf::make_synthetic_model(shape, gpu::WeightType::f32, 5, "t");
-  std::vector<float> factors(shape.head_dim / 2, 1.0f);
-  model.writer.add_tensor("rope_factors_long.weight", gguf::TensorType::f32, {factors.size()},
-                          std::vector<std::byte>(reinterpret_cast<const std::byte*>(factors.data()),
-                                                 reinterpret_cast<const std::byte*>(factors.data() + factors.size())));
-  auto parsed = gguf::GgufFile::parse(model.writer.to_bytes());
-  ASSERT_TRUE(std::holds_alternative<gguf::GgufFile>(parsed));
-  auto config = read_llama_config(std::get<gguf::GgufFile>(parsed));
-  ASSERT_TRUE(std::holds_alternative<std::string>(config));
-  EXPECT_NE(std::get<std::string>(config).find("LongRoPE (rope_factors_long.weight) is not supported"), std::string::npos);
-}
-
 TEST(GgufModelConfig, UnsupportedArchitectureIsNamed) {
   gguf::GgufWriter writer;
   writer.set("general.architecture", std::string("mamba"));
@@ -270,6 +254,30 @@ TEST(GgufRopeScaling, ReadsBackWhatMakeModelWrites) {
   EXPECT_EQ(expect_config(shape).rotary_dims(), 32u);
 }
 
+// Phi-3's LongRoPE as llama.cpp applies it: the long factors where the context is past the original
+// one, the short ones where not, and cos and sin scaled by rope.scaling.attn_factor (which make-model,
+// as convert_hf_to_gguf, derives from the stretch: sqrt(1 + ln 8 / ln 512) for 4096 from 512).
+TEST(GgufRopeScaling, LongRopeFactorsByTheContext) {
+  gguf::ModelShape shape = *gguf::model_preset("tiny");
+  shape.arch = "phi3";
+  shape.context = 4096;
+  shape.rope_scaling = {.type = gguf::RopeScalingType::longrope, .original_context = 512};
+  const LlamaConfig stretched = expect_config(shape);
+  EXPECT_EQ(stretched.rope_freq_factors, gguf::longrope_factors(8.0f, 64, true));
+  EXPECT_NEAR(stretched.yarn_attn_factor, std::sqrt(1.0f + std::log(8.0f) / std::log(512.0f)), 1e-6f);
+  EXPECT_EQ(stretched.rope_scale, 1.0f);
+  EXPECT_EQ(stretched.yarn_ext_factor, 0.0f);
+  EXPECT_NE(gguf::longrope_factors(8.0f, 64, true), gguf::longrope_factors(8.0f, 64, false));
+
+  shape.rope_scaling.original_context = 4096;  // not past it: the short factors, unscaled
+  const LlamaConfig unstretched = expect_config(shape);
+  EXPECT_EQ(unstretched.rope_freq_factors, gguf::longrope_factors(1.0f, 64, false));
+  EXPECT_EQ(unstretched.yarn_attn_factor, 1.0f);
+
+  shape.rope_scaling = {.type = gguf::RopeScalingType::longrope, .original_context = 512, .attn_factor = 0.9f};
+  EXPECT_NEAR(expect_config(shape).yarn_attn_factor, 0.9f, 1e-6f);  // the file's own
+}
+
 // What mqlm cannot honour is refused with the reason, not run wrong: another scaling type, a
 // rope_freqs.weight of the wrong length, rotary dims past the head.
 TEST(GgufRopeScaling, RefusesWhatItCannotHonour) {
@@ -278,9 +286,16 @@ TEST(GgufRopeScaling, RefusesWhatItCannotHonour) {
     auto config = config_of(shape, extra);
     return std::holds_alternative<std::string>(config) ? std::get<std::string>(config) : std::string("loaded");
   };
-  EXPECT_NE(why([](gguf::GgufWriter& w) { w.set("llama.rope.scaling.type", std::string("longrope")); })
-                .find("rope scaling 'longrope' is not supported"),
+  EXPECT_NE(why([](gguf::GgufWriter& w) { w.set("llama.rope.scaling.type", std::string("su")); })
+                .find("rope scaling 'su' is not supported"),
             std::string::npos);
+  shape.arch = "phi3";
+  EXPECT_NE(why([](gguf::GgufWriter& w) {
+              w.add_tensor("rope_factors_long.weight", gguf::TensorType::f32, {16}, std::vector<std::byte>(64));
+              w.set("phi3.rope.scaling.original_context_length", std::uint32_t{512});
+            }).find("rope_factors_long.weight must be F32 with 32 elements"),
+            std::string::npos);
+  shape.arch = "llama";
   EXPECT_NE(why([](gguf::GgufWriter& w) {
               w.add_tensor("rope_freqs.weight", gguf::TensorType::f32, {16}, std::vector<std::byte>(64));
             }).find("rope_freqs.weight must be F32 with 32 elements"),

@@ -22,7 +22,10 @@
 // kUnquantizedBound (0.01; seen on lavapipe: 0.0002 to 0.0008), and so do its rope-scaled files
 // (linear, YaRN with and without rope.scaling.attn_factor, Llama 3.1's rope_freqs.weight) at
 // prompts of up to 100 tokens from an original context of 32 (0.0003 to 0.0008; Q8_0 0.005 to
-// 0.012 of 0.02). With the GPU's YaRN and factors left out they were 0.019 to 0.27 apart.
+// 0.012 of 0.02). With the GPU's YaRN and factors left out they were 0.019 to 0.27 apart. Phi-3's
+// LongRoPE files agree as well, with the long factors past the original context and the short ones
+// within it (0.0003 to 0.0007, Q8_0 0.008 to 0.012; F32 with the other set of factors 0.045 and
+// 0.017, without any 0.039).
 //
 // Each case prints a row of the table "file type, model, tensor types, max |delta logprob|".
 //
@@ -45,7 +48,6 @@
 #include <set>
 #include <span>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <fmt/format.h>
@@ -112,22 +114,9 @@ gguf::ModelShape model_shape(const ModelCase& model) {
 }
 
 // A folder of this process's own, removed with everything in it.
-class ScratchFolder {
+class ScratchFolder : public mqlm::testing::ScratchFolder {
  public:
-  ScratchFolder()
-      : path_(std::filesystem::temp_directory_path() / fmt::format("mqlm_llamacpp_logits_{}", ::getpid())) {
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchFolder() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchFolder(const ScratchFolder&) = delete;
-  ScratchFolder& operator=(const ScratchFolder&) = delete;
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
+  ScratchFolder() : mqlm::testing::ScratchFolder("mqlm_llamacpp_logits") {}
 };
 
 std::filesystem::path write_model(const ScratchFolder& folder, const gguf::ModelShape& shape, const std::string& name,
@@ -456,27 +445,34 @@ INSTANTIATE_TEST_SUITE_P(HeadSizes, HeadSizeFile,
                                               gpu::weight_type_name(std::get<1>(info.param)));
                          });
 
-// A rope-scaled model: its architecture (llama: the normal rotary layout, qwen2 and qwen3: NeoX's)
-// and its scaling, from an original context of 32 tokens.
+// A rope-scaled model: its architecture (llama: the normal rotary layout, qwen2, qwen3 and phi3:
+// NeoX's) and its scaling, from an original context of 32 tokens (of the file's 256). Phi-3's
+// LongRoPE as make-model writes it (rope_factors_long/short.weight, rope.scaling.attn_factor derived
+// from the stretch, no type key): past the original context both take the long factors
+// (llama.cpp's context of 128, padded to 256, is past 32 too); from an original context of 256,
+// which the file's is not past, both take the short ones.
 struct RopeScalingCase {
   const char* name;
   const char* arch;
   gguf::RopeScalingType type;
   float factor;
   float attn_factor = 1.0f;
+  std::uint32_t original_context = 32;
 };
 constexpr RopeScalingCase kRopeScalings[] = {
     {"linear_llama", "llama", gguf::RopeScalingType::linear, 4.0f},
     {"yarn_llama", "llama", gguf::RopeScalingType::yarn, 4.0f},
     {"yarn_qwen2", "qwen2", gguf::RopeScalingType::yarn, 8.0f},
     {"yarn_attn_factor_qwen3", "qwen3", gguf::RopeScalingType::yarn, 4.0f, 0.8f},
-    {"llama3_rope_freqs_llama", "llama", gguf::RopeScalingType::llama3, 8.0f}};
+    {"llama3_rope_freqs_llama", "llama", gguf::RopeScalingType::llama3, 8.0f},
+    {"longrope_long_phi3", "phi3", gguf::RopeScalingType::longrope, 1.0f},
+    {"longrope_short_phi3", "phi3", gguf::RopeScalingType::longrope, 1.0f, 1.0f, 256}};
 
 class RopeScalingFile : public ::testing::TestWithParam<std::tuple<RopeScalingCase, gpu::WeightType>> {};
 
 // RoPE scaling as make-model writes it (llama3 as the rope_freqs.weight tensor, which is how
-// llama.cpp reads it), at positions up to three times past the original context: prompts of 7, 48
-// and 100 tokens, mqlm computing all but the last in one step (the split kernel, keys in several
+// llama.cpp reads it), at positions up to three times past the original context of 32: prompts of
+// 7, 48 and 100 tokens, mqlm computing all but the last in one step (the split kernel, keys in several
 // splits) and the last as a decode step (the split path again, and for Q8_0 the int8 products that
 // turn q and k as they write them). F32 and F16 to kUnquantizedBound, Q8_0 to kLogprobBound.
 TEST_P(RopeScalingFile, NextTokenAgreesWithLlamaCppPastTheOriginalContext) {
@@ -487,7 +483,7 @@ TEST_P(RopeScalingFile, NextTokenAgreesWithLlamaCppPastTheOriginalContext) {
   shape.arch = scaling.arch;
   shape.context = 256;
   shape.rope_base = 10000.0f;
-  shape.rope_scaling = {.type = scaling.type, .factor = scaling.factor, .original_context = 32,
+  shape.rope_scaling = {.type = scaling.type, .factor = scaling.factor, .original_context = scaling.original_context,
                         .attn_factor = scaling.attn_factor};
   const auto path = write_model(folder, shape, scaling.name, type);
   const Comparison how{type == gpu::WeightType::q8_0 ? kLogprobBound : kUnquantizedBound, 128, true};

@@ -61,6 +61,15 @@ const SplitCase kCases[] = {
     {"gpt2", "e\u0301t\u00e9", {"e", "\u0301", "t\u00e9"}},
     {"llama-bpe", "e\u0301t\u00e9", {"e", "\u0301t\u00e9"}},
     {"llama-bpe", "<|eot_id|>", {"<|", "eot", "_id", "|>"}},
+    // tekken (Mistral Nemo): words cut where the case changes, a digit each, '/' kept with the punctuation before it;
+    // llama.cpp's form of its regex, which cuts a word of non-ASCII capitals after its first letter
+    {"tekken", "getHTTPResponseCode XMLParser", {"get", "HTTPResponse", "Code", " XMLParser"}},
+    {"tekken", "iPhone 2024 a/b", {"i", "Phone", " ", "2", "0", "2", "4", " a", "/b"}},
+    {"tekken", "ÉCOLE École ΑΘΗΝΑ", {"\u00c9", "COLE", " \u00c9cole", " \u0391\u0398\u0397\u039d\u0391"}},
+    {"tekken", "don't //x\n", {"don", "'t", " //", "x", "\n"}},
+    // SmolLM: every digit first, then GPT-2's regex on what is left (the space before digits alone)
+    {"smollm", "abc 123 don't", {"abc", " ", "1", "2", "3", " don", "'t"}},
+    {"smollm", "x1y", {"x", "1", "y"}},
     {"default", "", {}},
 };
 
@@ -75,6 +84,14 @@ TEST(PreTokenizer, AliasesShareTheirFamilysRegex) {
   EXPECT_EQ(split("deepseek-r1-qwen", "12"), (Words{"1", "2"}));
   EXPECT_EQ(split("default", "12345"), (Words{"12345"}));
   EXPECT_EQ(split("gpt-2", "12345"), (Words{"12345"}));
+  EXPECT_EQ(split("pixtral", "12345"), (Words{"123", "45"}));
+  EXPECT_EQ(split("megrez", "12"), (Words{"1", "2"}));
+}
+
+TEST(PreTokenizer, SplitAppendsToTheWordsGiven) {
+  std::vector<std::string_view> words{"before"};
+  std::get<PreTokenizer>(PreTokenizer::create("smollm")).split("a1", words);
+  EXPECT_EQ(Words(words.begin(), words.end()), (Words{"before", "a", "1"}));
 }
 
 TEST(PreTokenizer, InvalidUtf8BecomesWordsOfItsOwnAndNothingIsLost) {
@@ -94,6 +111,7 @@ TEST(PreTokenizer, UnknownNameIsAnErrorListingTheKnownOnes) {
 
 TEST(PreTokenizer, LlamaThreeTakesWholeWordsFromTheVocabulary) {
   EXPECT_TRUE(std::get<PreTokenizer>(PreTokenizer::create("llama-bpe")).ignore_merges());
+  EXPECT_TRUE(std::get<PreTokenizer>(PreTokenizer::create("tekken")).ignore_merges());
   EXPECT_FALSE(std::get<PreTokenizer>(PreTokenizer::create("qwen2")).ignore_merges());
   EXPECT_FALSE(std::get<PreTokenizer>(PreTokenizer::create("gpt2")).ignore_merges());
 }

@@ -54,16 +54,31 @@ TEST(BpeEncode, WhitespaceCjkAndEmojiFallToBytes) {
   EXPECT_EQ(t.encode("\xff the", kPlain), concat({byte_ids("\xff"), {BpeIds::space_the}}));
 }
 
-TEST(BpeEncode, SpecialTokensInTextOnlyWhenParsed) {
+TEST(BpeEncode, ControlTokensInTextOnlyWhenParsedAddedTokensAlways) {
   const Tokenizer t = make_tokenizer(byte_level_vocabulary("llama-bpe"));
   EXPECT_EQ(t.encode("the<|eot_id|> the", kParse), (Ids{BpeIds::the, BpeIds::eot, BpeIds::space_the}));
   EXPECT_EQ(t.encode("the<|eot_id|>", kPlain), concat({{BpeIds::the}, byte_ids("<|eot_id|>")}));
-  // added (user_defined) tokens follow the same option
+  // added (user_defined) tokens are cut out of any text, as llama.cpp and Hugging Face cut them
+  // (llama_tokenize gave Gemma's whitespace and HTML tokens where mqlm gave their bytes)
   EXPECT_EQ(t.encode("<tool>the", kParse), (Ids{BpeIds::tool, BpeIds::the}));
-  EXPECT_EQ(t.encode("<tool>", kPlain), byte_ids("<tool>"));
+  EXPECT_EQ(t.encode("<tool>the", kPlain), (Ids{BpeIds::tool, BpeIds::the}));
   // longest match at the leftmost position
   EXPECT_EQ(t.encode("<a><b><a>", kParse), (Ids{BpeIds::a_b, BpeIds::a}));
   EXPECT_EQ(t.encode("<|eot_id", kParse), byte_ids("<|eot_id"));
+}
+
+TEST(BpeEncode, AnRstripTokenSwallowsTheWhitespaceAfterIt) {
+  Vocabulary v = byte_level_vocabulary("llama-bpe");
+  v.rstrip = {BpeIds::eot, BpeIds::tool};
+  const Tokenizer t = make_tokenizer(v);
+  // Phi-3's "<|end|>\n<|assistant|>\n": llama.cpp drops the line breaks after its chat markers
+  EXPECT_EQ(t.encode("the<|eot_id|> \n\t the", kParse), (Ids{BpeIds::the, BpeIds::eot, BpeIds::the}));
+  EXPECT_EQ(t.encode("<tool>  the", kPlain), (Ids{BpeIds::tool, BpeIds::the}));
+  EXPECT_EQ(t.encode("the<|begin_of_text|> the", kParse), (Ids{BpeIds::the, BpeIds::begin_of_text, BpeIds::space_the}));
+  // not parsed, the token is text, and so is the space after it
+  EXPECT_EQ(t.encode("<|eot_id|> ", kPlain), byte_ids("<|eot_id|> "));
+  v.rstrip = {9999};
+  EXPECT_TRUE(std::holds_alternative<TokenizerError>(Tokenizer::create(v)));
 }
 
 TEST(BpeEncode, BosAndEosAsTheVocabularySays) {
