@@ -1169,11 +1169,13 @@ void copy_gather(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRang
 
 void moe_route(Recording& rec, KernelLibrary& lib, BufferRange logits, BufferRange experts, BufferRange weights,
                std::uint32_t rows, std::uint32_t n_expert, std::uint32_t used) {
-  if (used == 0 || used > n_expert) throw GpuError(fmt::format("moe_route: {} experts of {} a row", used, n_expert));
+  if (used == 0 || used > n_expert || used > 64 || n_expert > 1024) {
+    throw GpuError(fmt::format("moe_route: {} experts of {} a row (at most 64 of 1024)", used, n_expert));
+  }
   struct {
     std::uint32_t n_expert, used, rows;
   } push{n_expert, used, rows};
-  auto [gx, gy] = spread(ceil_div(rows, 64));
+  auto [gx, gy] = spread(rows);  // a workgroup a row
   rec.dispatch(kernel(lib, "moe_route", 3, sizeof push), {logits, experts, weights}, push, gx, gy);
 }
 
