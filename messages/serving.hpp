@@ -184,6 +184,17 @@ struct PoolStatsWire {
   MSGPACK_DEFINE(active_bytes, cached_bytes, peak_active_bytes, held_bytes, blocks, active_by_owner);
 };
 
+// The GPU's time since the executor's device was made (gpu::QueueTimeline): running submissions,
+// idle between submissions queued in time, idle waiting for the host to send the next (a gap over
+// 20 ms is no work, not counted).
+struct GpuTimeWire {
+  double busy_seconds = 0;
+  double queued_idle_seconds = 0;
+  double host_idle_seconds = 0;
+  std::uint64_t submissions = 0;
+  MSGPACK_DEFINE(busy_seconds, queued_idle_seconds, host_idle_seconds, submissions);
+};
+
 // Asks the scheduler for its tables and the executor's pool; trim: have the executor trim its
 // pool first (the figures are then after the trim).
 struct StatusQuery {
@@ -245,11 +256,12 @@ struct StatusReport {
   std::map<std::string, ModelOutcomes> outcomes;  // by model, for the models requests named
   // Tokens sampled and sent to a front end, whichever protocol asked.
   std::uint64_t generated_tokens = 0;
+  GpuTimeWire gpu_time;  // the executor's, as its last report gave it
   // New fields go last, so that recorded traces without them still read.
   MSGPACK_DEFINE(models, requests, waiting, running, steps, finished, preemptions, computed_tokens,
                  prefix_hit_tokens, kv_pages, kv_pages_in_use, kv_pages_cached, kv_references, executor_slots,
                  executor_ready, pool, restored_hot_tokens, restored_ssd_tokens, spilled_pages, outcomes,
-                 generated_tokens);
+                 generated_tokens, gpu_time);
 };
 
 // Tells a front end the server is stopping: from now on new requests get shutting_down; with
@@ -363,7 +375,8 @@ struct StepResult {
   PoolStatsWire pool;
   std::int64_t gpu_ns = 0;   // time the step took in the executor
   std::vector<std::uint64_t> pooled{};
-  MSGPACK_DEFINE(step, tokens, error, message, kv_lost, slots, has_pool, pool, gpu_ns, pooled);
+  GpuTimeWire gpu_time;      // the GPU's time so far (executor), with every result
+  MSGPACK_DEFINE(step, tokens, error, message, kv_lost, slots, has_pool, pool, gpu_ns, pooled, gpu_time);
 };
 
 struct ExecutorQuery {
@@ -407,7 +420,8 @@ struct ExecutorReport {
   // Greedy steps sent to the GPU before the step before them was answered, their tokens taken
   // there from its argmax (the executor's StepInFlight).
   std::uint64_t steps_chained = 0;
-  MSGPACK_DEFINE(models, slots, pool, device, memory, steps_chained);
+  GpuTimeWire gpu_time;
+  MSGPACK_DEFINE(models, slots, pool, device, memory, steps_chained, gpu_time);
 };
 
 }  // namespace mqlm::messages

@@ -234,6 +234,7 @@ class Executor final : public Actor {
   void answer_query(Context& ctx, const Message& message, const ExecutorQuery& query);
   void answer_step(Context& ctx, const Message& message, const StepPlan& plan);
   void log_gpu_timeline();
+  messages::GpuTimeWire gpu_time();
   Step& open_step(const messages::Envelope& to, const StepPlan& plan);
   LoadedModel* chain_model(const StepPlan& plan);
   LoadedModel* ahead_model(const StepPlan& plan);
@@ -585,9 +586,16 @@ void Executor::answer_query(Context& ctx, const Message& message, const Executor
     report.pool = to_wire(gpu_->pool.stats());
     report.device = gpu_->device.features().name;
     report.memory = to_wire(gpu_->device.memory_figures());
+    report.gpu_time = gpu_time();
   }
   report.memory.process_rss_bytes = resident_set_bytes();
   ctx.reply(message, std::move(report));
+}
+
+// The GPU's time so far, as reports and results carry it.
+messages::GpuTimeWire Executor::gpu_time() {
+  const gpu::QueueTimeline& t = gpu_->queue.timeline();
+  return {t.busy_ms / 1e3, t.queued_gap_ms / 1e3, t.starved_ms / 1e3, t.submissions};
 }
 
 // Where the GPU's time went while it served (gpu::QueueTimeline), said once at the end.
@@ -916,6 +924,7 @@ void Executor::send_result(Context& ctx, Step& step) {
     result.has_pool = true;
     result.pool = to_wire(gpu_->pool.stats());
   }
+  if (gpu_) result.gpu_time = gpu_time();
   result.gpu_ns = nanoseconds_since(step.started);
   Frames blobs = result.pooled.empty() ? Frames{} : std::move(step.pooled);
   ctx.send(step.to.from, std::move(result), SendOptions{step.to.correlation_id, step.to.request_id, std::move(blobs)});

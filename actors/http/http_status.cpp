@@ -203,6 +203,11 @@ json status_json(const StatusReport& r, const HttpFigures& f, const messages::Mo
             {"held_bytes", r.pool.held_bytes},
             {"blocks", r.pool.blocks},
             {"active_by_owner", std::move(owners)}}},
+          {"gpu_time",
+           {{"busy_seconds", r.gpu_time.busy_seconds},
+            {"queued_idle_seconds", r.gpu_time.queued_idle_seconds},
+            {"host_idle_seconds", r.gpu_time.host_idle_seconds},
+            {"submissions", r.gpu_time.submissions}}},
           {"scheduler",
            {{"steps", r.steps},
             {"finished", r.finished},
@@ -285,6 +290,13 @@ std::string prometheus_text(const StatusReport& r, const HttpFigures& f, const m
     e.sample("mqlm_pool_owner_active_bytes", bytes, labels("owner", owner));
   }
 
+  e.family("mqlm_gpu_busy_seconds_total", "counter", "GPU time running the executor's submissions.");
+  e.sample("mqlm_gpu_busy_seconds_total", r.gpu_time.busy_seconds);
+  e.family("mqlm_gpu_idle_seconds_total", "counter",
+           "GPU idle between submissions: queued (the next was sent in time) or host (the GPU waited for it).");
+  e.sample("mqlm_gpu_idle_seconds_total", r.gpu_time.queued_idle_seconds, labels("reason", "queued"));
+  e.sample("mqlm_gpu_idle_seconds_total", r.gpu_time.host_idle_seconds, labels("reason", "host"));
+  e.single("mqlm_gpu_submissions_total", "counter", "Command buffers submitted to the GPU.", r.gpu_time.submissions);
   e.single("mqlm_scheduler_steps_total", "counter", "Steps run by the executor.", r.steps);
   e.single("mqlm_scheduler_preemptions_total", "counter", "Sequences preempted for lack of KV pages.", r.preemptions);
   e.single("mqlm_scheduler_computed_tokens_total", "counter", "Prompt and recomputed tokens run through the model.",

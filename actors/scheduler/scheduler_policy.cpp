@@ -349,6 +349,7 @@ void SchedulerPolicy::apply_pending_aborts(Turn& ctx) {
 void SchedulerPolicy::on_executor_report(Turn& ctx, const ExecutorReport& report) {
   executor_slots_ = report.slots;
   pool_ = report.pool;
+  gpu_time_ = report.gpu_time;
   if (!executor_ready_) {
     // The models the executor loaded at its start; the rest load through the enforcer.
     for (const ModelInfo& info : report.models) {
@@ -530,6 +531,7 @@ void SchedulerPolicy::on_step_result(Turn& ctx, const StepResult& result, const 
   const StepPlan& plan = step.plan;
   executor_slots_ = result.slots;
   if (result.has_pool) pool_ = result.pool;
+  if (result.gpu_time.submissions > 0) gpu_time_ = result.gpu_time;  // none where no GPU ran it
   if (!plan.sequences.empty()) {
     ++steps_;
     log_step_times(ctx, step, result);
@@ -770,6 +772,7 @@ StatusReport SchedulerPolicy::status() const {
   s.executor_slots = executor_slots_;
   s.executor_ready = executor_ready_;
   s.pool = pool_;
+  s.gpu_time = gpu_time_;
   return s;
 }
 

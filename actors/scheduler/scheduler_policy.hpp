@@ -215,6 +215,7 @@ class SchedulerPolicy {
   };
   std::vector<StatusWaiter> status_waiters_;  // answered when the executor's trim report comes
   messages::PoolStatsWire pool_;
+  messages::GpuTimeWire gpu_time_;  // the executor's, from its last report
   std::uint32_t executor_slots_ = 0;
 
   std::uint64_t steps_ = 0, finished_ = 0, preemptions_ = 0, computed_tokens_ = 0, prefix_hit_tokens_ = 0;

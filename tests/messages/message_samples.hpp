@@ -98,7 +98,7 @@ inline CacheReport sample_cache_report() {
 }
 inline StatusReport sample(std::type_identity<StatusReport>) {
   return {{"tiny", "llama3-8b"}, 3, 1, 2, 1ULL << 40, 99, 4, 123456, 4096, 512, 17, 9, 33, 2, true, sample_pool(),
-          8000, 1600, 21, {{"tiny", {12, 3, 2, 340, 560}}}, 777};
+          8000, 1600, 21, {{"tiny", {12, 3, 2, 340, 560}}}, 777, {12.5, 0.25, 1.75, 4096}};
 }
 inline StepPlan sample(std::type_identity<StepPlan>) {
   return {7, "tiny", {{42, sample_sampling(), {1, 2, 3}, 1, {2, 128009}}}, {{42, 16, {5, 6}, {3, 9}, true}}, {41, 40}, true,
@@ -106,7 +106,7 @@ inline StepPlan sample(std::type_identity<StepPlan>) {
 }
 inline StepResult sample(std::type_identity<StepResult>) {
   return {7, {{42, 13, true, sample_logprobs()}}, static_cast<std::uint16_t>(RequestError::gpu), "out of memory",
-          true, 3, true, sample_pool(), 5'000'000, {43, 44}};
+          true, 3, true, sample_pool(), 5'000'000, {43, 44}, {12.5, 0.25, 1.75, 4096}};
 }
 inline ExecutorQuery sample(std::type_identity<ExecutorQuery>) { return {true}; }
 inline ExecutorReport sample(std::type_identity<ExecutorReport>) {
@@ -115,7 +115,8 @@ inline ExecutorReport sample(std::type_identity<ExecutorReport>) {
           sample_pool(),
           "NVIDIA H100 80GB HBM3",
           {85'520'809'984, 80'000'000'000, 1ULL << 34, true, 3ULL << 30},
-          1234};
+          1234,
+          {12.5, 0.25, 1.75, 4096}};
 }
 inline Drain sample(std::type_identity<Drain>) { return {true}; }
 inline Drained sample(std::type_identity<Drained>) { return {2000}; }

@@ -79,6 +79,7 @@ StatusReport report() {
   r.restored_hot_tokens = 48;
   r.restored_ssd_tokens = 32;
   r.spilled_pages = 7;
+  r.gpu_time = {12.5, 0.25, 1.75, 4096};
   return r;
 }
 
@@ -97,6 +98,9 @@ TEST(StatusJson, ShowsModelBytesRequestsPagesPoolAndUptime) {
   EXPECT_EQ(s["kv_pages"]["free"], 85);
   EXPECT_EQ(s["pool"]["held_bytes"], 4096);
   EXPECT_EQ(s["pool"]["active_by_owner"]["kv"], 300);
+  EXPECT_DOUBLE_EQ(s["gpu_time"]["busy_seconds"].get<double>(), 12.5);
+  EXPECT_DOUBLE_EQ(s["gpu_time"]["host_idle_seconds"].get<double>(), 1.75);
+  EXPECT_EQ(s["gpu_time"]["submissions"], 4096);
   EXPECT_DOUBLE_EQ(s["uptime_seconds"].get<double>(), 2.5);
   EXPECT_EQ(s["draining"], false);
   EXPECT_EQ(s["scheduler"]["prefix_hit_tokens"], 96);

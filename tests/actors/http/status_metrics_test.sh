@@ -119,6 +119,12 @@ for key in ("active_bytes", "cached_bytes", "peak_active_bytes", "held_bytes"):
     assert single(f"mqlm_pool_{key}", "gauge") == status["pool"][key], key
 owners = {s.labels["owner"]: s.value for s in family("mqlm_pool_owner_active_bytes", "gauge").samples}
 assert owners == status["pool"]["active_by_owner"], owners
+# The GPU's time (lavapipe writes timestamps too): busy, and idle by reason, never less than the
+# status read before.
+assert single("mqlm_gpu_busy_seconds", "counter", "_total") >= status["gpu_time"]["busy_seconds"] > 0
+idle = {s.labels["reason"]: s.value for s in samples(family("mqlm_gpu_idle_seconds", "counter"), "_total")}
+assert set(idle) == {"queued", "host"} and all(v >= 0 for v in idle.values()), idle
+assert single("mqlm_gpu_submissions", "counter", "_total") >= status["gpu_time"]["submissions"] > 0
 
 # Counters.
 finished = {s.labels["finish_reason"]: s.value for s in samples(family("mqlm_http_requests", "counter"), "_total")}
