@@ -1,6 +1,7 @@
 # Sourced by the shell tests that gather failures rather than stop at the first: fail DESCRIPTION
 # [FILES TO SHOW...] counts one and shows the files' last lines; end_checks MESSAGE prints MESSAGE
 # when none failed and exits 1 when any did.
+source "$(dirname "${BASH_SOURCE[0]}")/stop_process.sh"
 failures=0
 fail() {
   echo "FAIL: $1"
@@ -38,18 +39,11 @@ start_zmq_server() {
 
 # stop_zmq_server DIR: SIGTERM drains and stops the server started by start_zmq_server, exit 0, within 10 s.
 stop_zmq_server() {
-  local dir=$1 rc
-  kill -TERM "$server_pid"
-  for _ in $(seq 100); do
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$server_pid" 2>/dev/null; then
+  local dir=$1
+  if ! stop_process "$server_pid"; then
     fail "mqlm serve still runs 10 s after SIGTERM" "$dir/serve.log"
     return
   fi
-  wait "$server_pid"
-  rc=$?
   server_pid=""
-  [[ $rc -eq 0 ]] || fail "mqlm serve exited $rc after SIGTERM" "$dir/serve.log"
+  [[ $stopped_rc -eq 0 ]] || fail "mqlm serve exited $stopped_rc after SIGTERM" "$dir/serve.log"
 }

@@ -2,6 +2,7 @@
 # server, start_server_at) and stops it with SIGTERM; fail and call for curl checks. Needs $mqlm
 # and $dir; sets $http_url, $api_key, $server_pid, $failures, $auth and $json.
 
+source "$(dirname "${BASH_SOURCE[0]}")/../../stop_process.sh"
 api_key="test-key-$$"
 server_pid=""
 trap '[[ -n $server_pid ]] && kill -KILL "$server_pid" 2>/dev/null' EXIT
@@ -59,21 +60,14 @@ start_server_at() {
 
 # stop_server: SIGTERM drains and stops within 10 s with exit 0, or it returns 1.
 stop_server() {
-  kill -TERM "$server_pid"
-  for _ in $(seq 100); do
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$server_pid" 2>/dev/null; then
+  if ! stop_process "$server_pid"; then
     echo "mqlm serve still runs 10 s after SIGTERM"
     tail -n 40 "$dir/serve.log"
     return 1
   fi
-  wait "$server_pid"
-  local rc=$?
   server_pid=""
-  if [[ $rc -ne 0 ]]; then
-    echo "mqlm serve exited $rc after SIGTERM"
+  if [[ $stopped_rc -ne 0 ]]; then
+    echo "mqlm serve exited $stopped_rc after SIGTERM"
     tail -n 40 "$dir/serve.log"
     return 1
   fi
