@@ -475,7 +475,8 @@ Outcome experts_sum_outcome(Gpu& gpu, WeightType type, std::uint32_t used) {
 // (every weight type; one input row a token, or one a pair; int8 inputs where the type takes them)
 // and its weighted sum.
 void add_experts_cases(std::vector<OpCase>& cases) {
-  for (auto [rows, n_expert, used, levels] : {std::tuple{5u, 8u, 2u, 0}, {3u, 128u, 8u, 0}, {4u, 16u, 4u, 3}}) {
+  for (auto [rows, n_expert, used, levels] :
+       {std::tuple{5u, 8u, 2u, 0}, {3u, 128u, 8u, 0}, {4u, 16u, 4u, 3}, {2u, 200u, 8u, 4}}) {
     cases.push_back({fmt::format("moe_route_{}x{}_top{}{}", rows, n_expert, used, levels ? "_ties" : ""), 1e-12,
                      [=](Gpu& gpu) {
                        auto logits = levels ? tied_vec(rows * n_expert, 11, levels) : random_vec(rows * n_expert, 11, 3.0f);
