@@ -330,12 +330,12 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
 }
 
 // A mixture of experts' decode products at qwen3moe-30b-a3b's shapes (hidden 2048, 128 experts of
-// 768, 8 a token) for `tokens` tokens, as the model records them: gate and up from the normed x's
-// int8 blocks (two dispatches alongside), silu(gate) * up quantized, and down with the weighted sum
-// into x (or, for comparison, down alone). Every expert's matrix is one quantized matrix copied
-// (up to 128 copies, as the device's buffer range allows; the addresses apart, so a repetition finds
-// no other's weights in L2), and repetitions take 16 routings in turn: each token's 8 experts
-// consecutive, every expert read once in 16 repetitions.
+// 768, 8 a token) for `tokens` tokens, as the model records them: the routing of 128 logits, gate
+// and up from the normed x's int8 blocks (two dispatches alongside), silu(gate) * up quantized, and
+// down with the weighted sum into x (or, for comparison, down alone). Every expert's matrix is one
+// quantized matrix copied (up to 128 copies, as the device's buffer range allows; the addresses
+// apart, so a repetition finds no other's weights in L2), and repetitions take 16 routings in turn:
+// each token's 8 experts consecutive, every expert read once in 16 repetitions.
 void bench_experts(Bench& b, Table& table, std::uint32_t tokens, const std::vector<WeightType>& types) {
   constexpr std::uint32_t hidden = 2048, ffn = 768, used = 8, routings = 16;
   if (tokens > ops::matvec_max_columns) return;
@@ -356,6 +356,17 @@ void bench_experts(Bench& b, Table& table, std::uint32_t tokens, const std::vect
     ops::quantize_q8_silu(rec, b.kernels_, gate.range(), up.range(), glu_q8.range(), ffn, pairs);
   });
   table.add({"quantize_q8_silu", fmt::format("{} x{} pairs", ffn, pairs), tokens, "", us, 9.0 * pairs * ffn, 0, ""});
+  {
+    constexpr std::uint32_t n_expert = 128;
+    auto logits = b.random_f32(std::size_t{tokens} * n_expert, 25, 3.0f);
+    auto chosen = b.pool_.allocate(std::uint64_t{pairs} * 4, "bench");
+    auto chosen_w = b.pool_.allocate(chosen.size(), "bench");
+    us = b.time_us([&](Recording& rec) {
+      ops::moe_route(rec, b.kernels_, logits.range(), chosen.range(), chosen_w.range(), tokens, n_expert, used);
+    });
+    table.add({"moe_route", fmt::format("{} experts, top {}", n_expert, used), tokens, "", us, 4.0 * tokens * n_expert,
+               0, ""});
+  }
   for (WeightType type : types) {
     if (!ops::experts_int8(f, type)) continue;
     // Each matrix: one expert's quantized rows, copied.
@@ -380,7 +391,8 @@ void bench_experts(Bench& b, Table& table, std::uint32_t tokens, const std::vect
     }
     std::size_t turn = 0;
     auto next_ids = [&] { return ids[turn++ % routings].range(); };
-    const ops::ExpertProduct gate_up{ffn, hidden, tokens, used, false, true}, down{hidden, ffn, tokens, used, true, true};
+    const ops::ExpertProduct gate_up{ffn, hidden, tokens, used, false, true};
+    const ops::ExpertProduct down{hidden, ffn, tokens, used, true, true};
     const std::string name = fmt::format("experts {}", weight_type_name(type));
     us = b.time_us([&](Recording& rec) {
       const BufferRange chosen = next_ids();

@@ -452,7 +452,8 @@ Outcome experts_sum_outcome(Gpu& gpu, WeightType type, std::uint32_t used) {
                       pairs = rows * used;
   auto bytes = quantize(type, random_vec(std::size_t{experts} * m * k, 12), k);
   auto weights = dequantize(type, bytes, std::size_t{experts} * m, k);
-  auto acts = random_vec(std::size_t{pairs} * k, 13), slot_weights = random_vec(pairs, 14), x = random_vec(rows * m, 15);
+  auto acts = random_vec(std::size_t{pairs} * k, 13), slot_weights = random_vec(pairs, 14);
+  auto x = random_vec(rows * m, 15);
   std::vector<std::uint32_t> ids(pairs);
   for (std::uint32_t i = 0; i < pairs; ++i) ids[i] = (i * 7 + i / 5) % experts;
   auto bw = gpu.up(bytes), ba = gpu.up(acts), bi = gpu.up(ids), bs = gpu.up(slot_weights), bx = gpu.up(x);
