@@ -539,8 +539,8 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
   mark("experts sum");
 }
 
-// The router's logits of rmsnorm(x) and, where gate or up reads int8 activations (`q8`), those of
-// rmsnorm(x) alongside. A decode step whose gate and up both read int8 (`only_q8`: nothing else
+// The router's logits of rmsnorm(x) and, where gate or up reads int8 activations (`q8`), the int8
+// blocks of rmsnorm(x) alongside. A decode step whose gate and up both read int8 (`only_q8`: nothing else
 // reads the normed x) has the router's mat-vec normalise x as it loads it: one dispatch level for
 // the norm, the router and the int8 input, where it was three.
 void GpuModel::Step::record_router(const GpuLayer& L, bool q8, bool only_q8) {
