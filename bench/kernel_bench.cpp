@@ -329,6 +329,94 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
   }
 }
 
+// A mixture of experts' decode products at qwen3moe-30b-a3b's shapes (hidden 2048, 128 experts of
+// 768, 8 a token) for `tokens` tokens, as the model records them: the routing of 128 logits, gate
+// and up from the normed x's int8 blocks (two dispatches alongside), silu(gate) * up quantized, and
+// down with the weighted sum into x (or, for comparison, down alone). Every expert's matrix is one
+// quantized matrix copied (up to 128 copies, as the device's buffer range allows; the addresses
+// apart, so a repetition finds no other's weights in L2), and repetitions take 16 routings in turn:
+// each token's 8 experts consecutive, every expert read once in 16 repetitions.
+void bench_experts(Bench& b, Table& table, std::uint32_t tokens, const std::vector<WeightType>& types) {
+  constexpr std::uint32_t hidden = 2048, ffn = 768, used = 8, routings = 16;
+  if (tokens > ops::matvec_max_columns) return;
+  const std::uint32_t pairs = tokens * used;
+  const auto& f = b.device_.features();
+  auto x = b.random_f32(std::size_t{tokens} * hidden, 21), gate = b.random_f32(std::size_t{pairs} * ffn, 22),
+       up = b.random_f32(std::size_t{pairs} * ffn, 23), slot_weights = b.random_f32(pairs, 24);
+  auto out = b.pool_.allocate(std::uint64_t{pairs} * hidden * 4, "bench");
+  auto x_q8 = b.pool_.allocate(ops::q8_acts_bytes(hidden, tokens), "bench");
+  auto glu_q8 = b.pool_.allocate(ops::q8_acts_bytes(ffn, pairs), "bench");
+  {
+    auto rec = b.queue_.begin();
+    ops::quantize_q8(rec, b.kernels_, x.range(), x_q8.range(), hidden, tokens);
+    ops::quantize_q8_silu(rec, b.kernels_, gate.range(), up.range(), glu_q8.range(), ffn, pairs);
+    b.queue_.submit_and_wait(rec);
+  }
+  double us = b.time_us([&](Recording& rec) {
+    ops::quantize_q8_silu(rec, b.kernels_, gate.range(), up.range(), glu_q8.range(), ffn, pairs);
+  });
+  table.add({"quantize_q8_silu", fmt::format("{} x{} pairs", ffn, pairs), tokens, "", us, 9.0 * pairs * ffn, 0, ""});
+  {
+    constexpr std::uint32_t n_expert = 128;
+    auto logits = b.random_f32(std::size_t{tokens} * n_expert, 25, 3.0f);
+    auto chosen = b.pool_.allocate(std::uint64_t{pairs} * 4, "bench");
+    auto chosen_w = b.pool_.allocate(chosen.size(), "bench");
+    us = b.time_us([&](Recording& rec) {
+      ops::moe_route(rec, b.kernels_, logits.range(), chosen.range(), chosen_w.range(), tokens, n_expert, used);
+    });
+    table.add({"moe_route", fmt::format("{} experts, top {}", n_expert, used), tokens, "", us, 4.0 * tokens * n_expert,
+               0, ""});
+  }
+  for (WeightType type : types) {
+    if (!ops::experts_int8(f, type)) continue;
+    // Each matrix: one expert's quantized rows, copied.
+    std::uint32_t n_expert = 128;
+    auto experts_of = [&](std::uint32_t m, std::uint32_t k, double& bytes) {
+      const std::vector<std::byte> one = random_weights(type, m, k, m + k);
+      const auto copies = std::clamp<std::uint64_t>(f.max_storage_buffer_range / one.size(), 1, 128);
+      n_expert = std::min(n_expert, static_cast<std::uint32_t>(copies));
+      std::vector<std::byte> all;
+      for (std::uint64_t i = 0; i < copies; ++i) all.insert(all.end(), one.begin(), one.end());
+      bytes = double(one.size());
+      return upload_new(b.queue_, b.pool_, std::span<const std::byte>(all), "weights:bench");
+    };
+    double gate_bytes = 0, up_bytes = 0, down_bytes = 0;
+    const PoolBuffer w_gate = experts_of(ffn, hidden, gate_bytes), w_up = experts_of(ffn, hidden, up_bytes),
+                     w_down = experts_of(hidden, ffn, down_bytes);
+    std::vector<PoolBuffer> ids;
+    for (std::uint32_t r = 0; r < routings; ++r) {
+      std::vector<std::uint32_t> v(pairs);
+      for (std::uint32_t i = 0; i < pairs; ++i) v[i] = (r * used + i % used + 37 * (i / used)) % n_expert;
+      ids.push_back(upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(v), "bench"));
+    }
+    std::size_t turn = 0;
+    auto next_ids = [&] { return ids[turn++ % routings].range(); };
+    const ops::ExpertProduct gate_up{ffn, hidden, tokens, used, false, true};
+    const ops::ExpertProduct down{hidden, ffn, tokens, used, true, true};
+    const std::string name = fmt::format("experts {}", weight_type_name(type));
+    us = b.time_us([&](Recording& rec) {
+      const BufferRange chosen = next_ids();
+      ops::matvec_experts(rec, b.kernels_, type, w_gate.range(), x_q8.range(), chosen, gate.range(), gate_up);
+      rec.next_runs_alongside();
+      ops::matvec_experts(rec, b.kernels_, type, w_up.range(), x_q8.range(), chosen, up.range(), gate_up);
+    });
+    table.add({name + " gate+up", fmt::format("{}x{} x{} pairs", ffn, hidden, pairs), tokens, "vector int8", us,
+               double(pairs) * (gate_bytes + up_bytes), 4.0 * pairs * ffn * hidden, ""});
+    us = b.time_us([&](Recording& rec) {
+      ops::matvec_experts(rec, b.kernels_, type, w_down.range(), glu_q8.range(), next_ids(), out.range(), down);
+    });
+    table.add({name + " down", fmt::format("{}x{} x{} pairs", hidden, ffn, pairs), tokens, "vector int8", us,
+               double(pairs) * down_bytes, 2.0 * pairs * hidden * ffn, ""});
+    us = b.time_us([&](Recording& rec) {
+      ops::matvec_experts_sum(rec, b.kernels_, type, w_down.range(), glu_q8.range(), next_ids(), slot_weights.range(),
+                              x.range(), down);
+    });
+    table.add({name + " down+sum", fmt::format("{}x{} x{} pairs", hidden, ffn, pairs), tokens, "vector int8", us,
+               double(pairs) * down_bytes, 2.0 * pairs * hidden * ffn, ""});
+    b.pool_.trim();
+  }
+}
+
 void bench_elementwise(Bench& b, Table& table, const Model& m, std::uint32_t t) {
   std::uint32_t h = m.hidden, qdim = m.heads * m.head_dim;
   {
@@ -634,6 +722,7 @@ void run_kernel_bench(KernelBenchOptions& o) {
       continue;
     }
     if (!o.attention_only) bench_matmuls(b, table, model, t, types, o.staged_only, direct_shapes, choice);
+    if (!o.attention_only && !o.staged_only) bench_experts(b, table, t, types);
     if (o.matmul_only) continue;
     if (!o.attention_only) {
       bench_elementwise(b, table, model, t);

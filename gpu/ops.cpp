@@ -1209,9 +1209,46 @@ std::string experts_module(std::string_view shader, WeightType type, bool acts_q
 }
 }  // namespace
 
+bool experts_int8(const DeviceFeatures& features, WeightType type) {
+  return quantized(type) && features.integer_dot_product;
+}
+
+namespace {
+// mul_mat_vec_experts.comp's threads a row for `items` blocks of 32 (a row's blocks, for every slot
+// with the sum): about four items a thread, 4 to 32 of them (128 / lanes rows a workgroup). H200,
+// qwen3moe-30b-a3b: gate and up (K 2048) 16, down with the sum (8 x 24 blocks) 32.
+std::uint32_t experts_lanes(std::uint32_t items) {
+  std::uint32_t lanes = 4;
+  while (lanes < 32 && lanes * 4 < items) lanes *= 2;
+  return lanes;
+}
+
+void check_experts_int8(const DeviceFeatures& features, WeightType type) {
+  if (!experts_int8(features, type)) {
+    throw GpuError(fmt::format("no int8 expert product for {} weights on this device", weight_type_name(type)));
+  }
+}
+}  // namespace
+
+void matvec_experts_sum(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
+                        BufferRange experts, BufferRange expert_weights, BufferRange x, const ExpertProduct& s) {
+  check_experts(type, s);
+  check_experts_int8(lib.device().features(), type);
+  if (!s.acts_per_pair) throw GpuError("matvec_experts_sum: the down product reads each pair's own activations");
+  const std::uint32_t lanes = experts_lanes(s.used * (s.k / 32));
+  dispatch_experts(rec, kernel(lib, experts_module("mul_mat_vec_experts_sum", type, false), 5, 24, {lanes}),
+                   {weights, acts_q8, x, experts, expert_weights}, s, 128 / lanes, s.rows);
+}
+
 void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
                     BufferRange experts, BufferRange out, const ExpertProduct& s) {
   check_experts(type, s);
+  if (experts_int8(lib.device().features(), type)) {
+    const std::uint32_t lanes = experts_lanes(s.k / 32);
+    dispatch_experts(rec, kernel(lib, experts_module("mul_mat_vec_experts", type, false), 4, 24, {lanes}),
+                     {weights, acts, out, experts}, s, 128 / lanes, s.rows * s.used);
+    return;
+  }
   constexpr std::uint32_t kRows = 4;  // mul_mat_id.comp's ROWS
   dispatch_experts(rec, kernel(lib, experts_module("mul_mat_id", type, s.acts_q8), 4, 24), {weights, acts, experts, out},
                    s, kRows, s.rows * s.used);

@@ -417,6 +417,14 @@ struct ExpertProduct {
 bool experts_read_q8(WeightType type);
 void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
                     BufferRange experts, BufferRange out, const ExpertProduct& shape);
+// Whether matvec_experts reads weights of `type` as whole blocks with integer dot products (block-
+// quantized weights on a device with them), and whether matvec_experts_sum applies: the down
+// product and moe_combine in one dispatch, x(row, m) += sum over the row's slots of
+// weight(row, slot) * expert(row * used + slot)'s (m, k) matrix x acts(row * used + slot) (acts per
+// pair, int8), each row's slots added in a fixed order.
+bool experts_int8(const DeviceFeatures& features, WeightType type);
+void matvec_experts_sum(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
+                        BufferRange experts, BufferRange expert_weights, BufferRange x, const ExpertProduct& shape);
 // The same for wide steps: the pairs grouped by expert (moe_sort), each expert's weights read once
 // for every tile of up to experts_tile_pairs of its pairs. order and tiles as moe_sort wrote them.
 inline constexpr std::uint32_t experts_tile_pairs = 16;  // mul_mm_id.comp's TN

@@ -18,18 +18,20 @@ layout(binding = 1) writeonly buffer Experts { uint experts[]; };
 layout(binding = 2) writeonly buffer Weights { float weights[]; };
 
 const uint NONE = 0xFFFFFFFFu;
-shared float values[1024];
+shared float values[1024];  // each thread's experts e = tid + 64 i: only that thread reads them
 shared bool taken[1024];
-shared float best_value[64];
-shared uint best_index[64];
+shared float group_value[2][64];  // each subgroup's best of a pick, the picks taking the halves in turn
+shared uint group_index[2][64];
 shared float picked[64];  // exp(logit - top) of each pick, at most 64 a row (ops::moe_route)
 
 // Whether (v, i) ranks before (w, j): value descending, index ascending; NONE ranks last.
 bool before(float v, uint i, float w, uint j) { return i != NONE && (j == NONE || v > w || (v == w && i < j)); }
 
-// One workgroup a row: its logits in shared memory, each pick the workgroup's best of those not
-// taken yet (a tree of 64), so a row costs `used` short reductions rather than one thread's
-// `used` passes over every logit in global memory (qwen3moe decode: 27 us a layer).
+// One workgroup a row, each thread holding the logits of every 64th expert. A pick is each thread's
+// best of those not taken, each subgroup's best of those (a max of the values, then the least index
+// holding it), and every thread's best of the subgroups' after one barrier: a row costs `used`
+// barriers, where a tree of 64 in shared memory cost seven a pick. The thread holding the pick
+// marks it taken.
 void main() {
   const uint row = flat_group();
   if (row >= p.rows) return;  // the whole workgroup
@@ -38,7 +40,6 @@ void main() {
     values[e] = logits[base + e];
     taken[e] = false;
   }
-  barrier();
   float top = 0.0, sum = 0.0;
   for (uint j = 0; j < p.used; ++j) {
     float best = 0.0;
@@ -49,30 +50,33 @@ void main() {
         pick = e;
       }
     }
-    best_value[tid] = best;
-    best_index[tid] = pick;
-    barrier();
-    for (uint s = 32; s > 0; s >>= 1) {
-      if (tid < s && before(best_value[tid + s], best_index[tid + s], best_value[tid], best_index[tid])) {
-        best_value[tid] = best_value[tid + s];
-        best_index[tid] = best_index[tid + s];
-      }
-      barrier();
+    const float group_best = subgroupMax(pick != NONE ? best : uintBitsToFloat(0xFF800000u));  // -inf: none left
+    const uint group_pick = subgroupMin(pick != NONE && best == group_best ? pick : NONE);
+    if (subgroupElect()) {
+      group_value[j % 2][gl_SubgroupID] = group_best;
+      group_index[j % 2][gl_SubgroupID] = group_pick;
     }
-    best = best_value[0];
-    pick = best_index[0];
+    barrier();
+    best = 0.0;
+    pick = NONE;
+    for (uint g = 0; g < gl_NumSubgroups; ++g) {
+      if (before(group_value[j % 2][g], group_index[j % 2][g], best, pick)) {
+        best = group_value[j % 2][g];
+        pick = group_index[j % 2][g];
+      }
+    }
     if (j == 0) top = best;
     const float w = exp(best - top);
     sum += w;
-    barrier();  // every invocation has read the pick before it is marked and the tree reused
+    if (pick % 64 == tid) taken[pick] = true;
     if (tid == 0) {
-      taken[pick] = true;
       picked[j] = w;
       experts[row * p.used + j] = pick;
     }
-    barrier();
   }
-  for (uint j = tid; j < p.used; j += 64) weights[row * p.used + j] = picked[j] / sum;
+  if (tid == 0) {
+    for (uint j = 0; j < p.used; ++j) weights[row * p.used + j] = picked[j] / sum;
+  }
 }
 #elif defined(MOE_SORT)
 layout(push_constant) uniform Params { uint pairs; uint n_expert; uint tile; } p;

@@ -26,14 +26,16 @@
 //     (sub-block s: qs[16 s ..] as IQ4_NL's block; ls6 low 4 bits nibble s & 1 of scales_l[s / 2],
 //      high 2 bits crumb s of scales_h)
 // Define QW_BINDING and one of A_Q4_1, A_Q5_0, A_Q5_1, A_IQ4_NL, A_Q2_K, A_Q3_K, A_Q4_K, A_Q5_K,
-// A_Q6_K, A_IQ4_XS. IQ4_SHARED_LEVELS (block32's levels, for the int8 products) and IQ4_FLOAT_LEVELS
+// A_Q6_K, A_IQ4_XS; with BLOCK32_Q4_0_Q8_0 also A_Q4_0 (32 in 18: d, qs[16]@2, x = d * nibble - 8 d)
+// and A_Q8_0 (32 in 34: d, qs[32]@2, x = d * q), which the dense kernels read their own way. IQ4_SHARED_LEVELS (block32's levels, for the int8 products) and IQ4_FLOAT_LEVELS
 // (block32_f16's) look IQ4's levels up in shared memory: every invocation then calls
 // init_iq4_levels() or init_iq4_float_levels() first. No read reaches past the block it decodes: a
 // 4-byte word that would (2-byte aligned data at the end of a buffer, whose range robust access
 // checks whole) is read as halves.
 
 #if defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL) || defined(A_Q2_K) || \
-    defined(A_Q3_K) || defined(A_Q4_K) || defined(A_Q5_K) || defined(A_Q6_K) || defined(A_IQ4_XS)
+    defined(A_Q3_K) || defined(A_Q4_K) || defined(A_Q5_K) || defined(A_Q6_K) || defined(A_IQ4_XS) || \
+    (defined(BLOCK32_Q4_0_Q8_0) && (defined(A_Q4_0) || defined(A_Q8_0)))
 #define QUNIT 1
 #extension GL_EXT_control_flow_attributes : require
 
@@ -193,7 +195,14 @@ void k_scale_min(uint o, uint s, out uint sc, out uint mn) {
 // sub-block of 32 or two of 16. q[i]: elements 8i .. 8i + 7 as bytes; weight = a[h] * q + b[h] for
 // the elements of half h (0: the first 16).
 void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b) {
-#if defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL)
+#if defined(A_Q8_0)
+  const uint o = 34 * (row * (K / 32) + blk);
+  uint r[8];
+  qw_run8(o + 2, r);
+  [[unroll]] for (uint i = 0; i < 4; ++i) q[i] = uvec2(r[2 * i], r[2 * i + 1]);
+  a = vec2(qw_half(o));
+  b = vec2(0.0);
+#elif defined(A_Q4_0) || defined(A_Q4_1) || defined(A_Q5_0) || defined(A_Q5_1) || defined(A_IQ4_NL)
   const uint blk_id = row * (K / 32) + blk;
 #if defined(A_Q4_1)
   const uint o = 20 * blk_id, qs = o + 4;
@@ -228,6 +237,8 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
   b = vec2(dm.y);
 #elif defined(A_Q5_0)
   b = vec2(-16.0 * dm.x);
+#elif defined(A_Q4_0)
+  b = vec2(-8.0 * dm.x);
 #else
   b = vec2(0.0);
 #endif

@@ -171,6 +171,7 @@ class GpuModel::Step {
                            const GpuTensor& norm);
   void record_geglu(const GpuLayer& L, const LayerPlan& p);
   void record_experts(const GpuLayer& L);
+  void record_router(const GpuLayer& L, bool q8, bool only_q8);
   void expert_product(const GpuTensor& w, BufferRange acts, const PoolBuffer& out, const ops::ExpertProduct& shape);
   void narrow_residual(const GpuTensor& w, const ProductPlan& p, BufferRange input, const GpuTensor* next_norm);
   std::uint32_t product_narrow(const GpuTensor& w, const PoolBuffer& out, std::uint32_t columns, bool accumulate,
@@ -495,11 +496,8 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
     s_.expert_up = scratch(std::uint64_t{pairs} * c_.n_ff_exp);
     s_.expert_out = scratch(std::uint64_t{pairs} * c_.n_embd);
   }
-  ops::rms_norm(rec(), lib_, s_.x.range(), L.ffn_norm.buffer.range(), s_.h.range(), n_, c_.n_embd, c_.rms_eps);
-  mark("norm");
-  ops::matmul(rec(), lib_, L.router.type, L.router.buffer.range(), s_.h.range(), false, s_.router_logits.range(),
-              c_.n_expert, c_.n_embd, n_, ops::MatmulPath::automatic, plan_.kernels);
-  mark("matmul router");
+  const bool gate_q8 = ops::experts_read_q8(L.w_gate.type), up_q8 = ops::experts_read_q8(L.w_up.type);
+  record_router(L, gate_q8 || up_q8, gate_q8 && up_q8);
   ops::moe_route(rec(), lib_, s_.router_logits.range(), s_.experts.range(), s_.expert_weights.range(), n_, c_.n_expert,
                  used);
   mark("route");
@@ -512,11 +510,6 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
     mark("route");
   }
   // gate and up read the same input and write apart.
-  const bool gate_q8 = ops::experts_read_q8(L.w_gate.type), up_q8 = ops::experts_read_q8(L.w_up.type);
-  if (gate_q8 || up_q8) {
-    ops::quantize_q8(rec(), lib_, s_.h.range(), acts_q8(), c_.n_embd, n_);
-    mark("quantize");
-  }
   const ops::ExpertProduct gate_up{c_.n_ff_exp, c_.n_embd, n_, used};
   for (const auto& [w, out, q8] : {std::tuple{&L.w_gate, &s_.expert_gate, gate_q8}, {&L.w_up, &s_.expert_up, up_q8}}) {
     if (w == &L.w_up) rec().next_runs_alongside();
@@ -534,10 +527,41 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
     ops::silu_mul(rec(), lib_, s_.expert_gate.range(), s_.expert_up.range(), s_.expert_gate.range(), pairs * c_.n_ff_exp);
   }
   mark("silu");
+  if (n_ <= ops::matvec_max_columns && ops::experts_int8(features_, L.w_down.type)) {  // decode: the sum fused in
+    ops::matvec_experts_sum(rec(), lib_, L.w_down.type, L.w_down.buffer.range(), s_.expert_glu_q8.range(),
+                            s_.experts.range(), s_.expert_weights.range(), s_.x.range(), down);
+    mark("matmul experts down, sum");
+    return;
+  }
   expert_product(L.w_down, down.acts_q8 ? s_.expert_glu_q8.range() : s_.expert_gate.range(), s_.expert_out, down);
   mark("matmul experts down");
   ops::moe_combine(rec(), lib_, s_.expert_out.range(), s_.expert_weights.range(), s_.x.range(), n_, c_.n_embd, used);
   mark("experts sum");
+}
+
+// The router's logits of rmsnorm(x) and, where gate or up reads int8 activations (`q8`), the int8
+// blocks of rmsnorm(x) alongside. A decode step whose gate and up both read int8 (`only_q8`: nothing else
+// reads the normed x) has the router's mat-vec normalise x as it loads it: one dispatch level for
+// the norm, the router and the int8 input, where it was three.
+void GpuModel::Step::record_router(const GpuLayer& L, bool q8, bool only_q8) {
+  const BufferRange norm = L.ffn_norm.buffer.range(), logits = s_.router_logits.range();
+  const bool fused = only_q8 && n_ <= ops::matvec_max_columns && c_.n_embd % 4 == 0 &&
+                     ops::matvec_can_accumulate(L.router.type, c_.n_embd, n_);
+  if (fused) {
+    ops::matvec_rms_norm(rec(), lib_, L.router.type, L.router.buffer.range(), s_.x.range(), norm, c_.rms_eps, logits,
+                         c_.n_expert, c_.n_embd, n_, plan_.kernels);
+  } else {
+    ops::rms_norm(rec(), lib_, s_.x.range(), norm, s_.h.range(), n_, c_.n_embd, c_.rms_eps);
+  }
+  if (q8) {  // from x, alongside: it reads only x and writes apart
+    rec().next_runs_alongside();
+    ops::quantize_q8_rms_norm(rec(), lib_, s_.x.range(), norm, c_.rms_eps, acts_q8(), c_.n_embd, n_);
+  }
+  mark(fused ? "norm, matmul router" : "norm");
+  if (fused) return;
+  ops::matmul(rec(), lib_, L.router.type, L.router.buffer.range(), s_.h.range(), false, logits, c_.n_expert, c_.n_embd,
+              n_, ops::MatmulPath::automatic, plan_.kernels);
+  mark("matmul router");
 }
 
 // One of the experts' products: a mat-vec per pair in decode steps, per expert's tile of pairs

@@ -445,11 +445,39 @@ Outcome expert_product_outcome(Gpu& gpu, WeightType type, bool per_pair, bool ti
   return Outcome{doubles(gpu.down<float>(out, want.size())), doubles(want)};
 }
 
+// The down product and the weighted sum in one (matvec_experts_sum): x += each token's slots'
+// products, each pair its own int8 input row, 33 rows (a last row group part full).
+Outcome experts_sum_outcome(Gpu& gpu, WeightType type, std::uint32_t used) {
+  const std::uint32_t experts = 2 * used, m = 33, k = static_cast<std::uint32_t>(k_for(type, false)), rows = 3,
+                      pairs = rows * used;
+  auto bytes = quantize(type, random_vec(std::size_t{experts} * m * k, 12), k);
+  auto weights = dequantize(type, bytes, std::size_t{experts} * m, k);
+  auto acts = random_vec(std::size_t{pairs} * k, 13), slot_weights = random_vec(pairs, 14);
+  auto x = random_vec(rows * m, 15);
+  std::vector<std::uint32_t> ids(pairs);
+  for (std::uint32_t i = 0; i < pairs; ++i) ids[i] = (i * 7 + i / 5) % experts;
+  auto bw = gpu.up(bytes), ba = gpu.up(acts), bi = gpu.up(ids), bs = gpu.up(slot_weights), bx = gpu.up(x);
+  auto a8 = gpu.scratch(ops::q8_acts_bytes(k, pairs));
+  run_step(gpu, [&](Recording& rec) {
+    ops::quantize_q8(rec, gpu.kernels, r(ba), r(a8), k, pairs);
+    ops::matvec_experts_sum(rec, gpu.kernels, type, r(bw), r(a8), r(bi), r(bs), r(bx), {m, k, rows, used, true, true});
+  });
+  const Vec seen = reference::int8_blocks(acts);
+  Vec want = x;
+  for (std::uint32_t pair = 0; pair < pairs; ++pair) {
+    Vec w(weights.begin() + std::size_t{ids[pair]} * m * k, weights.begin() + std::size_t{ids[pair] + 1} * m * k);
+    auto y = reference::matmul(w, Vec(seen.begin() + pair * k, seen.begin() + (pair + 1) * k), m, k, 1);
+    for (std::uint32_t i = 0; i < m; ++i) want[pair / used * m + i] += slot_weights[pair] * y[i];
+  }
+  return Outcome{doubles(gpu.down<float>(bx, want.size())), doubles(want)};
+}
+
 // A mixture of experts' routing (ties of logits broken toward the lower index), its products
 // (every weight type; one input row a token, or one a pair; int8 inputs where the type takes them)
 // and its weighted sum.
 void add_experts_cases(std::vector<OpCase>& cases) {
-  for (auto [rows, n_expert, used, levels] : {std::tuple{5u, 8u, 2u, 0}, {3u, 128u, 8u, 0}, {4u, 16u, 4u, 3}}) {
+  for (auto [rows, n_expert, used, levels] :
+       {std::tuple{5u, 8u, 2u, 0}, {3u, 128u, 8u, 0}, {4u, 16u, 4u, 3}, {2u, 200u, 8u, 4}}) {
     cases.push_back({fmt::format("moe_route_{}x{}_top{}{}", rows, n_expert, used, levels ? "_ties" : ""), 1e-12,
                      [=](Gpu& gpu) {
                        auto logits = levels ? tied_vec(rows * n_expert, 11, levels) : random_vec(rows * n_expert, 11, 3.0f);
@@ -471,6 +499,16 @@ void add_experts_cases(std::vector<OpCase>& cases) {
                                    per_pair ? "_per_pair" : ""),
                        q8 ? int8_tolerance : 1e-10, [type, per_pair, tiled, q8](Gpu& gpu) {
                          return expert_product_outcome(gpu, type, per_pair, tiled, q8);
+                       }});
+    }
+  }
+  for (auto type : all_weight_types) {
+    if (!ops::experts_read_q8(type)) continue;
+    for (std::uint32_t used : {2u, 8u}) {
+      cases.push_back({fmt::format("matvec_experts_sum_{}_top{}", weight_type_name(type), used), int8_tolerance,
+                       [type, used](Gpu& gpu) {
+                         if (!ops::experts_int8(gpu.device.features(), type)) return Outcome{};
+                         return experts_sum_outcome(gpu, type, used);
                        }});
     }
   }
