@@ -288,12 +288,31 @@ void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positio
 
 void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_new, BufferRange v_new,
                    BufferRange positions, BufferRange frequencies, BufferRange k_cache, BufferRange v_cache,
-                   BufferRange slots, const RopeShape& s, std::uint32_t kv_heads, const QkvSlices& slices) {
+                   BufferRange slots, const RopeShape& s, std::uint32_t kv_heads, const QkvSlices& slices,
+                   const QkNorms& norms) {
   const RopePush push = rope_push(s, kv_heads);
   check_rope_frequencies(s, frequencies);
   auto [gy, gz] = spread(s.tokens * (s.heads + kv_heads));
+  const bool split = std::max({slices.q_splits, slices.k_splits, slices.v_splits}) > 1;
+  if (norms.q.buffer != VK_NULL_HANDLE || norms.k.buffer != VK_NULL_HANDLE) {
+    if (split || norms.q.buffer == VK_NULL_HANDLE || norms.k.buffer == VK_NULL_HANDLE) {
+      throw GpuError("rope_kv_write: q and k norms come both or neither, and not with split products' slices");
+    }
+    if (std::min(norms.q.size, norms.k.size) < std::uint64_t{s.head_dim} * 4) {
+      throw GpuError(fmt::format("rope_kv_write: q or k norm weights shorter than a head of {}", s.head_dim));
+    }
+    struct {
+      RopePush rope;
+      float eps;
+    } push_norms{push, norms.eps};
+    // One workgroup a row: its norm reads the whole head.
+    rec.dispatch(kernel(lib, "rope_kv_write_qk_norm", 10, sizeof push_norms),
+                 {q, positions, k_new, v_new, k_cache, v_cache, slots, frequencies, norms.q, norms.k}, push_norms, 1, gy,
+                 gz);
+    return;
+  }
   const std::uint32_t gx = ceil_div(s.head_dim / 2, 64);
-  if (std::max({slices.q_splits, slices.k_splits, slices.v_splits}) <= 1) {
+  if (!split) {
     rec.dispatch(kernel(lib, "rope_kv_write", 8, sizeof push),
                  {q, positions, k_new, v_new, k_cache, v_cache, slots, frequencies}, push, gx, gy, gz);
     return;

@@ -78,13 +78,21 @@ struct QkvSlices {
   BufferRange q = {}, k = {}, v = {};
   std::uint32_t q_splits = 1, k_splits = 1, v_splits = 1;
 };
+// The per-head RMS norms of q and k (Qwen3's, Gemma's), (head_dim) weights each, which
+// rope_kv_write then makes before it turns them. Empty: none.
+struct QkNorms {
+  BufferRange q = {}, k = {};
+  float eps = 0.0f;
+};
 // One dispatch for what a layer does between its q/k/v products and attention: q (tokens,
 // shape.heads, head_dim) rotated in place; k (tokens, kv_heads, head_dim) rotated and v as it is
 // written into their cache slots as kv_write does. Same results as rope on q and k, then kv_write.
-// With slices, q, k and v are first the sums of their products' slices (q's written to q).
+// With slices, q, k and v are first the sums of their products' slices (q's written to q); with
+// norms (not with slices), q and k are first normed: the same as rms_norm on each head of q and k.
 void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_new, BufferRange v_new,
                    BufferRange positions, BufferRange frequencies, BufferRange k_cache, BufferRange v_cache,
-                   BufferRange slots, const RopeShape& shape, std::uint32_t kv_heads, const QkvSlices& slices = {});
+                   BufferRange slots, const RopeShape& shape, std::uint32_t kv_heads, const QkvSlices& slices = {},
+                   const QkNorms& norms = {});
 
 // The vector path's workgroup shape for whole-block weights: threads per workgroup and rows per
 // workgroup. {0, 0}: the shape tuned per type.

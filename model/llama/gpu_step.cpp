@@ -417,13 +417,8 @@ void GpuModel::Step::record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint
   add_bias(L.bk, s_.k, c_.kv_dim());
   add_bias(L.bv, s_.v, c_.kv_dim());
   mark("bias");
-  if (c_.qk_norm()) {
-    ops::rms_norm(rec(), lib_, s_.q.range(), L.q_norm.buffer.range(), s_.q.range(), n_ * c_.n_head, c_.head_dim, c_.rms_eps);
-    rec().next_runs_alongside();  // q and k are normalised apart
-    ops::rms_norm(rec(), lib_, s_.k.range(), L.k_norm.buffer.range(), s_.k.range(), n_ * c_.n_head_kv, c_.head_dim,
-                  c_.rms_eps);
-    mark("qk norm");
-  }
+  ops::QkNorms norms;  // rope_kv_write norms q and k's heads before it turns them
+  if (c_.qk_norm()) norms = {L.q_norm.buffer.range(), L.k_norm.buffer.range(), c_.rms_eps};
   ops::QkvSlices slices;
   for (const PendingSum& s : sums) {
     if (s.out == &s_.q) {
@@ -438,7 +433,7 @@ void GpuModel::Step::record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint
     }
   }
   ops::rope_kv_write(rec(), lib_, s_.q.range(), s_.k.range(), s_.v.range(), s_.positions.range(), rope_frequencies(l),
-                     cache_.keys(l), cache_.values(l), s_.slots.range(), rope(l), c_.n_head_kv, slices);
+                     cache_.keys(l), cache_.values(l), s_.slots.range(), rope(l), c_.n_head_kv, slices, norms);
   mark("rope, kv write");
 }
 

@@ -1086,6 +1086,52 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
   }
 }
 
+// rope_kv_write with q and k norms: what rms_norm on each head of q and of k, then rope_kv_write,
+// make (q, and both caches within an F16 rounding), at head sizes 64 to 256, both layouts and
+// partial rotary dims.
+TEST(RopeKvWrite, NormsQAndKFirst) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t heads = 4, kv_heads = 2, tokens = 3, slots_total = 12;
+  const std::vector<std::uint32_t> slots{5, 0, 9};
+  const std::vector<std::int32_t> pos{7, 0, 300};
+  for (ops::RopeShape shape : {ops::RopeShape{tokens, heads, 256, 0, 10000.0f, 1.0f, true},
+                               ops::RopeShape{tokens, heads, 128, 0, 1000000.0f, 1.0f, false},
+                               ops::RopeShape{tokens, heads, 64, 32, 10000.0f, 1.0f, true}}) {
+    const std::uint32_t d = shape.head_dim, row = kv_heads * d;
+    const Vec freqs = ops::rope_frequencies(shape);
+    const Vec q = random_vec(std::size_t{tokens} * heads * d, 91, 4.0f), k = random_vec(std::size_t{tokens} * row, 92),
+              v = random_vec(std::size_t{tokens} * row, 93), q_norm = random_vec(d, 94), k_norm = random_vec(d, 95);
+    const std::vector<std::uint16_t> zeros(std::size_t{slots_total} * row, 0);
+    auto run = [&](bool fused) {
+      PoolBuffer bq = g.up(q), bk = g.up(k), bv = g.up(v), bp = g.up(pos), bs = g.up(slots), bf = g.up(freqs),
+                 kc = g.up(zeros), vc = g.up(zeros), bqn = g.up(q_norm), bkn = g.up(k_norm);
+      run_step(g, [&](Recording& rec) {
+        if (!fused) {
+          ops::rms_norm(rec, g.kernels, r(bq), r(bqn), r(bq), tokens * heads, d, 1e-6f);
+          ops::rms_norm(rec, g.kernels, r(bk), r(bkn), r(bk), tokens * kv_heads, d, 1e-6f);
+        }
+        const ops::QkNorms norms = fused ? ops::QkNorms{r(bqn), r(bkn), 1e-6f} : ops::QkNorms{};
+        ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(bf), r(kc), r(vc), r(bs), shape, kv_heads, {},
+                           norms);
+      });
+      auto floats = [](const std::vector<std::uint16_t>& h) {
+        Vec f(h.size());
+        for (std::size_t i = 0; i < h.size(); ++i) f[i] = half_to_float(h[i]);
+        return f;
+      };
+      return std::tuple{g.down<float>(bq, q.size()), floats(g.down<std::uint16_t>(kc, zeros.size())),
+                        g.down<std::uint16_t>(vc, zeros.size())};
+    };
+    auto [q1, k1, v1] = run(true);
+    auto [q2, k2, v2] = run(false);
+    const std::string what = fmt::format("d {}{}", d, shape.neox ? " neox" : "");
+    EXPECT_LT(normalised_error(q1, q2), 1e-12) << what;
+    EXPECT_LT(normalised_error(k1, k2), 1e-6) << what;  // F16: a rounding may land the other way
+    EXPECT_EQ(v1, v2) << what;
+    EXPECT_GT(normalised_error(q1, q), 1e-3) << what;  // normed and turned
+  }
+}
+
 // Attention writing its output as the int8 mat-vec's input (a decode step's output product) makes
 // the bytes and scales quantize_q8 makes from its F32 output, bit for bit, and as the tensor cores'
 // F16 input what to_f16 makes of it, its padded rows zero (also from one split, which writes the
