@@ -819,13 +819,14 @@ void check_q8_output(std::string_view op, BufferRange out, std::uint32_t k, std:
   if (out.size < q8_acts_bytes(k, n)) throw GpuError(fmt::format("{}: the int8 output is smaller than q8_acts_bytes", op));
 }
 
+// groups_x: the workgroups a column (0: one per 2048 elements).
 void record_quantize_q8(Recording& rec, KernelLibrary& lib, std::string_view variant,
                         std::initializer_list<BufferRange> buffers, const void* push, std::uint32_t push_bytes,
-                        std::uint32_t k, std::uint32_t n) {
+                        std::uint32_t k, std::uint32_t n, std::uint32_t groups_x = 0) {
   if (k % 32 != 0 || n == 0) throw GpuError(fmt::format("quantize_q8: K {} is not whole blocks of 32, or no columns", k));
   check_q8_output("quantize_q8", buffers.begin()[1], k, n);
   rec.dispatch(kernel(lib, std::string(variant), static_cast<std::uint32_t>(buffers.size()), push_bytes), buffers, push,
-               ceil_div(k, 2048), n);
+               groups_x != 0 ? groups_x : ceil_div(k, 2048), n);
 }
 }  // namespace
 
@@ -840,6 +841,18 @@ void quantize_q8_rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, Buf
     float eps;
   } push{k, eps};
   record_quantize_q8(rec, lib, "quantize_q8_rmsnorm", {x, out, norm_weight}, &push, sizeof push, k, n);
+}
+
+// One workgroup a column: the x it adds to is read whole for the second norm.
+void rms_norm_add_quantize_q8(Recording& rec, KernelLibrary& lib, BufferRange block, BufferRange post_weight,
+                              BufferRange x, BufferRange norm_weight, float eps, BufferRange out, std::uint32_t k,
+                              std::uint32_t n) {
+  struct {
+    std::uint32_t k;
+    float eps;
+  } push{k, eps};
+  record_quantize_q8(rec, lib, "quantize_q8_post_norm", {block, out, norm_weight, x, post_weight}, &push, sizeof push, k,
+                     n, 1);
 }
 
 void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,

@@ -170,6 +170,12 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
                       std::uint32_t k, std::uint32_t n);
 void quantize_q8_gelu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,
                       std::uint32_t k, std::uint32_t n);
+// x += rmsnorm(block) * post_weight (as rms_norm_add: Gemma's norm of a block's output and the
+// residual add), then out as quantize_q8_rms_norm makes it from the new x: the next block's int8
+// input in the same dispatch. block, x: (n, k).
+void rms_norm_add_quantize_q8(Recording& rec, KernelLibrary& lib, BufferRange block, BufferRange post_weight,
+                              BufferRange x, BufferRange norm_weight, float eps, BufferRange out, std::uint32_t k,
+                              std::uint32_t n);
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
                const KernelChoice& choice = {});

@@ -168,8 +168,10 @@ class GpuModel::Step {
   void residual_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
                         const GpuTensor* next_norm);
   void post_normed_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
-                           const GpuTensor& norm);
-  void record_geglu(const GpuLayer& L, const LayerPlan& p);
+                           const GpuTensor& norm, const GpuTensor* next_norm);
+  void record_geglu(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm);
+  // Whether the residual product before made `norm`'s input (F16 or int8): its own dispatch is skipped.
+  bool made_by_residual(const GpuTensor& norm) { return std::exchange(normed_by_residual_, nullptr) == &norm; }
   void record_experts(const GpuLayer& L);
   void expert_product(const GpuTensor& w, BufferRange acts, const PoolBuffer& out, const ops::ExpertProduct& shape);
   void narrow_residual(const GpuTensor& w, const ProductPlan& p, BufferRange input, const GpuTensor* next_norm);
@@ -211,8 +213,8 @@ class GpuModel::Step {
   bool inputs_open_ = true, inputs_started_ = false;
   bool profiling_ = false;
   std::vector<const char*> labels_;  // what each timestamp ends
-  // The norm whose F16 input the residual product before it made along with its sum
-  // (narrow_residual): its own dispatch is then skipped.
+  // The norm whose input the residual product before it made: F16 along with its split sum
+  // (narrow_residual), int8 along with a post-norm add (post_normed_product).
   const GpuTensor* normed_by_residual_ = nullptr;
   std::uint32_t part_size_ = 1, part_layers_ = 0;
   bool holds_output_ = false;
@@ -379,7 +381,7 @@ void GpuModel::Step::record_attention(std::uint32_t l) {
                                     s_.seq_pos.range(), s_.attn_parts.range(), s_.attn.range(), shape, merged);
   mark("attention");
   if (c_.post_norms()) {
-    post_normed_product(L.wo, p.out, s_.attn, ready, L.post_attn_norm);
+    post_normed_product(L.wo, p.out, s_.attn, ready, L.post_attn_norm, p.ffn_norm_q8 ? &L.ffn_norm : nullptr);
   } else {
     residual_product(L.wo, p.out, s_.attn, ready, p.ffn_norm_f16 ? &L.ffn_norm : nullptr);
   }
@@ -388,8 +390,11 @@ void GpuModel::Step::record_attention(std::uint32_t l) {
 
 // The int8 q/k/v products write q turned, k and v into the cache.
 void GpuModel::Step::record_qkv_heads(const GpuLayer& L, std::uint32_t l) {
-  ops::quantize_q8_rms_norm(rec(), lib_, s_.x.range(), L.attn_norm.buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd, n_);
-  mark("norm");
+  if (!made_by_residual(L.attn_norm)) {
+    ops::quantize_q8_rms_norm(rec(), lib_, s_.x.range(), L.attn_norm.buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd,
+                              n_);
+    mark("norm");
+  }
   const std::tuple<const GpuTensor*, BufferRange, ops::HeadsOutput> heads[] = {
       {&L.wq, s_.q.range(), ops::HeadsOutput::q},
       {&L.wk, cache_.keys(l), ops::HeadsOutput::k_cache},
@@ -440,12 +445,13 @@ void GpuModel::Step::record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint
 void GpuModel::Step::record_feed_forward(std::uint32_t l) {
   const GpuLayer& L = model_.layers_[l];
   const LayerPlan& p = plan_.layers[l];
-  // The norm the down product may make along with its split sum.
-  const GpuTensor* next_norm = p.next_norm_f16 ? &model_.layers_[l + 1].attn_norm : nullptr;
+  // The norm the down product may make along with its split sum, or its post-norm add as int8.
+  const GpuTensor* next_attn_norm = l + 1 < c_.n_layers ? &model_.layers_[l + 1].attn_norm : nullptr;
+  const GpuTensor* next_norm = p.next_norm_f16 ? next_attn_norm : nullptr;
   if (c_.moe()) {
     record_experts(L);
   } else if (c_.gelu()) {
-    record_geglu(L, p);
+    record_geglu(L, p, p.next_norm_q8 ? next_attn_norm : nullptr);
   } else if (p.glu) {
     record_glu(L, p, next_norm);
   } else {
@@ -461,7 +467,8 @@ void GpuModel::Step::record_feed_forward(std::uint32_t l) {
 }
 
 // x += rmsnorm(down x (gelu(gate) * up)), Gemma's feed-forward block (the norm after it too).
-void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p) {
+// next_norm: as post_normed_product's.
+void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm) {
   if (!s_.gate) {
     s_.gate = scratch(std::uint64_t{n_} * c_.n_ff);
     s_.up = scratch(std::uint64_t{n_} * c_.n_ff);
@@ -475,7 +482,7 @@ void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p) {
     ops::gelu_mul(rec(), lib_, s_.gate.range(), s_.up.range(), s_.gate.range(), n_ * c_.n_ff);
   }
   mark("gelu");
-  post_normed_product(L.w_down, p.down, s_.gate, int8, L.post_ffn_norm);
+  post_normed_product(L.w_down, p.down, s_.gate, int8, L.post_ffn_norm, next_norm);
 }
 
 // x += the weighted sum of each token's experts' SwiGLU blocks, the experts and weights routed
@@ -594,6 +601,7 @@ std::vector<PendingSum> GpuModel::Step::normed_products(const GpuTensor& norm, N
       std::ranges::any_of(products, [](const GroupProduct& p) { return std::get<1>(p)->path == ProductPath::narrow; });
   switch (input) {
     case NormInput::int8:
+      if (made_by_residual(norm)) break;
       ops::quantize_q8_rms_norm(rec(), lib_, s_.x.range(), norm.buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd, n_);
       mark("norm");
       break;
@@ -681,9 +689,10 @@ void GpuModel::Step::residual_product(const GpuTensor& w, const ProductPlan& p, 
 
 // x += rmsnorm(w x in), Gemma's norm of a block's output before its residual add: the product
 // into proj on the int8 path, the tensor cores' (K not split) or the general one (the plan takes
-// no other here). in_ready: as residual_product's.
+// no other here). in_ready: as residual_product's. next_norm: the norm whose int8 input
+// (normed_q8) reads x next, made by the same dispatch as the add.
 void GpuModel::Step::post_normed_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
-                                         const GpuTensor& norm) {
+                                         const GpuTensor& norm, const GpuTensor* next_norm) {
   const std::uint32_t m = rows_of(w), k = cols_of(w);
   switch (p.path) {
     case ProductPath::int8:
@@ -700,7 +709,13 @@ void GpuModel::Step::post_normed_product(const GpuTensor& w, const ProductPlan& 
                   ops::MatmulPath::automatic, plan_.kernels);
       break;
   }
-  ops::rms_norm_add(rec(), lib_, s_.proj.range(), norm.buffer.range(), s_.x.range(), n_, c_.n_embd, c_.rms_eps);
+  if (next_norm == nullptr) {
+    ops::rms_norm_add(rec(), lib_, s_.proj.range(), norm.buffer.range(), s_.x.range(), n_, c_.n_embd, c_.rms_eps);
+    return;
+  }
+  ops::rms_norm_add_quantize_q8(rec(), lib_, s_.proj.range(), norm.buffer.range(), s_.x.range(),
+                                next_norm->buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd, n_);
+  normed_by_residual_ = next_norm;
 }
 
 // x += w x input (acts16 unless given), the add fused into the tensor cores' product. next_norm:
@@ -754,7 +769,7 @@ std::vector<BufferRange> GpuModel::Step::dequantize(
 // rmsnorm(x) as the tensor cores' F16 input, in one dispatch (unless the residual product before
 // made it).
 void GpuModel::Step::norm_f16(const GpuTensor& norm) {
-  if (std::exchange(normed_by_residual_, nullptr) == &norm) return;
+  if (made_by_residual(norm)) return;
   ops::rms_norm_f16(rec(), lib_, s_.x.range(), norm.buffer.range(), acts16(), n_, plan_.padded_tokens, c_.n_embd,
                     c_.rms_eps);
   mark("norm");

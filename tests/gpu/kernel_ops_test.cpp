@@ -1026,6 +1026,25 @@ TEST(RopeKvWrite, AddsTheSlicesOfSplitProducts) {
   }
 }
 
+// The int8 blocks of n columns of k in q (n * k signed bytes, then n * k / 32 float scales) hold
+// `acts` as reference::int8_blocks rounds them: each value at most one rounding apart, few the
+// other way. Returns the reference's rounding.
+Vec expect_int8_blocks(Gpu& g, const PoolBuffer& q, const Vec& acts, std::uint32_t k, std::uint32_t n) {
+  auto bytes = g.down<std::int8_t>(q, ops::q8_acts_bytes(k, n));
+  Vec scales(std::size_t{n} * k / 32);
+  std::memcpy(scales.data(), bytes.data() + std::size_t{n} * k, scales.size() * 4);
+  Vec want = reference::int8_blocks(acts);
+  std::size_t off_by_one = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const float got = scales[i / 32] * bytes[i];
+    EXPECT_NEAR(got, want[i], scales[i / 32] * 1.01f) << "element " << i;  // at most one rounding apart
+    if (std::abs(got - want[i]) > scales[i / 32] * 1.01f) break;
+    off_by_one += std::abs(got - want[i]) > 1e-3f * scales[i / 32];
+  }
+  EXPECT_LE(off_by_one, want.size() / 1000) << "roundings the other way";
+  return want;
+}
+
 // Decode's int8 path in two dispatches: quantize_q8* makes the activations (x, rmsnorm(x) *
 // weight, silu(gate) * up or gelu(gate) * up) as int8 blocks once; matvec_q8 multiplies (and adds to the output).
 // The quantized buffer itself is checked against the reference's rounding, then the products.
@@ -1051,18 +1070,8 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
         if (input == Input::silu) ops::quantize_q8_silu(rec, g.kernels, ab.range(), bb.range(), q.range(), k, n);
         if (input == Input::gelu) ops::quantize_q8_gelu(rec, g.kernels, ab.range(), bb.range(), q.range(), k, n);
       });
-      // The buffer: n * k signed bytes, then n * k / 32 float scales.
-      auto bytes = g.down<std::int8_t>(q, ops::q8_acts_bytes(k, n));
-      Vec scales(std::size_t{n} * k / 32);
-      std::memcpy(scales.data(), bytes.data() + std::size_t{n} * k, scales.size() * 4);
-      Vec want = reference::int8_blocks(acts);
-      std::size_t off_by_one = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        const float got = scales[i / 32] * bytes[i];
-        ASSERT_NEAR(got, want[i], scales[i / 32] * 1.01f) << "element " << i;  // at most one rounding apart
-        off_by_one += std::abs(got - want[i]) > 1e-3f * scales[i / 32];
-      }
-      EXPECT_LE(off_by_one, want.size() / 1000) << "roundings the other way";
+      const Vec want = expect_int8_blocks(g, q, acts, k, n);
+      if (::testing::Test::HasFailure()) return;
 
       for (WeightType type : {WeightType::q8_0, WeightType::q4_0}) {
         auto wbytes = random_weights(type, m, k, 3 + n);
@@ -1082,6 +1091,27 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
           ASSERT_NEAR(got_plain[i], product[i], bound(type) * (1 + std::abs(product[i])));
         }
       }
+    }
+  }
+}
+
+// Gemma's post-norm add and the next norm's int8 input in one dispatch: x += rmsnorm(block) *
+// post, as the reference adds it, and the int8 blocks of rmsnorm(x) * weight of the new x; K past
+// one workgroup's 2048 elements and not a multiple of 256 threads' units.
+TEST(QuantizeQ8, PostNormAddThenTheNextNorm) {
+  Gpu& g = shared_gpu();
+  for (std::uint32_t k : {32u, 2560u, 4096u + 96u}) {
+    for (std::uint32_t n : {1u, 3u}) {
+      const Vec block = random_vec(std::size_t{n} * k, 81, 3.0f), x = random_vec(std::size_t{n} * k, 82),
+                post = random_vec(k, 83), weight = random_vec(k, 84);
+      PoolBuffer bb = g.up(block), bx = g.up(x), bp = g.up(post), bw = g.up(weight), q = g.scratch(ops::q8_acts_bytes(k, n));
+      run_step(g, [&](Recording& rec) {
+        ops::rms_norm_add_quantize_q8(rec, g.kernels, r(bb), r(bp), r(bx), r(bw), 1e-6f, r(q), k, n);
+      });
+      const Vec want_x = reference::add(x, reference::rms_norm(block, post, n, k, 1e-6f));
+      const Vec got_x = g.down<float>(bx, x.size());
+      EXPECT_LT(normalised_error(got_x, want_x), 1e-10) << "k " << k << " n " << n;
+      expect_int8_blocks(g, q, reference::rms_norm(want_x, weight, n, k, 1e-6f), k, n);
     }
   }
 }
