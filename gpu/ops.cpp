@@ -288,12 +288,31 @@ void rope(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange positio
 
 void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_new, BufferRange v_new,
                    BufferRange positions, BufferRange frequencies, BufferRange k_cache, BufferRange v_cache,
-                   BufferRange slots, const RopeShape& s, std::uint32_t kv_heads, const QkvSlices& slices) {
+                   BufferRange slots, const RopeShape& s, std::uint32_t kv_heads, const QkvSlices& slices,
+                   const QkNorms& norms) {
   const RopePush push = rope_push(s, kv_heads);
   check_rope_frequencies(s, frequencies);
   auto [gy, gz] = spread(s.tokens * (s.heads + kv_heads));
+  const bool split = std::max({slices.q_splits, slices.k_splits, slices.v_splits}) > 1;
+  if (norms.q.buffer != VK_NULL_HANDLE || norms.k.buffer != VK_NULL_HANDLE) {
+    if (split || norms.q.buffer == VK_NULL_HANDLE || norms.k.buffer == VK_NULL_HANDLE) {
+      throw GpuError("rope_kv_write: q and k norms come both or neither, and not with split products' slices");
+    }
+    if (std::min(norms.q.size, norms.k.size) < std::uint64_t{s.head_dim} * 4) {
+      throw GpuError(fmt::format("rope_kv_write: q or k norm weights shorter than a head of {}", s.head_dim));
+    }
+    struct {
+      RopePush rope;
+      float eps;
+    } push_norms{push, norms.eps};
+    // One workgroup a row: its norm reads the whole head.
+    rec.dispatch(kernel(lib, "rope_kv_write_qk_norm", 10, sizeof push_norms),
+                 {q, positions, k_new, v_new, k_cache, v_cache, slots, frequencies, norms.q, norms.k}, push_norms, 1, gy,
+                 gz);
+    return;
+  }
   const std::uint32_t gx = ceil_div(s.head_dim / 2, 64);
-  if (std::max({slices.q_splits, slices.k_splits, slices.v_splits}) <= 1) {
+  if (!split) {
     rec.dispatch(kernel(lib, "rope_kv_write", 8, sizeof push),
                  {q, positions, k_new, v_new, k_cache, v_cache, slots, frequencies}, push, gx, gy, gz);
     return;
@@ -800,13 +819,14 @@ void check_q8_output(std::string_view op, BufferRange out, std::uint32_t k, std:
   if (out.size < q8_acts_bytes(k, n)) throw GpuError(fmt::format("{}: the int8 output is smaller than q8_acts_bytes", op));
 }
 
+// groups_x: the workgroups a column (0: one per 2048 elements).
 void record_quantize_q8(Recording& rec, KernelLibrary& lib, std::string_view variant,
                         std::initializer_list<BufferRange> buffers, const void* push, std::uint32_t push_bytes,
-                        std::uint32_t k, std::uint32_t n) {
+                        std::uint32_t k, std::uint32_t n, std::uint32_t groups_x = 0) {
   if (k % 32 != 0 || n == 0) throw GpuError(fmt::format("quantize_q8: K {} is not whole blocks of 32, or no columns", k));
   check_q8_output("quantize_q8", buffers.begin()[1], k, n);
   rec.dispatch(kernel(lib, std::string(variant), static_cast<std::uint32_t>(buffers.size()), push_bytes), buffers, push,
-               ceil_div(k, 2048), n);
+               groups_x != 0 ? groups_x : ceil_div(k, 2048), n);
 }
 }  // namespace
 
@@ -821,6 +841,18 @@ void quantize_q8_rms_norm(Recording& rec, KernelLibrary& lib, BufferRange x, Buf
     float eps;
   } push{k, eps};
   record_quantize_q8(rec, lib, "quantize_q8_rmsnorm", {x, out, norm_weight}, &push, sizeof push, k, n);
+}
+
+// One workgroup a column: the x it adds to is read whole for the second norm.
+void rms_norm_add_quantize_q8(Recording& rec, KernelLibrary& lib, BufferRange block, BufferRange post_weight,
+                              BufferRange x, BufferRange norm_weight, float eps, BufferRange out, std::uint32_t k,
+                              std::uint32_t n) {
+  struct {
+    std::uint32_t k;
+    float eps;
+  } push{k, eps};
+  record_quantize_q8(rec, lib, "quantize_q8_post_norm", {block, out, norm_weight, x, post_weight}, &push, sizeof push, k,
+                     n, 1);
 }
 
 void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,
@@ -974,23 +1006,37 @@ bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
     float scale;
     std::uint32_t splits;
   } push{s.heads, s.kv_heads, s.page_size, s.max_pages, s.tokens, s.scale, plan.splits};
-  std::uint32_t hg = attention_head_group(s);
-  // One split writes the output itself: F16 where asked (and no int8 output is).
-  const bool f16_here = plan.splits == 1 && merged.q8.buffer == VK_NULL_HANDLE && merged.f16.buffer != VK_NULL_HANDLE;
-  if (f16_here) check_padded_f16("attention", merged.f16, s.tokens, merged.padded_rows, s.heads * s.head_dim);
-  rec.dispatch(kernel(lib, f16_here ? "attention_split_f16" : "attention_split", 7, sizeof push,
-                      {s.head_dim, hg, s.window, std::bit_cast<std::uint32_t>(s.softcap)}),
-               {q, k_cache, v_cache, block_tables, token_seq_pos, f16_here ? merged.f16 : out, scratch}, push,
-               s.heads / hg, f16_here ? merged.padded_rows : s.tokens, plan.splits);
-  if (plan.splits == 1) return f16_here;
-  struct {
-    std::uint32_t heads, tokens, splits;
-  } combine{s.heads, s.tokens, plan.splits};
+  const std::uint32_t hg = attention_head_group(s);
+  auto split_kernel = [&](const char* module, std::uint32_t buffers) -> const Kernel& {
+    return kernel(lib, module, buffers, sizeof push, {s.head_dim, hg, s.window, std::bit_cast<std::uint32_t>(s.softcap)});
+  };
+  if (plan.splits == 1) {  // one split writes the output itself: F16 where asked (and no int8 output is)
+    const bool f16_here = merged.q8.buffer == VK_NULL_HANDLE && merged.f16.buffer != VK_NULL_HANDLE;
+    if (f16_here) check_padded_f16("attention", merged.f16, s.tokens, merged.padded_rows, s.heads * s.head_dim);
+    rec.dispatch(split_kernel(f16_here ? "attention_split_f16" : "attention_split", 7),
+                 {q, k_cache, v_cache, block_tables, token_seq_pos, f16_here ? merged.f16 : out, scratch}, push,
+                 s.heads / hg, f16_here ? merged.padded_rows : s.tokens, 1);
+    return f16_here;
+  }
   // A head holds whole blocks of 32 for the int8 output.
   const bool q8 = merged.q8.buffer != VK_NULL_HANDLE && s.head_dim % 32 == 0;
   const bool f16 = !q8 && merged.f16.buffer != VK_NULL_HANDLE;
   if (q8) check_q8_output("attention", merged.q8, s.heads * s.head_dim, s.tokens);
   if (f16) check_padded_f16("attention", merged.f16, s.tokens, merged.padded_rows, s.heads * s.head_dim);
+  if (merged.arrivals.buffer != VK_NULL_HANDLE && !f16) {  // the last workgroup of a row merges it
+    if (merged.arrivals.size < std::uint64_t{s.tokens} * s.heads * 4) {
+      throw GpuError(fmt::format("attention: arrival counters for fewer than {} tokens of {} heads", s.tokens, s.heads));
+    }
+    rec.dispatch(split_kernel(q8 ? "attention_split_merge_q8" : "attention_split_merge", 8),
+                 {q, k_cache, v_cache, block_tables, token_seq_pos, q8 ? merged.q8 : out, scratch, merged.arrivals}, push,
+                 s.heads / hg, s.tokens, plan.splits);
+    return q8;
+  }
+  rec.dispatch(split_kernel("attention_split", 7), {q, k_cache, v_cache, block_tables, token_seq_pos, out, scratch},
+               push, s.heads / hg, s.tokens, plan.splits);
+  struct {
+    std::uint32_t heads, tokens, splits;
+  } combine{s.heads, s.tokens, plan.splits};
   const char* module = q8 ? "attention_combine_q8" : f16 ? "attention_combine_f16" : "attention_combine";
   rec.dispatch(kernel(lib, module, 2, sizeof combine, {s.head_dim}), {scratch, q8 ? merged.q8 : f16 ? merged.f16 : out},
                combine, s.heads, f16 ? merged.padded_rows : s.tokens);

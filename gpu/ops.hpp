@@ -78,13 +78,21 @@ struct QkvSlices {
   BufferRange q = {}, k = {}, v = {};
   std::uint32_t q_splits = 1, k_splits = 1, v_splits = 1;
 };
+// The per-head RMS norms of q and k (Qwen3's, Gemma's), (head_dim) weights each, which
+// rope_kv_write then makes before it turns them. Empty: none.
+struct QkNorms {
+  BufferRange q = {}, k = {};
+  float eps = 0.0f;
+};
 // One dispatch for what a layer does between its q/k/v products and attention: q (tokens,
 // shape.heads, head_dim) rotated in place; k (tokens, kv_heads, head_dim) rotated and v as it is
 // written into their cache slots as kv_write does. Same results as rope on q and k, then kv_write.
-// With slices, q, k and v are first the sums of their products' slices (q's written to q).
+// With slices, q, k and v are first the sums of their products' slices (q's written to q); with
+// norms (not with slices), q and k are first normed: the same as rms_norm on each head of q and k.
 void rope_kv_write(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_new, BufferRange v_new,
                    BufferRange positions, BufferRange frequencies, BufferRange k_cache, BufferRange v_cache,
-                   BufferRange slots, const RopeShape& shape, std::uint32_t kv_heads, const QkvSlices& slices = {});
+                   BufferRange slots, const RopeShape& shape, std::uint32_t kv_heads, const QkvSlices& slices = {},
+                   const QkNorms& norms = {});
 
 // The vector path's workgroup shape for whole-block weights: threads per workgroup and rows per
 // workgroup. {0, 0}: the shape tuned per type.
@@ -162,6 +170,12 @@ void quantize_q8_silu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
                       std::uint32_t k, std::uint32_t n);
 void quantize_q8_gelu(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out,
                       std::uint32_t k, std::uint32_t n);
+// x += rmsnorm(block) * post_weight (as rms_norm_add: Gemma's norm of a block's output and the
+// residual add), then out as quantize_q8_rms_norm makes it from the new x: the next block's int8
+// input in the same dispatch. block, x: (n, k).
+void rms_norm_add_quantize_q8(Recording& rec, KernelLibrary& lib, BufferRange block, BufferRange post_weight,
+                              BufferRange x, BufferRange norm_weight, float eps, BufferRange out, std::uint32_t k,
+                              std::uint32_t n);
 void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                BufferRange out, std::uint32_t m, std::uint32_t k, std::uint32_t n, bool accumulate,
                const KernelChoice& choice = {});
@@ -335,6 +349,10 @@ struct AttentionMerged {
   // or F16 (padded_rows, heads * head_dim) as to_f16(out, f16, tokens, heads * head_dim, padded_rows).
   BufferRange f16 = {};
   std::uint32_t padded_rows = 0;
+  // tokens * heads words, zero, and left zero: the split path's workgroups count their arrivals
+  // there, and the last of each row merges the splits itself, to out or q8 (not f16): one dispatch
+  // fewer. Empty: a dispatch of its own merges them.
+  BufferRange arrivals = {};
 };
 bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
                BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,

@@ -100,6 +100,7 @@ struct StepScratch {
   PoolBuffer split_parts;            // (StepPlan::split_bytes) the K slices of a group of products
   PoolBuffer weights16;              // (StepPlan::weights16_bytes) a group's weights as F16
   PoolBuffer attn_parts;             // (ops::attention_scratch_bytes) split attention's partials
+  PoolBuffer attn_arrivals;          // (tokens, n_head) zero: split attention's arrival counters; when they fit an update
   PoolBuffer gate, up;               // (tokens, n_ff) each; when used
   // A mixture of experts' (when the model has one): the router's logits (tokens, n_expert), each
   // token's experts and their weights (tokens, used), each (token, expert)'s gate and up (tokens,
@@ -168,8 +169,10 @@ class GpuModel::Step {
   void residual_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
                         const GpuTensor* next_norm);
   void post_normed_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
-                           const GpuTensor& norm);
-  void record_geglu(const GpuLayer& L, const LayerPlan& p);
+                           const GpuTensor& norm, const GpuTensor* next_norm);
+  void record_geglu(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm);
+  // Whether the residual product before made `norm`'s input (F16 or int8): its own dispatch is skipped.
+  bool made_by_residual(const GpuTensor& norm) { return std::exchange(normed_by_residual_, nullptr) == &norm; }
   void record_experts(const GpuLayer& L);
   void record_router(const GpuLayer& L, bool q8, bool only_q8);
   void expert_product(const GpuTensor& w, BufferRange acts, const PoolBuffer& out, const ops::ExpertProduct& shape);
@@ -212,8 +215,8 @@ class GpuModel::Step {
   bool inputs_open_ = true, inputs_started_ = false;
   bool profiling_ = false;
   std::vector<const char*> labels_;  // what each timestamp ends
-  // The norm whose F16 input the residual product before it made along with its sum
-  // (narrow_residual): its own dispatch is then skipped.
+  // The norm whose input the residual product before it made: F16 along with its split sum
+  // (narrow_residual), int8 along with a post-norm add (post_normed_product).
   const GpuTensor* normed_by_residual_ = nullptr;
   std::uint32_t part_size_ = 1, part_layers_ = 0;
   bool holds_output_ = false;
@@ -254,6 +257,8 @@ GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache,
   s_.seq_pos = upload(in_.seq_pos);
   s_.tables = upload(in_.tables);
   s_.output_rows = upload(in_.output_rows);
+  // Each layer's split attention leaves them zero again (ops::AttentionMerged::arrivals).
+  if (std::uint64_t{n_} * c_.n_head * 4 <= 65536) s_.attn_arrivals = upload(std::vector<std::uint32_t>(n_ * c_.n_head, 0));
   if (sampling_ != nullptr) upload_sampling();
   inputs_open_ = false;
   const std::uint64_t n = n_;
@@ -368,6 +373,7 @@ void GpuModel::Step::record_attention(std::uint32_t l) {
   // The output product reads the attention's output as its last dispatch makes it where it can:
   // quantized for the int8 mat-vec, F16 for the tensor cores.
   ops::AttentionMerged merged;
+  if (s_.attn_arrivals) merged.arrivals = s_.attn_arrivals.range();  // the splits merged by their last workgroup
   if (p.out.path == ProductPath::int8) {
     merged.q8 = acts_q8();
   } else if (p.out.path == ProductPath::narrow) {
@@ -380,7 +386,7 @@ void GpuModel::Step::record_attention(std::uint32_t l) {
                                     s_.seq_pos.range(), s_.attn_parts.range(), s_.attn.range(), shape, merged);
   mark("attention");
   if (c_.post_norms()) {
-    post_normed_product(L.wo, p.out, s_.attn, ready, L.post_attn_norm);
+    post_normed_product(L.wo, p.out, s_.attn, ready, L.post_attn_norm, p.ffn_norm_q8 ? &L.ffn_norm : nullptr);
   } else {
     residual_product(L.wo, p.out, s_.attn, ready, p.ffn_norm_f16 ? &L.ffn_norm : nullptr);
   }
@@ -389,8 +395,11 @@ void GpuModel::Step::record_attention(std::uint32_t l) {
 
 // The int8 q/k/v products write q turned, k and v into the cache.
 void GpuModel::Step::record_qkv_heads(const GpuLayer& L, std::uint32_t l) {
-  ops::quantize_q8_rms_norm(rec(), lib_, s_.x.range(), L.attn_norm.buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd, n_);
-  mark("norm");
+  if (!made_by_residual(L.attn_norm)) {
+    ops::quantize_q8_rms_norm(rec(), lib_, s_.x.range(), L.attn_norm.buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd,
+                              n_);
+    mark("norm");
+  }
   const std::tuple<const GpuTensor*, BufferRange, ops::HeadsOutput> heads[] = {
       {&L.wq, s_.q.range(), ops::HeadsOutput::q},
       {&L.wk, cache_.keys(l), ops::HeadsOutput::k_cache},
@@ -418,13 +427,8 @@ void GpuModel::Step::record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint
   add_bias(L.bk, s_.k, c_.kv_dim());
   add_bias(L.bv, s_.v, c_.kv_dim());
   mark("bias");
-  if (c_.qk_norm()) {
-    ops::rms_norm(rec(), lib_, s_.q.range(), L.q_norm.buffer.range(), s_.q.range(), n_ * c_.n_head, c_.head_dim, c_.rms_eps);
-    rec().next_runs_alongside();  // q and k are normalised apart
-    ops::rms_norm(rec(), lib_, s_.k.range(), L.k_norm.buffer.range(), s_.k.range(), n_ * c_.n_head_kv, c_.head_dim,
-                  c_.rms_eps);
-    mark("qk norm");
-  }
+  ops::QkNorms norms;  // rope_kv_write norms q and k's heads before it turns them
+  if (c_.qk_norm()) norms = {L.q_norm.buffer.range(), L.k_norm.buffer.range(), c_.rms_eps};
   ops::QkvSlices slices;
   for (const PendingSum& s : sums) {
     if (s.out == &s_.q) {
@@ -439,19 +443,20 @@ void GpuModel::Step::record_qkv(const GpuLayer& L, const LayerPlan& p, std::uint
     }
   }
   ops::rope_kv_write(rec(), lib_, s_.q.range(), s_.k.range(), s_.v.range(), s_.positions.range(), rope_frequencies(l),
-                     cache_.keys(l), cache_.values(l), s_.slots.range(), rope(l), c_.n_head_kv, slices);
+                     cache_.keys(l), cache_.values(l), s_.slots.range(), rope(l), c_.n_head_kv, slices, norms);
   mark("rope, kv write");
 }
 
 void GpuModel::Step::record_feed_forward(std::uint32_t l) {
   const GpuLayer& L = model_.layers_[l];
   const LayerPlan& p = plan_.layers[l];
-  // The norm the down product may make along with its split sum.
-  const GpuTensor* next_norm = p.next_norm_f16 ? &model_.layers_[l + 1].attn_norm : nullptr;
+  // The norm the down product may make along with its split sum, or its post-norm add as int8.
+  const GpuTensor* next_attn_norm = l + 1 < c_.n_layers ? &model_.layers_[l + 1].attn_norm : nullptr;
+  const GpuTensor* next_norm = p.next_norm_f16 ? next_attn_norm : nullptr;
   if (c_.moe()) {
     record_experts(L);
   } else if (c_.gelu()) {
-    record_geglu(L, p);
+    record_geglu(L, p, p.next_norm_q8 ? next_attn_norm : nullptr);
   } else if (p.glu) {
     record_glu(L, p, next_norm);
   } else {
@@ -467,7 +472,8 @@ void GpuModel::Step::record_feed_forward(std::uint32_t l) {
 }
 
 // x += rmsnorm(down x (gelu(gate) * up)), Gemma's feed-forward block (the norm after it too).
-void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p) {
+// next_norm: as post_normed_product's.
+void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm) {
   if (!s_.gate) {
     s_.gate = scratch(std::uint64_t{n_} * c_.n_ff);
     s_.up = scratch(std::uint64_t{n_} * c_.n_ff);
@@ -481,7 +487,7 @@ void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p) {
     ops::gelu_mul(rec(), lib_, s_.gate.range(), s_.up.range(), s_.gate.range(), n_ * c_.n_ff);
   }
   mark("gelu");
-  post_normed_product(L.w_down, p.down, s_.gate, int8, L.post_ffn_norm);
+  post_normed_product(L.w_down, p.down, s_.gate, int8, L.post_ffn_norm, next_norm);
 }
 
 // x += the weighted sum of each token's experts' SwiGLU blocks, the experts and weights routed
@@ -623,6 +629,7 @@ std::vector<PendingSum> GpuModel::Step::normed_products(const GpuTensor& norm, N
       std::ranges::any_of(products, [](const GroupProduct& p) { return std::get<1>(p)->path == ProductPath::narrow; });
   switch (input) {
     case NormInput::int8:
+      if (made_by_residual(norm)) break;
       ops::quantize_q8_rms_norm(rec(), lib_, s_.x.range(), norm.buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd, n_);
       mark("norm");
       break;
@@ -710,9 +717,10 @@ void GpuModel::Step::residual_product(const GpuTensor& w, const ProductPlan& p, 
 
 // x += rmsnorm(w x in), Gemma's norm of a block's output before its residual add: the product
 // into proj on the int8 path, the tensor cores' (K not split) or the general one (the plan takes
-// no other here). in_ready: as residual_product's.
+// no other here). in_ready: as residual_product's. next_norm: the norm whose int8 input
+// (normed_q8) reads x next, made by the same dispatch as the add.
 void GpuModel::Step::post_normed_product(const GpuTensor& w, const ProductPlan& p, const PoolBuffer& in, bool in_ready,
-                                         const GpuTensor& norm) {
+                                         const GpuTensor& norm, const GpuTensor* next_norm) {
   const std::uint32_t m = rows_of(w), k = cols_of(w);
   switch (p.path) {
     case ProductPath::int8:
@@ -729,7 +737,13 @@ void GpuModel::Step::post_normed_product(const GpuTensor& w, const ProductPlan& 
                   ops::MatmulPath::automatic, plan_.kernels);
       break;
   }
-  ops::rms_norm_add(rec(), lib_, s_.proj.range(), norm.buffer.range(), s_.x.range(), n_, c_.n_embd, c_.rms_eps);
+  if (next_norm == nullptr) {
+    ops::rms_norm_add(rec(), lib_, s_.proj.range(), norm.buffer.range(), s_.x.range(), n_, c_.n_embd, c_.rms_eps);
+    return;
+  }
+  ops::rms_norm_add_quantize_q8(rec(), lib_, s_.proj.range(), norm.buffer.range(), s_.x.range(),
+                                next_norm->buffer.range(), c_.rms_eps, normed_q8(), c_.n_embd, n_);
+  normed_by_residual_ = next_norm;
 }
 
 // x += w x input (acts16 unless given), the add fused into the tensor cores' product. next_norm:
@@ -783,7 +797,7 @@ std::vector<BufferRange> GpuModel::Step::dequantize(
 // rmsnorm(x) as the tensor cores' F16 input, in one dispatch (unless the residual product before
 // made it).
 void GpuModel::Step::norm_f16(const GpuTensor& norm) {
-  if (std::exchange(normed_by_residual_, nullptr) == &norm) return;
+  if (made_by_residual(norm)) return;
   ops::rms_norm_f16(rec(), lib_, s_.x.range(), norm.buffer.range(), acts16(), n_, plan_.padded_tokens, c_.n_embd,
                     c_.rms_eps);
   mark("norm");

@@ -98,6 +98,7 @@ class Planner {
     p.glu = glu(L);
     p.ffn_input = norm_input(std::array{&L.w_gate, &L.w_up});
     p.ffn_norm_f16 = p.glu || p.ffn_input == NormInput::f16;
+    p.ffn_norm_q8 = config_.post_norms() && p.ffn_input == NormInput::int8;
     p.gate = grouped(L.w_gate, p.ffn_input);
     p.up = grouped(L.w_up, p.ffn_input);
     p.down = residual(L.w_down);
@@ -158,10 +159,11 @@ StepPlan plan_step(const gpu::DeviceFeatures& features, const LlamaConfig& confi
   plan.padded_tokens = ops::narrow_padded_columns(features, tokens, kernels);
   for (const GpuLayer& layer : layers) plan.layers.push_back(planner.layer(layer));
   // The norm a residual product may make along with its split sum: the next layer's attention
-  // norm, where that layer reads it as F16 alone.
+  // norm, where that layer reads it as F16 alone; or along with a post-norm add, as int8.
   for (std::size_t l = 0; l + 1 < plan.layers.size(); ++l) {
     const LayerPlan& next = plan.layers[l + 1];
     plan.layers[l].next_norm_f16 = !config.moe() && !next.qkv_write_heads && next.qkv_input == NormInput::f16;
+    plan.layers[l].next_norm_q8 = !config.moe() && config.post_norms() && next.qkv_input == NormInput::int8;
   }
   plan.output = planner.output(output, outputs);
   // Every layer's: the types of a mixture differ from layer to layer.

@@ -48,11 +48,16 @@ struct LayerPlan {
   ProductPlan out;
   // The feed-forward block's norm as F16 alone (what the output product's split sum can make).
   bool ffn_norm_f16 = false;
+  // Gemma's post-norms: the attention block's post-norm add makes the feed-forward block's norm's
+  // int8 input too (ops::rms_norm_add_quantize_q8), where that block reads it alone.
+  bool ffn_norm_q8 = false;
   bool glu = false;  // gate and up as one SwiGLU product on the narrow path (ops::matmul_narrow_glu)
   NormInput ffn_input = NormInput::f32;
   ProductPlan gate, up, down;
   // The next layer's attention norm as F16 alone (what the down product's split sum can make).
   bool next_norm_f16 = false;
+  // The next layer's attention norm as int8 alone (what the feed-forward block's post-norm add can make).
+  bool next_norm_q8 = false;
 };
 
 // How the output matrix multiplies the rows whose logits are wanted (int8: matvec_q8, in groups of

@@ -1064,6 +1064,25 @@ TEST(RopeKvWrite, AddsTheSlicesOfSplitProducts) {
   }
 }
 
+// The int8 blocks of n columns of k in q (n * k signed bytes, then n * k / 32 float scales) hold
+// `acts` as reference::int8_blocks rounds them: each value at most one rounding apart, few the
+// other way. Returns the reference's rounding.
+Vec expect_int8_blocks(Gpu& g, const PoolBuffer& q, const Vec& acts, std::uint32_t k, std::uint32_t n) {
+  auto bytes = g.down<std::int8_t>(q, ops::q8_acts_bytes(k, n));
+  Vec scales(std::size_t{n} * k / 32);
+  std::memcpy(scales.data(), bytes.data() + std::size_t{n} * k, scales.size() * 4);
+  Vec want = reference::int8_blocks(acts);
+  std::size_t off_by_one = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const float got = scales[i / 32] * bytes[i];
+    EXPECT_NEAR(got, want[i], scales[i / 32] * 1.01f) << "element " << i;  // at most one rounding apart
+    if (std::abs(got - want[i]) > scales[i / 32] * 1.01f) break;
+    off_by_one += std::abs(got - want[i]) > 1e-3f * scales[i / 32];
+  }
+  EXPECT_LE(off_by_one, want.size() / 1000) << "roundings the other way";
+  return want;
+}
+
 // Decode's int8 path in two dispatches: quantize_q8* makes the activations (x, rmsnorm(x) *
 // weight, silu(gate) * up or gelu(gate) * up) as int8 blocks once; matvec_q8 multiplies (and adds to the output).
 // The quantized buffer itself is checked against the reference's rounding, then the products.
@@ -1089,18 +1108,8 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
         if (input == Input::silu) ops::quantize_q8_silu(rec, g.kernels, ab.range(), bb.range(), q.range(), k, n);
         if (input == Input::gelu) ops::quantize_q8_gelu(rec, g.kernels, ab.range(), bb.range(), q.range(), k, n);
       });
-      // The buffer: n * k signed bytes, then n * k / 32 float scales.
-      auto bytes = g.down<std::int8_t>(q, ops::q8_acts_bytes(k, n));
-      Vec scales(std::size_t{n} * k / 32);
-      std::memcpy(scales.data(), bytes.data() + std::size_t{n} * k, scales.size() * 4);
-      Vec want = reference::int8_blocks(acts);
-      std::size_t off_by_one = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        const float got = scales[i / 32] * bytes[i];
-        ASSERT_NEAR(got, want[i], scales[i / 32] * 1.01f) << "element " << i;  // at most one rounding apart
-        off_by_one += std::abs(got - want[i]) > 1e-3f * scales[i / 32];
-      }
-      EXPECT_LE(off_by_one, want.size() / 1000) << "roundings the other way";
+      const Vec want = expect_int8_blocks(g, q, acts, k, n);
+      if (::testing::Test::HasFailure()) return;
 
       for (WeightType type : {WeightType::q8_0, WeightType::q4_0}) {
         auto wbytes = random_weights(type, m, k, 3 + n);
@@ -1124,6 +1133,87 @@ TEST(MatvecQ8, QuantizedOnceThenMultiplied) {
   }
 }
 
+// Gemma's post-norm add and the next norm's int8 input in one dispatch: x += rmsnorm(block) *
+// post, as the reference adds it, and the int8 blocks of rmsnorm(x) * weight of the new x; K past
+// one workgroup's 2048 elements and not a multiple of 256 threads' units.
+TEST(QuantizeQ8, PostNormAddThenTheNextNorm) {
+  Gpu& g = shared_gpu();
+  for (std::uint32_t k : {32u, 2560u, 4096u + 96u}) {
+    for (std::uint32_t n : {1u, 3u}) {
+      const Vec block = random_vec(std::size_t{n} * k, 81, 3.0f), x = random_vec(std::size_t{n} * k, 82),
+                post = random_vec(k, 83), weight = random_vec(k, 84);
+      PoolBuffer bb = g.up(block), bx = g.up(x), bp = g.up(post), bw = g.up(weight), q = g.scratch(ops::q8_acts_bytes(k, n));
+      run_step(g, [&](Recording& rec) {
+        ops::rms_norm_add_quantize_q8(rec, g.kernels, r(bb), r(bp), r(bx), r(bw), 1e-6f, r(q), k, n);
+      });
+      const Vec want_x = reference::add(x, reference::rms_norm(block, post, n, k, 1e-6f));
+      const Vec got_x = g.down<float>(bx, x.size());
+      EXPECT_LT(normalised_error(got_x, want_x), 1e-10) << "k " << k << " n " << n;
+      expect_int8_blocks(g, q, reference::rms_norm(want_x, weight, n, k, 1e-6f), k, n);
+    }
+  }
+}
+
+// rope_kv_write with q and k norms: what rms_norm on each head of q and of k, then rope_kv_write,
+// make (q, and both caches within an F16 rounding), at head sizes 64 to 256, both layouts and
+// partial rotary dims.
+TEST(RopeKvWrite, NormsQAndKFirst) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t heads = 4, kv_heads = 2, tokens = 3, slots_total = 12;
+  const std::vector<std::uint32_t> slots{5, 0, 9};
+  const std::vector<std::int32_t> pos{7, 0, 300};
+  for (ops::RopeShape shape : {ops::RopeShape{tokens, heads, 256, 0, 10000.0f, 1.0f, true},
+                               ops::RopeShape{tokens, heads, 128, 0, 1000000.0f, 1.0f, false},
+                               ops::RopeShape{tokens, heads, 64, 32, 10000.0f, 1.0f, true}}) {
+    const std::uint32_t d = shape.head_dim, row = kv_heads * d;
+    const Vec freqs = ops::rope_frequencies(shape);
+    const Vec q = random_vec(std::size_t{tokens} * heads * d, 91, 4.0f), k = random_vec(std::size_t{tokens} * row, 92),
+              v = random_vec(std::size_t{tokens} * row, 93), q_norm = random_vec(d, 94), k_norm = random_vec(d, 95);
+    const std::vector<std::uint16_t> zeros(std::size_t{slots_total} * row, 0);
+    auto run = [&](bool fused) {
+      PoolBuffer bq = g.up(q), bk = g.up(k), bv = g.up(v), bp = g.up(pos), bs = g.up(slots), bf = g.up(freqs),
+                 kc = g.up(zeros), vc = g.up(zeros), bqn = g.up(q_norm), bkn = g.up(k_norm);
+      run_step(g, [&](Recording& rec) {
+        if (!fused) {
+          ops::rms_norm(rec, g.kernels, r(bq), r(bqn), r(bq), tokens * heads, d, 1e-6f);
+          ops::rms_norm(rec, g.kernels, r(bk), r(bkn), r(bk), tokens * kv_heads, d, 1e-6f);
+        }
+        const ops::QkNorms norms = fused ? ops::QkNorms{r(bqn), r(bkn), 1e-6f} : ops::QkNorms{};
+        ops::rope_kv_write(rec, g.kernels, r(bq), r(bk), r(bv), r(bp), r(bf), r(kc), r(vc), r(bs), shape, kv_heads, {},
+                           norms);
+      });
+      auto floats = [](const std::vector<std::uint16_t>& h) {
+        Vec f(h.size());
+        for (std::size_t i = 0; i < h.size(); ++i) f[i] = half_to_float(h[i]);
+        return f;
+      };
+      return std::tuple{g.down<float>(bq, q.size()), floats(g.down<std::uint16_t>(kc, zeros.size())),
+                        g.down<std::uint16_t>(vc, zeros.size())};
+    };
+    auto [q1, k1, v1] = run(true);
+    auto [q2, k2, v2] = run(false);
+    const std::string what = fmt::format("d {}{}", d, shape.neox ? " neox" : "");
+    EXPECT_LT(normalised_error(q1, q2), 1e-12) << what;
+    EXPECT_LT(normalised_error(k1, k2), 1e-6) << what;  // F16: a rounding may land the other way
+    EXPECT_EQ(v1, v2) << what;
+    EXPECT_GT(normalised_error(q1, q), 1e-3) << what;  // normed and turned
+  }
+}
+
+// A decode step's (sequence, position) pairs: one token a sequence, the last of each length.
+std::vector<std::uint32_t> decode_seq_pos(const std::vector<std::uint32_t>& lengths) {
+  std::vector<std::uint32_t> seq_pos;
+  for (std::uint32_t i = 0; i < lengths.size(); ++i) seq_pos.insert(seq_pos.end(), {i, lengths[i] - 1});
+  return seq_pos;
+}
+
+// An attention output (tokens, k) the same bits as want's: int8 blocks (q8_acts_bytes) or floats.
+void expect_attention_output(Gpu& g, bool q8, const PoolBuffer& got, const PoolBuffer& want, std::uint32_t k,
+                             std::uint32_t tokens, const std::string& what) {
+  const std::size_t words = q8 ? ops::q8_acts_bytes(k, tokens) / 4 : std::size_t{k} * tokens;
+  EXPECT_EQ(g.down<std::uint32_t>(got, words), g.down<std::uint32_t>(want, words)) << what;
+}
+
 // Attention writing its output as the int8 mat-vec's input (a decode step's output product) makes
 // the bytes and scales quantize_q8 makes from its F32 output, bit for bit, and as the tensor cores'
 // F16 input what to_f16 makes of it, its padded rows zero (also from one split, which writes the
@@ -1133,8 +1223,7 @@ TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
   Gpu& g = shared_gpu();
   const std::uint32_t page_size = 16;
   const std::vector<std::uint32_t> lengths{1, 17, 300, 2000};
-  std::vector<std::uint32_t> seq_pos;
-  for (std::uint32_t i = 0; i < lengths.size(); ++i) seq_pos.insert(seq_pos.end(), {i, lengths[i] - 1});
+  const std::vector<std::uint32_t> seq_pos = decode_seq_pos(lengths);
   using Path = ops::AttentionPath;
   for (std::uint32_t d : {32u, 64u, 80u, 128u, 256u}) {  // 80: no int8 output (a head holds 2.5 blocks)
     for (auto [path, splits] : {std::pair{Path::automatic, 0u}, {Path::split, 7u}, {Path::split, 1u}, {Path::one_pass, 0u}}) {
@@ -1163,13 +1252,7 @@ TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
       EXPECT_FALSE(plain) << what;
       const auto plan = ops::plan_attention(s);
       EXPECT_EQ(wrote_q8, plan.path == Path::split && plan.splits > 1 && d % 32 == 0) << what;
-      if (wrote_q8) {
-        EXPECT_EQ(g.down<std::uint32_t>(got_q8, ops::q8_acts_bytes(k, tokens) / 4),
-                  g.down<std::uint32_t>(want_q8, ops::q8_acts_bytes(k, tokens) / 4))
-            << what;
-      } else {
-        EXPECT_EQ(g.down<float>(out2, q.size()), g.down<float>(out, q.size())) << what;
-      }
+      expect_attention_output(g, wrote_q8, wrote_q8 ? got_q8 : out2, wrote_q8 ? want_q8 : out, k, tokens, what);
       EXPECT_EQ(wrote_f16, plan.path == Path::split) << what;
       if (wrote_f16) {
         EXPECT_EQ(g.down<std::uint16_t>(got_f16, stale.size()), g.down<std::uint16_t>(want_f16, stale.size())) << what;
@@ -1177,6 +1260,48 @@ TEST(AttentionQ8, TheMergeQuantizesAsQuantizeQ8Does) {
         EXPECT_EQ(g.down<std::uint16_t>(got_f16, stale.size()), stale) << what << ": the F16 output untouched";
         EXPECT_EQ(g.down<float>(out3, q.size()), g.down<float>(out, q.size())) << what;
       }
+    }
+  }
+}
+
+// Split attention whose last workgroup of a row merges the splits (arrival counters given) makes
+// what the split and combine dispatches make, bit for bit, as F32 and as the int8 mat-vec's
+// input, twice in a row (as a step's layers do) on counters it leaves zero.
+TEST(AttentionMerge, TheLastWorkgroupMergesAsCombineDoes) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t page_size = 16;
+  const std::vector<std::uint32_t> lengths{1, 17, 300, 2000};
+  const std::vector<std::uint32_t> seq_pos = decode_seq_pos(lengths);
+  const auto tokens = static_cast<std::uint32_t>(lengths.size());
+  for (auto [d, kv_heads] : {std::pair{64u, 2u}, {128u, 8u}, {256u, 4u}}) {
+    for (std::uint32_t splits : {0u, 7u, 1u}) {
+      const std::uint32_t heads = 8, k = heads * d;
+      auto cache = build_cache(g, lengths, kv_heads * d, page_size);
+      ops::AttentionShape s{tokens, heads, kv_heads, d, page_size, cache.max_pages, 1.0f / std::sqrt(float(d)),
+                            splits == 0 ? ops::AttentionPath::automatic : ops::AttentionPath::split, splits};
+      const Vec q = random_vec(std::size_t{tokens} * k, 171 + d);
+      const std::vector<std::uint32_t> zeros(std::size_t{tokens} * heads, 0);
+      auto bq = g.up(q), bsp = g.up(seq_pos), arrivals = g.up(zeros), scratch = g.scratch(ops::attention_scratch_bytes(s));
+      auto want = g.scratch(q.size() * 4), got = g.scratch(q.size() * 4), got_again = g.scratch(q.size() * 4);
+      auto want_q8 = g.scratch(ops::q8_acts_bytes(k, tokens)), got_q8 = g.scratch(ops::q8_acts_bytes(k, tokens));
+      bool wrote_q8 = false;
+      run_step(g, [&](Recording& rec) {
+        auto attend = [&](const PoolBuffer& out, const ops::AttentionMerged& merged) {
+          return ops::attention(rec, g.kernels, r(bq), r(cache.k_cache), r(cache.v_cache), r(cache.tables), r(bsp),
+                                r(scratch), r(out), s, merged);
+        };
+        attend(want, {});
+        ops::quantize_q8(rec, g.kernels, r(want), r(want_q8), k, tokens);
+        attend(got, {.arrivals = r(arrivals)});
+        attend(got_again, {.arrivals = r(arrivals)});
+        wrote_q8 = attend(got_again, {.q8 = r(got_q8), .arrivals = r(arrivals)});
+      });
+      const std::string what = fmt::format("d {} splits {}", d, splits);
+      const auto plan = ops::plan_attention(s);
+      EXPECT_EQ(wrote_q8, plan.splits > 1) << what;
+      EXPECT_EQ(g.down<float>(got, q.size()), g.down<float>(want, q.size())) << what;
+      expect_attention_output(g, wrote_q8, wrote_q8 ? got_q8 : got_again, wrote_q8 ? want_q8 : want, k, tokens, what);
+      EXPECT_EQ(g.down<std::uint32_t>(arrivals, zeros.size()), zeros) << what << ": the counters left zero";
     }
   }
 }

@@ -78,7 +78,8 @@ struct Case {
 using P = ProductPath;
 using N = NormInput;
 using O = OutputPath;
-constexpr auto llama = Architecture::llama, qwen3 = Architecture::qwen3;
+constexpr auto llama = Architecture::llama, qwen3 = Architecture::qwen3, gemma2 = Architecture::gemma2,
+               gemma3 = Architecture::gemma3;
 
 const Case cases[] = {
     // name                        cores  arch   type              n    out  int8          qkv       heads  out         glu    ffn       down        deq    split  next   output
@@ -91,6 +92,10 @@ const Case cases[] = {
     {"prefill 600, Q4_0",          true,  llama, WeightType::q4_0, 600, 1,   std::nullopt, N::f16,   false, P::narrow, true,  N::f16,   P::narrow, true,  true,  true,  O::general},
     {"decode 1, F16",              true,  llama, WeightType::f16,  1,   1,   std::nullopt, N::fused, false, P::matvec, false, N::fused, P::matvec, false, false, false, O::general},
     {"decode 1, Q4_0, q/k norms",  true,  qwen3, WeightType::q4_0, 1,   1,   std::nullopt, N::int8,  false, P::int8,   false, N::int8,  P::int8,   false, false, false, O::general},
+    // Gemma's norms after each block: on the int8 path their adds make the next norm's int8 input.
+    {"decode 1, Q4_K, gemma3",     true,  gemma3, WeightType::q4_k, 1,  1,   std::nullopt, N::int8,  false, P::int8,   false, N::int8,  P::int8,   false, false, false, O::int8},
+    {"decode 1, Q4_0, gemma2",     true,  gemma2, WeightType::q4_0, 1,  1,   std::nullopt, N::int8,  false, P::int8,   false, N::int8,  P::int8,   false, false, false, O::general},
+    {"prefill 600, Q4_0, gemma3",  true,  gemma3, WeightType::q4_0, 600, 1,  std::nullopt, N::f16,   false, P::narrow, false, N::f16,   P::narrow, true,  true,  true,  O::general},
     {"decode 32, F32, no cores",   false, llama, WeightType::f32,  32,  32,  std::nullopt, N::f32,   false, P::general, false, N::f32,  P::general, false, false, false, O::general},
     {"decode 2, Q8_0, no cores",   false, llama, WeightType::q8_0, 2,   2,   std::nullopt, N::fused, false, P::matvec, false, N::fused, P::matvec, false, false, false, O::general},
     // The other quantized types: int8 decode; the tensor cores reading the blocks up to 64 columns
@@ -130,6 +135,9 @@ TEST(StepPlan, ChoosesTheKernelsOfEachCase) {
     EXPECT_EQ(first.next_norm_f16, c.next_norm_f16);
     EXPECT_FALSE(plan.layers.back().next_norm_f16);  // no layer after the last
     EXPECT_EQ(first.ffn_norm_f16, c.glu || c.ffn_input == N::f16);
+    EXPECT_EQ(first.ffn_norm_q8, config.post_norms() && c.ffn_input == N::int8);
+    EXPECT_EQ(first.next_norm_q8, config.post_norms() && c.qkv_input == N::int8);
+    EXPECT_FALSE(plan.layers.back().next_norm_q8);
     EXPECT_EQ(plan.output, c.output);
   }
 }
