@@ -1254,17 +1254,38 @@ void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferR
                    s, kRows, s.rows * s.used);
 }
 
-std::uint64_t moe_tiles_bytes(std::uint32_t pairs, std::uint32_t n_expert) {
+namespace {
+// moe_sort's chunks of pairs (a workgroup each, counting and scattering), and where in the tiles
+// buffer each chunk's counts of pairs an expert go: past the most tiles there can be.
+constexpr std::uint32_t sort_chunk = 256;
+std::uint64_t sort_counts_at(std::uint32_t pairs, std::uint32_t n_expert) {
   return (std::uint64_t{ceil_div(pairs, experts_tile_pairs)} + n_expert + 1) * 16;
+}
+}  // namespace
+
+std::uint64_t moe_tiles_bytes(std::uint32_t pairs, std::uint32_t n_expert) {
+  return sort_counts_at(pairs, n_expert) + std::uint64_t{ceil_div(pairs, sort_chunk)} * n_expert * 4;
 }
 
 void moe_sort(Recording& rec, KernelLibrary& lib, BufferRange experts, BufferRange order, BufferRange tiles,
-              std::uint32_t pairs, std::uint32_t n_expert) {
+              std::uint32_t pairs, std::uint32_t n_expert, std::uint32_t tile) {
   if (n_expert > 1024) throw GpuError(fmt::format("moe_sort: {} experts, at most 1024", n_expert));
+  if (tile < experts_tile_pairs) {
+    throw GpuError(fmt::format("moe_sort: tiles of {} pairs, at least {}", tile, experts_tile_pairs));
+  }
+  if (tiles.size < moe_tiles_bytes(pairs, n_expert)) {
+    throw GpuError(fmt::format("moe_sort: the tiles buffer holds fewer than moe_tiles_bytes({}, {})", pairs, n_expert));
+  }
+  // Counts a chunk, their prefix sums and the tiles (one workgroup), then each pair to its place.
+  const std::uint32_t chunks = ceil_div(pairs, sort_chunk);
   struct {
-    std::uint32_t pairs, n_expert, tile;
-  } push{pairs, n_expert, experts_tile_pairs};
-  rec.dispatch(kernel(lib, "moe_sort", 3, sizeof push), {experts, order, tiles}, push, 1, 1);
+    std::uint32_t pairs, n_expert, tile, counts, chunk, chunks;
+  } push{pairs, n_expert, tile, static_cast<std::uint32_t>(sort_counts_at(pairs, n_expert) / 4), sort_chunk, chunks};
+  auto [gx, gy] = spread(chunks);
+  for (const char* pass : {"moe_sort_count", "moe_sort_offsets", "moe_sort_scatter"}) {
+    const bool one = std::string_view(pass) == "moe_sort_offsets";
+    rec.dispatch(kernel(lib, pass, 3, sizeof push), {experts, order, tiles}, push, one ? 1 : gx, one ? 1 : gy);
+  }
 }
 
 void matmul_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,

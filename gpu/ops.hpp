@@ -429,9 +429,12 @@ void matvec_experts_sum(Recording& rec, KernelLibrary& lib, WeightType type, Buf
 // for every tile of up to experts_tile_pairs of its pairs. order and tiles as moe_sort wrote them.
 inline constexpr std::uint32_t experts_tile_pairs = 16;  // mul_mm_id.comp's TN
 std::uint64_t moe_tiles_bytes(std::uint32_t pairs, std::uint32_t n_expert);
-// order: (pairs) uint32, the pairs expert by expert; tiles: moe_tiles_bytes, the tiles of them.
+// order: (pairs) uint32, the pairs expert by expert; tiles: moe_tiles_bytes, the tiles of them, at
+// most `tile` pairs each (experts_tile_pairs or more), and past them the sort's own counts. Three
+// dispatches: each chunk of pairs counted per expert, the counts' prefix sums and the tiles, the
+// pairs scattered to their places.
 void moe_sort(Recording& rec, KernelLibrary& lib, BufferRange experts, BufferRange order, BufferRange tiles,
-              std::uint32_t pairs, std::uint32_t n_expert);
+              std::uint32_t pairs, std::uint32_t n_expert, std::uint32_t tile = experts_tile_pairs);
 void matmul_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
                     BufferRange order, BufferRange tiles, BufferRange out, const ExpertProduct& shape,
                     std::uint32_t n_expert);

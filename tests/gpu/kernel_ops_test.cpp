@@ -692,6 +692,47 @@ TEST(DequantizeF16, IsTheCpuDequantizationRoundedToHalf) {
   EXPECT_TRUE(ops::narrow_dequantizes(only_16x8, WeightType::q5_k, 4096, 4096, 32));  // built for 16x16x16 only
 }
 
+// moe_sort puts every pair once in `order`, expert by expert (in expert order), and cuts each
+// expert's run into tiles of at most `tile` pairs, in order: over several chunks of pairs (1,000
+// pairs, 600 of them on 3 experts, 2 experts with none), for the tiled kernel's tiles and the
+// tensor cores'.
+TEST(MoeSort, GroupsEveryPairByExpertInTiles) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t pairs = 1000, n_expert = 37;
+  std::vector<std::uint32_t> ids(pairs);
+  for (std::uint32_t i = 0; i < pairs; ++i) ids[i] = i % 5 < 3 ? i % 5 : 5 + (i * 13) % (n_expert - 5);
+  for (std::uint32_t tile : {16u, 32u, 64u}) {
+    auto bi = g.up(ids), order = g.scratch(pairs * 4), tiles = g.scratch(ops::moe_tiles_bytes(pairs, n_expert));
+    auto rec = g.queue.begin();
+    ops::moe_sort(rec, g.kernels, r(bi), r(order), r(tiles), pairs, n_expert, tile);
+    g.queue.submit_and_wait(rec);
+    const auto got = g.down<std::uint32_t>(order, pairs);
+    const auto words = g.down<std::uint32_t>(tiles, ops::moe_tiles_bytes(pairs, n_expert) / 4);
+    std::vector<std::uint32_t> seen(pairs, 0);
+    std::uint32_t at = 0;
+    for (std::uint32_t t = 0; t < words[0]; ++t) {
+      const std::uint32_t expert = words[4 * (t + 1)], first = words[4 * (t + 1) + 1], count = words[4 * (t + 1) + 2];
+      ASSERT_EQ(first, at) << "tile " << t << " of " << tile;
+      ASSERT_TRUE(count >= 1 && count <= tile) << "tile " << t << " of " << tile;
+      if (t > 0) {
+        ASSERT_GE(expert, words[4 * t]) << "experts in order";
+      }
+      for (std::uint32_t i = first; i < first + count; ++i) {
+        ASSERT_EQ(ids[got[i]], expert) << "pair at " << i;
+        ++seen[got[i]];
+      }
+      at += count;
+    }
+    EXPECT_EQ(at, pairs);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1u), pairs);
+    std::vector<std::uint32_t> per(n_expert, 0);
+    for (std::uint32_t id : ids) ++per[id];
+    std::uint32_t want_tiles = 0;
+    for (std::uint32_t n : per) want_tiles += (n + tile - 1) / tile;
+    EXPECT_EQ(words[0], want_tiles) << "tiles of " << tile;
+  }
+}
+
 // The SwiGLU in one dispatch is silu(gate) * up of the two narrow products, each made alone, in
 // F16: edge features (40 rows, so the last tile's second fragment is partly past them) and padded
 // columns (zero) included. Runs where the device has cooperative matrices (the H100), skips on
