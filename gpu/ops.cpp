@@ -1299,6 +1299,40 @@ void matmul_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferR
                    {weights, acts, order, tiles, out}, s, kRows, tiles_at_most);
 }
 
+bool experts_coopmat_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k) {
+  const auto& cm = features.cooperative_matrix;
+  return cm && cm->m == 16 && cm->n == 16 && cm->k == 16 && features.subgroup_size == 32 && m > 0 && k % 128 == 0 &&
+         (type == WeightType::f16 || quantized(type));
+}
+
+void matmul_experts_coopmat(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights,
+                            BufferRange acts16, BufferRange order, BufferRange tiles, BufferRange out,
+                            const ExpertProduct& s, std::uint32_t n_expert, std::uint32_t tile_pairs) {
+  const auto& features = lib.device().features();
+  if (!experts_coopmat_applies(features, type, s.m, s.k) || s.acts_q8 || (tile_pairs != 64 && tile_pairs != 32)) {
+    throw GpuError(fmt::format("the tensor-core expert product does not take {} weights of {}x{} in tiles of {} on {}",
+                               weight_type_name(type), s.m, s.k, tile_pairs, features.name));
+  }
+  const std::uint32_t tiles_at_most = ceil_div(s.rows * s.used, tile_pairs) + n_expert;
+  dispatch_experts(rec, kernel(lib, experts_coopmat_module(type, tile_pairs), 5, 24, {0, 0, 0, 0, 0, 0}, 32),
+                   {weights, acts16, out, order, tiles}, s, 128, tiles_at_most);
+}
+
+std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs) {
+  const StagedShape x = tile_pairs == 64 ? StagedShape{4, 1, 2, 4, 2} : StagedShape{4, 1, 2, 2, 4};
+  return fmt::format("mul_mm_staged_experts_{}_16x16x16_{}x{}x{}x{}x{}", weight_type_name(type), x.sg_m, x.sg_n, x.tm,
+                     x.tn, x.kb);
+}
+
+std::vector<std::string> experts_coopmat_modules() {
+  std::vector<std::string> names;
+  for (WeightType type : all_weight_types) {
+    if (type != WeightType::f16 && !quantized(type)) continue;
+    for (std::uint32_t tile_pairs : {64u, 32u}) names.push_back(experts_coopmat_module(type, tile_pairs));
+  }
+  return names;
+}
+
 void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,
                  std::uint32_t rows, std::uint32_t n, std::uint32_t used) {
   struct {
