@@ -490,15 +490,24 @@ void bench_wide_experts(Bench& b, Table& table, WeightType type, std::uint32_t t
     }
     row("tiled", [&](Recording& r, const PoolBuffer& w) { tiled(r, w, out); });
     if (!ops::experts_coopmat_applies(b.device_.features(), type, m, k)) continue;
+    ops::ExpertProduct f16 = shape;
+    f16.acts_q8 = false;
     for (std::uint32_t tile : {ops::experts_coopmat_pairs, 32u}) {
       sort(tile);
-      ops::ExpertProduct f16 = shape;
-      f16.acts_q8 = false;
       row(fmt::format("coopmat, tiles of {}", tile), [&](Recording& r, const PoolBuffer& w) {
         ops::matmul_experts_coopmat(r, b.kernels_, type, w.range(), acts16.range(), order.range(), tiles.range(),
                                     out.range(), f16, n_expert, tile);
       });
     }
+    if (!quantized(type)) continue;
+    // Every expert's weights to F16 first (a step hits all of them at 512 tokens), both timed.
+    auto w16 = b.pool_.allocate(2ull * n_expert * m * k, "bench");
+    sort(ops::experts_coopmat_pairs);
+    row(fmt::format("coopmat via F16, tiles of {}", ops::experts_coopmat_pairs), [&](Recording& r, const PoolBuffer& w) {
+      ops::dequantize_f16(r, b.kernels_, type, w.range(), w16.range(), n_expert * m, k);
+      ops::matmul_experts_coopmat(r, b.kernels_, WeightType::f16, w16.range(), acts16.range(), order.range(),
+                                  tiles.range(), out.range(), f16, n_expert, ops::experts_coopmat_pairs);
+    });
   }
   b.pool_.trim();
 }
@@ -777,7 +786,8 @@ void write_report(const KernelBenchOptions& o, const std::string& header, const 
           " tiles staged through shared memory; \"K in S\": K split in S slices, as the model does for the residual products;"
           " \"via F16\": the weights dequantized to F16 first, both timed, as the model does for wide products);"
           " experts (--experts-only): tiled (mul_mm_id.comp, tiles of 16 pairs), coopmat (mul_mm_staged.comp's EXPERTS,"
-          " tiles of 64 or 32), GB/s counting every expert's weights once;"
+          " tiles of 64 or 32; \"via F16\": every expert dequantized to F16 first, both timed), GB/s counting every"
+          " expert's weights once;"
           " check: output vs tiled;"
           " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
        << columns << table.str();
