@@ -786,7 +786,9 @@ TEST(NarrowExperts, MultiplyEachPairByItsExpertFromF16) {
                                     {m, k, rows, used, per_pair}, experts, tile);
         g.queue.submit_and_wait(rec);
         const Vec want = experts_reference(weights, acts, ids, m, k, used, per_pair);
-        EXPECT_LT(normalised_error(g.down<float>(out, want.size()), want), 1e-10)
+        // Not tighter: the GPU's decoded weights may round to the other neighbouring half (as in
+        // StagedBlocks); a pair with another's row or expert is off by ~1.
+        EXPECT_LT(normalised_error(g.down<float>(out, want.size()), want), 1e-5)
             << weight_type_name(type) << (per_pair ? " per pair" : "") << ", tiles of " << tile;
       }
     }
