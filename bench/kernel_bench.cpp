@@ -1,7 +1,8 @@
 // `mqlm bench kernels`: time, GB/s, TFLOP/s and the fraction of the device's copy bandwidth
 // (measured first, in the same run, by a compute-shader copy) of every kernel, on the shapes
-// of one Llama-3-8B layer at 1, 8, 32 and 512 tokens. GPU time comes from timestamp queries
-// around many back-to-back repetitions in one submission.
+// of one Llama-3-8B layer at 1, 8, 32 and 512 tokens (with --experts-only, a qwen3moe-30b-a3b
+// layer's expert products, and moe_sort past 8 tokens). GPU time comes from timestamp queries around many
+// back-to-back repetitions in one submission.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -417,6 +418,100 @@ void bench_experts(Bench& b, Table& table, std::uint32_t tokens, const std::vect
   }
 }
 
+// A mixture of experts' wide step (qwen3moe-30b-a3b: 128 experts of 768, 8 a token, n_embd 2048):
+// its expert products of `type` at t tokens, every way a wide step can make them: the tiled float
+// kernel (mul_mm_id.comp, from int8 or F32 inputs made untimed) and the tensor cores in tiles of 64
+// and 32 pairs (from F16 inputs made untimed), each after its moe_sort (untimed; timed in its own
+// row), each checked against the first. Tokens pick 8 distinct experts uniformly at random.
+void bench_wide_experts(Bench& b, Table& table, WeightType type, std::uint32_t t) {
+  constexpr std::uint32_t n_expert = 128, used = 8, n_embd = 2048, n_ff = 768;
+  const std::uint32_t pairs = t * used;
+  std::vector<std::uint32_t> ids(pairs);
+  std::mt19937 rng(5);
+  for (std::uint32_t row = 0; row < t; ++row) {
+    std::vector<std::uint32_t> all(n_expert);
+    std::iota(all.begin(), all.end(), 0u);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::copy_n(all.begin(), used, ids.begin() + std::size_t{row} * used);
+  }
+  auto experts = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(ids), "bench");
+  auto order = b.pool_.allocate(4ull * pairs, "bench"), tiles = b.pool_.allocate(ops::moe_tiles_bytes(pairs, n_expert), "bench");
+  auto sort = [&](std::uint32_t tile) {
+    auto rec = b.queue_.begin();
+    ops::moe_sort(rec, b.kernels_, experts.range(), order.range(), tiles.range(), pairs, n_expert, tile);
+    b.queue_.submit_and_wait(rec);
+  };
+  for (std::uint32_t tile : {ops::experts_tile_pairs, ops::experts_coopmat_pairs}) {
+    const double us = b.time_us([&](Recording& rec) {
+      ops::moe_sort(rec, b.kernels_, experts.range(), order.range(), tiles.range(), pairs, n_expert, tile);
+    });
+    table.add({"moe_sort", fmt::format("{} experts, tiles of {}", n_expert, tile), t, "", us, 12.0 * pairs, 0, ""});
+  }
+  const std::string kernel = fmt::format("experts {}", weight_type_name(type));
+  for (auto [name, m, k, per_pair] : {std::tuple{"gate/up", n_ff, n_embd, false}, {"down", n_embd, n_ff, true}}) {
+    const auto bytes = random_weights(type, std::size_t{n_expert} * m, k, m + k);
+    std::vector<PoolBuffer> weights;
+    const std::size_t copies = std::clamp<std::size_t>((std::size_t{256} << 20) / bytes.size() + 1, 1, 32);
+    for (std::size_t i = 0; i < copies; ++i) {
+      weights.push_back(upload_new(b.queue_, b.pool_, std::span<const std::byte>(bytes), "weights:bench"));
+    }
+    std::size_t next = 0;
+    const std::uint32_t cols = per_pair ? pairs : t;
+    const ops::ExpertProduct shape{m, k, t, used, per_pair, ops::experts_read_q8(type)};
+    auto acts = b.random_f32(std::size_t{cols} * k, 7), acts16 = b.pool_.allocate(2ull * cols * k, "bench");
+    auto q8 = b.pool_.allocate(ops::q8_acts_bytes(k, cols), "bench");
+    auto out = b.pool_.allocate(4ull * pairs * m, "bench"), tiled_out = b.pool_.allocate(out.size(), "bench");
+    auto rec = b.queue_.begin();
+    ops::to_f16(rec, b.kernels_, acts.range(), acts16.range(), cols, k, cols);
+    if (shape.acts_q8) ops::quantize_q8(rec, b.kernels_, acts.range(), q8.range(), k, cols);
+    b.queue_.submit_and_wait(rec);
+    const std::string shape_name = fmt::format("{} {}x{}, {}x{}", name, n_expert, m, k, pairs);
+    const double traffic = double(bytes.size()) + 2.0 * cols * k + 4.0 * pairs * m, flops = 2.0 * m * k * pairs;
+    auto row = [&](const std::string& path, const std::function<void(Recording&, const PoolBuffer&)>& record) {
+      std::string check;
+      double us = NAN;
+      try {
+        us = b.time_us([&](Recording& r) { record(r, weights[next++ % weights.size()]); });
+        check = compare(b, out, tiled_out, std::size_t{pairs} * m);
+      } catch (const GpuError& e) {
+        check = std::string("failed: ") + e.what();
+      }
+      table.add({kernel, shape_name, t, path, us, traffic, flops, check});
+    };
+    sort(ops::experts_tile_pairs);
+    auto tiled = [&](Recording& r, const PoolBuffer& w, const PoolBuffer& into) {
+      ops::matmul_experts(r, b.kernels_, type, w.range(), shape.acts_q8 ? q8.range() : acts.range(), order.range(),
+                          tiles.range(), into.range(), shape, n_expert);
+    };
+    {
+      auto once = b.queue_.begin();
+      tiled(once, weights.front(), tiled_out);
+      b.queue_.submit_and_wait(once);
+    }
+    row("tiled", [&](Recording& r, const PoolBuffer& w) { tiled(r, w, out); });
+    if (!ops::experts_coopmat_applies(b.device_.features(), type, m, k)) continue;
+    ops::ExpertProduct f16 = shape;
+    f16.acts_q8 = false;
+    for (std::uint32_t tile : {ops::experts_coopmat_pairs, 32u}) {
+      sort(tile);
+      row(fmt::format("coopmat, tiles of {}", tile), [&](Recording& r, const PoolBuffer& w) {
+        ops::matmul_experts_coopmat(r, b.kernels_, type, w.range(), acts16.range(), order.range(), tiles.range(),
+                                    out.range(), f16, n_expert, tile);
+      });
+    }
+    if (!quantized(type)) continue;
+    // Every expert's weights to F16 first (a step hits all of them at 512 tokens), both timed.
+    auto w16 = b.pool_.allocate(2ull * n_expert * m * k, "bench");
+    sort(ops::experts_coopmat_pairs);
+    row(fmt::format("coopmat via F16, tiles of {}", ops::experts_coopmat_pairs), [&](Recording& r, const PoolBuffer& w) {
+      ops::dequantize_f16(r, b.kernels_, type, w.range(), w16.range(), n_expert * m, k);
+      ops::matmul_experts_coopmat(r, b.kernels_, WeightType::f16, w16.range(), acts16.range(), order.range(),
+                                  tiles.range(), out.range(), f16, n_expert, ops::experts_coopmat_pairs);
+    });
+  }
+  b.pool_.trim();
+}
+
 void bench_elementwise(Bench& b, Table& table, const Model& m, std::uint32_t t) {
   std::uint32_t h = m.hidden, qdim = m.heads * m.head_dim;
   {
@@ -669,6 +764,7 @@ struct KernelBenchOptions {
   std::string pipeline_stats;
   bool staged_only = false;
   bool sampling_only = false;
+  bool experts_only = false;
   DeviceOptions device;
 };
 
@@ -682,12 +778,16 @@ void write_report(const KernelBenchOptions& o, const std::string& header, const 
                       o.attention_only ? " --attention-only" : "",
                       o.context != 0 ? fmt::format(" --context {}", o.context) : "",
                       o.matvec_shape.empty() ? "" : " --matvec-shape " + o.matvec_shape)
-       << (o.staged_only ? " --staged-only" : "") << (o.staged_shape.empty() ? "" : " --staged-shape " + o.staged_shape)
+       << (o.staged_only ? " --staged-only" : "") << (o.experts_only ? " --experts-only" : "")
+       << (o.staged_shape.empty() ? "" : " --staged-shape " + o.staged_shape)
        << (o.staged_splits == 0 ? "" : fmt::format(" --staged-splits {}", o.staged_splits)) << "\n"
        << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
           " matmul paths: vector (few tokens), tiled, coopmat (tensor cores, 64x64 tiles), staged (the narrow path: tensor cores,"
           " tiles staged through shared memory; \"K in S\": K split in S slices, as the model does for the residual products;"
           " \"via F16\": the weights dequantized to F16 first, both timed, as the model does for wide products);"
+          " experts (--experts-only): tiled (mul_mm_id.comp, tiles of 16 pairs), coopmat (mul_mm_staged.comp's EXPERTS,"
+          " tiles of 64 or 32; \"via F16\": every expert dequantized to F16 first, both timed), GB/s counting every"
+          " expert's weights once;"
           " check: output vs tiled;"
           " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
        << columns << table.str();
@@ -719,6 +819,13 @@ void run_kernel_bench(KernelBenchOptions& o) {
   for (auto t : o.tokens) {
     if (o.sampling_only) {
       bench_sampling(b, table, model, t);
+      continue;
+    }
+    if (o.experts_only) {  // the decode products up to 8 tokens, the wide ones past
+      bench_experts(b, table, t, types);
+      if (t > ops::matvec_max_columns) {
+        for (WeightType type : types) bench_wide_experts(b, table, type, t);
+      }
       continue;
     }
     if (!o.attention_only) bench_matmuls(b, table, model, t, types, o.staged_only, direct_shapes, choice);
@@ -761,6 +868,9 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_flag("--staged-only", o->staged_only, "of the matmuls, only the narrow (tensor-core) path (implies --matmul-only)");
   cmd->add_flag("--attention-only", o->attention_only, "only kv_write and attention (both paths)");
   cmd->add_flag("--sampling-only", o->sampling_only, "only the sampler: greedy, sampled, and top-p's passes one by one");
+  cmd->add_flag("--experts-only", o->experts_only,
+                "only a mixture of experts' products (qwen3moe-30b-a3b's shapes): decode's up to 8 tokens, the wide "
+                "ones and moe_sort above");
   cmd->add_option("--context", o->context, "context length of the attention decode rows (default: the preset's)");
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "THREADSxROWS: workgroup shape of the whole-block vector matmul for every type (default: tuned per type)");

@@ -1300,17 +1300,38 @@ void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferR
                    s, kRows, s.rows * s.used);
 }
 
-std::uint64_t moe_tiles_bytes(std::uint32_t pairs, std::uint32_t n_expert) {
+namespace {
+// moe_sort's chunks of pairs (a workgroup each, counting and scattering), and where in the tiles
+// buffer each chunk's counts of pairs an expert go: past the most tiles there can be.
+constexpr std::uint32_t sort_chunk = 256;
+std::uint64_t sort_counts_at(std::uint32_t pairs, std::uint32_t n_expert) {
   return (std::uint64_t{ceil_div(pairs, experts_tile_pairs)} + n_expert + 1) * 16;
+}
+}  // namespace
+
+std::uint64_t moe_tiles_bytes(std::uint32_t pairs, std::uint32_t n_expert) {
+  return sort_counts_at(pairs, n_expert) + std::uint64_t{ceil_div(pairs, sort_chunk)} * n_expert * 4;
 }
 
 void moe_sort(Recording& rec, KernelLibrary& lib, BufferRange experts, BufferRange order, BufferRange tiles,
-              std::uint32_t pairs, std::uint32_t n_expert) {
+              std::uint32_t pairs, std::uint32_t n_expert, std::uint32_t tile) {
   if (n_expert > 1024) throw GpuError(fmt::format("moe_sort: {} experts, at most 1024", n_expert));
+  if (tile < experts_tile_pairs) {
+    throw GpuError(fmt::format("moe_sort: tiles of {} pairs, at least {}", tile, experts_tile_pairs));
+  }
+  if (tiles.size < moe_tiles_bytes(pairs, n_expert)) {
+    throw GpuError(fmt::format("moe_sort: the tiles buffer holds fewer than moe_tiles_bytes({}, {})", pairs, n_expert));
+  }
+  // Counts a chunk, their prefix sums and the tiles (one workgroup), then each pair to its place.
+  const std::uint32_t chunks = ceil_div(pairs, sort_chunk);
   struct {
-    std::uint32_t pairs, n_expert, tile;
-  } push{pairs, n_expert, experts_tile_pairs};
-  rec.dispatch(kernel(lib, "moe_sort", 3, sizeof push), {experts, order, tiles}, push, 1, 1);
+    std::uint32_t pairs, n_expert, tile, counts, chunk, chunks;
+  } push{pairs, n_expert, tile, static_cast<std::uint32_t>(sort_counts_at(pairs, n_expert) / 4), sort_chunk, chunks};
+  auto [gx, gy] = spread(chunks);
+  for (const char* pass : {"moe_sort_count", "moe_sort_offsets", "moe_sort_scatter"}) {
+    const bool one = std::string_view(pass) == "moe_sort_offsets";
+    rec.dispatch(kernel(lib, pass, 3, sizeof push), {experts, order, tiles}, push, one ? 1 : gx, one ? 1 : gy);
+  }
 }
 
 void matmul_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
@@ -1322,6 +1343,40 @@ void matmul_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferR
   const std::uint32_t tiles_at_most = ceil_div(s.rows * s.used, experts_tile_pairs) + n_expert;
   dispatch_experts(rec, kernel(lib, experts_module("mul_mm_id", type, s.acts_q8), 5, 24),
                    {weights, acts, order, tiles, out}, s, kRows, tiles_at_most);
+}
+
+bool experts_coopmat_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k) {
+  const auto& cm = features.cooperative_matrix;
+  return cm && cm->m == 16 && cm->n == 16 && cm->k == 16 && features.subgroup_size == 32 && m > 0 && k % 128 == 0 &&
+         (type == WeightType::f16 || quantized(type));
+}
+
+void matmul_experts_coopmat(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights,
+                            BufferRange acts16, BufferRange order, BufferRange tiles, BufferRange out,
+                            const ExpertProduct& s, std::uint32_t n_expert, std::uint32_t tile_pairs) {
+  const auto& features = lib.device().features();
+  if (!experts_coopmat_applies(features, type, s.m, s.k) || s.acts_q8 || (tile_pairs != 64 && tile_pairs != 32)) {
+    throw GpuError(fmt::format("the tensor-core expert product does not take {} weights of {}x{} in tiles of {} on {}",
+                               weight_type_name(type), s.m, s.k, tile_pairs, features.name));
+  }
+  const std::uint32_t tiles_at_most = ceil_div(s.rows * s.used, tile_pairs) + n_expert;
+  dispatch_experts(rec, kernel(lib, experts_coopmat_module(type, tile_pairs), 5, 24, {0, 0, 0, 0, 0, 0}, 32),
+                   {weights, acts16, out, order, tiles}, s, 128, tiles_at_most);
+}
+
+std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs) {
+  const StagedShape x = tile_pairs == 64 ? StagedShape{4, 1, 2, 4, 2} : StagedShape{4, 1, 2, 2, 4};
+  return fmt::format("mul_mm_staged_experts_{}_16x16x16_{}x{}x{}x{}x{}", weight_type_name(type), x.sg_m, x.sg_n, x.tm,
+                     x.tn, x.kb);
+}
+
+std::vector<std::string> experts_coopmat_modules() {
+  std::vector<std::string> names;
+  for (WeightType type : all_weight_types) {
+    if (type != WeightType::f16 && !quantized(type)) continue;
+    for (std::uint32_t tile_pairs : {64u, 32u}) names.push_back(experts_coopmat_module(type, tile_pairs));
+  }
+  return names;
 }
 
 void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,

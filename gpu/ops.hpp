@@ -447,12 +447,32 @@ void matvec_experts_sum(Recording& rec, KernelLibrary& lib, WeightType type, Buf
 // for every tile of up to experts_tile_pairs of its pairs. order and tiles as moe_sort wrote them.
 inline constexpr std::uint32_t experts_tile_pairs = 16;  // mul_mm_id.comp's TN
 std::uint64_t moe_tiles_bytes(std::uint32_t pairs, std::uint32_t n_expert);
-// order: (pairs) uint32, the pairs expert by expert; tiles: moe_tiles_bytes, the tiles of them.
+// order: (pairs) uint32, the pairs expert by expert; tiles: moe_tiles_bytes, the tiles of them, at
+// most `tile` pairs each (experts_tile_pairs or more), and past them the sort's own counts. Three
+// dispatches: each chunk of pairs counted per expert, the counts' prefix sums and the tiles, the
+// pairs scattered to their places.
 void moe_sort(Recording& rec, KernelLibrary& lib, BufferRange experts, BufferRange order, BufferRange tiles,
-              std::uint32_t pairs, std::uint32_t n_expert);
+              std::uint32_t pairs, std::uint32_t n_expert, std::uint32_t tile = experts_tile_pairs);
 void matmul_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
                     BufferRange order, BufferRange tiles, BufferRange out, const ExpertProduct& shape,
                     std::uint32_t n_expert);
+// matmul_experts on the tensor cores (mul_mm_staged.comp's EXPERTS): a workgroup multiplies 128 rows
+// of one expert by one tile of up to tile_pairs of its pairs (64 or 32: moe_sort's `tile`), the
+// weights decoded to F16 as they are loaded, once a tile, the activations gathered by the pairs'
+// order. acts16: F16 rows of k (rows, or rows * used with acts_per_pair; no padding), shape.acts_q8
+// false. experts_coopmat_applies: the types the narrow path reads (F16 and every quantized one, not
+// F32 or BF16), on 16x16x16 tiles and subgroups of 32, K a multiple of 128.
+inline constexpr std::uint32_t experts_coopmat_pairs = 64;
+bool experts_coopmat_applies(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k);
+void matmul_experts_coopmat(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights,
+                            BufferRange acts16, BufferRange order, BufferRange tiles, BufferRange out,
+                            const ExpertProduct& shape, std::uint32_t n_expert,
+                            std::uint32_t tile_pairs = experts_coopmat_pairs);
+// Its module for tile_pairs (128 rows, 4 subgroups of two 16-row fragments, by 64 or 32 columns, 2 or
+// 4 blocks of K a stage: the narrow path's shapes for 64 and 32 columns), and every one the host may
+// ask for, which shaders/CMakeLists.txt must build.
+std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs);
+std::vector<std::string> experts_coopmat_modules();
 // x(row, n) += sum over the row's slots of weight(row, slot) * outputs(row * used + slot, n).
 void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,
                  std::uint32_t rows, std::uint32_t n, std::uint32_t used);

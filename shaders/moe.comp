@@ -5,9 +5,9 @@
 // which is exp(logit - the top logit) over those experts' sum: (rows, used) ids and weights.
 // MOE_COMBINE: x(row, n) += sum over its slots of weight(row, slot) * y(row * used + slot, n).
 // MOE_SORT: the step's (token, slot) pairs grouped by expert, for the tiled products
-// (mul_mm_id.comp): `order` the pairs expert by expert, `tiles` word 0 the number of tiles, then
-// from uvec4 1 each tile's (expert, first position in order, pairs, 0), at most `tile` pairs a
-// tile. One workgroup; the order within an expert is any (each pair's output is its own).
+// (mul_mm_id.comp, mul_mm_staged.comp's EXPERTS): `order` the pairs expert by expert, `tiles` word 0
+// the number of tiles, then from uvec4 1 each tile's (expert, first position in order, pairs, 0), at
+// most `tile` pairs a tile. The order within an expert is any (each pair's output is its own).
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
@@ -78,31 +78,72 @@ void main() {
     for (uint j = 0; j < p.used; ++j) weights[row * p.used + j] = picked[j] / sum;
   }
 }
-#elif defined(MOE_SORT)
-layout(push_constant) uniform Params { uint pairs; uint n_expert; uint tile; } p;
+#elif defined(MOE_SORT_COUNT) || defined(MOE_SORT_OFFSETS) || defined(MOE_SORT_SCATTER)
+// MOE_SORT in three dispatches (ops::moe_sort): COUNT, a workgroup a chunk of `chunk` pairs, writes
+// its count of pairs for each expert into the tiles buffer past the tiles (words `counts` on, chunk
+// by chunk); OFFSETS, one workgroup, turns them into where each chunk's pairs of each expert start
+// in `order` (experts in turn, chunks in turn within an expert) and writes the tiles; SCATTER, a
+// workgroup a chunk again, puts each of its pairs at its expert's next place.
+layout(push_constant) uniform Params { uint pairs; uint n_expert; uint tile; uint counts; uint chunk; uint chunks; } p;
 layout(binding = 0) readonly buffer Experts { uint experts[]; };
 layout(binding = 1) writeonly buffer Order { uint order[]; };
-layout(binding = 2) writeonly buffer Tiles { uvec4 tiles[]; };
+layout(binding = 2) buffer Tiles { uvec4 tiles[]; };
+layout(binding = 2) buffer TileWords { uint words[]; };
 
-shared uint counts[1024], next[1024];
+shared uint counts[1024];
+#if defined(MOE_SORT_OFFSETS)
+shared uint tile_first[1025];
+#endif
 
 void main() {
-  uint tid = gl_LocalInvocationIndex;
+  const uint tid = gl_LocalInvocationIndex, g = flat_group();
+#if defined(MOE_SORT_COUNT) || defined(MOE_SORT_SCATTER)
+  if (g >= p.chunks) return;
+  const uint first = g * p.chunk, end = min(first + p.chunk, p.pairs), row = p.counts + g * p.n_expert;
+#endif
+#if defined(MOE_SORT_COUNT)
   for (uint e = tid; e < p.n_expert; e += 64) counts[e] = 0;
   barrier();
-  for (uint i = tid; i < p.pairs; i += 64) atomicAdd(counts[experts[i]], 1u);
+  for (uint i = first + tid; i < end; i += 64) atomicAdd(counts[experts[i]], 1u);
   barrier();
-  if (tid == 0) {
-    uint at = 0, count = 0;
-    for (uint e = 0; e < p.n_expert; ++e) {
-      next[e] = at;
-      for (uint c = 0; c < counts[e]; c += p.tile) tiles[1 + count++] = uvec4(e, at + c, min(p.tile, counts[e] - c), 0);
-      at += counts[e];
+  for (uint e = tid; e < p.n_expert; e += 64) words[row + e] = counts[e];
+#elif defined(MOE_SORT_OFFSETS)
+  // Each expert's chunks in turn: their starts within the expert, and its total.
+  for (uint e = tid; e < p.n_expert; e += 64) {
+    uint at = 0;
+    for (uint c = 0; c < p.chunks; ++c) {
+      const uint n = words[p.counts + c * p.n_expert + e];
+      words[p.counts + c * p.n_expert + e] = at;
+      at += n;
     }
-    tiles[0] = uvec4(count, 0, 0, 0);
+    counts[e] = at;
   }
   barrier();
-  for (uint i = tid; i < p.pairs; i += 64) order[atomicAdd(next[experts[i]], 1u)] = i;
+  if (tid == 0) {  // the experts' starts in order (kept in counts) and their first tiles: a short serial scan
+    uint at = 0, tile_at = 0;
+    for (uint e = 0; e < p.n_expert; ++e) {
+      const uint n = counts[e];
+      counts[e] = at;
+      tile_first[e] = tile_at;
+      at += n;
+      tile_at += (n + p.tile - 1) / p.tile;
+    }
+    tiles[0] = uvec4(tile_at, 0, 0, 0);
+    tile_first[p.n_expert] = tile_at;
+  }
+  barrier();
+  for (uint e = tid; e < p.n_expert; e += 64) {
+    const uint start = counts[e], n = (e + 1 < p.n_expert ? counts[e + 1] : p.pairs) - start;
+    for (uint t = 0; t < tile_first[e + 1] - tile_first[e]; ++t) {
+      tiles[1 + tile_first[e] + t] = uvec4(e, start + t * p.tile, min(p.tile, n - t * p.tile), 0);
+    }
+    for (uint c = 0; c < p.chunks; ++c) words[p.counts + c * p.n_expert + e] += start;
+  }
+#else
+  for (uint e = tid; e < p.n_expert; e += 64) counts[e] = words[row + e];
+  barrier();
+  for (uint i = first + tid; i < end; i += 64) order[atomicAdd(counts[experts[i]], 1u)] = i;
+#endif
 }
 #elif defined(MOE_COMBINE)
 layout(push_constant) uniform Params { uint n; uint used; uint total; } p;

@@ -20,12 +20,23 @@
 // silu(gate) * up as F16 into binding 2: (N, M), the input of the down product. N counts the padded
 // columns (zero in, zero out). No K split, no ACCUMULATE.
 //
+// EXPERTS: a mixture of experts' wide product (mul_mm_id.comp's, on the tensor cores). Grid y walks
+// the tiles moe_sort (moe.comp) made, at most BN pairs routed to one expert each: the workgroup
+// multiplies BM rows of that expert's matrix (binding 0 holds every expert's M rows in turn) by the
+// tile's activation rows, gathered through `order` (binding 3; the row of pair q is q, or q / slots
+// where the activations are a row a token), and writes each pair's output row (pair, M) of out.
+// Columns past the tile's pairs load its first pair's row (no padding needed); their fragments are
+// neither multiplied nor written. No K split, no ACCUMULATE, no GLU.
+//
 // The host guarantees: subgroups of 32, K % 32 == 0, M % 16 == 0 for F16 weights, 16-byte aligned
 // buffer offsets, activations F16 with their columns padded to whole BN tiles (the pad zero).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#if defined(EXPERTS) && defined(GLU)
+#error "the experts' product writes each product apart"
+#endif
 #if defined(GLU) && SHAPE_TM != 2
 #error "GLU takes two 16-row fragments a subgroup (TM = 2): gate and up"
 #endif
@@ -39,7 +50,14 @@ const uint TN = SHAPE_TN;      // CM_N-column fragments per subgroup
 const uint KB = SHAPE_KB;      // blocks of 32 along K per stage
 layout(local_size_x = 32 * SG_M * SG_N) in;
 layout(constant_id = 5) const uint ACCUMULATE = 0;  // 1: out += the product
+#if defined(EXPERTS)
+// N: rows of the activations; tile0: the first tile of this dispatch (grids are at most 65535 high).
+layout(push_constant) uniform Params { uint M; uint K; uint slots; uint per_slot; uint tile0; uint N; } p;
+layout(binding = 3) readonly buffer Order { uint order[]; };
+layout(binding = 4) readonly buffer Tiles { uvec4 tiles[]; };  // word 0: the count; then (expert, first, pairs, 0)
+#else
 layout(push_constant) uniform Params { uint M; uint K; uint N; } p;
+#endif
 
 layout(binding = 1) readonly buffer Acts { uvec4 b4[]; };  // F16, 8 to a word
 layout(binding = 2) buffer Out { float out_data[]; };
@@ -74,6 +92,12 @@ shared uvec4 tile_a[STAGES * A_STAGE];  // [stage][m][k]
 shared uvec4 tile_b[STAGES * B_STAGE];  // [stage][n][k]: column-major K x N
 // Edge fragments go through here (one per subgroup) to be written element by element.
 shared float tile_c[SG_M * SG_N * 16 * CM_N];
+#if defined(EXPERTS)
+shared uint tile_pairs[BN];  // the tile's pairs; past its count, its first again (read, never written)
+uint expert_first = 0;       // the first weight row of the tile's expert
+#else
+const uint expert_first = 0;
+#endif
 
 #include "dequant_f16.glsl"
 
@@ -84,7 +108,7 @@ shared float tile_c[SG_M * SG_N * 16 * CM_N];
 uint a_row(uint m0, uint rho) { return min(m0 / 2 + (rho / 32) * 16 + rho % 16, p.M - 1); }
 bool a_up(uint rho) { return (rho / 16) % 2 == 1; }
 #else
-uint a_row(uint m0, uint rho) { return min(m0 + rho, p.M - 1); }
+uint a_row(uint m0, uint rho) { return expert_first + min(m0 + rho, p.M - 1); }
 bool a_up(uint rho) { return false; }
 #endif
 
@@ -239,10 +263,17 @@ const uint B_UNITS = BN * 4 * KB;
 const uint B_LOADS = (B_UNITS + THREADS - 1) / THREADS;
 uvec4 b_regs[B_LOADS];
 
+// The activation row of column c of the tile.
+#if defined(EXPERTS)
+uint b_row(uint n0, uint c) { return p.per_slot != 0 ? tile_pairs[c] : tile_pairs[c] / p.slots; }
+#else
+uint b_row(uint n0, uint c) { return n0 + c; }
+#endif
+
 void load_b(uint n0, uint b) {
   [[unroll]] for (uint i = 0; i < B_LOADS; ++i) {
     const uint u = gl_LocalInvocationIndex + i * THREADS;
-    if (u < B_UNITS) b_regs[i] = b4[((n0 + u / (4 * KB)) * p.K + 32 * KB * b) / 8 + u % (4 * KB)];
+    if (u < B_UNITS) b_regs[i] = b4[(b_row(n0, u / (4 * KB)) * p.K + 32 * KB * b) / 8 + u % (4 * KB)];
   }
 }
 
@@ -267,11 +298,22 @@ void main() {
   // Instead the flat index walks groups of GROUP_M row tiles: each group's weight rows stay in L2
   // while every column tile passes over them (the activations, a few MiB, stay there throughout).
   // With one column tile (decode) this is the plain order.
+#if defined(EXPERTS)
+  // A column tile is one expert's tile of pairs (its own weights): the plain order.
+  const uint t = p.tile0 + gl_WorkGroupID.y;
+  if (t >= tiles[0].x) return;  // past the step's tiles (the whole workgroup)
+  const uvec4 tile = tiles[1 + t];  // expert, first position in order, pairs
+  expert_first = tile.x * p.M;
+  for (uint c = gl_LocalInvocationIndex; c < BN; c += THREADS) tile_pairs[c] = order[tile.y + min(c, tile.z - 1)];
+  barrier();
+  const uint m0 = gl_WorkGroupID.x * BM, n0 = 0;
+#else
   const uint tiles_m = gl_NumWorkGroups.x, tiles_n = gl_NumWorkGroups.y;
   const uint flat_index = gl_WorkGroupID.y * tiles_m + gl_WorkGroupID.x, per_group = GROUP_M * tiles_n;
   const uint group_m0 = (flat_index / per_group) * GROUP_M, in_group = flat_index % per_group;
   const uint group_rows = min(GROUP_M, tiles_m - group_m0);
   const uint m0 = (group_m0 + in_group % group_rows) * BM, n0 = (in_group / group_rows) * BN;
+#endif
   // Split K (grid z > 1): this workgroup's share of the blocks, its sums written to slice z of out
   // (N x M each), which the host then adds up (sum_splits).
   const uint blocks = p.K / (32 * KB), splits = gl_NumWorkGroups.z, per_split = (blocks + splits - 1) / splits;
@@ -319,6 +361,9 @@ void main() {
           coopMatLoadNV(a[i], tile_a, stage * A_STAGE + (sm * TM * 16 + 16 * i) * STRIDE + 2 * h, STRIDE, false);
         }
         [[unroll]] for (uint j = 0; j < TN; ++j) {
+#if defined(EXPERTS)
+          if (sn * TN * CM_N + CM_N * j >= tile.z) continue;  // no pair of the tile in these columns
+#endif
           fcoopmatNV<16, gl_ScopeSubgroup, CM_K, CM_N> bj;
           coopMatLoadNV(bj, tile_b, stage * B_STAGE + (sn * TN * CM_N + CM_N * j) * STRIDE + 2 * h, STRIDE, true);
           [[unroll]] for (uint i = 0; i < TM; ++i) {
@@ -344,6 +389,24 @@ void main() {
     }
   }
   const uint c_base = sg * 16 * CM_N;
+#if defined(EXPERTS)
+  // Each column is a pair's output row: every fragment goes through tile_c, element by element.
+  [[unroll]] for (uint i = 0; i < TM; ++i) {
+    [[unroll]] for (uint j = 0; j < TN; ++j) {
+      const uint m = m0 + sm * TM * 16 + 16 * i, c0 = sn * TN * CM_N + CM_N * j;
+      if (m >= p.M || c0 >= tile.z) continue;
+      coopMatStoreNV(acc[i * TN + j], tile_c, c_base, 16, true);
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();
+      for (uint e = lane; e < 16 * CM_N; e += 32) {
+        const uint row = m + e % 16, c = c0 + e / 16;
+        if (row < p.M && c < tile.z) out_data[tile_pairs[c] * p.M + row] = tile_c[c_base + e];
+      }
+      subgroupBarrier();
+    }
+  }
+  return;
+#endif
 #if defined(GLU)
   // Fragment 0 of each column is the gate, fragment 1 the up product, of features f0 .. f0 + 15.
   const uint f0 = m0 / 2 + sm * 16;

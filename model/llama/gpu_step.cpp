@@ -108,6 +108,7 @@ struct StepScratch {
   PoolBuffer router_logits, experts, expert_weights, expert_gate, expert_up, expert_out;
   PoolBuffer expert_glu_q8;  // int8 blocks of (tokens, used, n_ff_exp): the down products' input; when used
   PoolBuffer expert_order, expert_tiles;  // wide steps: the pairs grouped by expert (ops::moe_sort)
+  PoolBuffer expert_glu16;  // (tokens, used, n_ff_exp) F16 silu(gate) * up: tensor-core down products' input; when used
   PoolBuffer acts16;                 // (padded tokens, max(n_embd, q_dim, n_ff)) F16; when used
   PoolBuffer glu16;                  // (padded tokens, n_ff) F16 silu(gate) * up; when used
   PoolBuffer acts_q8;                // int8 blocks of (tokens, max(n_embd, q_dim, n_ff)); when used
@@ -176,6 +177,8 @@ class GpuModel::Step {
   void record_experts(const GpuLayer& L);
   void record_router(const GpuLayer& L, bool q8, bool only_q8);
   void expert_product(const GpuTensor& w, BufferRange acts, const PoolBuffer& out, const ops::ExpertProduct& shape);
+  bool experts_on_tensor_cores(const GpuLayer& L) const;
+  void expert_products_f16(const GpuLayer& L);
   void narrow_residual(const GpuTensor& w, const ProductPlan& p, BufferRange input, const GpuTensor* next_norm);
   std::uint32_t product_narrow(const GpuTensor& w, const PoolBuffer& out, std::uint32_t columns, bool accumulate,
                                BufferRange dequantized = {}, BufferRange split_scratch = {}, bool sum_later = false,
@@ -503,7 +506,9 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
     s_.expert_out = scratch(std::uint64_t{pairs} * c_.n_embd);
   }
   const bool gate_q8 = ops::experts_read_q8(L.w_gate.type), up_q8 = ops::experts_read_q8(L.w_up.type);
-  record_router(L, gate_q8 || up_q8, gate_q8 && up_q8);
+  // Wide steps on the tensor cores read F16 inputs (expert_products_f16), no int8 ones.
+  const bool tensor_cores = n_ > ops::matvec_max_columns && experts_on_tensor_cores(L);
+  record_router(L, !tensor_cores && (gate_q8 || up_q8), gate_q8 && up_q8);
   ops::moe_route(rec(), lib_, s_.router_logits.range(), s_.experts.range(), s_.expert_weights.range(), n_, c_.n_expert,
                  used);
   mark("route");
@@ -512,8 +517,15 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
       s_.expert_order = scratch(pairs);
       s_.expert_tiles = pool_.allocate(ops::moe_tiles_bytes(pairs, c_.n_expert), "scratch");
     }
-    ops::moe_sort(rec(), lib_, s_.experts.range(), s_.expert_order.range(), s_.expert_tiles.range(), pairs, c_.n_expert);
+    ops::moe_sort(rec(), lib_, s_.experts.range(), s_.expert_order.range(), s_.expert_tiles.range(), pairs, c_.n_expert,
+                  tensor_cores ? ops::experts_coopmat_pairs : ops::experts_tile_pairs);
     mark("route");
+    if (tensor_cores) {
+      expert_products_f16(L);
+      ops::moe_combine(rec(), lib_, s_.expert_out.range(), s_.expert_weights.range(), s_.x.range(), n_, c_.n_embd, used);
+      mark("experts sum");
+      return;
+    }
   }
   // gate and up read the same input and write apart.
   const ops::ExpertProduct gate_up{c_.n_ff_exp, c_.n_embd, n_, used};
@@ -580,6 +592,36 @@ void GpuModel::Step::expert_product(const GpuTensor& w, BufferRange acts, const 
   } else {
     ops::matvec_experts(rec(), lib_, w.type, w.buffer.range(), acts, s_.experts.range(), out.range(), shape);
   }
+}
+
+// Whether a wide step's expert products take the tensor cores: where they read all three matrices.
+bool GpuModel::Step::experts_on_tensor_cores(const GpuLayer& L) const {
+  return ops::experts_coopmat_applies(features_, L.w_gate.type, c_.n_ff_exp, c_.n_embd) &&
+         ops::experts_coopmat_applies(features_, L.w_up.type, c_.n_ff_exp, c_.n_embd) &&
+         ops::experts_coopmat_applies(features_, L.w_down.type, c_.n_embd, c_.n_ff_exp);
+}
+
+// A wide step's expert products on the tensor cores, as expert_product makes them but from F16
+// inputs: gate and up from the normed rows, down from silu(gate) * up.
+void GpuModel::Step::expert_products_f16(const GpuLayer& L) {
+  const std::uint32_t used = c_.n_expert_used, pairs = n_ * used;
+  to_f16(s_.h, n_, c_.n_embd);
+  mark("quantize");
+  auto product = [&](const GpuTensor& w, BufferRange in, const PoolBuffer& out, const ops::ExpertProduct& shape) {
+    ops::matmul_experts_coopmat(rec(), lib_, w.type, w.buffer.range(), in, s_.expert_order.range(),
+                                s_.expert_tiles.range(), out.range(), shape, c_.n_expert);
+  };
+  const ops::ExpertProduct gate_up{c_.n_ff_exp, c_.n_embd, n_, used};
+  product(L.w_gate, acts16(), s_.expert_gate, gate_up);
+  rec().next_runs_alongside();  // gate and up read the same input and write apart
+  product(L.w_up, acts16(), s_.expert_up, gate_up);
+  mark("matmul experts gate, up");
+  if (!s_.expert_glu16) s_.expert_glu16 = pool_.allocate(std::uint64_t{pairs} * c_.n_ff_exp * 2, "scratch");
+  ops::silu_mul_f16(rec(), lib_, s_.expert_gate.range(), s_.expert_up.range(), s_.expert_glu16.range(), pairs, pairs,
+                    c_.n_ff_exp);
+  mark("silu");
+  product(L.w_down, s_.expert_glu16.range(), s_.expert_out, {c_.n_embd, c_.n_ff_exp, n_, used, true});
+  mark("matmul experts down");
 }
 
 // x += down x (silu(gate) * up), the SwiGLU one product.

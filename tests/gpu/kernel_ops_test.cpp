@@ -409,6 +409,21 @@ void add_sampling_cases(std::vector<OpCase>& cases) {
   }
 }
 
+// Each pair's output row (pair, m): its expert's (m, k) matrix of `weights` (every expert's in turn)
+// times its row of acts (its token's, or its own with per_pair).
+Vec experts_reference(const Vec& weights, const Vec& acts, const std::vector<std::uint32_t>& ids, std::uint32_t m,
+                      std::uint32_t k, std::uint32_t used, bool per_pair) {
+  Vec want;
+  for (std::uint32_t pair = 0; pair < ids.size(); ++pair) {
+    const std::size_t row = per_pair ? pair : pair / used;
+    Vec w(weights.begin() + std::size_t{ids[pair]} * m * k, weights.begin() + std::size_t{ids[pair] + 1} * m * k);
+    Vec x(acts.begin() + row * k, acts.begin() + (row + 1) * k);
+    auto y = reference::matmul(w, x, m, k, 1);
+    want.insert(want.end(), y.begin(), y.end());
+  }
+  return want;
+}
+
 // Every pair's product with its expert, one row of the input a token or one a pair (per_pair), by
 // the mat-vec or, for 40 tokens of 2 pairs over 4 experts (tiles of 16, a last one part full; 70
 // rows: two row groups), by the tiled product after moe_sort.
@@ -433,15 +448,7 @@ Outcome expert_product_outcome(Gpu& gpu, WeightType type, bool per_pair, bool ti
       ops::matvec_experts(rec, gpu.kernels, type, r(bw), q8 ? r(a8) : r(ba), r(bi), r(out), shape);
     }
   });
-  const Vec seen = q8 ? reference::int8_blocks(acts) : acts;
-  Vec want;
-  for (std::uint32_t pair = 0; pair < pairs; ++pair) {
-    const std::size_t row = per_pair ? pair : pair / used;
-    Vec w(weights.begin() + std::size_t{ids[pair]} * m * k, weights.begin() + std::size_t{ids[pair] + 1} * m * k);
-    Vec x(seen.begin() + row * k, seen.begin() + (row + 1) * k);
-    auto y = reference::matmul(w, x, m, k, 1);
-    want.insert(want.end(), y.begin(), y.end());
-  }
+  const Vec want = experts_reference(weights, q8 ? reference::int8_blocks(acts) : acts, ids, m, k, used, per_pair);
   return Outcome{doubles(gpu.down<float>(out, want.size())), doubles(want)};
 }
 
@@ -690,6 +697,102 @@ TEST(DequantizeF16, IsTheCpuDequantizationRoundedToHalf) {
   DeviceFeatures only_16x8 = h100;
   only_16x8.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
   EXPECT_TRUE(ops::narrow_dequantizes(only_16x8, WeightType::q5_k, 4096, 4096, 32));  // built for 16x16x16 only
+}
+
+// moe_sort puts every pair once in `order`, expert by expert (in expert order), and cuts each
+// expert's run into tiles of at most `tile` pairs, in order: over several chunks of pairs (1,000
+// pairs, 600 of them on 3 experts, 2 experts with none), for the tiled kernel's tiles and the
+// tensor cores'.
+TEST(MoeSort, GroupsEveryPairByExpertInTiles) {
+  Gpu& g = shared_gpu();
+  const std::uint32_t pairs = 1000, n_expert = 37;
+  std::vector<std::uint32_t> ids(pairs);
+  for (std::uint32_t i = 0; i < pairs; ++i) ids[i] = i % 5 < 3 ? i % 5 : 5 + (i * 13) % (n_expert - 5);
+  for (std::uint32_t tile : {16u, 32u, 64u}) {
+    auto bi = g.up(ids), order = g.scratch(pairs * 4), tiles = g.scratch(ops::moe_tiles_bytes(pairs, n_expert));
+    auto rec = g.queue.begin();
+    ops::moe_sort(rec, g.kernels, r(bi), r(order), r(tiles), pairs, n_expert, tile);
+    g.queue.submit_and_wait(rec);
+    const auto got = g.down<std::uint32_t>(order, pairs);
+    const auto words = g.down<std::uint32_t>(tiles, ops::moe_tiles_bytes(pairs, n_expert) / 4);
+    std::vector<std::uint32_t> seen(pairs, 0);
+    std::uint32_t at = 0;
+    for (std::uint32_t t = 0; t < words[0]; ++t) {
+      const std::uint32_t expert = words[4 * (t + 1)], first = words[4 * (t + 1) + 1], count = words[4 * (t + 1) + 2];
+      ASSERT_EQ(first, at) << "tile " << t << " of " << tile;
+      ASSERT_TRUE(count >= 1 && count <= tile) << "tile " << t << " of " << tile;
+      if (t > 0) {
+        ASSERT_GE(expert, words[4 * t]) << "experts in order";
+      }
+      for (std::uint32_t i = first; i < first + count; ++i) {
+        ASSERT_EQ(ids[got[i]], expert) << "pair at " << i;
+        ++seen[got[i]];
+      }
+      at += count;
+    }
+    EXPECT_EQ(at, pairs);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1u), pairs);
+    std::vector<std::uint32_t> per(n_expert, 0);
+    for (std::uint32_t id : ids) ++per[id];
+    std::uint32_t want_tiles = 0;
+    for (std::uint32_t n : per) want_tiles += (n + tile - 1) / tile;
+    EXPECT_EQ(words[0], want_tiles) << "tiles of " << tile;
+  }
+}
+
+// The wide expert products on the tensor cores: where they apply (16x16x16 tiles, subgroups of 32,
+// K a multiple of 128, every type but F32 and BF16), every module the host may ask for built, and
+// where the device has them (skipped on lavapipe) each pair's output row as the CPU makes it from
+// the F16-rounded weights and activations: 4 experts of 200 rows (a last row tile part full), 72
+// tokens of 2 pairs (36 an expert: in tiles of 32, a second tile of 4), one input row a token or
+// one a pair.
+TEST(NarrowExperts, MultiplyEachPairByItsExpertFromF16) {
+  DeviceFeatures h100;
+  h100.subgroup_size = 32;
+  h100.cooperative_matrix = CooperativeMatrixShape{16, 16, 16};
+  EXPECT_TRUE(ops::experts_coopmat_applies(h100, WeightType::q4_k, 768, 2048));
+  EXPECT_TRUE(ops::experts_coopmat_applies(h100, WeightType::q6_k, 2048, 768));
+  EXPECT_TRUE(ops::experts_coopmat_applies(h100, WeightType::f16, 100, 256));
+  EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::bf16, 768, 2048));
+  EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::q4_0, 768, 2080));  // K % 128 != 0
+  EXPECT_FALSE(ops::experts_coopmat_applies(DeviceFeatures{}, WeightType::q4_k, 768, 2048));
+  h100.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
+  EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::q4_k, 768, 2048));  // built for 16x16x16 only
+  for (const std::string& name : ops::experts_coopmat_modules()) EXPECT_NO_THROW((void)shaders::spirv(name)) << name;
+
+  Gpu& g = shared_gpu();
+  const std::uint32_t experts = 4, m = 200, k = 512, rows = 72, used = 2, pairs = rows * used;
+  if (!ops::experts_coopmat_applies(g.device.features(), WeightType::q4_k, m, k)) {
+    GTEST_SKIP() << "no tensor-core expert products on this device";
+  }
+  std::vector<std::uint32_t> ids(pairs);
+  for (std::uint32_t i = 0; i < pairs; ++i) ids[i] = (i * 7 + i / 5) % experts;
+  for (WeightType type : all_weight_types) {
+    if (!ops::experts_coopmat_applies(g.device.features(), type, m, k)) continue;
+    auto bytes = random_weights(type, std::size_t{experts} * m, k, 31);
+    Vec weights = dequantize(type, bytes, std::size_t{experts} * m, k);
+    for (auto& w : weights) w = half_to_float(float_to_half(w));
+    for (bool per_pair : {false, true}) {
+      for (std::uint32_t tile : {64u, 32u}) {
+        const std::uint32_t cols = per_pair ? pairs : rows;
+        Vec acts = random_vec(std::size_t{cols} * k, 32);
+        std::vector<std::uint16_t> halves(acts.size());
+        for (std::size_t i = 0; i < acts.size(); ++i) acts[i] = half_to_float(halves[i] = float_to_half(acts[i]));
+        auto bw = g.up(bytes), ba = g.up(halves), bi = g.up(ids), out = g.scratch(std::uint64_t{pairs} * m * 4);
+        auto order = g.scratch(pairs * 4), tiles = g.scratch(ops::moe_tiles_bytes(pairs, experts));
+        auto rec = g.queue.begin();
+        ops::moe_sort(rec, g.kernels, r(bi), r(order), r(tiles), pairs, experts, tile);
+        ops::matmul_experts_coopmat(rec, g.kernels, type, r(bw), r(ba), r(order), r(tiles), r(out),
+                                    {m, k, rows, used, per_pair}, experts, tile);
+        g.queue.submit_and_wait(rec);
+        const Vec want = experts_reference(weights, acts, ids, m, k, used, per_pair);
+        // Not tighter: the GPU's decoded weights may round to the other neighbouring half (as in
+        // StagedBlocks); a pair with another's row or expert is off by ~1.
+        EXPECT_LT(normalised_error(g.down<float>(out, want.size()), want), 1e-5)
+            << weight_type_name(type) << (per_pair ? " per pair" : "") << ", tiles of " << tile;
+      }
+    }
+  }
 }
 
 // The SwiGLU in one dispatch is silu(gate) * up of the two narrow products, each made alone, in

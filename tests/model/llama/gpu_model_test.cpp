@@ -133,14 +133,54 @@ TEST_P(GpuModelTest, MatchesTheReference) {
 // (llamacpp_logits_test's ExpertsFile, whose routers pick by clear margins).
 class GpuModelExperts : public ::testing::TestWithParam<std::tuple<Architecture, WeightType>> {};
 
-TEST_P(GpuModelExperts, MatchesTheReference) {
-  auto [arch, type] = GetParam();
+// n_embd 256, 4 experts of 256, 2 a token.
+LlamaConfig experts_config(Architecture arch) {
   LlamaConfig config = tiny(arch, 64);
   config.n_expert = 4;
   config.n_expert_used = 2;
   config.n_ff_exp = 256;
   config.n_vocab = 300;
-  expect_steps_match_the_reference(config, type, false);
+  return config;
+}
+
+TEST_P(GpuModelExperts, MatchesTheReference) {
+  auto [arch, type] = GetParam();
+  expect_steps_match_the_reference(experts_config(arch), type, false);
+}
+
+// A wide step (more than 8 tokens): the pairs grouped by expert (moe_sort) and multiplied a tile of
+// pairs at a time, by mul_mm_id on lavapipe and on the tensor cores where the device has them (F16
+// experts; n_embd 256 and experts of 256, K a multiple of 128 both ways), against the same prompt
+// prefilled 8 tokens a step (the mat-vec per pair, which MatchesTheReference checks) into other
+// pages: 40 tokens (320 pairs, ~80 an expert: tiles of 64 and of 16 both cut experts in several),
+// every row's logits. The two ways differ by 4e-5 to 2e-4 on lavapipe (a dense model's 40-token step
+// and 8-token steps by as much: the K/V of earlier steps come back rounded to F16); against the CPU
+// reference instead, that rounding can move a router logit past a near-tie (it did with head_dim 32,
+// mixtral F16: token 4's row 0.05 off).
+TEST_P(GpuModelExperts, WideStepMatchesNarrowSteps) {
+  auto [arch, type] = GetParam();
+  const LlamaConfig config = experts_config(arch);
+  auto weights = random_model(config, type, 11, false);
+  auto& g = gpu::testing::shared_gpu();
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  GpuModel model(ctx, config, weights.source(), "weights:tiny");
+  constexpr std::uint32_t kPageSize = 4, kTokens = 40;
+  GpuKvCache cache(ctx, config, 20, kPageSize);
+  StepBatch wide, narrow;
+  wide.block_tables = narrow.block_tables = {{11, 0, 10, 1, 9, 2, 8, 3, 7, 4}, {5, 19, 6, 18, 12, 17, 13, 16, 14, 15}};
+  std::vector<float> chunked;
+  for (std::uint32_t p = 0; p < kTokens; ++p) {
+    const auto token = static_cast<std::int32_t>((p * 37 + 5) % config.n_vocab);
+    wide.tokens.push_back({0, p, token, true});
+    narrow.tokens.push_back({1, p, token, true});
+    if (narrow.tokens.size() == gpu::ops::matvec_max_columns || p + 1 == kTokens) {
+      const auto logits = model.forward(narrow, cache);
+      chunked.insert(chunked.end(), logits.begin(), logits.end());
+      narrow.tokens.clear();
+    }
+  }
+  const auto gpu_logits = model.forward(wide, cache);
+  EXPECT_LT(normalised_error(gpu_logits, chunked), 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(
