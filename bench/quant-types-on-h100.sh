@@ -9,7 +9,8 @@
 #
 # Here: ../shared/tools/devpack -o .devrun build/mqlm && ../shared/tools/llamacpp-peer pack .devrun/peer
 # There (carry .devrun): bench/quant-types-on-h100.sh [mqlm|llamacpp|kernels ...] (default: all
-# three). Knobs: TYPES (file types; default "q4_k_m q5_k_m q6_k iq4_xs q4_0 q8_0"), PURE ("q4_0
+# three). Knobs: MQLM (the binary; default .devrun/bin/mqlm: another build's, to compare two in
+# one call), TYPES (file types; default "q4_k_m q5_k_m q6_k iq4_xs q4_0 q8_0"), PURE ("q4_0
 # q8_0"), ROUNDS (2), PRESET (llama3-8b; the files are named after it, so one call may run the
 # script once per preset, building llama.cpp once), KERNEL_TYPES (the `bench kernels` rows).
 set -euo pipefail
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 for f in .devrun/bin/*.xz; do [ -e "$f" ] && xz -d "$f"; done
 chmod +x .devrun/bin/* 2>/dev/null || true
 source .devrun/env.sh || true  # its last test fails where there is no NVIDIA driver
-mqlm=.devrun/bin/mqlm
+mqlm=${MQLM:-.devrun/bin/mqlm}
 log=$OUT/quant-types.txt
 { date -u +"date: %Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } >>"$log"
 parts=${*:-mqlm llamacpp kernels}
@@ -58,7 +59,7 @@ for part in $parts; do
         for f in "${files[@]}"; do
           figures=$("$mqlm" generate "$f" -p "$P512" -n 128 --temperature 0 --warmup -q 2>&1 |
                     grep -E '^(prefill|decode)|tok/s' | tr '\n' ' ' || true)
-          echo "mqlm | round $round | $(basename "$f" .gguf) | $figures" | tee -a "$log"
+          echo "$(basename "$mqlm") | round $round | $(basename "$f" .gguf) | $figures" | tee -a "$log"
         done
       done ;;
     llamacpp)
