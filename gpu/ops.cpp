@@ -1006,37 +1006,23 @@ bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_
     float scale;
     std::uint32_t splits;
   } push{s.heads, s.kv_heads, s.page_size, s.max_pages, s.tokens, s.scale, plan.splits};
-  const std::uint32_t hg = attention_head_group(s);
-  auto split_kernel = [&](const char* module, std::uint32_t buffers) -> const Kernel& {
-    return kernel(lib, module, buffers, sizeof push, {s.head_dim, hg, s.window, std::bit_cast<std::uint32_t>(s.softcap)});
-  };
-  if (plan.splits == 1) {  // one split writes the output itself: F16 where asked (and no int8 output is)
-    const bool f16_here = merged.q8.buffer == VK_NULL_HANDLE && merged.f16.buffer != VK_NULL_HANDLE;
-    if (f16_here) check_padded_f16("attention", merged.f16, s.tokens, merged.padded_rows, s.heads * s.head_dim);
-    rec.dispatch(split_kernel(f16_here ? "attention_split_f16" : "attention_split", 7),
-                 {q, k_cache, v_cache, block_tables, token_seq_pos, f16_here ? merged.f16 : out, scratch}, push,
-                 s.heads / hg, f16_here ? merged.padded_rows : s.tokens, 1);
-    return f16_here;
-  }
+  std::uint32_t hg = attention_head_group(s);
+  // One split writes the output itself: F16 where asked (and no int8 output is).
+  const bool f16_here = plan.splits == 1 && merged.q8.buffer == VK_NULL_HANDLE && merged.f16.buffer != VK_NULL_HANDLE;
+  if (f16_here) check_padded_f16("attention", merged.f16, s.tokens, merged.padded_rows, s.heads * s.head_dim);
+  rec.dispatch(kernel(lib, f16_here ? "attention_split_f16" : "attention_split", 7, sizeof push,
+                      {s.head_dim, hg, s.window, std::bit_cast<std::uint32_t>(s.softcap)}),
+               {q, k_cache, v_cache, block_tables, token_seq_pos, f16_here ? merged.f16 : out, scratch}, push,
+               s.heads / hg, f16_here ? merged.padded_rows : s.tokens, plan.splits);
+  if (plan.splits == 1) return f16_here;
+  struct {
+    std::uint32_t heads, tokens, splits;
+  } combine{s.heads, s.tokens, plan.splits};
   // A head holds whole blocks of 32 for the int8 output.
   const bool q8 = merged.q8.buffer != VK_NULL_HANDLE && s.head_dim % 32 == 0;
   const bool f16 = !q8 && merged.f16.buffer != VK_NULL_HANDLE;
   if (q8) check_q8_output("attention", merged.q8, s.heads * s.head_dim, s.tokens);
   if (f16) check_padded_f16("attention", merged.f16, s.tokens, merged.padded_rows, s.heads * s.head_dim);
-  if (merged.arrivals.buffer != VK_NULL_HANDLE && !f16) {  // the last workgroup of a row merges it
-    if (merged.arrivals.size < std::uint64_t{s.tokens} * s.heads * 4) {
-      throw GpuError(fmt::format("attention: arrival counters for fewer than {} tokens of {} heads", s.tokens, s.heads));
-    }
-    rec.dispatch(split_kernel(q8 ? "attention_split_merge_q8" : "attention_split_merge", 8),
-                 {q, k_cache, v_cache, block_tables, token_seq_pos, q8 ? merged.q8 : out, scratch, merged.arrivals}, push,
-                 s.heads / hg, s.tokens, plan.splits);
-    return q8;
-  }
-  rec.dispatch(split_kernel("attention_split", 7), {q, k_cache, v_cache, block_tables, token_seq_pos, out, scratch},
-               push, s.heads / hg, s.tokens, plan.splits);
-  struct {
-    std::uint32_t heads, tokens, splits;
-  } combine{s.heads, s.tokens, plan.splits};
   const char* module = q8 ? "attention_combine_q8" : f16 ? "attention_combine_f16" : "attention_combine";
   rec.dispatch(kernel(lib, module, 2, sizeof combine, {s.head_dim}), {scratch, q8 ? merged.q8 : f16 ? merged.f16 : out},
                combine, s.heads, f16 ? merged.padded_rows : s.tokens);

@@ -349,10 +349,6 @@ struct AttentionMerged {
   // or F16 (padded_rows, heads * head_dim) as to_f16(out, f16, tokens, heads * head_dim, padded_rows).
   BufferRange f16 = {};
   std::uint32_t padded_rows = 0;
-  // tokens * heads words, zero, and left zero: the split path's workgroups count their arrivals
-  // there, and the last of each row merges the splits itself, to out or q8 (not f16): one dispatch
-  // fewer. Empty: a dispatch of its own merges them.
-  BufferRange arrivals = {};
 };
 bool attention(Recording& rec, KernelLibrary& lib, BufferRange q, BufferRange k_cache, BufferRange v_cache,
                BufferRange block_tables, BufferRange token_seq_pos, BufferRange scratch, BufferRange out,

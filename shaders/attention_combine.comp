@@ -1,6 +1,7 @@
 #version 450
-// Merges the partial softmaxes of attention_split.comp (attention_merge.glsl). One workgroup per
-// (head, token), a thread per dimension (two for head dims past 128).
+// Merges the partial softmaxes of attention_split.comp: out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M)
+// with M the largest m_s. Empty splits carry m = -inf, l = 0, o = 0. One workgroup per (head, token),
+// a thread per dimension (two for head dims past 128).
 // With Q8 the output goes to the int8 mat-vec instead (a decode step's output product): its blocks
 // of 32 (a head holds whole blocks) quantized as quantize_q8.comp does, in the layout it writes
 // (K = heads * D, one column a token), sparing that dispatch. With F16 it goes to the tensor
@@ -16,7 +17,6 @@ layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint D = 128;  // head dimension, at most 256
 layout(push_constant) uniform Params { uint heads; uint tokens; uint splits; } p;
 layout(binding = 0) readonly buffer Partials { float partials[]; };  // as attention_split.comp writes them
-#include "attention_merge.glsl"
 #if defined(Q8)
 shared float merged[D];
 #elif defined(F16)
@@ -34,13 +34,21 @@ void main() {
   }
 #endif
   for (uint d = gl_LocalInvocationIndex; d < D; d += 128) {
-    const float o = merge_splits(row, d, p.tokens, p.heads, p.splits);
+    const uint ml = p.tokens * p.heads * p.splits * D + row * p.splits * 2;
+    float m = -1.0 / 0.0;
+    for (uint s = 0; s < p.splits; ++s) m = max(m, partials[ml + 2 * s]);
+    float l = 0.0, o = 0.0;
+    for (uint s = 0; s < p.splits; ++s) {
+      float w = exp(partials[ml + 2 * s] - m);
+      l += partials[ml + 2 * s + 1] * w;
+      o += partials[(row * p.splits + s) * D + d] * w;
+    }
 #if defined(Q8)
-    merged[d] = o;
+    merged[d] = o / l;
 #elif defined(F16)
-    out_data[row * D + d] = float16_t(o);
+    out_data[row * D + d] = float16_t(o / l);
 #else
-    out_data[row * D + d] = o;
+    out_data[row * D + d] = o / l;
 #endif
   }
 #if defined(Q8)

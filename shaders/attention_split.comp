@@ -7,10 +7,6 @@
 // max, sum of exponentials, un-normalised output) that attention_combine.comp merges.
 // F16 (one split only): the output is F16, the tensor cores' input of the product after it, and
 // the grid runs on to the padded rows it reads, which get zeros (what to_f16 makes of the output).
-// MERGE (more than one split): the last of a row's workgroups to finish (an arrival counter a
-// (token, head group) in binding 7, zero before and left zero) merges the row's partials
-// (attention_merge.glsl) into out, or with Q8 into the int8 mat-vec's input as
-// attention_combine.comp makes it: attention_combine's dispatch and barrier go away.
 // Grid: (heads / HG, tokens, splits); the loop over a split's keys is attention_tile.glsl's.
 #include "common.glsl"
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -34,63 +30,14 @@ layout(binding = 4) readonly buffer Tokens { uvec2 token_seq_pos[]; };  // (toke
 #if defined(F16)
 layout(binding = 5) writeonly buffer Out { f16vec4 out4[]; };        // (padded tokens, heads, D)
 #define OUT4(v) f16vec4(v)
-#elif defined(Q8)
-#define INT8_BLOCKS_OUT 5
-#include "int8_blocks.glsl"
-layout(binding = 5) writeonly buffer Out { vec4 out4[]; };           // not written: splits > 1
-#define OUT4(v) (v)
 #else
 layout(binding = 5) writeonly buffer Out { vec4 out4[]; };           // (tokens, heads, D)
 #define OUT4(v) (v)
 #endif
 // (tokens, heads, splits, D) un-normalised outputs, then (tokens, heads, splits) (max, sum).
-#if defined(MERGE)
-layout(binding = 6) coherent buffer Partials { float partials[]; };
-layout(binding = 7) coherent buffer Arrivals { uint arrivals[]; };  // (tokens, heads / HG)
-#include "attention_merge.glsl"
-#else
 layout(binding = 6) writeonly buffer Partials { float partials[]; };
-#endif
 
 #include "attention_tile.glsl"
-
-#if defined(MERGE)
-// Whether this workgroup is the last of its row (counter `at`) to write its partials. Each makes
-// its writes visible before it arrives; the last then sees every other's, and resets the counter.
-shared bool arrived_last;
-bool last_to_arrive(uint at) {
-  memoryBarrierBuffer();
-  barrier();
-  if (gl_LocalInvocationIndex == 0u) {
-    arrived_last = atomicAdd(arrivals[at], 1u) == p.splits - 1u;
-    if (arrived_last) arrivals[at] = 0u;
-  }
-  barrier();
-  memoryBarrierBuffer();
-  return arrived_last;
-}
-
-// The last workgroup of (token t, heads h0 .. h0 + HG - 1): their merged outputs, to out or (Q8)
-// through q_sh (the queries are done with) to the int8 blocks.
-void merge_row(uint t, uint h0) {
-  const uint tid = gl_LocalInvocationIndex;
-  for (uint i = tid; i < HG * D; i += 128) {
-    const float o = merge_splits(t * p.heads + h0 + i / D, i % D, p.tokens, p.heads, p.splits);
-#if defined(Q8)
-    q_sh[i / 4][i % 4] = o;
-#else
-    out4[(t * p.heads + h0) * C + i / 4][i % 4] = o;
-#endif
-  }
-#if defined(Q8)
-  barrier();
-  // 8 elements a thread, four threads a block (HG * D / 8 is a multiple of 4: all of them active).
-  for (uint u = tid; u < HG * D / 8; u += 128) {
-    write_int8_unit(q_sh[2 * u], q_sh[2 * u + 1], t, p.tokens, p.heads * D, h0 * (D / 8) + u);
-  }
-#endif
-}
-#endif
 
 void main() {
   const uint h0 = gl_WorkGroupID.x * HG, t = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
@@ -126,7 +73,4 @@ void main() {
       partials[ml + 1] = l_sh[g];
     }
   }
-#if defined(MERGE)
-  if (p.splits > 1 && last_to_arrive(t * (p.heads / HG) + gl_WorkGroupID.x)) merge_row(t, h0);
-#endif
 }

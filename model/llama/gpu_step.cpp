@@ -100,7 +100,6 @@ struct StepScratch {
   PoolBuffer split_parts;            // (StepPlan::split_bytes) the K slices of a group of products
   PoolBuffer weights16;              // (StepPlan::weights16_bytes) a group's weights as F16
   PoolBuffer attn_parts;             // (ops::attention_scratch_bytes) split attention's partials
-  PoolBuffer attn_arrivals;          // (tokens, n_head) zero: split attention's arrival counters; when they fit an update
   PoolBuffer gate, up;               // (tokens, n_ff) each; when used
   // A mixture of experts' (when the model has one): the router's logits (tokens, n_expert), each
   // token's experts and their weights (tokens, used), each (token, expert)'s gate and up (tokens,
@@ -260,8 +259,6 @@ GpuModel::Step::Step(GpuModel& model, const StepBatch& batch, GpuKvCache& cache,
   s_.seq_pos = upload(in_.seq_pos);
   s_.tables = upload(in_.tables);
   s_.output_rows = upload(in_.output_rows);
-  // Each layer's split attention leaves them zero again (ops::AttentionMerged::arrivals).
-  if (std::uint64_t{n_} * c_.n_head * 4 <= 65536) s_.attn_arrivals = upload(std::vector<std::uint32_t>(n_ * c_.n_head, 0));
   if (sampling_ != nullptr) upload_sampling();
   inputs_open_ = false;
   const std::uint64_t n = n_;
@@ -376,7 +373,6 @@ void GpuModel::Step::record_attention(std::uint32_t l) {
   // The output product reads the attention's output as its last dispatch makes it where it can:
   // quantized for the int8 mat-vec, F16 for the tensor cores.
   ops::AttentionMerged merged;
-  if (s_.attn_arrivals) merged.arrivals = s_.attn_arrivals.range();  // the splits merged by their last workgroup
   if (p.out.path == ProductPath::int8) {
     merged.q8 = acts_q8();
   } else if (p.out.path == ProductPath::narrow) {
