@@ -177,6 +177,7 @@ class PhaseRunner {
       request.sampling.logit_bias = o_.logit_bias;
       request.sampling.response_format = o_.response_format;
       request.sampling.seed = o_.seed + next_;
+      request.draft_max = o_.draft_max;
       RequestTimeline& t = timelines_[next_];
       if (const auto* ids = std::get_if<std::vector<std::int32_t>>(&request.prompt)) {
         t.prompt_tokens = static_cast<std::int64_t>(ids->size());
@@ -424,6 +425,7 @@ void add_serve_bench(CLI::App& bench) {
     std::string json_path;
     std::string response_format;
     CurveClientFlags curve;
+    std::int32_t draft_max = -1;
   };
   auto o = std::make_shared<Options>();
   auto& b = o->bench;
@@ -445,6 +447,9 @@ void add_serve_bench(CLI::App& bench) {
   cmd->add_option("--response-format", o->response_format,
                   "json_object, or a file holding a JSON schema (json_schema, strict): constrained requests");
   cmd->add_option("--seed", b.seed, "the same seed, the same prompts and arrival times")->capture_default_str();
+  cmd->add_option("--draft-max", o->draft_max,
+                  "prompt-lookup drafts a step for every (greedy) request, 0 none (default: the server's --speculate)")
+      ->check(CLI::Range(0, 32));
   cmd->add_option("--warmup", b.warmup, "requests run first and not counted")->capture_default_str();
   cmd->add_option("--timeout-ms", o->timeout_ms, "no event for this long stops the run")->capture_default_str();
   cmd->add_option("--json", o->json_path, "also write the results to this JSON file");
@@ -471,6 +476,7 @@ void add_serve_bench(CLI::App& bench) {
       throw CommandFailed(flag + ": " + error->message, 2);
     }
     b.timeout = std::chrono::milliseconds(o->timeout_ms);
+    if (o->draft_max >= 0) b.draft_max = o->draft_max;
     auto connected = ServeClient::connect(b.server, read_curve_client_flags(o->curve));
     if (auto* why = std::get_if<std::string>(&connected)) throw CommandFailed(*why, 2);
     auto& client = std::get<ServeClient>(connected);

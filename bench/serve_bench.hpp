@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -117,6 +118,7 @@ struct ServeBenchOptions {
   std::vector<model::TokenBias> logit_bias;
   model::ResponseFormat response_format;  // json_object or a json_schema: grammar-constrained requests
   std::uint64_t seed = 0;
+  std::optional<std::int32_t> draft_max;  // speculative decoding's drafts a step (greedy); none: the server's
   std::size_t warmup = 0;            // requests run first and not counted
   std::chrono::milliseconds timeout{60000};  // no event for this long, with requests open: stop
 };

@@ -57,6 +57,9 @@ enum class PromptKind : std::uint8_t {
   chat = 3,    // rendered with the model's chat template, then tokenized
 };
 
+// Drafted tokens a step may verify for one sequence at most (Submit::draft_max, the server's).
+inline constexpr std::int32_t kMaxDraftTokens = 32;
+
 // A request to generate. Answered by TokenEvents (each sampled token, whether or not the client
 // streams: front ends gather them for clients that do not) and one FinalEvent. With pooling (an
 // embedding), its prompt is computed and nothing generated: no TokenEvent, and the FinalEvent
@@ -77,8 +80,11 @@ struct Submit {
   std::string tool_choice_name{};    // ToolChoice::function: the function's name
   bool parallel_tool_calls = true;   // false: at most one call
   std::string chat_template_kwargs{};  // JSON text, an object: more variables for the template; "" none
+  // Prompt-lookup drafts a step at most (speculative decoding, greedy requests only): -1 the
+  // server's setting (`mqlm serve --draft-max`), 0 none for this request.
+  std::int32_t draft_max = -1;
   MSGPACK_DEFINE(model, prompt_kind, text, tokens, chat, sampling, pooling, tools, tool_choice, tool_choice_name,
-                 parallel_tool_calls, chat_template_kwargs);
+                 parallel_tool_calls, chat_template_kwargs, draft_max);
 };
 
 enum class AbortReason : std::uint8_t {
@@ -257,11 +263,14 @@ struct StatusReport {
   // Tokens sampled and sent to a front end, whichever protocol asked.
   std::uint64_t generated_tokens = 0;
   GpuTimeWire gpu_time;  // the executor's, as its last report gave it
+  // Speculative decoding: draft tokens sent to be verified, and those the model's argmax agreed with.
+  std::uint64_t drafted_tokens = 0;
+  std::uint64_t accepted_tokens = 0;
   // New fields go last, so that recorded traces without them still read.
   MSGPACK_DEFINE(models, requests, waiting, running, steps, finished, preemptions, computed_tokens,
                  prefix_hit_tokens, kv_pages, kv_pages_in_use, kv_pages_cached, kv_references, executor_slots,
                  executor_ready, pool, restored_hot_tokens, restored_ssd_tokens, spilled_pages, outcomes,
-                 generated_tokens, gpu_time);
+                 generated_tokens, gpu_time, drafted_tokens, accepted_tokens);
 };
 
 // Tells a front end the server is stopping: from now on new requests get shutting_down; with
@@ -318,10 +327,15 @@ struct SequenceStart {
 
 // One sequence's share of a step: tokens at positions position, position + 1, ... whose K and V
 // go to the pages of block_table (page i holds positions i * page_size ...). output: sample a
-// token after the last of them (an embedding's: pool its prompt, which ends there). follows: its one token is the one the sequence's previous step
-// samples, which the scheduler did not know when it planned this step (the executor puts it in;
-// tokens holds a 0 in its place). A follower whose sampler the executor no longer has (its
-// previous step failed) is left out of the step.
+// token after the last of them (an embedding's: pool its prompt, which ends there). follows: its
+// one token is the one the sequence's previous step samples, which the scheduler did not know
+// when it planned this step (the executor puts it in; tokens holds a 0 in its place). A follower
+// whose sampler the executor no longer has (its previous step failed) is left out of the step.
+// drafted: speculative decoding (greedy only, with output, never a follower): the last `drafted`
+// tokens are guesses d1..dk of what follows the token before them; every one of the last
+// drafted + 1 rows is an output row, and the executor keeps the guesses the argmax agrees with
+// (OutputToken::accepted). Their K and V past what is accepted is left in the pages, unread: the
+// sequence's length is cut back to position + accepted + 1 and later steps write over it.
 struct PlanSequence {
   std::uint64_t sequence = 0;
   std::uint32_t position = 0;
@@ -329,7 +343,8 @@ struct PlanSequence {
   std::vector<std::uint32_t> block_table;
   bool output = false;
   bool follows = false;
-  MSGPACK_DEFINE(sequence, position, tokens, block_table, output, follows);
+  std::uint32_t drafted = 0;
+  MSGPACK_DEFINE(sequence, position, tokens, block_table, output, follows, drafted);
 };
 
 // One step of one model. released: sequences whose executor state is to be dropped (before the
@@ -350,12 +365,16 @@ struct StepPlan {
   MSGPACK_DEFINE(step, model, starts, sequences, released, trim, spill, restore, model_key);
 };
 
+// One sequence's output of a step. accepted: for a sequence with drafts, the first drafts, in
+// order, that the model's argmax agreed with; the sequence's new tokens are accepted and then
+// token (the argmax after the last accepted draft), 1 to drafted + 1 of them.
 struct OutputToken {
   std::uint64_t sequence = 0;
   std::int32_t token = -1;
   bool has_logprobs = false;
   TokenLogprobs logprobs;
-  MSGPACK_DEFINE(sequence, token, has_logprobs, logprobs);
+  std::vector<std::int32_t> accepted{};
+  MSGPACK_DEFINE(sequence, token, has_logprobs, logprobs, accepted);
 };
 
 // The answer to a StepPlan: a token for each sequence that asked for output (for an embedding

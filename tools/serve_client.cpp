@@ -105,7 +105,8 @@ std::string to_string(const msgpack::sbuffer& buffer) { return std::string(buffe
 std::string encode_generate(const GenerateRequest& r) {
   msgpack::sbuffer buffer;
   Packer p(buffer);
-  p.pack_map(4 + sampling_keys(r.sampling) + (r.model.empty() ? 0 : 1) + (r.api_key.empty() ? 0 : 1));
+  p.pack_map(4 + sampling_keys(r.sampling) + (r.model.empty() ? 0 : 1) + (r.api_key.empty() ? 0 : 1) +
+             (r.draft_max ? 1 : 0));
   p.pack("op"), p.pack("generate");
   if (!r.api_key.empty()) p.pack("api_key"), p.pack(r.api_key);
   p.pack("id"), pack_id(p, r.id);
@@ -113,6 +114,7 @@ std::string encode_generate(const GenerateRequest& r) {
   pack_prompt(p, r.prompt);
   p.pack("stream"), p.pack(r.stream);
   pack_sampling(p, r.sampling);
+  if (r.draft_max) p.pack("draft_max"), p.pack(*r.draft_max);
   return to_string(buffer);
 }
 

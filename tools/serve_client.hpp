@@ -47,6 +47,7 @@ struct GenerateRequest {
   // server's defaults are.
   model::SamplingParams sampling;
   std::string api_key;  // "": none sent
+  std::optional<std::int32_t> draft_max;  // speculative decoding's drafts a step; none: the server's setting
 };
 
 struct StatusRequest {

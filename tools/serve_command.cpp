@@ -93,6 +93,9 @@ struct ServeOptions {
   std::uint32_t token_budget = 512;
   std::uint32_t max_waiting = 4096;
   bool no_overlap = false;
+  std::string speculate = "none";      // --speculate: none, or ngram (prompt lookup)
+  std::uint32_t draft_max = 4;         // --draft-max: drafts a step with --speculate ngram
+  std::uint32_t speculate_max_batch = 4;
   std::string trace;
   bool trace_without_blobs = false;
   bool finish_running = false;
@@ -331,7 +334,9 @@ NodeConfig serve_config(const ServeOptions& o) {
                           {"max_sequences", std::to_string(o.max_sequences)},
                           {"token_budget", std::to_string(o.token_budget)},
                           {"max_waiting", std::to_string(o.max_waiting)},
-                          {"overlap", o.no_overlap ? "0" : "1"}};
+                          {"overlap", o.no_overlap ? "0" : "1"},
+                          {"draft_max", o.speculate == "ngram" ? std::to_string(o.draft_max) : "0"},
+                          {"speculate_max_batch", std::to_string(o.speculate_max_batch)}};
   if (!o.chat_template.empty()) options["scheduler"]["chat_template"] = o.chat_template;
   if (!aliases.empty()) options["scheduler"]["aliases"] = aliases;  // and so may generate requests
   // Without an enforcer here or at a given address, only the models loaded at start are served.
@@ -594,6 +599,18 @@ void add_capacity_flags(CLI::App* cmd, ServeOptions& o) {
   cmd->add_flag("--no-overlap", o.no_overlap,
                 "plan each step only once the one before is answered (default: the next step is planned while "
                 "the GPU runs this one)");
+  cmd->add_option("--speculate", o.speculate,
+                  "speculative decoding for greedy requests: ngram drafts up to --draft-max tokens a step from an "
+                  "earlier occurrence of the text's last words, verified in the step (output unchanged); none: off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "ngram"}));
+  cmd->add_option("--draft-max", o.draft_max, "drafted tokens a step at most, with --speculate ngram")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 32u));
+  cmd->add_option("--speculate-max-batch", o.speculate_max_batch,
+                  "speculate only while at most this many sequences run (a larger batch keeps the GPU busy already)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 4096u));
   cmd->add_option("--max-waiting", o.max_waiting, "queued requests before new ones are told busy")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 24));

@@ -37,6 +37,7 @@
 #include "model/llama/embedding_pool.hpp"
 #include "model/llama/gguf_model.hpp"
 #include "model/llama/gpu_model.hpp"
+#include "model/sampling/prompt_lookup.hpp"
 #include "model/sampling/sampler.hpp"
 
 namespace mqlm::actors {
@@ -85,7 +86,8 @@ bool is_device_lost(const std::exception& e) {
 std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t page_size) { return (tokens + page_size - 1) / page_size; }
 
 // One block table per plan sequence; its tokens at position, position + 1, ...; a row of output
-// after the last token of each sequence that asks for one. The plan has passed plan_problem.
+// after the last token of each sequence that asks for one, and after each token before its drafts
+// (the rows that verify them). The plan has passed plan_problem.
 model::StepBatch make_batch(const StepPlan& plan, std::uint32_t page_size) {
   model::StepBatch batch;
   for (std::uint32_t s = 0; s < plan.sequences.size(); ++s) {
@@ -94,8 +96,9 @@ model::StepBatch make_batch(const StepPlan& plan, std::uint32_t page_size) {
     const std::uint64_t end = std::uint64_t{seq.position} + seq.tokens.size();
     const auto pages = static_cast<std::ptrdiff_t>(pages_for(end, page_size));
     batch.block_tables.emplace_back(seq.block_table.begin(), seq.block_table.begin() + pages);
+    const std::size_t first_output = seq.tokens.size() - 1 - seq.drafted;
     for (std::uint32_t i = 0; i < seq.tokens.size(); ++i) {
-      batch.tokens.push_back({s, seq.position + i, seq.tokens[i], seq.output && i + 1 == seq.tokens.size()});
+      batch.tokens.push_back({s, seq.position + i, seq.tokens[i], seq.output && i >= first_output});
     }
   }
   return batch;
@@ -255,6 +258,7 @@ class Executor final : public Actor {
   void answer_pending_unloads(Context& ctx, bool timed_out);
   LoadedModel* model_for(const StepPlan& plan, std::string& problem);
   std::optional<std::string> plan_problem(const StepPlan& plan, const LoadedModel& loaded) const;
+  std::optional<std::string> draft_problem(const StepPlan& plan, const PlanSequence& seq) const;
   void start_sequences(const std::string& model_id, const std::vector<SequenceStart>& starts);
   void fail_if_injected(std::uint64_t gpu_step) const;
   bool all_plain_greedy(const StepPlan& plan, const LoadedModel& loaded) const;
@@ -272,6 +276,7 @@ class Executor final : public Actor {
   std::vector<std::uint32_t> constrained_masks(const StepPlan& plan, std::uint32_t words);
   const std::shared_ptr<const model::grammar::TokenTrie>& token_trie(LoadedModel& loaded) const;
   void take_outputs(const StepPlan& plan, std::span<const model::SampledToken> chosen, StepResult& result);
+  OutputToken verify_drafts(const PlanSequence& seq, std::span<const model::SampledToken> rows);
   void fail_step(const StepPlan& plan, StepResult& result, RequestError error, std::string message);
   bool trim_after_release(Context& ctx, std::size_t slots_before);
   bool trim_pool(Context& ctx, bool keep_working_set = false);
@@ -657,7 +662,11 @@ LoadedModel* Executor::chain_model(const StepPlan& plan) {
   }
   for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
     const PlanSequence& seq = plan.sequences[i];
-    if (!seq.follows || seq.tokens.size() != 1 || seq.sequence != before.plan.sequences[i].sequence) return nullptr;
+    // Its token is the one output row of the step before's sequence i: not so after drafts.
+    if (!seq.follows || seq.tokens.size() != 1 || seq.sequence != before.plan.sequences[i].sequence ||
+        before.plan.sequences[i].drafted > 0) {
+      return nullptr;
+    }
   }
   return loaded;
 }
@@ -1050,6 +1059,7 @@ std::optional<std::string> Executor::plan_problem(const StepPlan& plan, const Lo
         return fmt::format("sequence {}: token id {} is outside the vocabulary [0, {})", s.sequence, token, n_vocab);
       }
     }
+    if (auto problem = draft_problem(plan, s)) return problem;
     if (starting.contains(s.sequence)) continue;
     const auto state = sequences_.find(s.sequence);
     if (state == sequences_.end()) {
@@ -1061,6 +1071,26 @@ std::optional<std::string> Executor::plan_problem(const StepPlan& plan, const Lo
       return fmt::format("sequence {} was started on model '{}', the plan is for '{}'", s.sequence,
                          state->second.model_id, loaded.id);
     }
+  }
+  return std::nullopt;
+}
+
+// What is wrong with a sequence's drafts, if it has any: they follow a token of its own, in a
+// step that samples it by the argmax alone (its sampler started in this plan or before).
+std::optional<std::string> Executor::draft_problem(const StepPlan& plan, const PlanSequence& s) const {
+  if (s.drafted == 0) return std::nullopt;
+  if (s.drafted >= s.tokens.size() || !s.output || s.follows) {
+    return fmt::format("sequence {}: {} drafts need output, no follows and a token before them ({} tokens)",
+                       s.sequence, s.drafted, s.tokens.size());
+  }
+  const model::SamplingParams* sampling = nullptr;
+  for (const SequenceStart& start : plan.starts) {
+    if (start.sequence == s.sequence && start.pooling == 0) sampling = &start.sampling;
+  }
+  const auto state = sequences_.find(s.sequence);
+  if (sampling == nullptr && state != sequences_.end() && !state->second.pool) sampling = &state->second.sampler.params();
+  if (sampling == nullptr || !model::plain_greedy(*sampling)) {
+    return fmt::format("sequence {}: drafts are verified by the argmax, and its draw is not plain greedy", s.sequence);
   }
   return std::nullopt;
 }
@@ -1185,6 +1215,10 @@ model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& l
     model::add_sampling_row(sampling, state.sampler.gpu_row(follows_pending), loaded.n_vocab,
                             follows_pending ? std::optional<std::uint32_t>(row) : std::nullopt, allowed);
     ++row;
+    // The rows verifying drafts: plain greedy (plan_problem), the same draw, never following.
+    for (std::uint32_t d = 0; d < seq.drafted; ++d) {
+      model::add_sampling_row(sampling, state.sampler.gpu_row(false), loaded.n_vocab, std::nullopt);
+    }
   }
   return batch;
 }
@@ -1194,6 +1228,11 @@ void Executor::take_outputs(const StepPlan& plan, std::span<const model::Sampled
   std::size_t row = 0;
   for (const PlanSequence& seq : plan.sequences) {
     if (!samples(seq)) continue;
+    if (seq.drafted > 0) {
+      result.tokens.push_back(verify_drafts(seq, chosen.subspan(row, seq.drafted + 1)));
+      row += seq.drafted + 1;
+      continue;
+    }
     const model::SampledToken& sampled = chosen[row++];
     SequenceState& state = sequences_.at(seq.sequence);
     if (!model::plain_greedy(state.sampler.params())) state.sampler.accept(sampled.token);
@@ -1216,6 +1255,22 @@ void Executor::take_outputs(const StepPlan& plan, std::span<const model::Sampled
     state.last_token = out.token;
     result.tokens.push_back(std::move(out));
   }
+}
+
+// A sequence's drafts checked against the argmax of its rows (one after its last token, one after
+// each draft): the drafts kept, and the argmax after the last of them, which a follower of this
+// sequence takes. Plain greedy: the sampler keeps no history to tell.
+OutputToken Executor::verify_drafts(const PlanSequence& seq, std::span<const model::SampledToken> rows) {
+  std::vector<std::int32_t> choices;
+  for (const model::SampledToken& sampled : rows) choices.push_back(sampled.token);
+  const auto drafts = std::span<const std::int32_t>(seq.tokens).subspan(seq.tokens.size() - seq.drafted);
+  const std::size_t accepted = model::accepted_drafts(drafts, choices);
+  OutputToken out;
+  out.sequence = seq.sequence;
+  out.token = choices[accepted];
+  out.accepted.assign(drafts.begin(), drafts.begin() + static_cast<std::ptrdiff_t>(accepted));
+  sequences_.at(seq.sequence).last_token = out.token;
+  return out;
 }
 
 // The step behind the one just answered (`before`), sent with its output part held back for its

@@ -478,6 +478,8 @@ const GenerateKey kGenerateKeys[] = {
        return read_float(o, "frequency_penalty", sampling(d).frequency_penalty);
      }},
     {"seed", [](const msgpack::object& o, GenerateDraft& d) { return read_uint64(o, "seed", sampling(d).seed); }},
+    {"draft_max",
+     [](const msgpack::object& o, GenerateDraft& d) { return read_int32(o, "draft_max", d.request.submit.draft_max); }},
     {"stop", [](const msgpack::object& o, GenerateDraft& d) { return read_strings(o, "stop", sampling(d).stop); }},
     {"stop_token_ids",
      [](const msgpack::object& o, GenerateDraft& d) {
@@ -939,7 +941,7 @@ std::string encode_status_event(const std::optional<ClientId>& id, const message
                                 const GatewayFigures& gateway, const messages::ModelsReport* memory) {
   msgpack::sbuffer buffer;
   Packer pk(buffer);
-  begin_event(pk, "status", id ? &*id : nullptr, memory != nullptr ? 22 : 21);
+  begin_event(pk, "status", id ? &*id : nullptr, memory != nullptr ? 24 : 23);
   if (memory != nullptr) {
     pack_text(pk, "memory");
     const std::vector<std::uint8_t> packed = nlohmann::json::to_msgpack(model_admin::memory_json(*memory));
@@ -963,6 +965,8 @@ std::string encode_status_event(const std::optional<ClientId>& id, const message
   number("restored_hot_tokens", report.restored_hot_tokens);
   number("restored_ssd_tokens", report.restored_ssd_tokens);
   number("spilled_pages", report.spilled_pages);
+  number("drafted_tokens", report.drafted_tokens);
+  number("accepted_tokens", report.accepted_tokens);
   number("kv_pages", report.kv_pages);
   number("kv_pages_in_use", report.kv_pages_in_use);
   number("kv_pages_cached", report.kv_pages_cached);

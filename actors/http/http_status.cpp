@@ -214,6 +214,8 @@ json status_json(const StatusReport& r, const HttpFigures& f, const messages::Mo
             {"preemptions", r.preemptions},
             {"computed_tokens", r.computed_tokens},
             {"generated_tokens", r.generated_tokens},
+            {"drafted_tokens", r.drafted_tokens},
+            {"accepted_tokens", r.accepted_tokens},
             {"prefix_hit_tokens", r.prefix_hit_tokens},
             {"restored_hot_tokens", r.restored_hot_tokens},
             {"restored_ssd_tokens", r.restored_ssd_tokens},
@@ -305,6 +307,10 @@ std::string prometheus_text(const StatusReport& r, const HttpFigures& f, const m
            r.generated_tokens);
   e.single("mqlm_scheduler_prefix_hit_tokens_total", "counter", "Prompt tokens taken from the prefix cache.",
            r.prefix_hit_tokens);
+  e.single("mqlm_scheduler_drafted_tokens_total", "counter",
+           "Speculative decoding: drafted tokens verified (computed with the token before them).", r.drafted_tokens);
+  e.single("mqlm_scheduler_accepted_tokens_total", "counter",
+           "Speculative decoding: drafted tokens the model agreed with, kept as output.", r.accepted_tokens);
   e.family("mqlm_scheduler_restored_tokens_total", "counter",
            "Prompt tokens restored from the cache-writer's tiers instead of computed, by tier.");
   e.sample("mqlm_scheduler_restored_tokens_total", r.restored_hot_tokens, labels("tier", "hot"));

@@ -531,6 +531,14 @@ const Field kCommonFields[] = {
        return read_number(v, "repetition_penalty", 0.0, model::kMaxRepetitionPenalty, sampling(d).repetition_penalty);
      }},
     {"ignore_eos", [](const json& v, Draft& d) { return read_bool(v, "ignore_eos", sampling(d).ignore_eos); }},
+    // mqlm's own: prompt-lookup drafts a step for this greedy request (0: none), as `--draft-max`.
+    {"draft_max",
+     [](const json& v, Draft& d) -> Check {
+       std::optional<std::int64_t> drafts;
+       if (auto failure = read_integer(v, "draft_max", 0, messages::kMaxDraftTokens, drafts)) return failure;
+       if (drafts) d.request.submit.draft_max = static_cast<std::int32_t>(*drafts);
+       return std::nullopt;
+     }},
     // llama-server's switch for its prompt cache; mqlm's prefix cache is always on.
     {"cache_prompt",
      [](const json& v, Draft&) {

@@ -1,5 +1,7 @@
 #include "actors/http/status_history.hpp"
 
+#include <algorithm>
+
 namespace mqlm::actors::http_status {
 
 namespace {
@@ -19,17 +21,19 @@ void StatusHistory::add(const messages::StatusReport& report, const messages::Mo
   StatusSample sample;
   sample.uptime_s = static_cast<double>(uptime_ns) / kNsPerSecond;
   // Each generated token but a request's last is fed back through the model once: what was
-  // computed beyond those is prompt (prefill, and recompute after a preemption).
-  const std::uint64_t prompt = report.computed_tokens > report.generated_tokens
-                                   ? report.computed_tokens - report.generated_tokens
-                                   : 0;
+  // computed beyond those is prompt (prefill, and recompute after a preemption), but for the drafts
+  // that were computed and not kept (speculative decoding).
+  const std::uint64_t rejected =
+      report.drafted_tokens > report.accepted_tokens ? report.drafted_tokens - report.accepted_tokens : 0;
+  const std::uint64_t computed = report.computed_tokens - std::min(rejected, report.computed_tokens);
+  const std::uint64_t prompt = computed > report.generated_tokens ? computed - report.generated_tokens : 0;
   if (last_) {
     const double seconds = static_cast<double>(uptime_ns - last_->uptime_ns) / kNsPerSecond;
     const std::uint64_t prompt_before = last_->computed > last_->generated ? last_->computed - last_->generated : 0;
     sample.generated_per_s = rate(report.generated_tokens, last_->generated, seconds);
     sample.prompt_per_s = rate(prompt, prompt_before, seconds);
   }
-  last_ = Counters{uptime_ns, report.generated_tokens, report.computed_tokens};
+  last_ = Counters{uptime_ns, report.generated_tokens, computed};
   sample.running = report.running;
   sample.waiting = report.waiting;
   sample.pool_active_bytes = report.pool.active_bytes;

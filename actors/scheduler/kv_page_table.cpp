@@ -182,6 +182,16 @@ void KvPageTable::release(std::uint64_t sequence) {
   sequences_.erase(it);
 }
 
+void KvPageTable::truncate(std::uint64_t sequence, std::uint32_t tokens) {
+  Sequence& seq = sequences_.at(sequence);
+  if (tokens < seq.keys.size() * page_size_) throw std::logic_error("truncate would cut a computed full page");
+  const std::size_t needed = (tokens + page_size_ - 1) / page_size_;
+  while (seq.pages.size() > needed) {
+    unreference(seq.pages.back());
+    seq.pages.pop_back();
+  }
+}
+
 const std::vector<std::uint32_t>& KvPageTable::block_table(std::uint64_t sequence) const {
   return sequences_.at(sequence).pages;
 }

@@ -49,6 +49,11 @@ class KvPageTable {
   // there are not enough free or evictable pages.
   bool reserve(std::uint64_t sequence, std::uint32_t tokens);
 
+  // Cuts the sequence's block table back to cover `tokens` positions: the pages past them (taken
+  // by reserve for positions a step computed but did not keep, as rejected drafts) go back. Their
+  // contents are never read (attention reads a position's past only) and are written over.
+  void truncate(std::uint64_t sequence, std::uint32_t tokens);
+
   // Records that the sequence's KV now holds these tokens (its whole history so far): pages that
   // became full get their key and can be shared from now on.
   void computed(std::uint64_t sequence, std::span<const std::int32_t> history);

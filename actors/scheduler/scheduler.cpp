@@ -63,7 +63,7 @@ SchedulerConfig scheduler_config(const ActorOptions& options) {
   check_option_names("scheduler", options,
                      {"model", "name", "models", "aliases", "default_model", "executor", "enforcer", "max_sequences",
                       "token_budget", "max_waiting", "step_timeout_ms", "cache_writer", "lookup_timeout_ms", "stop_spill_bytes",
-                      "overlap", "chat_template", "unix_clock_offset_ns"});
+                      "overlap", "chat_template", "unix_clock_offset_ns", "draft_max", "speculate_max_batch"});
   SchedulerConfig c;
   auto model = options.find("model");
   auto models = options.find("models");
@@ -99,6 +99,8 @@ SchedulerConfig scheduler_config(const ActorOptions& options) {
   c.lookup_timeout_ms = count("lookup_timeout_ms", c.lookup_timeout_ms, 1, 3'600'000);
   c.stop_spill_bytes = number_option("scheduler", options, "stop_spill_bytes", 0);
   c.overlap = count("overlap", c.overlap ? 1 : 0, 0, 1) == 1;
+  c.draft_max = count("draft_max", c.draft_max, 0, messages::kMaxDraftTokens);
+  c.speculate_max_batch = count("speculate_max_batch", c.speculate_max_batch, 0, 4096);
   if (auto file = options.find("chat_template"); file != options.end()) c.chat_template = read_chat_template(file->second);
   c.unix_clock_offset_ns = clock_offset_option(options);
   return c;

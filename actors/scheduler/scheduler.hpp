@@ -16,7 +16,8 @@ namespace mqlm::actors {
 
 // Options: model=PATH and name=ID (one model), or models=ID=PATH;ID2=PATH2, aliases=NAME=ID;... and default_model=ID;
 // executor=, enforcer=, max_sequences=, token_budget=, max_waiting=, step_timeout_ms=,
-// cache_writer=, lookup_timeout_ms=, stop_spill_bytes=, overlap=0|1. Throws
+// cache_writer=, lookup_timeout_ms=, stop_spill_bytes=, overlap=0|1, draft_max= and speculate_max_batch=
+// (speculative decoding: SchedulerConfig). Throws
 // std::invalid_argument naming a bad one.
 SchedulerConfig scheduler_config(const ActorOptions& options);
 std::unique_ptr<Actor> make_scheduler(const ActorOptions& options);

@@ -101,6 +101,7 @@ void SchedulerPolicy::collect_spills(ServedModel& m, StepPlan& plan, Frames& blo
 
 void SchedulerPolicy::preempt(Request& r) {
   r.model->pages->release(r.sequence);
+  r.verifying = false;  // drafts in flight are answered for an earlier epoch: nothing of them is kept
   r.computed = 0;
   r.planned = 0;
   ++r.epoch;
@@ -119,7 +120,14 @@ bool SchedulerPolicy::plan_sequence(Request& r, std::uint32_t budget, bool may_p
   const bool follows = r.planned == total;
   const std::uint32_t n = follows ? 1 : std::min(total - r.planned, budget);
   if (n == 0) return false;
+  // A decode may carry drafts to verify after its token (scheduler_speculation.cpp).
+  const bool decode = follows || total - r.planned == 1;
+  std::vector<std::int32_t> drafts = decode ? draft_for(r, follows, budget - 1) : std::vector<std::int32_t>{};
   KvPageTable& pages = *r.model->pages;
+  // Drafts take only free or evictable pages: no sequence gives way for them.
+  if (!drafts.empty() && !pages.reserve(r.sequence, r.planned + n + static_cast<std::uint32_t>(drafts.size()))) {
+    drafts.clear();
+  }
   while (!pages.reserve(r.sequence, r.planned + n)) {
     // The newest running sequence gives way; if that is this one, it waits.
     if (!may_preempt || running_.empty()) return false;
@@ -141,10 +149,13 @@ bool SchedulerPolicy::plan_sequence(Request& r, std::uint32_t budget, bool may_p
   } else {
     s.tokens.assign(r.history.begin() + r.planned, r.history.begin() + r.planned + n);
   }
+  s.tokens.insert(s.tokens.end(), drafts.begin(), drafts.end());
   s.block_table = pages.block_table(r.sequence);
   s.output = follows || r.planned + n == total;
   s.follows = follows;
-  r.planned += n;
+  s.drafted = static_cast<std::uint32_t>(drafts.size());
+  r.verifying = !drafts.empty();
+  r.planned += static_cast<std::uint32_t>(s.tokens.size());
   plan.sequences.push_back(std::move(s));
   return true;
 }
@@ -155,6 +166,7 @@ bool SchedulerPolicy::plan_sequence(Request& r, std::uint32_t budget, bool may_p
 // then wasted (its answer for an ended request is dropped).
 bool SchedulerPolicy::may_follow(const Request& r) const {
   if (!config_.overlap || r.pending == 0 || r.planned != r.history.size() || r.embedding()) return false;
+  if (speculates(r)) return false;  // it waits for the token, to draft what follows it
   if (r.generated() + r.pending >= static_cast<std::uint32_t>(std::max(r.sampling.max_tokens, 1))) return false;
   return r.model->n_ctx == 0 || r.history.size() + r.pending < r.model->n_ctx;
 }
@@ -219,6 +231,7 @@ void SchedulerPolicy::plan_running(ServedModel& m, PlannedStep& step, std::uint3
     Request& r = *requests_.at(running_[i]);
     if (r.model != &m) continue;
     if (!r.running) continue;  // preempted by an older one's page needs during this plan
+    if (r.verifying) continue;  // its next tokens are the answer to the drafts in flight
     if (r.planned == r.history.size() && !may_follow(r)) continue;  // its next token is not planned yet
     const bool planned = plan_sequence(r, budget, true, step.plan);
     collect_spills(m, step.plan, step.restore_blobs);

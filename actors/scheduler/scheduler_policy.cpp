@@ -226,6 +226,11 @@ std::optional<std::pair<RequestError, std::string>> SchedulerPolicy::refusal(con
   }
   if (auto why = prompt_for(m, submit, now_ns, prompt)) return std::pair{RequestError::invalid_request, std::move(*why)};
   if (prompt.empty()) return std::pair{RequestError::invalid_request, std::string("the prompt is empty")};
+  if (submit.draft_max < -1 || submit.draft_max > kMaxDraftTokens) {
+    return std::pair{RequestError::invalid_request,
+                     fmt::format("draft_max is {}: it must be -1 (the server's setting), 0 (no drafts) or up to {}",
+                                 submit.draft_max, kMaxDraftTokens)};
+  }
   const std::uint64_t longest = std::min<std::uint64_t>(
       m.n_ctx > 0 ? m.n_ctx : UINT32_MAX, m.kv_capacity_tokens > 0 ? m.kv_capacity_tokens : UINT32_MAX);
   if (submit.pooling != 0) {
@@ -314,6 +319,10 @@ void SchedulerPolicy::on_submit(Turn& ctx, const Message& message, const Submit&
   r.prompt_tokens = static_cast<std::uint32_t>(r.history.size());
   r.pooling = static_cast<model::Pooling>(submit.pooling);
   if (r.embedding()) r.sampling = model::SamplingParams{};  // the executor makes a sampler all the same
+  // Drafts are verified by the argmax alone: only where that is the whole draw.
+  if (!r.embedding() && model::plain_greedy(r.sampling)) {
+    r.draft_max = submit.draft_max < 0 ? config_.draft_max : static_cast<std::uint32_t>(submit.draft_max);
+  }
   r.decoder.emplace(*m.tokenizer, model::DecodeOptions{false, false});
   r.stops.emplace(model::StopMatcher::for_request(r.sampling, m.stop_tokens));
   waiting_.push_back(r.sequence);
@@ -537,7 +546,10 @@ void SchedulerPolicy::on_step_result(Turn& ctx, const StepResult& result, const 
     log_step_times(ctx, step, result);
   }
   for (const auto& s : plan.sequences) {
-    if (auto it = requests_.find(s.sequence); it != requests_.end() && s.output) --it->second->pending;
+    auto it = requests_.find(s.sequence);
+    if (it == requests_.end()) continue;
+    if (s.output) --it->second->pending;
+    if (s.drafted > 0) it->second->verifying = false;
   }
 
   apply_pending_aborts(ctx);
@@ -595,8 +607,13 @@ void SchedulerPolicy::forget_kv_cache() {
 // tokens go to their requests.
 void SchedulerPolicy::apply_answer(Turn& ctx, const InFlight& step, const StepResult& result) {
   const StepPlan& plan = step.plan;
+  std::map<std::uint64_t, std::size_t> verified;  // sequences with drafts: their index in the plan
   for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
     const PlanSequence& s = plan.sequences[i];
+    if (s.drafted > 0) {
+      verified.emplace(s.sequence, i);  // what it keeps is known from its output (deliver_verified)
+      continue;
+    }
     auto it = requests_.find(s.sequence);
     if (it == requests_.end()) continue;  // ended while the step ran
     Request& r = *it->second;
@@ -609,7 +626,11 @@ void SchedulerPolicy::apply_answer(Turn& ctx, const InFlight& step, const StepRe
   for (const auto& output : result.tokens) {
     auto it = requests_.find(output.sequence);
     if (it == requests_.end()) continue;
-    deliver_token(ctx, *it->second, output);
+    if (auto drafted = verified.find(output.sequence); drafted != verified.end()) {
+      deliver_verified(ctx, step, drafted->second, output);
+    } else {
+      deliver_token(ctx, *it->second, output);
+    }
   }
 }
 
@@ -761,6 +782,8 @@ StatusReport SchedulerPolicy::status() const {
   s.restored_ssd_tokens = restored_ssd_tokens_;
   s.spilled_pages = spilled_pages_;
   s.generated_tokens = generated_tokens_;
+  s.drafted_tokens = drafted_tokens_;
+  s.accepted_tokens = accepted_tokens_;
   for (const auto& [name, model] : models_) {
     if (!model->pages) continue;
     const PageTableStats p = model->pages->stats();

@@ -79,7 +79,8 @@ inline Submit sample(std::type_identity<Submit>) {
           static_cast<std::uint8_t>(ToolChoice::function),
           "get_weather",
           false,
-          R"({"enable_thinking":false})"};
+          R"({"enable_thinking":false})",
+          4};
 }
 inline Abort sample(std::type_identity<Abort>) { return {static_cast<std::uint8_t>(AbortReason::client_gone)}; }
 inline TokenEvent sample(std::type_identity<TokenEvent>) {
@@ -98,14 +99,21 @@ inline CacheReport sample_cache_report() {
 }
 inline StatusReport sample(std::type_identity<StatusReport>) {
   return {{"tiny", "llama3-8b"}, 3, 1, 2, 1ULL << 40, 99, 4, 123456, 4096, 512, 17, 9, 33, 2, true, sample_pool(),
-          8000, 1600, 21, {{"tiny", {12, 3, 2, 340, 560}}}, 777, {12.5, 0.25, 1.75, 4096}};
+          8000, 1600, 21, {{"tiny", {12, 3, 2, 340, 560}}}, 777, {12.5, 0.25, 1.75, 4096}, 96, 61};
 }
 inline StepPlan sample(std::type_identity<StepPlan>) {
-  return {7, "tiny", {{42, sample_sampling(), {1, 2, 3}, 1, {2, 128009}}}, {{42, 16, {5, 6}, {3, 9}, true}}, {41, 40}, true,
-          {{11, sample_page_id()}}, {12, 13}, 0xABCD'EF01'2345'6789ULL};
+  return {7,
+          "tiny",
+          {{42, sample_sampling(), {1, 2, 3}, 1, {2, 128009}}},
+          {{42, 16, {5, 6, 7}, {3, 9}, true, false, 2}},
+          {41, 40},
+          true,
+          {{11, sample_page_id()}},
+          {12, 13},
+          0xABCD'EF01'2345'6789ULL};
 }
 inline StepResult sample(std::type_identity<StepResult>) {
-  return {7, {{42, 13, true, sample_logprobs()}}, static_cast<std::uint16_t>(RequestError::gpu), "out of memory",
+  return {7, {{42, 13, true, sample_logprobs(), {6, 7}}}, static_cast<std::uint16_t>(RequestError::gpu), "out of memory",
           true, 3, true, sample_pool(), 5'000'000, {43, 44}, {12.5, 0.25, 1.75, 4096}};
 }
 inline ExecutorQuery sample(std::type_identity<ExecutorQuery>) { return {true}; }

@@ -56,6 +56,8 @@ struct ServerOptions {
   std::uint32_t max_sequences = 64;
   std::uint32_t token_budget = 512;
   bool overlap = true;  // the scheduler plans a step ahead
+  std::uint32_t draft_max = 0;  // speculative decoding by prompt lookup: drafts a step
+  std::uint32_t speculate_max_batch = 4;
   std::filesystem::path trace;
   std::filesystem::path chat_template;  // in place of the model's own
 };
@@ -73,7 +75,9 @@ class Server {
                            {"name", "tiny"},
                            {"max_sequences", std::to_string(o.max_sequences)},
                            {"token_budget", std::to_string(o.token_budget)},
-                           {"overlap", o.overlap ? "1" : "0"}};
+                           {"overlap", o.overlap ? "1" : "0"},
+                           {"draft_max", std::to_string(o.draft_max)},
+                           {"speculate_max_batch", std::to_string(o.speculate_max_batch)}};
     if (!o.chat_template.empty()) scheduler["chat_template"] = o.chat_template.string();
     scheduler_options_ = scheduler;
     // As the supervisor's timeout below: a burst of 2,000 submissions under TSan kept the scheduler
@@ -432,6 +436,15 @@ TEST(Server, BurstWithAbortsAndVanishingClientsLeavesNoState) {
   EXPECT_EQ(after["pool"]["held_bytes"].get<std::int64_t>(), baseline_held);
 }
 
+// A scheduler made with `options` handed the inbox of the scheduler a trace recorded.
+actors::ReplayReport replay_scheduler(const std::filesystem::path& trace, const ActorOptions& options) {
+  auto records = actors::read_trace(trace);
+  const auto* read = std::get_if<std::vector<actors::TraceRecord>>(&records);
+  if (read == nullptr) throw std::runtime_error("the trace " + trace.string() + " does not read");
+  auto scheduler = actors::make_actor("scheduler", options);
+  return actors::replay_actor(*read, "scheduler", *scheduler);
+}
+
 TEST(Server, TraceOfFiftyRequestsReplaysTheSchedulerWithoutDifference) {
   const auto trace = work_dir() / "serve.trace";
   ActorOptions scheduler_options;
@@ -456,12 +469,64 @@ TEST(Server, TraceOfFiftyRequestsReplaysTheSchedulerWithoutDifference) {
     collect(client, 50);
     server.stop();
   }
-  auto records = actors::read_trace(trace);
-  ASSERT_TRUE(std::holds_alternative<std::vector<actors::TraceRecord>>(records));
-  auto scheduler = actors::make_actor("scheduler", scheduler_options);
-  actors::ReplayReport report =
-      actors::replay_actor(std::get<std::vector<actors::TraceRecord>>(records), "scheduler", *scheduler);
+  const actors::ReplayReport report = replay_scheduler(trace, scheduler_options);
   EXPECT_GT(report.inbox_messages, 100u);
+  EXPECT_EQ(report.replayed_sends, report.recorded_sends);
+  EXPECT_TRUE(report.same()) << (report.differences.empty() ? "" : report.differences.front());
+}
+
+// Speculative decoding by prompt lookup: greedy output with drafts is the output without, token
+// for token, alone and with requests at once, and the tiny model's random weights fall into loops
+// that the drafts find. The trace of the speculating scheduler replays.
+TEST(Server, SpeculativeGreedyOutputIsTheSameTokenForTokenAndItsTraceReplays) {
+  std::mt19937 rng(35);
+  std::vector<std::pair<std::string, tools::Prompt>> prompts{{"fox", "The quick brown fox jumps over the lazy dog"},
+                                                             {"once", "Once upon a time"}};
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::int32_t> twice = prompt_tokens(rng, 6 + 5 * i);
+    twice.insert(twice.end(), twice.begin(), twice.end());  // a prompt that repeats itself
+    prompts.emplace_back("twice-" + std::to_string(i), twice);
+  }
+  std::map<std::string, std::vector<std::int32_t>> plain;
+  {
+    Server server;
+    for (const auto& [id, prompt] : prompts) plain[id] = run_one(server.endpoint(), greedy(id, prompt, 40)).tokens;
+  }
+  const auto trace = work_dir() / "speculate.trace";
+  ActorOptions scheduler_options;
+  {
+    ServerOptions o;
+    o.draft_max = 4;
+    o.speculate_max_batch = 8;
+    o.trace = trace;
+    Server server(o);
+    scheduler_options = server.scheduler_options();
+    for (const auto& [id, prompt] : prompts) {
+      EXPECT_EQ(run_one(server.endpoint(), greedy(id, prompt, 40)).tokens, plain[id]) << id << " alone";
+    }
+    ServeClient client = connect(server.endpoint());
+    for (const auto& [id, prompt] : prompts) ASSERT_TRUE(client.send_generate(greedy(id, prompt, 40)));
+    // One more beside them that asks for no drafts, and one that samples.
+    GenerateRequest without = greedy("without", prompts[2].second, 40);
+    without.draft_max = 0;
+    ASSERT_TRUE(client.send_generate(without));
+    GenerateRequest sampled = greedy("sampled", prompts[3].second, 40);
+    sampled.sampling.temperature = 0.8f;
+    sampled.sampling.seed = 9;
+    ASSERT_TRUE(client.send_generate(sampled));
+    auto together = collect(client, prompts.size() + 2);
+    for (const auto& [id, prompt] : prompts) EXPECT_EQ(together[id].tokens, plain[id]) << id << " together";
+    EXPECT_EQ(together["without"].tokens, plain[prompts[2].first]);
+    EXPECT_EQ(together["sampled"].tokens.size(), 40u);
+    const nlohmann::json after = status(server.endpoint());
+    EXPECT_GT(after["drafted_tokens"].get<std::int64_t>(), 0);
+    EXPECT_GT(after["accepted_tokens"].get<std::int64_t>(), 0);
+    EXPECT_LE(after["accepted_tokens"].get<std::int64_t>(), after["drafted_tokens"].get<std::int64_t>());
+    EXPECT_EQ(after["requests"], 0);
+    EXPECT_EQ(after["kv_references"], 0);
+    server.stop();
+  }
+  const actors::ReplayReport report = replay_scheduler(trace, scheduler_options);
   EXPECT_EQ(report.replayed_sends, report.recorded_sends);
   EXPECT_TRUE(report.same()) << (report.differences.empty() ? "" : report.differences.front());
 }

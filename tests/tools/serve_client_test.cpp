@@ -106,6 +106,9 @@ TEST(ServeClientEncoding, TokenPromptsAndStringIdsAndNoModel) {
   EXPECT_FLOAT_EQ(m.get<float>("temperature"), 1.0f);
   EXPECT_TRUE(m.get<std::vector<std::string>>("stop").empty());
   EXPECT_FALSE(m.has("logit_bias"));  // sent only when set
+  EXPECT_FALSE(m.has("draft_max"));   // so is draft_max
+  r.draft_max = 0;
+  EXPECT_EQ(RequestMap(encode_generate(r)).get<std::int32_t>("draft_max"), 0);
 }
 
 TEST(ServeClientEncoding, ChatMessagesAreRoleContentMaps) {

@@ -481,6 +481,63 @@ TEST(ExecutorTest, TwoSequencesInOneStepGiveWhatEachGivesAlone) {
   EXPECT_NE(first_alone, second_alone);
 }
 
+// A decode with drafts (speculative decoding): the executor keeps the drafts the argmax agrees
+// with, returns the argmax after the last kept one, and the K and V it wrote for the rest is
+// written over by the next step, which sees only the kept positions.
+TEST(ExecutorTest, DraftsAreKeptWhereTheArgmaxAgreesAndTheRestIsWrittenOver) {
+  const auto expected = direct_greedy(kFirst, 10);
+  const auto second_expected = direct_greedy(kSecond, 1);
+  Rig rig;
+  const auto prompt_size = static_cast<std::uint32_t>(kFirst.prompt.size());
+  ASSERT_EQ(rig.step(prefill(rig, kFirst, "")).tokens.at(0).token, expected[0]);
+  auto verify = [&](std::uint32_t position, std::vector<std::int32_t> tokens) {
+    StepPlan plan;
+    plan.step = rig.next_step();
+    PlanSequence seq{kFirst.id, position, tokens, table_for(kFirst, position + tokens.size()), true};
+    seq.drafted = static_cast<std::uint32_t>(tokens.size() - 1);
+    plan.sequences.push_back(seq);
+    return plan;
+  };
+  // Two right, then a wrong one: the one after it is not kept even though it is right.
+  const std::int32_t wrong = (expected[3] + 1) % static_cast<std::int32_t>(kVocab);
+  StepResult first = rig.step(verify(prompt_size, {expected[0], expected[1], expected[2], wrong, expected[4]}));
+  ASSERT_EQ(first.error, 0u) << first.message;
+  ASSERT_EQ(first.tokens.size(), 1u);
+  EXPECT_EQ(first.tokens[0].accepted, (std::vector<std::int32_t>{expected[1], expected[2]}));
+  EXPECT_EQ(first.tokens[0].token, expected[3]);
+  // From the position after the kept drafts, over what the rejected ones wrote: all kept, and in
+  // the same step a sequence drawn by the sampler (logprobs), whose row comes after these three.
+  StepPlan next = verify(prompt_size + 3, {expected[3], expected[4], expected[5]});
+  model::SamplingParams with_logprobs = greedy();
+  with_logprobs.logprobs = true;
+  next.starts.push_back({kSecond.id, with_logprobs, kSecond.prompt, 0, {}});
+  next.sequences.push_back({kSecond.id, 0, kSecond.prompt, table_for(kSecond, kSecond.prompt.size()), true});
+  StepResult second = rig.step(next);
+  ASSERT_EQ(second.error, 0u) << second.message;
+  ASSERT_EQ(second.tokens.size(), 2u);
+  EXPECT_EQ(second.tokens[0].accepted, (std::vector<std::int32_t>{expected[4], expected[5]}));
+  EXPECT_EQ(second.tokens[0].token, expected[6]);
+  EXPECT_EQ(second.tokens[1].token, second_expected[0]);
+  EXPECT_TRUE(second.tokens[1].has_logprobs);
+  // A follower of it takes the argmax after the kept drafts.
+  StepPlan follow;
+  follow.step = rig.next_step();
+  follow.sequences.push_back(follower(kFirst, prompt_size + 6));
+  StepResult followed = rig.step(follow);
+  ASSERT_EQ(followed.tokens.size(), 1u);
+  EXPECT_EQ(followed.tokens[0].token, expected[7]);
+  // Drafts for a sequence whose draw is not the argmax alone are a scheduler's bug.
+  StepPlan bad;
+  bad.step = rig.next_step();
+  PlanSequence drafted{kSecond.id, static_cast<std::uint32_t>(kSecond.prompt.size()), {second_expected[0], 5},
+                       table_for(kSecond, kSecond.prompt.size() + 2), true};
+  drafted.drafted = 1;
+  bad.sequences.push_back(drafted);
+  StepResult refused = rig.step(bad);
+  EXPECT_EQ(refused.error, static_cast<std::uint16_t>(RequestError::internal));
+  EXPECT_NE(refused.message.find("plain greedy"), std::string::npos) << refused.message;
+}
+
 TEST(ExecutorTest, SeededSamplingRepeatsAndReportsLogprobs) {
   Rig rig;
   model::SamplingParams params;

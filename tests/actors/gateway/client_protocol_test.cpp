@@ -182,7 +182,8 @@ TEST(ClientProtocolTest, ToolsToolCallsAndTemplateArgumentsReachTheSubmit) {
                        {"tools", tools},
                        {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
                        {"parallel_tool_calls", false},
-                       {"chat_template_kwargs", {{"enable_thinking", false}, {"depth", {{"n", 2.5}}}}}});
+                       {"chat_template_kwargs", {{"enable_thinking", false}, {"depth", {{"n", 2.5}}}}},
+                       {"draft_max", 6}});
   auto* request = std::get_if<GenerateRequest>(&parsed);
   ASSERT_NE(request, nullptr) << std::get<RequestProblem>(parsed).message;
   const messages::Submit& s = request->submit;
@@ -190,6 +191,7 @@ TEST(ClientProtocolTest, ToolsToolCallsAndTemplateArgumentsReachTheSubmit) {
   EXPECT_EQ(s.tool_choice, static_cast<std::uint8_t>(messages::ToolChoice::function));
   EXPECT_EQ(s.tool_choice_name, "get_weather");
   EXPECT_FALSE(s.parallel_tool_calls);
+  EXPECT_EQ(s.draft_max, 6);
   EXPECT_EQ(json::parse(s.chat_template_kwargs), json({{"enable_thinking", false}, {"depth", {{"n", 2.5}}}}));
   tests::expect_tool_round_trip_turns(s.chat);
   for (const char* mode : {"auto", "none", "required"}) {
@@ -697,6 +699,8 @@ TEST(ClientProtocolTest, ErrorAndStatusEvents) {
   report.restored_hot_tokens = 32;
   report.restored_ssd_tokens = 16;
   report.spilled_pages = 9;
+  report.drafted_tokens = 40;
+  report.accepted_tokens = 25;
   report.kv_pages = 64;
   report.kv_pages_in_use = 10;
   report.kv_pages_cached = 4;
@@ -719,6 +723,8 @@ TEST(ClientProtocolTest, ErrorAndStatusEvents) {
                           {"restored_hot_tokens", 32},
                           {"restored_ssd_tokens", 16},
                           {"spilled_pages", 9},
+                          {"drafted_tokens", 40},
+                          {"accepted_tokens", 25},
                           {"kv_pages", 64},
                           {"kv_pages_in_use", 10},
                           {"kv_pages_cached", 4},
@@ -827,10 +833,10 @@ TEST(ClientProtocolTest, StatusEventCarriesTheMemoryPictureOnlyWhenGiven) {
 
   const std::string with_bytes = encode_status_event(ClientId{std::int64_t{8}}, report, {3, 0}, &memory);
   const std::vector<std::string> keys = packed_keys(with_bytes);
-  EXPECT_EQ(keys.size(), 24u);  // 22 fields, event and id
+  EXPECT_EQ(keys.size(), 26u);  // 24 fields, event and id
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size()) << "a key packed twice";
   json with = read(with_bytes);
-  EXPECT_EQ(with.size(), 24u);
+  EXPECT_EQ(with.size(), 26u);
   EXPECT_EQ(with["event"], "status");
   EXPECT_EQ(with["id"], 8);
   ASSERT_TRUE(with.contains("memory"));
@@ -855,14 +861,14 @@ TEST(ClientProtocolTest, StatusEventCarriesTheMemoryPictureOnlyWhenGiven) {
 
   // Everything else is the event without memory.
   const std::string without_bytes = encode_status_event(ClientId{std::int64_t{8}}, report, {3, 0});
-  EXPECT_EQ(packed_keys(without_bytes).size(), 23u);
+  EXPECT_EQ(packed_keys(without_bytes).size(), 25u);
   json without = read(without_bytes);
   EXPECT_FALSE(without.contains("memory"));
   with.erase("memory");
   EXPECT_EQ(with, without);
 
-  // No id: 22 fields and event.
-  EXPECT_EQ(packed_keys(encode_status_event(std::nullopt, report, {}, &memory)).size(), 23u);
+  // No id: 24 fields and event.
+  EXPECT_EQ(packed_keys(encode_status_event(std::nullopt, report, {}, &memory)).size(), 25u);
 }
 
 }  // namespace

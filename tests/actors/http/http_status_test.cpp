@@ -79,6 +79,8 @@ StatusReport report() {
   r.restored_hot_tokens = 48;
   r.restored_ssd_tokens = 32;
   r.spilled_pages = 7;
+  r.drafted_tokens = 40;
+  r.accepted_tokens = 25;
   r.gpu_time = {12.5, 0.25, 1.75, 4096};
   return r;
 }
@@ -107,6 +109,8 @@ TEST(StatusJson, ShowsModelBytesRequestsPagesPoolAndUptime) {
   EXPECT_EQ(s["scheduler"]["restored_hot_tokens"], 48);
   EXPECT_EQ(s["scheduler"]["restored_ssd_tokens"], 32);
   EXPECT_EQ(s["scheduler"]["spilled_pages"], 7);
+  EXPECT_EQ(s["scheduler"]["drafted_tokens"], 40);
+  EXPECT_EQ(s["scheduler"]["accepted_tokens"], 25);
   EXPECT_EQ(models_json(report(), 5)["data"][0]["id"], "tiny");
 }
 
@@ -182,6 +186,9 @@ TEST(PrometheusText, HasTypedFamiliesEscapedLabelsAndCumulativeHistograms) {
   EXPECT_EQ(e.samples["mqlm_scheduler_restored_tokens_total{tier=\"ssd\"}"], "32");
   EXPECT_EQ(e.types["mqlm_scheduler_spilled_pages_total"], "counter");
   EXPECT_EQ(e.samples["mqlm_scheduler_spilled_pages_total"], "7");
+  EXPECT_EQ(e.types["mqlm_scheduler_drafted_tokens_total"], "counter");
+  EXPECT_EQ(e.samples["mqlm_scheduler_drafted_tokens_total"], "40");
+  EXPECT_EQ(e.samples["mqlm_scheduler_accepted_tokens_total"], "25");
   expect_every_sample_typed(e);
 }
 
@@ -529,6 +536,20 @@ TEST(StatusHistory, RatesFromTheSchedulersCountersBetweenSamples) {
   EXPECT_EQ(samples[2].device_usage_bytes, 7u);
   EXPECT_EQ(samples[2].host_rss_bytes, 9u);
   EXPECT_DOUBLE_EQ(samples[2].uptime_s, 4.0);
+}
+
+// Drafts computed and not kept (speculative decoding) are neither generated nor prompt.
+TEST(StatusHistory, RejectedDraftsAreNotCountedAsPrompt) {
+  StatusHistory history(4);
+  history.add(counters(0, 0, 0), nullptr, 1 * kSecond);
+  StatusReport drafting = counters(30, 50, 1);  // 30 generated, 20 of them drafts kept, 20 drafts not
+  drafting.drafted_tokens = 40;
+  drafting.accepted_tokens = 20;
+  history.add(drafting, nullptr, 2 * kSecond);
+  const std::vector<StatusSample> samples = history.samples();
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_DOUBLE_EQ(samples[1].generated_per_s, 30.0);
+  EXPECT_DOUBLE_EQ(samples[1].prompt_per_s, 0.0);
 }
 
 TEST(StatusHistory, KeepsTheNewestCapacitySamplesOldestFirst) {

@@ -290,6 +290,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadBody{Endpoint::chat, R"({"model": "m", "frobnicate": 1, )" + kMessages + "}", "frobnicate"},
         BadBody{Endpoint::chat, R"({"model": "m", "ignore_eos": 1, )" + kMessages + "}", "ignore_eos"},
         BadBody{Endpoint::chat, R"({"model": "m", "cache_prompt": "yes", )" + kMessages + "}", "cache_prompt"},
+        BadBody{Endpoint::chat, R"({"model": "m", "draft_max": 33, )" + kMessages + "}", "draft_max"},
+        BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", "draft_max": -1})", "draft_max"},
         BadBody{Endpoint::chat, R"({"model": "m", "chat_template_kwargs": [], )" + kMessages + "}",
                 "chat_template_kwargs"},
         BadBody{Endpoint::completions, R"({"model": "m", "prompt": "x", "chat_template_kwargs": {}})",
@@ -324,6 +326,12 @@ TEST(OpenAiRequest, CommonExtensionFieldsAreAccepted) {
   EXPECT_FALSE(plain.submit.sampling.ignore_eos);
   EXPECT_TRUE(parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", "x"}, {"ignore_eos", true}})
                   .submit.sampling.ignore_eos);
+  // mqlm's own: a request's speculative drafts a step; left out, the server's setting.
+  EXPECT_EQ(plain.submit.draft_max, -1);
+  EXPECT_EQ(parse_ok(Endpoint::completions, {{"model", "m"}, {"prompt", "x"}, {"draft_max", 0}}).submit.draft_max, 0);
+  json drafting = chat_body();
+  drafting["draft_max"] = 8;
+  EXPECT_EQ(parse_ok(Endpoint::chat, drafting).submit.draft_max, 8);
 }
 
 // A body within the HTTP limit (1 MB) whose chat_template_kwargs value nests 400,000 arrays deep:

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <random>
+#include <stdexcept>
 
 #include "actors/scheduler/kv_page_table.hpp"
 
@@ -29,6 +30,25 @@ TEST(KvPageTableTest, ReserveAndReleaseReturnEveryPage) {
   EXPECT_EQ(s.free, 8u);
   EXPECT_EQ(s.references, 0u);
   EXPECT_FALSE(table.has(1));
+}
+
+// Speculative decoding's rollback: pages reserved for drafts that were not kept go back; a
+// computed full page (shared, keyed) is never cut.
+TEST(KvPageTableTest, TruncateGivesBackThePagesPastTheKeptLength) {
+  KvPageTable table(8, 4);
+  table.begin(1, 0, {});
+  ASSERT_TRUE(table.reserve(1, 12));  // positions 0 to 11
+  const std::vector<std::uint32_t> reserved = table.block_table(1);
+  table.computed(1, tokens(8));       // the first two pages full and keyed
+  table.truncate(1, 9);               // position 8 kept: still three pages
+  EXPECT_EQ(table.block_table(1), reserved);
+  table.truncate(1, 8);
+  EXPECT_EQ(table.block_table(1), (std::vector<std::uint32_t>{reserved[0], reserved[1]}));
+  EXPECT_EQ(table.stats().in_use, 2u);
+  EXPECT_EQ(table.stats().free, 6u);
+  EXPECT_THROW(table.truncate(1, 7), std::logic_error);
+  table.release(1);
+  EXPECT_EQ(table.stats().references, 0u);
 }
 
 TEST(KvPageTableTest, FullPagesOfACommonPrefixAreShared) {

@@ -68,6 +68,7 @@ std::string render_plan(const StepPlan& plan) {
   for (const auto& s : plan.sequences) {
     line += fmt::format(" {}@{}+{}{}{}", s.sequence, s.position, s.tokens.size(), s.output ? "o" : "",
                         s.follows ? "f" : "");
+    if (s.drafted > 0) line += fmt::format("d{}", s.drafted);
   }
   for (const auto& s : plan.starts) line += fmt::format(" start:{}{}", s.sequence, s.end_tokens.empty() ? "" : "+ends");
   for (auto s : plan.released) line += fmt::format(" release:{}", s);
@@ -838,6 +839,192 @@ TEST(SchedulerReasoning, APromptThatOpensThinkingStartsInReasoning) {
   const ChatOutcome own = run_chat("{{ messages[0].content }}{# </think> #}", Submit{}, "<think>a</think>b");
   EXPECT_EQ(own.reasoning, "a");
   EXPECT_EQ(own.text, "b");
+}
+
+// ---- speculative decoding: prompt-lookup drafts ------------------------------------------------
+
+// A policy that drafts up to 4 tokens a step, and the tiny model's executor ready.
+struct Speculating {
+  explicit Speculating(std::uint32_t max_batch = 4) : h(config(max_batch)) { ready()(h); }
+  static SchedulerConfig config(std::uint32_t max_batch) {
+    SchedulerConfig c;
+    c.models = {{"tiny", model_path()}};
+    c.default_model = "tiny";
+    c.draft_max = 4;
+    c.speculate_max_batch = max_batch;
+    return c;
+  }
+  // A greedy request whose prompt says 300 301 302 303 twice, but for the last 303.
+  void submit_repeating(std::uint64_t id, std::int32_t max_tokens, std::vector<std::int32_t> stop_tokens = {},
+                        std::int32_t draft_max = -1) {
+    submit(id, {300, 301, 302, 303, 300, 301, 302}, max_tokens, std::move(stop_tokens), draft_max);
+  }
+  void submit(std::uint64_t id, std::vector<std::int32_t> prompt, std::int32_t max_tokens,
+              std::vector<std::int32_t> stop_tokens = {}, std::int32_t draft_max = -1) {
+    Submit s;
+    s.prompt_kind = static_cast<std::uint8_t>(PromptKind::tokens);
+    s.tokens = std::move(prompt);
+    s.sampling.temperature = 0;
+    s.sampling.max_tokens = max_tokens;
+    s.sampling.stop_token_ids = std::move(stop_tokens);
+    s.draft_max = draft_max;
+    h.hand("gateway", std::move(s), id);
+  }
+  // Answers the oldest plan: every sequence that asks for output samples `token`, after keeping
+  // `accepted` of its drafts where it has some.
+  void answer_drafts(std::size_t accepted, std::int32_t token) {
+    ASSERT_FALSE(h.out.plans.empty());
+    const StepPlan plan = std::move(h.out.plans.front());
+    h.out.plans.pop_front();
+    StepResult result;
+    result.step = plan.step;
+    for (const PlanSequence& seq : plan.sequences) {
+      if (!seq.output) continue;
+      OutputToken out{seq.sequence, token, false, {}, {}};
+      if (seq.drafted > 0) out.accepted.assign(seq.tokens.begin() + 1, seq.tokens.begin() + 1 + accepted);
+      result.tokens.push_back(out);
+    }
+    h.hand("executor", std::move(result));
+  }
+  std::vector<std::int32_t> delivered() const {
+    std::vector<std::int32_t> tokens;
+    for (const TokenEvent& event : h.out.tokens) tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
+    return tokens;
+  }
+  Harness h;
+};
+
+TEST(SchedulerSpeculation, DraftsFollowTheLastNgramAndTheKeptOnesAreDeliveredInOrder) {
+  Speculating s;
+  s.submit_repeating(1, 8);
+  ASSERT_EQ(s.h.out.plans.size(), 1u);
+  EXPECT_EQ(render_plan(s.h.out.plans.front()), "plan 1 1@0+7o start:1");
+  // No follower while the prompt's step runs: the request waits for its token to draft after it.
+  s.answer_drafts(0, 303);
+  ASSERT_EQ(s.h.out.plans.size(), 1u);
+  // "301 302 303" was followed by "300 301 302 303": the token, then those four as drafts.
+  EXPECT_EQ(render_plan(s.h.out.plans.front()), "plan 2 1@7+5od4");
+  EXPECT_EQ(s.h.out.plans.front().sequences[0].tokens, (std::vector<std::int32_t>{303, 300, 301, 302, 303}));
+  EXPECT_EQ(s.h.out.plans.front().sequences[0].block_table.size(), 3u);  // positions 0 to 11
+  s.answer_drafts(2, 555);
+  EXPECT_EQ(s.delivered(), (std::vector<std::int32_t>{303, 300, 301, 555}));
+  // Its length is 10 (the token at 7 and two drafts kept): 3 pages, the third partly rejected.
+  StatusReport status = s.h.policy.status();
+  EXPECT_EQ(status.drafted_tokens, 4u);
+  EXPECT_EQ(status.accepted_tokens, 2u);
+  EXPECT_EQ(status.kv_pages_in_use, 3u);
+  // "555" never came before: a plain decode from position 10, over what the rejected drafts wrote;
+  // that is a miss, so the decode after it follows it without drafts.
+  ASSERT_EQ(s.h.out.plans.size(), 2u);
+  EXPECT_EQ(render_plan(s.h.out.plans.front()), "plan 3 1@10+1o");
+  EXPECT_EQ(render_plan(s.h.out.plans.back()), "plan 4 1@11+1of");
+  for (int i = 0; i < 100 && !s.h.out.plans.empty(); ++i) s.answer_drafts(0, kToken);
+  ASSERT_EQ(s.h.out.finals.size(), 1u);
+  EXPECT_EQ(s.h.out.finals[0].completion_tokens, 8u);
+  EXPECT_EQ(s.delivered().size(), 8u);
+  EXPECT_EQ(s.h.policy.status().kv_references, 0u);
+}
+
+TEST(SchedulerSpeculation, RejectedDraftsGiveBackThePagesOnlyTheyTook) {
+  Speculating s;
+  s.submit(1, {300, 301, 302, 303, 300, 301}, 8);
+  s.answer_drafts(0, 302);
+  EXPECT_EQ(render_plan(s.h.out.plans.front()), "plan 2 1@6+5od4");  // positions 6 to 10: three pages
+  s.answer_drafts(0, 555);  // none kept: its length is 7, and the next decode (at 7) needs two pages
+  EXPECT_EQ(s.delivered(), (std::vector<std::int32_t>{302, 555}));
+  EXPECT_EQ(render_plan(s.h.out.plans.front()), "plan 3 1@7+1o");
+  EXPECT_EQ(s.h.policy.status().kv_pages_in_use, 2u);
+  EXPECT_EQ(s.h.policy.status().accepted_tokens, 0u);
+  for (int i = 0; i < 100 && !s.h.out.plans.empty(); ++i) s.answer_drafts(0, kToken);
+  EXPECT_EQ(s.delivered().size(), 8u);
+  EXPECT_EQ(s.h.policy.status().kv_references, 0u);
+}
+
+TEST(SchedulerSpeculation, AStopTokenAmongTheKeptDraftsEndsTheRequestThere) {
+  Speculating s;
+  s.submit_repeating(1, 8, {301});
+  s.answer_drafts(0, 303);
+  s.answer_drafts(3, 555);  // 300 301 302 kept, 555 after: 301 stops it
+  EXPECT_EQ(s.delivered(), (std::vector<std::int32_t>{303, 300, 301}));
+  ASSERT_EQ(s.h.out.finals.size(), 1u);
+  EXPECT_EQ(finish_name(s.h.out.finals[0].finish), "stop");
+  ASSERT_EQ(s.h.out.plans.size(), 1u);
+  EXPECT_EQ(render_plan(s.h.out.plans.front()), "plan 3 release:1");
+  EXPECT_EQ(s.h.policy.status().kv_references, 0u);
+}
+
+TEST(SchedulerSpeculation, DraftsNeverPassMaxTokens) {
+  Speculating s;
+  s.submit_repeating(1, 3);
+  s.answer_drafts(0, 303);
+  EXPECT_EQ(render_plan(s.h.out.plans.front()), "plan 2 1@7+2od1");  // 2 more tokens at most: 1 draft
+  s.answer_drafts(1, 555);
+  EXPECT_EQ(s.delivered(), (std::vector<std::int32_t>{303, 300, 555}));
+  ASSERT_EQ(s.h.out.finals.size(), 1u);
+  EXPECT_EQ(finish_name(s.h.out.finals[0].finish), "length");
+}
+
+// No drafts: a batch over speculate_max_batch, a request that asks none, one that samples; the
+// requests then follow steps in flight as without speculation.
+TEST(SchedulerSpeculation, NoDraftsForALargeBatchARequestThatAsksNoneOrOneThatSamples) {
+  auto drafts_sent = [](const Speculating& s) {
+    for (const std::string& line : s.h.out.lines) {
+      if (line.starts_with("plan") && line.find('d') != std::string::npos) return true;
+    }
+    return false;
+  };
+  Speculating batch(1);
+  batch.submit_repeating(1, 6);
+  batch.submit_repeating(2, 6);
+  for (int i = 0; i < 100 && !batch.h.out.plans.empty(); ++i) batch.answer_drafts(0, 303);
+  EXPECT_FALSE(drafts_sent(batch));
+  EXPECT_EQ(batch.h.out.finals.size(), 2u);
+  Speculating none;
+  none.submit_repeating(1, 6, {}, 0);
+  for (int i = 0; i < 100 && !none.h.out.plans.empty(); ++i) none.answer_drafts(0, 303);
+  EXPECT_FALSE(drafts_sent(none));
+  Speculating sampled;
+  Submit submit;
+  submit.prompt_kind = static_cast<std::uint8_t>(PromptKind::tokens);
+  submit.tokens = {300, 301, 300, 301, 300};
+  submit.sampling.temperature = 0.7f;
+  submit.sampling.max_tokens = 6;
+  sampled.h.hand("gateway", std::move(submit), 1);
+  for (int i = 0; i < 100 && !sampled.h.out.plans.empty(); ++i) sampled.answer_drafts(0, 301);
+  EXPECT_FALSE(drafts_sent(sampled));
+  EXPECT_EQ(sampled.h.out.finals.size(), 1u);
+}
+
+// After a step with nothing kept the request decodes without drafts for 1, then 2, 4 ... steps
+// (following the step in flight meanwhile), and a step that keeps one ends the back-off.
+TEST(SchedulerSpeculation, MissesBackOffAndAHitEndsTheBackOff) {
+  Speculating s;
+  s.submit_repeating(1, 40);
+  std::vector<bool> drafted;  // per plan: whether it carried drafts
+  for (int i = 0; i < 12 && !s.h.out.plans.empty(); ++i) {
+    const bool with_drafts = s.h.out.plans.front().sequences.at(0).drafted > 0;
+    drafted.push_back(with_drafts);
+    s.answer_drafts(0, 303);  // the loop 300..303 continues, but no draft is ever kept
+  }
+  // The prompt, a miss; 1 without, a miss; 2 without, a miss; 4 without ...
+  EXPECT_EQ(drafted, (std::vector<bool>{false, true, false, true, false, false, true, false, false, false, false,
+                                        true}));
+  EXPECT_GT(s.h.policy.status().drafted_tokens, 4u);
+  EXPECT_EQ(s.h.policy.status().accepted_tokens, 0u);
+  // The next step with drafts keeps one: the step after it drafts again.
+  for (int i = 0; i < 20 && s.h.out.plans.front().sequences.at(0).drafted == 0; ++i) s.answer_drafts(0, 303);
+  ASSERT_GT(s.h.out.plans.front().sequences.at(0).drafted, 0u);
+  s.answer_drafts(1, 303);
+  ASSERT_FALSE(s.h.out.plans.empty());
+  EXPECT_GT(s.h.out.plans.front().sequences.at(0).drafted, 0u);
+}
+
+TEST(SchedulerSpeculation, DraftMaxOutsideItsRangeIsRefused) {
+  Speculating s;
+  s.submit_repeating(1, 4, {}, kMaxDraftTokens + 1);
+  ASSERT_EQ(s.h.out.finals.size(), 1u);
+  EXPECT_EQ(s.h.out.finals[0].error, static_cast<std::uint16_t>(RequestError::invalid_request));
+  EXPECT_NE(s.h.out.finals[0].message.find("draft_max"), std::string::npos);
 }
 
 }  // namespace
