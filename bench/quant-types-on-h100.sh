@@ -23,7 +23,7 @@ mqlm=${MQLM:-.devrun/bin/mqlm}
 log=$OUT/quant-types.txt
 { date -u +"date: %Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; } >>"$log"
 parts=${*:-mqlm llamacpp kernels}
-types=${TYPES:-q4_k_m q5_k_m q6_k iq4_xs q4_0 q8_0}
+types=${TYPES-q4_k_m q5_k_m q6_k iq4_xs q4_0 q8_0}
 pure=${PURE-q4_0 q8_0}
 preset=${PRESET:-llama3-8b}
 models=/tmp/quant-types
