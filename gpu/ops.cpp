@@ -26,7 +26,6 @@ constexpr std::uint32_t matvec_threads = 128, matvec_rows = 2, matvec_max_cols =
 // The int8 vector kernels beat both up to 8 columns (narrow_matmul_preferred).
 constexpr std::uint32_t narrow_min_columns = 6;
 constexpr std::uint32_t tile_m = 64, tile_n = 64;
-constexpr std::uint64_t small_tiles_below = 128;  // tiles of 64 x 64: fewer than this take 16 x 32
 constexpr std::uint32_t topk_chunk = 1024;
 
 std::uint32_t ceil_div(std::uint64_t a, std::uint64_t b) { return static_cast<std::uint32_t>((a + b - 1) / b); }
@@ -733,15 +732,10 @@ MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRan
                    {weights, acts, out}, push, gx, gy);
       break;
     }
-    case MatmulPath::tiled: {
-      // A product of few tiles (a router's rows) takes 16 x 32 ones, so that more workgroups share
-      // it; each output's sum runs over K in the same order either way.
-      const bool few = std::uint64_t{ceil_div(m, tile_m)} * ceil_div(n, tile_n) < small_tiles_below;
-      const std::uint32_t bm = few ? 16 : tile_m, bn = few ? 32 : tile_n;
-      rec.dispatch(kernel(lib, "mul_mm_" + suffix, 3, sizeof push, {256, bm, bn}), {weights, acts, out}, push,
-                   ceil_div(m, bm), ceil_div(n, bn));
+    case MatmulPath::tiled:
+      rec.dispatch(kernel(lib, "mul_mm_" + suffix, 3, sizeof push, {256, tile_m, tile_n}), {weights, acts, out}, push,
+                   ceil_div(m, tile_m), ceil_div(n, tile_n));
       break;
-    }
     case MatmulPath::cooperative: {
       if (!features.cooperative_matrix) {
         throw GpuError(features.name + " has no cooperative matrices (VK_NV_cooperative_matrix) for the coopmat matmul");

@@ -573,12 +573,8 @@ void GpuModel::Step::record_router(const GpuLayer& L, bool q8, bool only_q8) {
   }
   mark(fused ? "norm, matmul router" : "norm");
   if (fused) return;
-  // Wide steps: the router's few rows (n_expert) would fill a handful of the tensor cores' 64 x 64
-  // tiles (qwen3moe-30b-a3b at 512 tokens: 16 workgroups, 215 us a layer on the H200); the tiled
-  // kernel takes small tiles for them.
-  const auto path = n_ > ops::matvec_max_columns ? ops::MatmulPath::tiled : ops::MatmulPath::automatic;
   ops::matmul(rec(), lib_, L.router.type, L.router.buffer.range(), s_.h.range(), false, logits, c_.n_expert, c_.n_embd,
-              n_, path, plan_.kernels);
+              n_, ops::MatmulPath::automatic, plan_.kernels);
   mark("matmul router");
 }
 
