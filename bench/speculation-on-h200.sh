@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speculative decoding by prompt lookup (`mqlm serve --speculate ngram`) against none, the same file,
 # one call: `mqlm bench serve`, greedy, at concurrency 1 (random-id prompts, and a text prompt) and
-# at 32 (where --speculate-max-batch turns drafting off). The file: the llama3-8b preset in F16
+# at 32 (where --speculate-max-batch turns drafting off); the drafted and accepted counters from
+# /metrics after each server's runs. The file: the llama3-8b preset in F16
 # (issue 35's figure), or PRESET / TYPE. Writes $OUT/speculation.txt and a JSON per run.
 # Here: ../shared/tools/devpack -o .devrun build/mqlm. There (carry .devrun): bench/speculation-on-h200.sh
 # Knobs: DRAFTS (--draft-max values; "4 8"), OUTPUT_TOKENS (256), PRESET, TYPE.
@@ -22,7 +23,8 @@ n=${OUTPUT_TOKENS:-256}
 for mode in none ${DRAFTS:-4 8}; do
   flags=(--speculate none)
   [ "$mode" != none ] && flags=(--speculate ngram --draft-max "$mode")
-  start_server "$log" "$model" --name m --listen $listen --insecure --kv-pages 4096 --max-sequences 64 "${flags[@]}"
+  start_server "$log" "$model" --name m --listen $listen --insecure --kv-pages 4096 --max-sequences 64 \
+    --http 127.0.0.1:8091 "${flags[@]}"
   run() {  # label, then bench serve's arguments
     local label=$1; shift
     local cmd=(mqlm bench serve --server $listen --model m --temperature 0 --output-tokens "$n"
@@ -33,6 +35,7 @@ for mode in none ${DRAFTS:-4 8}; do
   run c1-random --concurrency 1 --requests 4 --warmup 1 --prompt-tokens 128 --seed 1
   run c1-text --concurrency 1 --requests 4 --warmup 1 --prompt "$text"
   run c32-random --concurrency 32 --requests 64 --warmup 32 --prompt-tokens 128 --seed 2
+  python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:8091/metrics").read().decode())' | grep -E '^mqlm_scheduler_(drafted|accepted)_tokens_total' >>"$log" || true
   kill -TERM $server; wait $server || true
   grep -iE 'drafted|accepted|speculat' "$OUT/serve-log.txt" | tail -3 >>"$log" || true
 done
