@@ -1,7 +1,7 @@
 // `mqlm bench kernels`: time, GB/s, TFLOP/s and the fraction of the device's copy bandwidth
 // (measured first, in the same run, by a compute-shader copy) of every kernel, on the shapes
 // of one Llama-3-8B layer at 1, 8, 32 and 512 tokens (with --experts-only, a qwen3moe-30b-a3b
-// layer's expert products, and moe_sort past 8 tokens). GPU time comes from timestamp queries around many
+// layer's expert products, and past 8 tokens moe_sort and the router's product). GPU time comes from timestamp queries around many
 // back-to-back repetitions in one submission.
 #include <algorithm>
 #include <array>
@@ -808,7 +808,7 @@ void write_report(const KernelBenchOptions& o, const std::string& header, const 
           " \"via F16\": the weights dequantized to F16 first, both timed, as the model does for wide products);"
           " experts (--experts-only): tiled (mul_mm_id.comp, tiles of 16 pairs), coopmat (mul_mm_staged.comp's EXPERTS,"
           " tiles of 64 or 32; \"via F16\": every expert dequantized to F16 first, both timed), GB/s counting every"
-          " expert's weights once;"
+          " expert's weights once; router: ops::matmul (automatic path) and router.comp, the weights from L2;"
           " check: output vs tiled;"
           " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
        << columns << table.str();
@@ -892,7 +892,7 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_flag("--sampling-only", o->sampling_only, "only the sampler: greedy, sampled, and top-p's passes one by one");
   cmd->add_flag("--experts-only", o->experts_only,
                 "only a mixture of experts' products (qwen3moe-30b-a3b's shapes): decode's up to 8 tokens, the wide "
-                "ones and moe_sort above");
+                "ones, moe_sort and the router's product above");
   cmd->add_option("--context", o->context, "context length of the attention decode rows (default: the preset's)");
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "THREADSxROWS: workgroup shape of the whole-block vector matmul for every type (default: tuned per type)");
