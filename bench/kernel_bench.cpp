@@ -1,7 +1,7 @@
 // `mqlm bench kernels`: time, GB/s, TFLOP/s and the fraction of the device's copy bandwidth
 // (measured first, in the same run, by a compute-shader copy) of every kernel, on the shapes
 // of one Llama-3-8B layer at 1, 8, 32 and 512 tokens (with --experts-only, a qwen3moe-30b-a3b
-// layer's expert products, and moe_sort past 8 tokens). GPU time comes from timestamp queries around many
+// layer's expert products, and past 8 tokens moe_sort and the router's product). GPU time comes from timestamp queries around many
 // back-to-back repetitions in one submission.
 #include <algorithm>
 #include <array>
@@ -139,14 +139,15 @@ double tensor_core_tflops(Bench& b, const std::string& module, std::uint32_t acc
 }
 
 // Normalised squared error of `got` against `want`.
-std::string compare(Bench& b, const PoolBuffer& got, const PoolBuffer& want, std::size_t n) {
+std::string compare(Bench& b, const PoolBuffer& got, const PoolBuffer& want, std::size_t n,
+                    std::string_view against = "tiled") {
   auto g = download<float>(b.queue_, b.pool_, got, n), w = download<float>(b.queue_, b.pool_, want, n);
   double err = 0, norm = 0;
   for (std::size_t i = 0; i < n; ++i) {
     err += (double(g[i]) - w[i]) * (double(g[i]) - w[i]);
     norm += double(w[i]) * w[i];
   }
-  return fmt::format("nmse {:.1e} vs tiled", err / std::max(norm, 1e-30));
+  return fmt::format("nmse {:.1e} vs {}", err / std::max(norm, 1e-30), against);
 }
 
 // One product shape of one weight type at `tokens` columns, timed every way it can run: its
@@ -416,6 +417,26 @@ void bench_experts(Bench& b, Table& table, std::uint32_t tokens, const std::vect
                double(pairs) * down_bytes, 2.0 * pairs * hidden * ffn, ""});
     b.pool_.trim();
   }
+}
+
+// A mixture of experts' router in a wide step (qwen3moe-30b-a3b: F32 weights, 128 experts x 2048)
+// at t tokens: ops::matmul as the automatic path takes it, and router.comp checked against it. The
+// 1 MB of weights stays in L2 from one repetition to the next, as it does across a step's tokens.
+void bench_router(Bench& b, Table& table, std::uint32_t t) {
+  constexpr std::uint32_t n_expert = 128, n_embd = 2048;
+  auto w = b.random_f32(std::size_t{n_expert} * n_embd, 26), x = b.random_f32(std::size_t{t} * n_embd, 27);
+  auto want = b.pool_.allocate(std::uint64_t{t} * n_expert * 4, "bench"), got = b.pool_.allocate(want.size(), "bench");
+  const std::string shape = fmt::format("{}x{}", n_expert, n_embd);
+  const double bytes = 4.0 * (n_expert + t) * n_embd + 4.0 * t * n_expert, flops = 2.0 * t * n_expert * n_embd;
+  double us = b.time_us([&](Recording& rec) {
+    ops::matmul(rec, b.kernels_, WeightType::f32, w.range(), x.range(), false, want.range(), n_expert, n_embd, t);
+  });
+  table.add({"router f32", shape, t, "matmul", us, bytes, flops, ""});
+  us = b.time_us([&](Recording& rec) {
+    ops::router_logits(rec, b.kernels_, WeightType::f32, w.range(), x.range(), got.range(), n_expert, n_embd, t);
+  });
+  table.add({"router f32", shape, t, "router.comp", us, bytes, flops,
+             compare(b, got, want, std::size_t{t} * n_expert, "matmul")});
 }
 
 // A mixture of experts' wide step (qwen3moe-30b-a3b: 128 experts of 768, 8 a token, n_embd 2048):
@@ -787,7 +808,7 @@ void write_report(const KernelBenchOptions& o, const std::string& header, const 
           " \"via F16\": the weights dequantized to F16 first, both timed, as the model does for wide products);"
           " experts (--experts-only): tiled (mul_mm_id.comp, tiles of 16 pairs), coopmat (mul_mm_staged.comp's EXPERTS,"
           " tiles of 64 or 32; \"via F16\": every expert dequantized to F16 first, both timed), GB/s counting every"
-          " expert's weights once;"
+          " expert's weights once; router: ops::matmul (automatic path) and router.comp, the weights from L2;"
           " check: output vs tiled;"
           " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
        << columns << table.str();
@@ -824,6 +845,7 @@ void run_kernel_bench(KernelBenchOptions& o) {
     if (o.experts_only) {  // the decode products up to 8 tokens, the wide ones past
       bench_experts(b, table, t, types);
       if (t > ops::matvec_max_columns) {
+        bench_router(b, table, t);
         for (WeightType type : types) bench_wide_experts(b, table, type, t);
       }
       continue;
@@ -870,7 +892,7 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_flag("--sampling-only", o->sampling_only, "only the sampler: greedy, sampled, and top-p's passes one by one");
   cmd->add_flag("--experts-only", o->experts_only,
                 "only a mixture of experts' products (qwen3moe-30b-a3b's shapes): decode's up to 8 tokens, the wide "
-                "ones and moe_sort above");
+                "ones, moe_sort and the router's product above");
   cmd->add_option("--context", o->context, "context length of the attention decode rows (default: the preset's)");
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "THREADSxROWS: workgroup shape of the whole-block vector matmul for every type (default: tuned per type)");

@@ -1199,6 +1199,26 @@ void copy_gather(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRang
   rec.dispatch(kernel(lib, "copy_gather", 3, sizeof push), {src, dst, index}, push, gx, gy);
 }
 
+bool router_logits_applies(WeightType type, std::uint32_t n_expert, std::uint32_t k) {
+  const bool float_type = type == WeightType::f32 || type == WeightType::f16 || type == WeightType::bf16;
+  return float_type && n_expert > 0 && n_expert <= 256 && k > 0 && k % 4 == 0;
+}
+
+void router_logits(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange w, BufferRange x, BufferRange logits,
+                   std::uint32_t n_expert, std::uint32_t k, std::uint32_t rows) {
+  if (!router_logits_applies(type, n_expert, k)) {
+    throw GpuError(fmt::format("router_logits: {} weights of {} x {} (F32, F16 or BF16, at most 256 rows, K a "
+                               "multiple of 4; ops::matmul takes the others)",
+                               weight_type_name(type), n_expert, k));
+  }
+  struct {
+    std::uint32_t n_expert, k, rows;
+  } push{n_expert, k, rows};
+  auto [gx, gy] = spread(ceil_div(rows, 4));  // router.comp's TOKENS rows a workgroup
+  rec.dispatch(kernel(lib, fmt::format("router_{}", weight_type_name(type)), 3, sizeof push), {w, x, logits}, push,
+               gx, gy);
+}
+
 void moe_route(Recording& rec, KernelLibrary& lib, BufferRange logits, BufferRange experts, BufferRange weights,
                std::uint32_t rows, std::uint32_t n_expert, std::uint32_t used) {
   if (used == 0 || used > n_expert || used > 64 || n_expert > 1024) {

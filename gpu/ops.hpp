@@ -412,6 +412,14 @@ void copy(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, 
 void copy_gather(Recording& rec, KernelLibrary& lib, BufferRange src, BufferRange dst, BufferRange index,
                  std::uint64_t chunk_bytes, std::uint32_t count, std::uint64_t base, std::uint64_t stride);
 
+// A mixture of experts' router in wide steps (router.comp): logits (rows, n_expert) = x (rows, k)
+// times w (n_expert, k) transposed, a workgroup per 4 rows with the weights read from L2, where the
+// tiled products walked k in a chain of dependent steps. The sums run in another order than
+// matmul's. router_logits_applies: F32, F16 or BF16 weights, n_expert at most 256, k a multiple of 4.
+bool router_logits_applies(WeightType type, std::uint32_t n_expert, std::uint32_t k);
+void router_logits(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange w, BufferRange x, BufferRange logits,
+                   std::uint32_t n_expert, std::uint32_t k, std::uint32_t rows);
+
 // A mixture of experts (gpu::reference::moe_route and the model's experts block say what each
 // computes). moe_route: each row of router logits (rows, n_expert) gives its `used` experts, (rows,
 // used) uint32 ids, and their weights, (rows, used) F32.

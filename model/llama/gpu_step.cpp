@@ -556,7 +556,9 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
 // The router's logits of rmsnorm(x) and, where gate or up reads int8 activations (`q8`), the int8
 // blocks of rmsnorm(x) alongside. A decode step whose gate and up both read int8 (`only_q8`: nothing else
 // reads the normed x) has the router's mat-vec normalise x as it loads it: one dispatch level for
-// the norm, the router and the int8 input, where it was three.
+// the norm, the router and the int8 input, where it was three. A wide step's router product of
+// float weights takes its own kernel (ops::router_logits: 212 us a layer on the tensor cores at 512
+// tokens, bound by the latency of their 64 steps over K).
 void GpuModel::Step::record_router(const GpuLayer& L, bool q8, bool only_q8) {
   const BufferRange norm = L.ffn_norm.buffer.range(), logits = s_.router_logits.range();
   const bool fused = only_q8 && n_ <= ops::matvec_max_columns && c_.n_embd % 4 == 0 &&
@@ -573,8 +575,13 @@ void GpuModel::Step::record_router(const GpuLayer& L, bool q8, bool only_q8) {
   }
   mark(fused ? "norm, matmul router" : "norm");
   if (fused) return;
-  ops::matmul(rec(), lib_, L.router.type, L.router.buffer.range(), s_.h.range(), false, logits, c_.n_expert, c_.n_embd,
-              n_, ops::MatmulPath::automatic, plan_.kernels);
+  if (n_ > ops::matvec_max_columns && ops::router_logits_applies(L.router.type, c_.n_expert, c_.n_embd)) {
+    ops::router_logits(rec(), lib_, L.router.type, L.router.buffer.range(), s_.h.range(), logits, c_.n_expert, c_.n_embd,
+                       n_);
+  } else {
+    ops::matmul(rec(), lib_, L.router.type, L.router.buffer.range(), s_.h.range(), false, logits, c_.n_expert,
+                c_.n_embd, n_, ops::MatmulPath::automatic, plan_.kernels);
+  }
   mark("matmul router");
 }
 

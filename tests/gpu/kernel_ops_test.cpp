@@ -499,6 +499,24 @@ void add_experts_cases(std::vector<OpCase>& cases) {
                        return Outcome{got, want};
                      }});
   }
+  // The router's product in wide steps: rows not a multiple of its 4 a workgroup, K over one chunk
+  // of 1024 and not a multiple of it, 256 experts (a slot per lane on subgroups of 8 too).
+  for (auto type : {WeightType::f32, WeightType::f16, WeightType::bf16}) {
+    for (auto [n_expert, k, rows] : {std::tuple{8u, 64u, 5u}, {128u, 2048u, 40u}, {200u, 96u, 9u}, {256u, 1100u, 3u}}) {
+      cases.push_back({fmt::format("router_logits_{}_{}x{}x{}", weight_type_name(type), n_expert, k, rows), 1e-10,
+                       [=](Gpu& gpu) {
+                         auto bytes = quantize(type, random_vec(n_expert * k, 17), k);
+                         auto weights = dequantize(type, bytes, n_expert, k);
+                         auto acts = random_vec(rows * k, 18);
+                         auto bw = gpu.up(bytes), ba = gpu.up(acts), out = gpu.scratch(rows * n_expert * 4);
+                         run_step(gpu, [&](Recording& rec) {
+                           ops::router_logits(rec, gpu.kernels, type, r(bw), r(ba), r(out), n_expert, k, rows);
+                         });
+                         return Outcome{doubles(gpu.down<float>(out, rows * n_expert)),
+                                        doubles(reference::matmul(weights, acts, n_expert, k, rows))};
+                       }});
+    }
+  }
   for (auto type : all_weight_types) {
     for (auto [per_pair, tiled] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
       const bool q8 = ops::experts_read_q8(type);
