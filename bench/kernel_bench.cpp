@@ -25,6 +25,7 @@
 #include "gpu/transfer.hpp"
 #include "gpu/vulkan_error.hpp"
 #include "tools/commands.hpp"
+#include "tools/kernel_flags.hpp"
 
 namespace mqlm::tools {
 
@@ -692,15 +693,7 @@ std::string utc_now() {
 ops::KernelChoice kernel_choice(const std::string& matvec_shape, const std::string& staged_shape,
                                 std::uint32_t staged_splits) {
   ops::KernelChoice choice;
-  if (!matvec_shape.empty()) {
-    ops::MatvecShape shape;
-    char x = 0;
-    std::istringstream in(matvec_shape);
-    if (!(in >> shape.threads >> x >> shape.rows) || x != 'x' || shape.threads == 0 || shape.rows == 0) {
-      throw CommandFailed("--matvec-shape wants THREADSxROWS, e.g. 128x4, not '" + matvec_shape + "'");
-    }
-    choice.matvec_shape = shape;
-  }
+  if (!matvec_shape.empty()) choice.matvec_shape = parse_matvec_shape(matvec_shape);
   if (!staged_shape.empty()) {
     ops::StagedShape staged;
     char x1 = 0, x2 = 0, x3 = 0;

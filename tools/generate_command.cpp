@@ -25,6 +25,7 @@
 #include "model/tokenizer/tokenizer.hpp"
 #include "tools/command_options.hpp"
 #include "tools/commands.hpp"
+#include "tools/kernel_flags.hpp"
 
 namespace mqlm::tools {
 
@@ -44,6 +45,7 @@ struct GenerateOptions {
   std::string device;
   std::uint32_t page_size = 16;
   std::uint32_t batch = 1;
+  std::string matvec_shape;  // the vector kernel's workgroup, for measuring others than the tuned one
 };
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -313,6 +315,11 @@ void generate(const GenerateOptions& o) {
   model::GpuContext ctx{queue, pool, kernels};
   auto load_start = Clock::now();
   model::GpuModel gpu_model(ctx, config, model::gguf_tensor_source(file), "weights:" + o.model);
+  if (!o.matvec_shape.empty()) {
+    gpu::ops::KernelChoice choice;
+    choice.matvec_shape = parse_matvec_shape(o.matvec_shape);
+    gpu_model.set_kernel_choice(choice);
+  }
   const double load_s = seconds(Clock::now() - load_start);
   if (o.batch > 1) {
     generate_batched(o, gpu_model, ctx, config, tokenizer, prompt);
@@ -338,6 +345,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--warmup", o->warmup, "run the prompt once untimed first, so pipeline creation is not timed");
   cmd->add_flag("--profile", o->profile, "GPU time per kind of op and host time per step (timestamp queries)");
   cmd->add_option("--device", o->device, "Vulkan device: index or name substring (default MQLM_VULKAN_DEVICE)");
+  cmd->add_option("--matvec-shape", o->matvec_shape,
+                  "the decode products' workgroup, THREADSxROWS (e.g. 64x4), instead of the tuned one")
+      ->type_name("TxR");
   cmd->add_option("--batch", o->batch, "decode this many copies of the prompt side by side (greedy), as a server's batch")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));
