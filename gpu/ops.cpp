@@ -62,7 +62,11 @@ bool matvec_blocks(WeightType type, std::uint32_t k) {
 // Q4_0 and Q8_0 matrices of at most 4096 rows (attention output, down projection) take 256
 // threads: one wave of the H100 then still has all its threads (128 threads: 7-16% slower there,
 // 5-9% faster for the taller matrices; bench/results/int8-matvec-2026-11-25-h100.md).
-MatvecShape matvec_shape(WeightType type, std::uint32_t m, const KernelChoice& choice) {
+// The other quantized types take a block of 32 a thread (quant_units.glsl; the fixed shapes need 4
+// rows): as few rounds over K as 256 threads need, the blocks shared out evenly (K = 14,336, 448
+// blocks: 224 threads twice each, where 128 threads went round 3.5 times and a quarter of them
+// waited out the last round).
+MatvecShape matvec_shape(WeightType type, std::uint32_t m, std::uint32_t k, const KernelChoice& choice) {
   if (choice.matvec_shape.threads != 0) return choice.matvec_shape;
   switch (type) {
     case WeightType::f32:
@@ -70,7 +74,10 @@ MatvecShape matvec_shape(WeightType type, std::uint32_t m, const KernelChoice& c
     case WeightType::bf16: return {128, 2};
     case WeightType::q4_0:
     case WeightType::q8_0: return {m <= 4096 ? 256u : 128u, 4};
-    default: return {128, 4};  // a block of 32 a thread (quant_units.glsl); the fixed shapes need 4 rows
+    default: {
+      const std::uint32_t blocks = std::max(k / 32, 1u), rounds = ceil_div(blocks, 256);
+      return {std::min(256u, 32 * ceil_div(ceil_div(blocks, rounds), 32)), 4};
+    }
   }
 }
 
@@ -92,7 +99,7 @@ template <class Push>
 void dispatch_matvec_blocks(Recording& rec, KernelLibrary& lib, const std::string& module, WeightType type,
                             std::initializer_list<BufferRange> buffers, const Push& push, bool accumulate,
                             const KernelChoice& choice) {
-  const MatvecShape shape = matvec_shape(type, push.m, choice);
+  const MatvecShape shape = matvec_shape(type, push.m, push.k, choice);
   auto [gx, gy] = spread(ceil_div(push.m, shape.rows));
   rec.dispatch(kernel(lib, module, static_cast<std::uint32_t>(buffers.size()), sizeof push,
                       {shape.threads, shape.rows, push.n, accumulate ? 1u : 0u}),
@@ -868,8 +875,8 @@ void quantize_q8_gelu(Recording& rec, KernelLibrary& lib, BufferRange gate, Buff
 namespace {
 // Whether the int8 product has a module with its shape fixed at compile time for m x n (one per
 // column count of the vector path, 4 rows: what matvec_shape gives quantized weights).
-bool fixed_q8_module(WeightType type, std::uint32_t m, std::uint32_t n, const KernelChoice& choice) {
-  return n <= matvec_max_cols && matvec_shape(type, m, choice).rows == 4;
+bool fixed_q8_module(WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n, const KernelChoice& choice) {
+  return n <= matvec_max_cols && matvec_shape(type, m, k, choice).rows == 4;
 }
 }  // namespace
 
@@ -882,7 +889,7 @@ void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange 
   // The module whose shape is fixed at compile time (every loop over rows and columns unrolled;
   // H100, Q4_0, 8 columns: gate/up 166 -> 111 us, 1 column: 31.3 -> 28.6); the one with the shape in
   // specialization constants for other shapes (choice.matvec_shape).
-  if (fixed_q8_module(type, m, n, choice)) {
+  if (fixed_q8_module(type, m, k, n, choice)) {
     dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8_c{}", weight_type_name(type), n), type,
                            {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate, choice);
     return;
@@ -895,7 +902,7 @@ bool matvec_q8_heads_applies(const DeviceFeatures& features, WeightType type, st
                              std::uint32_t n, const RopeShape& rope, const KernelChoice& choice) {
   const std::uint32_t dims = rotary_dims(rope);
   // The module's 4 rows hold whole pairs (2i, 2i + 1) of one head when head_dim is even.
-  return matvec_q8_applies(features, type, k, n, choice) && fixed_q8_module(type, m, n, choice) &&
+  return matvec_q8_applies(features, type, k, n, choice) && fixed_q8_module(type, m, k, n, choice) &&
          !rope.neox && rope.head_dim % 2 == 0 && dims % 2 == 0 && dims <= rope.head_dim && m % rope.head_dim == 0;
 }
 
