@@ -41,7 +41,7 @@
 
 layout(binding = QW_BINDING) readonly buffer QwWords { uint qw_u32[]; };
 layout(binding = QW_BINDING) readonly buffer QwHalves { uint16_t qw_u16[]; };
-#if defined(IQ4_FLOAT_LEVELS)
+#if defined(IQ4_FLOAT_LEVELS) || defined(A_IQ4_XS)
 layout(binding = QW_BINDING) readonly buffer QwPairs { uvec2 qw_u64[]; };
 #endif
 layout(binding = QW_BINDING) readonly buffer QwQuads { uvec4 qw_u128[]; };
@@ -303,12 +303,13 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
   a = qw_half(o + 208) * vec2(int(sc << 24) >> 24, int(sc << 16) >> 24);
   b = -32.0 * a;
 #elif defined(A_IQ4_XS)
-  const uint o = 136 * sb;
-  const uint head = qw_u32[o / 4];  // d, scales_h
-  const uint ls = ((qw_byte(o + 4 + s / 2) >> (4 * (s & 1u))) & 15u) | (((head >> (16 + 2 * s)) & 3u) << 4);
-  const uint qs = o + 8 + 16 * s;
-  iq4_levels32(uvec4(qw_u32[qs / 4], qw_u32[qs / 4 + 1], qw_u32[qs / 4 + 2], qw_u32[qs / 4 + 3]), q);
-  a = vec2(unpackHalf2x16(head).x * (float(ls) - 32.0));
+  // The block is 8-byte aligned (136 bytes): its header and its sub-block's quants in three 8-byte loads.
+  const uint o = 17 * sb;
+  const uvec2 head = qw_u64[o];  // d, scales_h; scales_l[4]
+  const uint ls = ((head.y >> (4 * s)) & 15u) | (((head.x >> (16 + 2 * s)) & 3u) << 4);
+  const uvec2 q0 = qw_u64[o + 1 + 2 * s], q1 = qw_u64[o + 2 + 2 * s];
+  iq4_levels32(uvec4(q0, q1), q);
+  a = vec2(unpackHalf2x16(head.x).x * (float(ls) - 32.0));
   b = vec2(0.0);
 #endif
 #endif
