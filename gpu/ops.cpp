@@ -66,14 +66,19 @@ bool matvec_blocks(WeightType type, std::uint32_t k) {
 // rows): as few rounds over K as 256 threads need, the blocks shared out evenly (K = 14,336, 448
 // blocks: 224 threads twice each, where 128 threads went round 3.5 times and a quarter of them
 // waited out the last round).
-MatvecShape matvec_shape(WeightType type, std::uint32_t m, std::uint32_t k, const KernelChoice& choice) {
+// Q4_0 and Q8_0 take quarter blocks a thread except where their modules read whole blocks
+// (`whole_blocks`: matvec_q8_whole_blocks).
+MatvecShape matvec_shape(WeightType type, std::uint32_t m, std::uint32_t k, bool whole_blocks,
+                         const KernelChoice& choice) {
   if (choice.matvec_shape.threads != 0) return choice.matvec_shape;
   switch (type) {
     case WeightType::f32:
     case WeightType::f16:
     case WeightType::bf16: return {128, 2};
     case WeightType::q4_0:
-    case WeightType::q8_0: return {m <= 4096 ? 256u : 128u, 4};
+    case WeightType::q8_0:
+      if (!whole_blocks) return {m <= 4096 ? 256u : 128u, 4};
+      [[fallthrough]];
     default: {
       const std::uint32_t blocks = std::max(k / 32, 1u), rounds = ceil_div(blocks, 256);
       return {std::min(256u, 32 * ceil_div(ceil_div(blocks, rounds), 32)), 4};
@@ -93,13 +98,22 @@ struct MatvecPush {
   std::uint32_t m, k, n;
 };
 
-// Records the whole-block mat-vec module `module` (mul_mat_vec_blocks.comp) for weights of `type`:
-// its workgroup shape for push.m rows, push.n columns, and whether it adds to the output.
+// Whether the int8 module on activations quantized beforehand reads Q4_0 or Q8_0 as whole blocks a
+// thread (shaders/CMakeLists.txt builds them so): Q8_0 always, Q4_0 in the modules of a fixed shape
+// up to 4 columns (its quarter blocks are faster from 5 on: H200, llama3-8b Q4_0, one column 365 ->
+// 404 tok/s, a batch of 8 9.3 -> 11.0 ms a step).
+bool matvec_q8_whole_blocks(WeightType type, std::uint32_t n, bool fixed) {
+  return type != WeightType::q4_0 || (fixed && n <= 4);
+}
+
+// Records the whole-block mat-vec module `module` (mul_mat_vec_blocks.comp) for weights of `type`
+// (reading whole blocks a thread where they are quarter blocks elsewhere: `whole_blocks`): its
+// workgroup shape for push.m rows, push.n columns, and whether it adds to the output.
 template <class Push>
 void dispatch_matvec_blocks(Recording& rec, KernelLibrary& lib, const std::string& module, WeightType type,
-                            std::initializer_list<BufferRange> buffers, const Push& push, bool accumulate,
-                            const KernelChoice& choice) {
-  const MatvecShape shape = matvec_shape(type, push.m, push.k, choice);
+                            bool whole_blocks, std::initializer_list<BufferRange> buffers, const Push& push,
+                            bool accumulate, const KernelChoice& choice) {
+  const MatvecShape shape = matvec_shape(type, push.m, push.k, whole_blocks, choice);
   auto [gx, gy] = spread(ceil_div(push.m, shape.rows));
   rec.dispatch(kernel(lib, module, static_cast<std::uint32_t>(buffers.size()), sizeof push,
                       {shape.threads, shape.rows, push.n, accumulate ? 1u : 0u}),
@@ -731,7 +745,7 @@ MatmulPath matmul(Recording& rec, KernelLibrary& lib, WeightType type, BufferRan
       if (n > matvec_max_cols) throw GpuError(fmt::format("the vector matmul takes at most {} columns, not {}", matvec_max_cols, n));
       if (matvec_blocks(type, k)) {
         dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(features, type, acts_f16 ? "b16" : "b32", choice), type,
-                               {weights, acts, out}, push, false, choice);
+                               false, {weights, acts, out}, push, false, choice);
         break;
       }
       auto [gx, gy] = spread(ceil_div(m, matvec_rows));
@@ -769,7 +783,7 @@ void record_matvec_accumulate(Recording& rec, KernelLibrary& lib, WeightType typ
     throw GpuError(fmt::format("no accumulating mat-vec for {} with k {} and {} columns", weight_type_name(type), k, n));
   }
   dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(lib.device().features(), type, acts_name, choice), type,
-                         buffers, MatvecPush{m, k, n}, true, choice);
+                         false, buffers, MatvecPush{m, k, n}, true, choice);
 }
 }  // namespace
 
@@ -796,7 +810,7 @@ void matvec_rms_norm(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
     float eps;
   } push{m, k, n, eps};
   dispatch_matvec_blocks(rec, lib, matvec_blocks_kernel(lib.device().features(), type, "rmsnorm", choice), type,
-                         {weights, x, out, norm_weight}, push, false, choice);
+                         false, {weights, x, out, norm_weight}, push, false, choice);
 }
 
 bool matvec_int8(const DeviceFeatures& features, WeightType type, const KernelChoice& choice) {
@@ -876,7 +890,7 @@ namespace {
 // Whether the int8 product has a module with its shape fixed at compile time for m x n (one per
 // column count of the vector path, 4 rows: what matvec_shape gives quantized weights).
 bool fixed_q8_module(WeightType type, std::uint32_t m, std::uint32_t k, std::uint32_t n, const KernelChoice& choice) {
-  return n <= matvec_max_cols && matvec_shape(type, m, k, choice).rows == 4;
+  return n <= matvec_max_cols && matvec_shape(type, m, k, true, choice).rows == 4;
 }
 }  // namespace
 
@@ -891,10 +905,12 @@ void matvec_q8(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange 
   // specialization constants for other shapes (choice.matvec_shape).
   if (fixed_q8_module(type, m, k, n, choice)) {
     dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8_c{}", weight_type_name(type), n), type,
+                           matvec_q8_whole_blocks(type, n, true),
                            {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate, choice);
     return;
   }
   dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8", weight_type_name(type)), type,
+                         matvec_q8_whole_blocks(type, n, false),
                          {weights, acts_q8, out}, MatvecPush{m, k, n}, accumulate, choice);
 }
 
@@ -921,6 +937,7 @@ void matvec_q8_heads(Recording& rec, KernelLibrary& lib, WeightType type, Buffer
     std::uint32_t mode;
   } push{m, k, n, rope.head_dim, rotary_dims(rope), rope_magnitude(rope), static_cast<std::uint32_t>(what)};
   dispatch_matvec_blocks(rec, lib, fmt::format("mul_mat_vec_blocks_{}_q8_rope_c{}", weight_type_name(type), n), type,
+                         matvec_q8_whole_blocks(type, n, true),
                          {weights, acts_q8, out, positions, slots, frequencies}, push, false, choice);
 }
 

@@ -8,8 +8,9 @@
 //   Q4_K: 32 weights (the 16-byte header + one 16-byte word of quants)
 // The activations of a unit are loaded once and reused by every row; the scale of a block is
 // applied once per unit. Partial sums are reduced in each subgroup, then across subgroups.
-// The types of quant_units.glsl (QUNIT: Q4_1 .. IQ4_XS, and Q4_K's int8 form) take a unit of 32
-// weights (one block of the activations) with X_INT8 and B_Q8 only.
+// The types of quant_units.glsl (QUNIT: Q4_1 .. IQ4_XS, and the int8 forms of Q4_K, and of Q4_0
+// and Q8_0 on activations quantized beforehand) take a unit of 32 weights (one block of the
+// activations) with X_INT8 and B_Q8 only.
 // With X_INT8 (Q8_0 and Q4_0 only) the activations of each 32-element block are quantized to int8
 // as they are loaded (scale: the block's largest magnitude / 127, found across the four threads
 // that share the block) and each four weights take one integer dot product: a few instructions
@@ -27,6 +28,8 @@
 #if defined(X_INT8)
 #include "int8_blocks.glsl"
 #include "int8_dot.glsl"
+// With BLOCK32_Q4_0_Q8_0 (and B_Q8: the build passes it for Q8_0, and for Q4_0 up to 4 columns) Q4_0
+// and Q8_0 take a whole block a thread too: half the load instructions of their quarter blocks.
 #define QW_BINDING 0
 #define IQ4_SHARED_LEVELS
 #include "quant_units.glsl"
@@ -283,7 +286,7 @@ void accumulate(uint r, uint row, uint u) {
 }
 #endif
 
-#if defined(A_Q4_0) && defined(X_INT8)
+#if defined(A_Q4_0) && defined(X_INT8) && !defined(QUNIT)
 // 8 * the sum of column c's eight int8 values, which Q4_0's offset of 8 takes off the dot products.
 void set_xsum8(uint c) { xsum8[c] = 8 * (dot4x8(xq[c][0], 0x01010101u) + dot4x8(xq[c][1], 0x01010101u)); }
 #endif
