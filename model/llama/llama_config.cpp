@@ -42,6 +42,10 @@ gpu::ops::RopeShape rope_shape(const LlamaConfig& c, std::uint32_t tokens, std::
   return s;
 }
 
+gpu::ops::DeltaNetShape delta_net_shape(const LlamaConfig& c, std::uint32_t sequences, std::uint32_t tokens) {
+  return {sequences, tokens, c.ssm_k_heads, c.ssm_v_heads, c.ssm_head_dim, c.ssm_conv_kernel, c.rms_eps};
+}
+
 std::string LlamaConfig::check() const {
   auto positive = [](std::uint32_t v) { return v > 0 && v <= (1u << 20); };
   if (!positive(n_layers) || n_layers > 1024) return "block_count must be 1 to 1024";

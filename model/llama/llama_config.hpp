@@ -9,6 +9,7 @@
 
 namespace mqlm::gpu::ops {
 struct RopeShape;
+struct DeltaNetShape;
 }
 
 namespace mqlm::model {
@@ -115,6 +116,8 @@ struct LlamaConfig {
 // rotary dims, frequency scaling (linear, YaRN) and factors. The shape's factors point into config.
 // local: the local layers' (their base and scale, no YaRN and no factors).
 gpu::ops::RopeShape rope_shape(const LlamaConfig& config, std::uint32_t tokens, std::uint32_t heads, bool local = false);
+// qwen35's DeltaNet layers over `sequences` sequences of `tokens` tokens each.
+gpu::ops::DeltaNetShape delta_net_shape(const LlamaConfig& config, std::uint32_t sequences, std::uint32_t tokens);
 
 const char* architecture_name(Architecture arch);  // "llama", "qwen2", ..., "qwen3moe", "qwen35"
 bool parse_architecture(const std::string& name, Architecture& out);
