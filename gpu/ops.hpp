@@ -72,8 +72,8 @@ void short_conv(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange t
                 BufferRange slots, BufferRange out, const DeltaNetShape& shape);
 // The gated delta rule (reference::delta_rule says what it computes): qkv the convolution's output,
 // alpha and beta the raw (sequences x tokens, v_heads) products, dt_bias and rate (v_heads) the
-// decay's bias and ssm_a; state (slots, v_heads, head_dim value rows, head_dim key columns), updated
-// in place; out (sequences x tokens, value_dim). One workgroup per (sequence, value head), a thread
+// decay's bias and ssm_a; state (slots, v_heads, head_dim x head_dim: a head's value row r, key column c at
+// c * head_dim + r), updated in place; out (sequences x tokens, value_dim). One workgroup per (sequence, value head), a thread
 // per value row, the tokens in order inside the dispatch.
 void delta_rule(Recording& rec, KernelLibrary& lib, BufferRange qkv, BufferRange alpha, BufferRange beta,
                 BufferRange dt_bias, BufferRange rate, BufferRange state, BufferRange slots, BufferRange out,

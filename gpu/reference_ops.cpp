@@ -204,7 +204,8 @@ std::vector<double> l2_normed(const Vec& rows, std::size_t offset, std::size_t d
   return out;
 }
 
-// One token through one value head: S (dim value rows, dim key columns) decayed and updated;
+// One token through one value head: S (dim value rows r, dim key columns c; element (r, c) at
+// c * dim + r, so that the GPU's threads, one per row, read consecutive words) decayed and updated;
 // S q / sqrt(dim) into o.
 void delta_step(float* S, const std::vector<double>& q, const std::vector<double>& k, const float* v, double decay,
                 double beta, float* o) {
@@ -212,12 +213,12 @@ void delta_step(float* S, const std::vector<double>& q, const std::vector<double
   for (std::size_t i = 0; i < dim * dim; ++i) S[i] = static_cast<float>(S[i] * decay);
   for (std::size_t r = 0; r < dim; ++r) {
     double sk = 0;
-    for (std::size_t c = 0; c < dim; ++c) sk += S[r * dim + c] * k[c];
+    for (std::size_t c = 0; c < dim; ++c) sk += S[c * dim + r] * k[c];
     const double d = beta * (v[r] - sk);
     double out = 0;
     for (std::size_t c = 0; c < dim; ++c) {
-      S[r * dim + c] = static_cast<float>(S[r * dim + c] + d * k[c]);
-      out += S[r * dim + c] * q[c];
+      S[c * dim + r] = static_cast<float>(S[c * dim + r] + d * k[c]);
+      out += S[c * dim + r] * q[c];
     }
     o[r] = static_cast<float>(out / std::sqrt(static_cast<double>(dim)));
   }

@@ -1,7 +1,8 @@
 #version 450
 // qwen35's gated delta rule (ops::delta_rule, reference::delta_rule): one workgroup per (sequence,
-// value head), one thread per value row r of the head's state S (value rows, key columns), which
-// the thread alone reads and writes in place; the tokens in order. Per token: q and k of the key
+// value head), one thread per value row r of the head's state S (value rows, key columns; element
+// (r, c) at c * dim + r, so that the threads read consecutive words), which the thread alone reads
+// and writes in place; the tokens in order. Per token: q and k of the key
 // head into shared memory and L2-normalised (every thread sums them itself: head_dim reads, as
 // many as its row costs), then
 //   sk = decay * S[r] . k;  d = beta (v[r] - sk);  S[r] = decay * S[r] + d k;  out[r] = S[r] . q / sqrt(dim)
@@ -13,7 +14,7 @@ layout(binding = 1) readonly buffer Alpha { float alpha[]; };  // (sequences x t
 layout(binding = 2) readonly buffer Beta { float beta_raw[]; };
 layout(binding = 3) readonly buffer DtBias { float dt_bias[]; };  // (v_heads)
 layout(binding = 4) readonly buffer Rate { float rate[]; };       // (v_heads): ssm_a
-layout(binding = 5) buffer State { float state[]; };              // (slots, v_heads, dim, dim)
+layout(binding = 5) buffer State { float state[]; };              // (slots, v_heads, dim key, dim value)
 layout(binding = 6) readonly buffer Slots { uint slots[]; };
 layout(binding = 7) writeonly buffer Out { float out_data[]; };   // (sequences x tokens, v_heads x dim)
 layout(push_constant) uniform Params { uint tokens; uint k_heads; uint v_heads; uint dim; float eps; } p;
@@ -27,7 +28,7 @@ float softplus(float v) { return v > 20.0 ? v : log(1.0 + exp(v)); }
 void main() {
   const uint h = gl_WorkGroupID.x, s = gl_WorkGroupID.y, r = gl_LocalInvocationID.x, dim = p.dim;
   const uint key = p.k_heads * dim, channels = 2 * key + p.v_heads * dim, kh = h % p.k_heads;
-  const uint S = (slots[s] * p.v_heads + h) * dim * dim + r * dim;  // this thread's row
+  const uint S = (slots[s] * p.v_heads + h) * dim * dim + r;  // this thread's row, element c at S + c * dim
   const float scale = inversesqrt(float(dim));
   for (uint t = 0; t < p.tokens; ++t) {
     const uint token = s * p.tokens + t, row = token * channels;
@@ -44,12 +45,12 @@ void main() {
     const float decay = exp(softplus(alpha[token * p.v_heads + h] + dt_bias[h]) * rate[h]);
     const float b = 1.0 / (1.0 + exp(-beta_raw[token * p.v_heads + h]));
     float sk = 0.0;
-    for (uint c = 0; c < dim; ++c) sk += state[S + c] * k_s[c];
+    for (uint c = 0; c < dim; ++c) sk += state[S + c * dim] * k_s[c];
     const float d = b * (qkv[row + 2 * key + h * dim + r] - decay * sk * kn);
     float o = 0.0;
     for (uint c = 0; c < dim; ++c) {
-      const float v = decay * state[S + c] + d * k_s[c] * kn;
-      state[S + c] = v;
+      const float v = decay * state[S + c * dim] + d * k_s[c] * kn;
+      state[S + c * dim] = v;
       o += v * q_s[c];
     }
     out_data[token * p.v_heads * dim + h * dim + r] = o * qn * scale;

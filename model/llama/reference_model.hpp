@@ -74,7 +74,7 @@ struct ReferenceModel {
 // (conv_kernel - 1) inputs of its convolution and each value head's state matrix.
 struct RecurrentState {
   std::vector<float> conv;   // (conv_kernel - 1, conv_dim), oldest first
-  std::vector<float> delta;  // (ssm_v_heads, ssm_head_dim value rows, ssm_head_dim key columns)
+  std::vector<float> delta;  // (ssm_v_heads, ssm_head_dim key columns, ssm_head_dim value rows)
 };
 
 // One sequence: feed it tokens, get the logits of each.
