@@ -134,8 +134,9 @@ GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& sourc
   if (std::string why = config_.check(); !why.empty()) throw std::runtime_error("bad model configuration: " + why);
   if (config_.hybrid()) {
     throw std::runtime_error(std::string(architecture_name(config_.arch)) +
-                             " cannot be served yet: its Gated DeltaNet layers (the delta rule, the short convolution "
-                             "and their per-sequence state) have a CPU reference but no GPU kernels");
+                             " cannot be served yet: the GPU forward pass does not run its Gated DeltaNet layers (the "
+                             "short convolution and the delta rule, with their per-sequence state); only the CPU "
+                             "reference computes them");
   }
   if (config_.head_dim > gpu::ops::attention_max_head_dim) {
     throw std::runtime_error("the GPU attention kernels take head dimensions up to " +

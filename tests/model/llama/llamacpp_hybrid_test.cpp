@@ -172,7 +172,30 @@ TEST(HybridReference, PrefillThenDecodeStepsGiveTheLogitsOfOnePrefill) {
   EXPECT_GT(largest, 1e-3);
 }
 
-// Until the GPU kernels of its DeltaNet layers exist, a qwen35 file is refused at load, naming them.
+// qwen35's keys as read: the DeltaNet heads, the attention layers every 4th, the partial rotary turn;
+// M-RoPE sections that leave a rotary pair to the 4th section (position 0 for text) are refused.
+TEST(HybridConfig, ReadsTheDeltaNetKeysAndRefusesSectionsItCannotTurn) {
+  gguf::ModelShape shape = *gguf::model_preset("tiny-qwen35");
+  const auto bytes = gguf::make_synthetic_model(shape, gpu::WeightType::f16, 1, "h").writer.to_bytes();
+  auto parsed = gguf::GgufFile::parse(bytes);
+  ASSERT_TRUE(std::holds_alternative<gguf::GgufFile>(parsed));
+  auto config = read_llama_config(std::get<gguf::GgufFile>(parsed));
+  ASSERT_TRUE(std::holds_alternative<LlamaConfig>(config)) << std::get<std::string>(config);
+  const LlamaConfig& c = std::get<LlamaConfig>(config);
+  EXPECT_EQ(c.ssm_k_heads, 4u);
+  EXPECT_EQ(c.ssm_v_heads, 8u);
+  EXPECT_EQ(c.ssm_head_dim, 32u);
+  EXPECT_EQ(c.ssm_conv_kernel, 4u);
+  EXPECT_EQ(c.rotary_dims(), 16u);
+  for (std::uint32_t l = 0; l < 8; ++l) EXPECT_EQ(c.recurrent_layer(l), l != 3 && l != 7) << l;
+  shape.rope_sections = {4, 2, 2, 0};  // pair 7 is section 1's (7 % 3) but past its 3 x 2
+  auto refused = gguf::GgufFile::parse(gguf::make_synthetic_model(shape, gpu::WeightType::f16, 1, "h").writer.to_bytes());
+  auto why = read_llama_config(std::get<gguf::GgufFile>(refused));
+  ASSERT_TRUE(std::holds_alternative<std::string>(why));
+  EXPECT_NE(std::get<std::string>(why).find("rope.dimension_sections"), std::string::npos) << std::get<std::string>(why);
+}
+
+// Until the GPU forward pass runs its DeltaNet layers, a qwen35 file is refused at load, naming them.
 TEST(HybridReference, TheGpuModelRefusesQwen35NamingWhatIsMissing) {
   testing::ScratchFolder folder("mqlm_hybrid_refused");
   const gguf::GgufFile file = open_file(write_tiny_qwen35(folder, gpu::WeightType::f16));
