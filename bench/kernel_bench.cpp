@@ -580,6 +580,35 @@ void bench_elementwise(Bench& b, Table& table, const Model& m, std::uint32_t t) 
   }
 }
 
+// qwen35-9b's Gated DeltaNet recurrence (16 q/k heads and 32 v heads of 128, 4 taps): up to 32
+// tokens a decode step of that many sequences, one token each; past it a prefill of one sequence,
+// its tokens in order inside the dispatch. GB/s counts the states read and written once.
+void bench_delta_net(Bench& b, Table& table, std::uint32_t t) {
+  const bool decode = t <= 32;
+  const ops::DeltaNetShape s{decode ? t : 1, decode ? 1 : t, 16, 32, 128, 4, 1e-6f};
+  const std::size_t rows = t, conv = s.conv_dim(), delta = std::size_t{s.v_heads} * s.head_dim * s.head_dim;
+  auto x = b.random_f32(rows * conv, 1), taps = b.random_f32(conv * s.conv_kernel, 2);
+  auto alpha = b.random_f32(rows * s.v_heads, 3), beta = b.random_f32(rows * s.v_heads, 4);
+  auto bias = b.random_f32(s.v_heads, 5), rate = b.random_f32(s.v_heads, 6, 0.01f);
+  auto conv_state = b.random_f32(s.sequences * (s.conv_kernel - 1) * conv, 7), state = b.random_f32(s.sequences * delta, 8);
+  std::vector<std::uint32_t> order(s.sequences);
+  std::iota(order.begin(), order.end(), 0u);
+  auto slots = upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(order), "bench");
+  auto mixed = b.pool_.allocate(4 * rows * conv, "bench"), out = b.pool_.allocate(4 * rows * s.value_dim(), "bench");
+  const std::string shape = fmt::format("{}x{} of {}", s.sequences, s.tokens, s.v_heads * s.head_dim);
+  double us = b.time_us([&](Recording& rec) {
+    ops::short_conv(rec, b.kernels_, x.range(), taps.range(), conv_state.range(), slots.range(), mixed.range(), s);
+  });
+  table.add({"short_conv", shape, t, decode ? "decode" : "prefill", us, 8.0 * rows * conv + 8.0 * s.sequences * 3 * conv,
+             2.0 * rows * conv * s.conv_kernel, ""});
+  us = b.time_us([&](Recording& rec) {
+    ops::delta_rule(rec, b.kernels_, mixed.range(), alpha.range(), beta.range(), bias.range(), rate.range(), state.range(),
+                    slots.range(), out.range(), s);
+  });
+  table.add({"delta_rule", shape, t, decode ? "decode" : "prefill", us, 8.0 * s.sequences * delta + 4.0 * rows * conv,
+             6.0 * rows * delta, ""});
+}
+
 // The sampler (ops::sample), one row a token: its whole cost for greedy and sampled rows, and for
 // top-p the passes one by one (STATS alone, then with BINS and GATHER, then with DRAW). Flat logits
 // are a random-weight model's (top-p keeps most of the vocabulary, the draw walks the whole row);
@@ -779,6 +808,7 @@ struct KernelBenchOptions {
   bool staged_only = false;
   bool sampling_only = false;
   bool experts_only = false;
+  bool delta_net_only = false;
   DeviceOptions device;
 };
 
@@ -793,6 +823,7 @@ void write_report(const KernelBenchOptions& o, const std::string& header, const 
                       o.context != 0 ? fmt::format(" --context {}", o.context) : "",
                       o.matvec_shape.empty() ? "" : " --matvec-shape " + o.matvec_shape)
        << (o.staged_only ? " --staged-only" : "") << (o.experts_only ? " --experts-only" : "")
+       << (o.delta_net_only ? " --delta-net-only" : "")
        << (o.staged_shape.empty() ? "" : " --staged-shape " + o.staged_shape)
        << (o.staged_splits == 0 ? "" : fmt::format(" --staged-splits {}", o.staged_splits)) << "\n"
        << "- GB/s counts weights + activations read and outputs written once; attention counts the K/V it reads;"
@@ -833,6 +864,10 @@ void run_kernel_bench(KernelBenchOptions& o) {
   for (auto t : o.tokens) {
     if (o.sampling_only) {
       bench_sampling(b, table, model, t);
+      continue;
+    }
+    if (o.delta_net_only) {
+      bench_delta_net(b, table, t);
       continue;
     }
     if (o.experts_only) {  // the decode products up to 8 tokens, the wide ones past
@@ -886,6 +921,9 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_flag("--experts-only", o->experts_only,
                 "only a mixture of experts' products (qwen3moe-30b-a3b's shapes): decode's up to 8 tokens, the wide "
                 "ones, moe_sort and the router's product above");
+  cmd->add_flag("--delta-net-only", o->delta_net_only,
+                "only qwen35-9b's Gated DeltaNet recurrence (short_conv, delta_rule): a decode step of N sequences up "
+                "to 32 tokens, a prefill of one sequence past");
   cmd->add_option("--context", o->context, "context length of the attention decode rows (default: the preset's)");
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "THREADSxROWS: workgroup shape of the whole-block vector matmul for every type (default: tuned per type)");

@@ -197,6 +197,39 @@ void silu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange 
   rec.dispatch(kernel(lib, "silu_mul", 3, 4), {gate, up, out}, n, gx, gy);
 }
 
+namespace {
+void check_delta_net(const char* op, const DeltaNetShape& s) {
+  if (s.sequences == 0 || s.tokens == 0 || s.k_heads == 0 || s.v_heads % s.k_heads != 0 || s.head_dim == 0 ||
+      s.head_dim > delta_net_max_head_dim || s.conv_kernel < 2 || s.conv_kernel > delta_net_max_kernel ||
+      s.sequences > max_groups) {
+    throw GpuError(fmt::format("{}: {} sequences of {} tokens, {} k heads, {} v heads of {}, a kernel of {}", op,
+                               s.sequences, s.tokens, s.k_heads, s.v_heads, s.head_dim, s.conv_kernel));
+  }
+}
+}  // namespace
+
+void short_conv(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange taps, BufferRange state,
+                BufferRange slots, BufferRange out, const DeltaNetShape& s) {
+  check_delta_net("short_conv", s);
+  struct {
+    std::uint32_t channels, kernel, tokens, sequences;
+  } push{s.conv_dim(), s.conv_kernel, s.tokens, s.sequences};
+  auto [gx, gy] = spread(ceil_div(std::uint64_t{push.channels} * s.sequences, 64));
+  rec.dispatch(kernel(lib, "short_conv", 5, sizeof push), {x, taps, state, slots, out}, push, gx, gy);
+}
+
+void delta_rule(Recording& rec, KernelLibrary& lib, BufferRange qkv, BufferRange alpha, BufferRange beta,
+                BufferRange dt_bias, BufferRange rate, BufferRange state, BufferRange slots, BufferRange out,
+                const DeltaNetShape& s) {
+  check_delta_net("delta_rule", s);
+  struct {
+    std::uint32_t tokens, k_heads, v_heads, dim;
+    float eps;
+  } push{s.tokens, s.k_heads, s.v_heads, s.head_dim, s.eps};
+  rec.dispatch(kernel(lib, "delta_rule", 8, sizeof push, {s.head_dim}),
+               {qkv, alpha, beta, dt_bias, rate, state, slots, out}, push, s.v_heads, s.sequences);
+}
+
 void gelu_mul(Recording& rec, KernelLibrary& lib, BufferRange gate, BufferRange up, BufferRange out, std::uint32_t n) {
   auto [gx, gy] = spread(ceil_div(n, 256));
   rec.dispatch(kernel(lib, "gelu_mul", 3, 4), {gate, up, out}, n, gx, gy);

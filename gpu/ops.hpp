@@ -51,6 +51,34 @@ struct RopeYarn {
   float beta_fast = 32.0f, beta_slow = 1.0f;
   std::uint32_t original_context = 0;
 };
+// qwen35's Gated DeltaNet recurrence: `sequences` sequences of `tokens` tokens each (token t of
+// sequence s in row s * tokens + t), each with its state in slot slots[s] of the state buffers.
+// q and k have k_heads heads, v v_heads (value head h reads key head h % k_heads), all head_dim
+// wide; the convolution has conv_kernel taps per channel of q, k and v.
+struct DeltaNetShape {
+  std::uint32_t sequences = 0, tokens = 0;
+  std::uint32_t k_heads = 0, v_heads = 0, head_dim = 0, conv_kernel = 0;
+  float eps = 1e-6f;  // of q's and k's L2 norms
+  std::uint32_t key_dim() const { return k_heads * head_dim; }
+  std::uint32_t value_dim() const { return v_heads * head_dim; }
+  std::uint32_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+inline constexpr std::uint32_t delta_net_max_kernel = 8, delta_net_max_head_dim = 256;
+// The causal convolution of a DeltaNet layer and silu: x and out (sequences x tokens, conv_dim);
+// taps (conv_dim, conv_kernel), oldest first; state (slots, conv_kernel - 1, conv_dim): each
+// sequence's last inputs before these, left holding its last inputs after them. One invocation per
+// (sequence, channel) walks the tokens.
+void short_conv(Recording& rec, KernelLibrary& lib, BufferRange x, BufferRange taps, BufferRange state,
+                BufferRange slots, BufferRange out, const DeltaNetShape& shape);
+// The gated delta rule (reference::delta_rule says what it computes): qkv the convolution's output,
+// alpha and beta the raw (sequences x tokens, v_heads) products, dt_bias and rate (v_heads) the
+// decay's bias and ssm_a; state (slots, v_heads, head_dim x head_dim: a head's value row r, key column c at
+// c * head_dim + r), updated in place; out (sequences x tokens, value_dim). One workgroup per (sequence, value head), a thread
+// per value row, the tokens in order inside the dispatch.
+void delta_rule(Recording& rec, KernelLibrary& lib, BufferRange qkv, BufferRange alpha, BufferRange beta,
+                BufferRange dt_bias, BufferRange rate, BufferRange state, BufferRange slots, BufferRange out,
+                const DeltaNetShape& shape);
+
 struct RopeShape {
   std::uint32_t tokens = 0, heads = 0, head_dim = 0;
   std::uint32_t rotary_dims = 0;  // 0: all of head_dim

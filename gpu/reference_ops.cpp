@@ -189,4 +189,73 @@ void moe_route(const Vec& logits, std::size_t rows, std::size_t n, std::size_t k
   }
 }
 
+namespace {
+
+double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// The dim values from offset, divided by sqrt(sum x^2 + eps) (llama.cpp's L2 norm of a head).
+std::vector<double> l2_normed(const Vec& rows, std::size_t offset, std::size_t dim, float eps) {
+  double sum = 0;
+  for (std::size_t i = 0; i < dim; ++i) sum += double{rows[offset + i]} * rows[offset + i];
+  const double scale = 1.0 / std::sqrt(sum + eps);
+  std::vector<double> out(dim);
+  for (std::size_t i = 0; i < dim; ++i) out[i] = rows[offset + i] * scale;
+  return out;
+}
+
+// One token through one value head: S (dim value rows r, dim key columns c; element (r, c) at
+// c * dim + r, so that the GPU's threads, one per row, read consecutive words) decayed and updated;
+// S q / sqrt(dim) into o.
+void delta_step(float* S, const std::vector<double>& q, const std::vector<double>& k, const float* v, double decay,
+                double beta, float* o) {
+  const std::size_t dim = q.size();
+  for (std::size_t i = 0; i < dim * dim; ++i) S[i] = static_cast<float>(S[i] * decay);
+  for (std::size_t r = 0; r < dim; ++r) {
+    double sk = 0;
+    for (std::size_t c = 0; c < dim; ++c) sk += S[c * dim + r] * k[c];
+    const double d = beta * (v[r] - sk);
+    double out = 0;
+    for (std::size_t c = 0; c < dim; ++c) {
+      S[c * dim + r] = static_cast<float>(S[c * dim + r] + d * k[c]);
+      out += S[c * dim + r] * q[c];
+    }
+    o[r] = static_cast<float>(out / std::sqrt(static_cast<double>(dim)));
+  }
+}
+
+}  // namespace
+
+Vec short_conv(const Vec& x, const Vec& taps, Vec& state, const ops::DeltaNetShape& s) {
+  const std::size_t channels = s.conv_dim(), kernel = s.conv_kernel, tokens = s.tokens;
+  Vec window(state);  // (kernel - 1 + tokens, channels)
+  window.insert(window.end(), x.begin(), x.end());
+  Vec out(tokens * channels);
+  for (std::size_t t = 0; t < tokens; ++t) {
+    for (std::size_t c = 0; c < channels; ++c) {
+      double sum = 0;
+      for (std::size_t i = 0; i < kernel; ++i) sum += double{window[(t + i) * channels + c]} * taps[c * kernel + i];
+      out[t * channels + c] = static_cast<float>(sum * sigmoid(sum));
+    }
+  }
+  state.assign(window.end() - static_cast<std::ptrdiff_t>((kernel - 1) * channels), window.end());
+  return out;
+}
+
+Vec delta_rule(const Vec& qkv, const Vec& alpha, const Vec& beta, const Vec& dt_bias, const Vec& rate, Vec& state,
+               const ops::DeltaNetShape& s) {
+  const std::size_t dim = s.head_dim, heads = s.v_heads, key = s.key_dim(), channels = s.conv_dim();
+  Vec out(std::size_t{s.tokens} * s.value_dim());
+  for (std::size_t t = 0; t < s.tokens; ++t) {
+    for (std::size_t h = 0; h < heads; ++h) {
+      const std::size_t kh = h % s.k_heads, row = t * channels;
+      const double decay = std::exp(softplus(double{alpha[t * heads + h]} + dt_bias[h]) * rate[h]);
+      delta_step(state.data() + h * dim * dim, l2_normed(qkv, row + kh * dim, dim, s.eps),
+                 l2_normed(qkv, row + key + kh * dim, dim, s.eps), qkv.data() + row + 2 * key + h * dim, decay,
+                 sigmoid(beta[t * heads + h]), out.data() + (t * heads + h) * dim);
+    }
+  }
+  return out;
+}
+
 }  // namespace mqlm::gpu::reference

@@ -32,6 +32,17 @@ struct LogicalCache {
 Vec attention(const Vec& q, const LogicalCache& cache, const std::vector<std::uint32_t>& seq,
               const std::vector<std::uint32_t>& pos, const ops::AttentionShape& shape);
 
+// qwen35's Gated DeltaNet recurrence for one sequence (shape.sequences 1) of shape.tokens tokens,
+// as llama.cpp computes it (ggml's ssm_conv, gated_delta_net). short_conv: silu of the causal
+// convolution of x (tokens, conv_dim) with taps (conv_dim, kernel), state (kernel - 1, conv_dim) the
+// inputs before x, left holding the last ones. delta_rule: per token and value head h (key head
+// h % k_heads), q and k L2-normalised, decay = exp(softplus(alpha + dt_bias) * rate), b =
+// sigmoid(beta), and the head's state S (value rows r, key columns c; (r, c) at c * head_dim + r):
+//   S *= decay;  d = b (v - S k);  S += d k^T;  out = S q / sqrt(head_dim).
+Vec short_conv(const Vec& x, const Vec& taps, Vec& state, const ops::DeltaNetShape& shape);
+Vec delta_rule(const Vec& qkv, const Vec& alpha, const Vec& beta, const Vec& dt_bias, const Vec& rate, Vec& state,
+               const ops::DeltaNetShape& shape);
+
 std::vector<std::uint32_t> argmax(const Vec& x, std::size_t rows, std::size_t n);
 // The k best (value, index) of each row, larger value first, lower index on ties.
 void topk(const Vec& x, std::size_t rows, std::size_t n, std::size_t k, Vec& values, std::vector<std::uint32_t>& indices);

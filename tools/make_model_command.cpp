@@ -153,8 +153,8 @@ void add_make_model_command(CLI::App& app) {
   auto options = std::make_shared<MakeModelOptions>();
   auto* cmd = app.add_subcommand("make-model", "write a GGUF model with seeded random weights (tests, benchmarks)");
   cmd->add_option("--preset", options->preset,
-                  "tiny, llama3-1b, llama3-8b, phi3-mini, phi3-mini-128k, gemma2-2b, gemma3-4b, qwen3moe-30b-a3b or "
-                  "mixtral-8x7b")
+                  "tiny, llama3-1b, llama3-8b, phi3-mini, phi3-mini-128k, gemma2-2b, gemma3-4b, qwen3moe-30b-a3b, "
+                  "mixtral-8x7b, tiny-qwen35 or qwen35-9b (qwen35: Gated DeltaNet hybrids, not served yet)")
       ->capture_default_str();
   cmd->add_option("--type", options->type,
                   fmt::format("llama-quantize's file type, any case (q3_k, q4_k, q5_k: the _m ones, as there); the "

@@ -64,7 +64,10 @@ std::vector<std::byte> f32_bytes(const std::vector<float>& values) {
   return bytes;
 }
 
-enum class Role { matrix, norm, bias, rope_factors, router };
+// conv: a DeltaNet layer's convolution taps; decay: its ssm_a, -exp(A_log) as convert_hf_to_gguf
+// writes it (random, near -0.05: a state that forgets over tens of tokens, so that a long prompt's
+// early tokens still count).
+enum class Role { matrix, norm, bias, rope_factors, router, conv, decay };
 
 struct PlannedTensor {
   std::string name;
@@ -121,6 +124,37 @@ std::vector<float> rope_factor_values(const ModelShape& s, std::string_view name
   return longrope_factors(longrope_scale(s), rotary_dims(s), name == "rope_factors_long.weight");
 }
 
+// qwen35's layer: attention every full_attention_interval (q and its gate in attn_q), Gated
+// DeltaNet elsewhere; post_attention_norm before every feed-forward block (llama.cpp's names).
+void plan_hybrid_layer(std::vector<PlannedTensor>& plan, const ModelShape& s, std::uint32_t layer) {
+  auto blk = [layer](std::string_view what) { return fmt::format("blk.{}.{}", layer, what); };
+  const std::uint64_t q = std::uint64_t{s.heads} * s.head_dim, kv = std::uint64_t{s.kv_heads} * s.head_dim;
+  const std::uint64_t key = std::uint64_t{s.ssm_k_heads} * s.ssm_head_dim, value = std::uint64_t{s.ssm_v_heads} * s.ssm_head_dim;
+  plan.push_back({blk("attn_norm.weight"), {s.hidden}, Role::norm});
+  if ((layer + 1) % s.full_attention_interval == 0) {
+    plan.push_back({blk("attn_q.weight"), {s.hidden, 2 * q}, Role::matrix});
+    plan.push_back({blk("attn_k.weight"), {s.hidden, kv}, Role::matrix});
+    plan.push_back({blk("attn_v.weight"), {s.hidden, kv}, Role::matrix});
+    plan.push_back({blk("attn_output.weight"), {q, s.hidden}, Role::matrix});
+    plan.push_back({blk("attn_q_norm.weight"), {s.head_dim}, Role::norm});
+    plan.push_back({blk("attn_k_norm.weight"), {s.head_dim}, Role::norm});
+  } else {
+    plan.push_back({blk("attn_qkv.weight"), {s.hidden, 2 * key + value}, Role::matrix});
+    plan.push_back({blk("attn_gate.weight"), {s.hidden, value}, Role::matrix});
+    plan.push_back({blk("ssm_conv1d.weight"), {s.ssm_conv_kernel, 2 * key + value}, Role::conv});
+    plan.push_back({blk("ssm_dt.bias"), {s.ssm_v_heads}, Role::bias});
+    plan.push_back({blk("ssm_a"), {s.ssm_v_heads}, Role::decay});
+    plan.push_back({blk("ssm_beta.weight"), {s.hidden, s.ssm_v_heads}, Role::matrix});
+    plan.push_back({blk("ssm_alpha.weight"), {s.hidden, s.ssm_v_heads}, Role::matrix});
+    plan.push_back({blk("ssm_norm.weight"), {s.ssm_head_dim}, Role::norm});
+    plan.push_back({blk("ssm_out.weight"), {value, s.hidden}, Role::matrix});
+  }
+  plan.push_back({blk("post_attention_norm.weight"), {s.hidden}, Role::norm});
+  plan.push_back({blk("ffn_gate.weight"), {s.hidden, s.ffn}, Role::matrix});
+  plan.push_back({blk("ffn_up.weight"), {s.hidden, s.ffn}, Role::matrix});
+  plan.push_back({blk("ffn_down.weight"), {s.ffn, s.hidden}, Role::matrix});
+}
+
 std::vector<PlannedTensor> plan_tensors(const ModelShape& s) {
   std::uint64_t q = std::uint64_t{s.heads} * s.head_dim, kv = std::uint64_t{s.kv_heads} * s.head_dim;
   const bool phi3 = s.arch == "phi3", gemma = s.arch == "gemma2" || s.arch == "gemma3";
@@ -130,7 +164,8 @@ std::vector<PlannedTensor> plan_tensors(const ModelShape& s) {
     plan.push_back({"rope_factors_long.weight", {rotary_dims(s) / 2}, Role::rope_factors});
     plan.push_back({"rope_factors_short.weight", {rotary_dims(s) / 2}, Role::rope_factors});
   }
-  for (std::uint32_t layer = 0; layer < s.layers; ++layer) {
+  for (std::uint32_t layer = 0; layer < s.layers && s.arch == "qwen35"; ++layer) plan_hybrid_layer(plan, s, layer);
+  for (std::uint32_t layer = 0; layer < s.layers && s.arch != "qwen35"; ++layer) {
     auto blk = [layer](std::string_view what) { return fmt::format("blk.{}.{}", layer, what); };
     plan.push_back({blk("attn_norm.weight"), {s.hidden}, Role::norm});
     if (phi3) {  // q, k and v as one matrix, as convert_hf_to_gguf writes Phi-3's
@@ -208,6 +243,19 @@ GgufWriter::TensorData pool_data(const std::shared_ptr<BlockPool>& pool, std::ui
   };
 }
 
+// qwen35's keys, as convert_hf_to_gguf writes Qwen3.5's.
+void set_hybrid_metadata(GgufWriter& w, const ModelShape& s) {
+  const std::string a = s.arch + ".";
+  w.set(a + "ssm.conv_kernel", s.ssm_conv_kernel);
+  w.set(a + "ssm.state_size", s.ssm_head_dim);
+  w.set(a + "ssm.group_count", s.ssm_k_heads);
+  w.set(a + "ssm.time_step_rank", s.ssm_v_heads);
+  w.set(a + "ssm.inner_size", s.ssm_v_heads * s.ssm_head_dim);
+  w.set(a + "full_attention_interval", s.full_attention_interval);
+  w.set(a + "rope.dimension_sections",
+        MetadataArray{std::vector<std::int32_t>(s.rope_sections.begin(), s.rope_sections.end())});
+}
+
 void set_model_metadata(GgufWriter& w, const ModelShape& s, FileType file_type, std::uint64_t seed,
                         const std::string& name) {
   const std::string& a = s.arch;
@@ -239,6 +287,7 @@ void set_model_metadata(GgufWriter& w, const ModelShape& s, FileType file_type, 
     w.set(a + ".attention.sliding_window", s.sliding_window);
   }
   if (s.arch == "gemma3") w.set(a + ".rope.freq_base_swa", s.rope_base_local);
+  if (s.arch == "qwen35") set_hybrid_metadata(w, s);
   if (s.experts > 0) {
     w.set(a + ".expert_count", s.experts);
     w.set(a + ".expert_used_count", s.experts_used);
@@ -273,6 +322,23 @@ std::map<gpu::WeightType, std::shared_ptr<BlockPool>> make_pools(const std::vect
     pools[type] = std::make_shared<BlockPool>(type, elements, seed * 1000003 + static_cast<int>(type));
   }
   return pools;
+}
+
+// An F32 tensor's random values by its role: norms near 1, biases and routers near 0, convolution
+// taps of std 0.3 (the products' outputs keep a scale a norm can read), decays near -0.05.
+std::vector<float> vector_values(const PlannedTensor& t, std::uint64_t seed) {
+  const std::uint64_t n = elements(t.dims);
+  switch (t.role) {
+    case Role::norm: return normals(n, 1.0f, kWeightStd, seed);
+    case Role::router: return normals(n, 0.0f, kRouterStd, seed);
+    case Role::conv: return normals(n, 0.0f, 0.3f, seed);
+    case Role::decay: {
+      auto values = normals(n, -3.0f, 0.5f, seed);
+      for (float& v : values) v = -std::exp(v);
+      return values;
+    }
+    default: return normals(n, 0.0f, kWeightStd, seed);
+  }
 }
 
 }  // namespace
@@ -311,6 +377,24 @@ std::optional<ModelShape> model_preset(std::string_view name) {
     s.expert_ffn = 768;
     return s;
   }
+  if (name == "tiny-qwen35") {  // 8 layers, 3 and 7 attending; 4 q/k heads and 8 v heads of 32
+    ModelShape s{"qwen35", 8, 256, 4, 2, 64, 512, 1024, 2048, 10000000.0f, 1e-6f, false};
+    s.rotary_dims = 16;  // a quarter of each head turns, as in Qwen3.5
+    s.rope_sections = {3, 3, 2, 0};
+    s.ssm_k_heads = 4;
+    s.ssm_v_heads = 8;
+    s.ssm_head_dim = 32;
+    return s;
+  }
+  if (name == "qwen35-9b") {  // Qwen3.5-9B: 24 DeltaNet layers (16 q/k heads, 32 v heads of 128), 8 attending
+    ModelShape s{"qwen35", 32, 4096, 16, 4, 256, 12288, 248320, 262144, 10000000.0f, 1e-6f, false};
+    s.rotary_dims = 64;
+    s.rope_sections = {11, 11, 10, 0};
+    s.ssm_k_heads = 16;
+    s.ssm_v_heads = 32;
+    s.ssm_head_dim = 128;
+    return s;
+  }
   if (name == "mixtral-8x7b") {  // llama's blocks with 8 experts of 14336, 2 a token
     ModelShape s{"llama", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 1000000.0f, 1e-5f, false};
     s.experts = 8;
@@ -322,7 +406,7 @@ std::optional<ModelShape> model_preset(std::string_view name) {
 
 std::vector<std::string_view> model_preset_names() {
   return {"tiny",      "llama3-1b", "llama3-8b",        "phi3-mini",   "phi3-mini-128k",
-          "gemma2-2b", "gemma3-4b", "qwen3moe-30b-a3b", "mixtral-8x7b"};
+          "gemma2-2b", "gemma3-4b", "qwen3moe-30b-a3b", "mixtral-8x7b", "tiny-qwen35", "qwen35-9b"};
 }
 
 namespace {
@@ -340,14 +424,30 @@ std::optional<std::string> experts_problem(const ModelShape& s) {
   return std::nullopt;
 }
 
+std::optional<std::string> hybrid_problem(const ModelShape& s) {
+  if (s.arch != "qwen35") return std::nullopt;
+  if (s.ssm_k_heads == 0 || s.ssm_v_heads == 0 || s.ssm_head_dim == 0 || s.ssm_v_heads % s.ssm_k_heads != 0 ||
+      s.ssm_conv_kernel < 2 || s.full_attention_interval == 0) {
+    return fmt::format("qwen35 needs ssm k heads, v heads a multiple of them, a head dim, a conv kernel of 2 or more and "
+                       "an attention interval ({}, {}, {}, {}, {})",
+                       s.ssm_k_heads, s.ssm_v_heads, s.ssm_head_dim, s.ssm_conv_kernel, s.full_attention_interval);
+  }
+  if (s.rope_sections[0] + s.rope_sections[1] + s.rope_sections[2] + s.rope_sections[3] == 0) {
+    return std::string("qwen35 needs rope sections (rope.dimension_sections)");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<std::string> shape_problem(const ModelShape& s) {
   if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "phi3" && s.arch != "gemma2" &&
-      s.arch != "gemma3" && s.arch != "qwen3moe") {
-    return "unknown architecture '" + s.arch + "' (llama, qwen2, qwen3, phi3, gemma2, gemma3 and qwen3moe can be made)";
+      s.arch != "gemma3" && s.arch != "qwen3moe" && s.arch != "qwen35") {
+    return "unknown architecture '" + s.arch +
+           "' (llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe and qwen35 can be made)";
   }
   if (auto problem = experts_problem(s)) return problem;
+  if (auto problem = hybrid_problem(s)) return problem;
   if (s.arch == "phi3" && s.heads * s.head_dim != s.hidden) {
     return fmt::format("phi3's heads times head dim must be the hidden size ({} x {} is not {})", s.heads, s.head_dim,
                        s.hidden);
@@ -409,10 +509,8 @@ SyntheticModel make_synthetic_model(const ModelShape& shape, const QuantMixture&
     } else if (t.role == Role::rope_factors) {
       model.writer.add_tensor(t.name, TensorType::f32, t.dims, f32_bytes(rope_factor_values(shape, t.name)));
     } else {
-      float mean = t.role == Role::norm ? 1.0f : 0.0f;
-      auto values = normals(elements(t.dims), mean, t.role == Role::router ? kRouterStd : kWeightStd,
-                            seed ^ (0xA5A5A5A5ull + i * 0x9E3779B97F4A7C15ull));
-      model.writer.add_tensor(t.name, TensorType::f32, t.dims, f32_bytes(values));
+      model.writer.add_tensor(t.name, TensorType::f32, t.dims,
+                              f32_bytes(vector_values(t, seed ^ (0xA5A5A5A5ull + i * 0x9E3779B97F4A7C15ull))));
     }
   }
   return model;

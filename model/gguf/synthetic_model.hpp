@@ -9,6 +9,7 @@
 // for a benchmark and takes no time to make; a model smaller than the pool repeats nothing.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -59,12 +60,20 @@ struct ModelShape {
   // expert_ffn rows (0: ffn, which Mixtral's always are) in ffn_{gate,up,down}_exps, a router
   // ffn_gate_inp in F32 (as convert_hf_to_gguf writes it), experts_used of them a token. 0: dense.
   std::uint32_t experts = 0, experts_used = 0, expert_ffn = 0;
+  // qwen35 (a hybrid): one attention layer every full_attention_interval (its q projection twice
+  // as wide: each head's q, then its gate), the others Gated DeltaNet layers of ssm_k_heads q/k
+  // heads and ssm_v_heads v heads, all ssm_head_dim wide, and a causal convolution of
+  // ssm_conv_kernel taps. rope_sections: rope.dimension_sections (M-RoPE's, which llama.cpp needs).
+  std::uint32_t ssm_k_heads = 0, ssm_v_heads = 0, ssm_head_dim = 0, ssm_conv_kernel = 4;
+  std::uint32_t full_attention_interval = 4;
+  std::array<std::int32_t, 4> rope_sections{};
   VocabularyKind vocabulary = VocabularyKind::llama_bpe;  // the tokenizer (synthetic_vocabulary.hpp)
 };
 
 // "tiny", "llama3-1b" (Llama 3.2 1B's shape), "llama3-8b", "phi3-mini" (Phi-3-mini-4k's),
 // "phi3-mini-128k" (its LongRoPE sibling's), "gemma2-2b", "gemma3-4b", "qwen3moe-30b-a3b"
-// (Qwen3-30B-A3B's), "mixtral-8x7b".
+// (Qwen3-30B-A3B's), "mixtral-8x7b", "tiny-qwen35" (a hybrid of 8 layers, two attending, for
+// tests), "qwen35-9b" (Qwen3.5-9B's).
 std::optional<ModelShape> model_preset(std::string_view name);
 std::vector<std::string_view> model_preset_names();
 // Why a shape cannot be made (zero sizes, heads not a multiple of KV heads, odd head dim, a

@@ -1,6 +1,7 @@
 #include "model/llama/gguf_model.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -134,6 +135,38 @@ std::string read_experts(const gguf::GgufFile& file, const std::string& a, Llama
   return {};
 }
 
+// qwen35's Gated DeltaNet keys as llama.cpp reads them (qwen35.cpp): its value heads as wide as its
+// key heads (ssm.inner_size = time_step_rank x state_size), the attention layers every
+// full_attention_interval (4 without the key; a per-layer attention.recurrent_layers array is not
+// read), and M-RoPE sections that give every rotary pair the text position, which makes the turn
+// NeoX's over rope.dimension_count (interleaved sections: pair i of S = the sections' sum takes
+// section i % 3, and the 4th, always position 0 for text, where i % 3 >= 3 x that section's size).
+std::string read_hybrid(const gguf::GgufFile& file, const std::string& a, LlamaConfig& c) {
+  auto get = [&](const char* key) { return file.get_uint(a + "." + key); };
+  for (const char* key : {"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "ssm.group_count"}) {
+    if (!get(key) || *get(key) == 0 || *get(key) > 4096) return "metadata " + a + "." + key + " is missing or not 1 to 4096";
+  }
+  c.ssm_conv_kernel = static_cast<std::uint32_t>(*get("ssm.conv_kernel"));
+  c.ssm_head_dim = static_cast<std::uint32_t>(*get("ssm.state_size"));
+  c.ssm_v_heads = static_cast<std::uint32_t>(*get("ssm.time_step_rank"));
+  c.ssm_k_heads = static_cast<std::uint32_t>(*get("ssm.group_count"));
+  if (*get("ssm.inner_size") != std::uint64_t{c.ssm_v_heads} * c.ssm_head_dim) {
+    return a + ".ssm.inner_size must be ssm.time_step_rank x ssm.state_size (value heads as wide as key heads)";
+  }
+  if (file.find(a + ".attention.recurrent_layers") != nullptr) return a + ".attention.recurrent_layers is not read yet";
+  c.full_attention_interval = static_cast<std::uint32_t>(get("full_attention_interval").value_or(4));
+  const auto* sections = file.get_array<std::int32_t>(a + ".rope.dimension_sections");
+  if (sections == nullptr || sections->size() < 3) return a + ".rope.dimension_sections is missing (4 int32)";
+  std::int64_t pairs = 0;
+  for (std::int32_t s : *sections) pairs += std::max(s, 0);
+  for (std::int64_t i = 0; i < c.rotary_dims() / 2; ++i) {
+    if (pairs == 0 || i % pairs >= 3 * std::int64_t{(*sections)[static_cast<std::size_t>(i % pairs % 3)]}) {
+      return a + ".rope.dimension_sections leave rotary pairs to the 4th section: not supported";
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& file) {
@@ -141,7 +174,7 @@ std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& f
   if (!arch_name) return std::string("general.architecture is missing");
   LlamaConfig c;
   if (!parse_architecture(std::string(*arch_name), c.arch)) {
-    return "architecture '" + std::string(*arch_name) + "' is not supported (mqlm runs llama, qwen2, qwen3, phi3, gemma2, gemma3 and qwen3moe)";
+    return "architecture '" + std::string(*arch_name) + "' is not supported (mqlm runs llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe and qwen35)";
   }
   const std::string a(*arch_name);
   auto need = [&](const std::string& key, std::uint32_t& out) -> std::string {
@@ -166,6 +199,9 @@ std::variant<LlamaConfig, std::string> read_llama_config(const gguf::GgufFile& f
     if (std::string why = read_gemma(file, a, c); !why.empty()) return why;
   }
   if (std::string why = read_experts(file, a, c); !why.empty()) return why;
+  if (c.hybrid()) {
+    if (std::string why = read_hybrid(file, a, c); !why.empty()) return why;
+  }
   const gguf::TensorInfo* embd = file.tensor("token_embd.weight");
   if (embd == nullptr) return std::string("the model has no tensor token_embd.weight");
   c.n_vocab = static_cast<std::uint32_t>(embd->rows());

@@ -132,6 +132,12 @@ GpuTensor GpuModel::upload(gpu::Uploader& uploader, const TensorSource& source, 
 GpuModel::GpuModel(GpuContext gpu, LlamaConfig config, const TensorSource& source, std::string owner)
     : gpu_(gpu), config_(config), owner_(std::move(owner)) {
   if (std::string why = config_.check(); !why.empty()) throw std::runtime_error("bad model configuration: " + why);
+  if (config_.hybrid()) {
+    throw std::runtime_error(std::string(architecture_name(config_.arch)) +
+                             " cannot be served yet: the GPU forward pass does not run its Gated DeltaNet layers (the "
+                             "short convolution and the delta rule, with their per-sequence state); only the CPU "
+                             "reference computes them");
+  }
   if (config_.head_dim > gpu::ops::attention_max_head_dim) {
     throw std::runtime_error("the GPU attention kernels take head dimensions up to " +
                              std::to_string(gpu::ops::attention_max_head_dim) + ", this model has " +

@@ -15,13 +15,14 @@ const char* architecture_name(Architecture arch) {
     case Architecture::gemma2: return "gemma2";
     case Architecture::gemma3: return "gemma3";
     case Architecture::qwen3moe: return "qwen3moe";
+    case Architecture::qwen35: return "qwen35";
   }
   return "?";
 }
 
 bool parse_architecture(const std::string& name, Architecture& out) {
   for (Architecture a : {Architecture::llama, Architecture::qwen2, Architecture::qwen3, Architecture::phi3,
-                         Architecture::gemma2, Architecture::gemma3, Architecture::qwen3moe}) {
+                         Architecture::gemma2, Architecture::gemma3, Architecture::qwen3moe, Architecture::qwen35}) {
     if (name == architecture_name(a)) {
       out = a;
       return true;
@@ -39,6 +40,10 @@ gpu::ops::RopeShape rope_shape(const LlamaConfig& c, std::uint32_t tokens, std::
             c.yarn_original_context != 0 ? c.yarn_original_context : c.n_ctx_train};
   s.freq_factors = c.rope_freq_factors;
   return s;
+}
+
+gpu::ops::DeltaNetShape delta_net_shape(const LlamaConfig& c, std::uint32_t sequences, std::uint32_t tokens) {
+  return {sequences, tokens, c.ssm_k_heads, c.ssm_v_heads, c.ssm_head_dim, c.ssm_conv_kernel, c.rms_eps};
 }
 
 std::string LlamaConfig::check() const {
@@ -73,8 +78,60 @@ std::string LlamaConfig::check() const {
            "positive";
   }
   if (moe() && gemma()) return "Gemma with experts is not supported";
+  return hybrid() ? hybrid_problem() : std::string();
+}
+
+std::string LlamaConfig::hybrid_problem() const {
+  if (moe()) return "qwen35 with experts (qwen35moe) is not supported";
+  if (full_attention_interval == 0 || full_attention_interval > n_layers) {
+    return "qwen35's full_attention_interval must be 1 to block_count";
+  }
+  auto positive = [](std::uint32_t v) { return v > 0 && v <= 4096; };
+  if (!positive(ssm_k_heads) || !positive(ssm_v_heads) || !positive(ssm_head_dim) || ssm_conv_kernel < 2 ||
+      ssm_conv_kernel > 64) {
+    return "qwen35's ssm.group_count, ssm.time_step_rank and ssm.state_size must be 1 to 4096, ssm.conv_kernel 2 to 64";
+  }
+  if (ssm_v_heads % ssm_k_heads != 0) return "qwen35's ssm.time_step_rank must be a multiple of ssm.group_count";
   return {};
 }
+
+namespace {
+
+// qwen35's layer l, in assign_hybrid_layer_tensors' order.
+void hybrid_layer_specs(const LlamaConfig& c, std::uint32_t l, std::vector<TensorSpec>& specs) {
+  auto matrix = [&](std::string name, std::uint64_t rows, std::uint64_t cols) {
+    specs.push_back({std::move(name), rows, cols, true, false, {}, 0});
+  };
+  auto f32 = [&](std::string name, std::uint64_t rows, std::uint64_t cols) {
+    specs.push_back({std::move(name), rows, cols, false, false, {}, 0});
+  };
+  const std::string p = "blk." + std::to_string(l) + ".";
+  f32(p + "attn_norm.weight", 1, c.n_embd);
+  if (c.recurrent_layer(l)) {
+    matrix(p + "attn_qkv.weight", c.ssm_conv_dim(), c.n_embd);
+    matrix(p + "attn_gate.weight", c.ssm_value_dim(), c.n_embd);
+    f32(p + "ssm_conv1d.weight", c.ssm_conv_dim(), c.ssm_conv_kernel);
+    f32(p + "ssm_dt.bias", 1, c.ssm_v_heads);
+    f32(p + "ssm_a", 1, c.ssm_v_heads);
+    matrix(p + "ssm_beta.weight", c.ssm_v_heads, c.n_embd);
+    matrix(p + "ssm_alpha.weight", c.ssm_v_heads, c.n_embd);
+    f32(p + "ssm_norm.weight", 1, c.ssm_head_dim);
+    matrix(p + "ssm_out.weight", c.n_embd, c.ssm_value_dim());
+  } else {
+    matrix(p + "attn_q.weight", 2 * std::uint64_t{c.q_dim()}, c.n_embd);
+    matrix(p + "attn_k.weight", c.kv_dim(), c.n_embd);
+    matrix(p + "attn_v.weight", c.kv_dim(), c.n_embd);
+    matrix(p + "attn_output.weight", c.n_embd, c.q_dim());
+    f32(p + "attn_q_norm.weight", 1, c.head_dim);
+    f32(p + "attn_k_norm.weight", 1, c.head_dim);
+  }
+  f32(p + "post_attention_norm.weight", 1, c.n_embd);
+  matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd);
+  matrix(p + "ffn_up.weight", c.n_ff, c.n_embd);
+  matrix(p + "ffn_down.weight", c.n_embd, c.n_ff);
+}
+
+}  // namespace
 
 std::vector<TensorSpec> tensor_specs(const LlamaConfig& c) {
   std::vector<TensorSpec> specs;
@@ -85,7 +142,8 @@ std::vector<TensorSpec> tensor_specs(const LlamaConfig& c) {
   };
   auto vector = [&](std::string name, std::uint64_t n) { specs.push_back({std::move(name), 1, n, false, false, {}, 0}); };
   matrix("token_embd.weight", c.n_vocab, c.n_embd);
-  for (std::uint32_t l = 0; l < c.n_layers; ++l) {
+  for (std::uint32_t l = 0; l < c.n_layers && c.hybrid(); ++l) hybrid_layer_specs(c, l, specs);
+  for (std::uint32_t l = 0; l < c.n_layers && !c.hybrid(); ++l) {
     std::string p = "blk." + std::to_string(l) + ".";
     vector(p + "attn_norm.weight", c.n_embd);
     // phi3's q, k and v are one matrix where its file has attn_qkv.

@@ -9,6 +9,7 @@
 
 namespace mqlm::gpu::ops {
 struct RopeShape;
+struct DeltaNetShape;
 }
 
 namespace mqlm::model {
@@ -21,7 +22,15 @@ namespace mqlm::model {
 // sliding-window layers to one global, their own RoPE base, and no soft caps.
 // qwen3moe: qwen3's attention, and a mixture of experts for its feed-forward block. A llama file
 // with experts (expert_count > 0) is Mixtral's: llama's attention and the same mixture.
-enum class Architecture : std::uint8_t { llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe };
+// qwen35 (Qwen3.5, a hybrid): three Gated DeltaNet layers to one of attention (full_attention_interval
+// 4: layer l attends where (l + 1) % 4 == 0). Its attention layers are qwen3's with a gate: attn_q
+// gives each head's q and then its gate, the attended heads times sigmoid(gate) before attn_output,
+// and the rotary turn over the first rope.dimension_count of each head (its M-RoPE sections all the
+// text position: NeoX's). Its DeltaNet layers (llama.cpp's qwen35.cpp and delta-net-base.cpp) keep
+// per sequence a short convolution's last (conv_kernel - 1) inputs and, for each of its value heads,
+// a (head_v, head_k) matrix the delta rule updates each token. Every layer's feed-forward input is
+// normed by post_attention_norm.
+enum class Architecture : std::uint8_t { llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, qwen35 };
 
 struct LlamaConfig {
   Architecture arch = Architecture::llama;
@@ -57,13 +66,31 @@ struct LlamaConfig {
   // n_expert_used of n_expert SwiGLU blocks of n_ff_exp rows (softmax over the router's logits,
   // the top ones, their weights renormalised to sum to 1) and adds their weighted outputs.
   std::uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  // qwen35's Gated DeltaNet layers (ssm.* keys): ssm_k_heads heads of ssm_head_dim for q and k
+  // (ssm.group_count, ssm.state_size), ssm_v_heads of ssm_head_dim for v (ssm.time_step_rank; value
+  // head h reads key head h % ssm_k_heads, as llama.cpp's repeat has it), a causal convolution of
+  // ssm_conv_kernel taps over q, k and v (ssm.conv_kernel); full_attention_interval: every how many
+  // layers one attends (0: no DeltaNet layers).
+  std::uint32_t ssm_k_heads = 0, ssm_v_heads = 0, ssm_head_dim = 0, ssm_conv_kernel = 0;
+  std::uint32_t full_attention_interval = 0;
 
   bool rope_neox() const { return arch != Architecture::llama; }  // as llama.cpp applies them
   bool qkv_bias() const { return arch == Architecture::qwen2; }
   bool qk_norm() const {
-    return arch == Architecture::qwen3 || arch == Architecture::gemma3 || arch == Architecture::qwen3moe;
+    return arch == Architecture::qwen3 || arch == Architecture::gemma3 || arch == Architecture::qwen3moe ||
+           arch == Architecture::qwen35;
   }
   bool moe() const { return n_expert > 0; }
+  bool hybrid() const { return arch == Architecture::qwen35; }
+  // Layer l is a Gated DeltaNet layer (no KV cache), not attention.
+  bool recurrent_layer(std::uint32_t l) const {
+    return hybrid() && full_attention_interval != 0 && (l + 1) % full_attention_interval != 0;
+  }
+  std::uint32_t ssm_key_dim() const { return ssm_k_heads * ssm_head_dim; }    // q's and k's width
+  std::uint32_t ssm_value_dim() const { return ssm_v_heads * ssm_head_dim; }  // v's (ssm.inner_size)
+  std::uint32_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
+  // qwen35's attention layers: attn_q holds each head's q and then its output gate.
+  bool gated_attention() const { return hybrid(); }
   bool gemma() const { return arch == Architecture::gemma2 || arch == Architecture::gemma3; }
   // Gemma's: x scaled by sqrt(n_embd) after the embedding; rmsnorm after attention's and the
   // feed-forward block's output products, before their residual adds; gelu(gate) * up.
@@ -82,14 +109,17 @@ struct LlamaConfig {
 
   // Empty if consistent; otherwise what is wrong, for a load-time error.
   std::string check() const;
+  std::string hybrid_problem() const;  // check()'s part for qwen35
 };
 
 // The rotary embedding of `heads` heads of `tokens` tokens as the model turns them: its layout,
 // rotary dims, frequency scaling (linear, YaRN) and factors. The shape's factors point into config.
 // local: the local layers' (their base and scale, no YaRN and no factors).
 gpu::ops::RopeShape rope_shape(const LlamaConfig& config, std::uint32_t tokens, std::uint32_t heads, bool local = false);
+// qwen35's DeltaNet layers over `sequences` sequences of `tokens` tokens each.
+gpu::ops::DeltaNetShape delta_net_shape(const LlamaConfig& config, std::uint32_t sequences, std::uint32_t tokens);
 
-const char* architecture_name(Architecture arch);  // "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe"
+const char* architecture_name(Architecture arch);  // "llama", "qwen2", ..., "qwen3moe", "qwen35"
 bool parse_architecture(const std::string& name, Architecture& out);
 
 // One tensor the model needs: its GGUF name and logical shape (rows, cols); cols is the
@@ -132,6 +162,35 @@ void assign_layer_tensors(const LlamaConfig& config, Layer& layer, Next&& next) 
   layer.w_up = next();
   layer.w_down = next();
   if (config.post_norms()) layer.post_ffn_norm = next();
+}
+
+// qwen35's layer l in the order tensor_specs() lists it: an attention layer's gated q, k, v,
+// output and q/k norms, or a DeltaNet layer's tensors; then the feed-forward block's.
+template <typename Layer, typename Next>
+void assign_hybrid_layer_tensors(const LlamaConfig& config, std::uint32_t l, Layer& layer, Next&& next) {
+  layer.attn_norm = next();
+  if (config.recurrent_layer(l)) {
+    layer.ssm_qkv = next();
+    layer.ssm_gate = next();
+    layer.ssm_conv = next();
+    layer.ssm_dt_bias = next();
+    layer.ssm_a = next();
+    layer.ssm_beta = next();
+    layer.ssm_alpha = next();
+    layer.ssm_norm = next();
+    layer.ssm_out = next();
+  } else {
+    layer.wq = next();
+    layer.wk = next();
+    layer.wv = next();
+    layer.wo = next();
+    layer.q_norm = next();
+    layer.k_norm = next();
+  }
+  layer.ffn_norm = next();
+  layer.w_gate = next();
+  layer.w_up = next();
+  layer.w_down = next();
 }
 
 }  // namespace mqlm::model

@@ -24,6 +24,29 @@ void add_bias(Vec& x, const Vec& bias) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += bias[i % bias.size()];
 }
 
+// qwen35's q rows, each head's q and then its gate: the q heads, and the gates into `gate`.
+Vec split_gate(const Vec& q_and_gate, std::size_t heads, std::size_t head_dim, Vec& gate) {
+  Vec q(heads * head_dim);
+  gate.resize(heads * head_dim);
+  for (std::size_t h = 0; h < heads; ++h) {
+    auto from = q_and_gate.begin() + static_cast<std::ptrdiff_t>(2 * h * head_dim);
+    std::copy_n(from, head_dim, q.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
+    std::copy_n(from + static_cast<std::ptrdiff_t>(head_dim), head_dim, gate.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
+  }
+  return q;
+}
+
+// Each DeltaNet layer's state before the first token: zeros; none for attention layers.
+std::vector<RecurrentState> initial_states(const LlamaConfig& c) {
+  std::vector<RecurrentState> states(c.n_layers);
+  for (std::uint32_t l = 0; l < c.n_layers; ++l) {
+    if (!c.recurrent_layer(l)) continue;
+    states[l].conv.assign(std::size_t{c.ssm_conv_kernel - 1} * c.ssm_conv_dim(), 0.0f);
+    states[l].delta.assign(std::size_t{c.ssm_v_heads} * c.ssm_head_dim * c.ssm_head_dim, 0.0f);
+  }
+  return states;
+}
+
 }  // namespace
 
 Vec ReferenceSequence::product_input(const Vec& x) const {
@@ -83,6 +106,10 @@ ReferenceModel ReferenceModel::load(LlamaConfig config, const TensorSource& sour
   m.layers.resize(config.n_layers);
   for (std::uint32_t l = 0; l < config.n_layers; ++l) {
     ReferenceLayer& layer = m.layers[l];
+    if (config.hybrid()) {
+      assign_hybrid_layer_tensors(config, l, layer, next);
+      continue;
+    }
     assign_layer_tensors(config, layer, next);
     if (!config.moe()) continue;
     for (std::size_t j = 0; const char* part : {"gate", "up", "down"}) {
@@ -102,6 +129,7 @@ std::vector<float> ReferenceSequence::forward(std::span<const std::int32_t> toke
   if (keys_.empty()) {
     keys_.resize(c.n_layers);
     values_.resize(c.n_layers);
+    recurrent_ = initial_states(c);
   }
   std::vector<std::int32_t> positions(n);
   for (std::size_t t = 0; t < n; ++t) {
@@ -118,7 +146,9 @@ std::vector<float> ReferenceSequence::forward(std::span<const std::int32_t> toke
   }
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const ReferenceLayer& layer = model_.layers[l];
-    x = ref::add(x, attention_block(layer, l, ref::rms_norm(x, layer.attn_norm, n, c.n_embd, c.rms_eps), positions));
+    const Vec normed = ref::rms_norm(x, layer.attn_norm, n, c.n_embd, c.rms_eps);
+    x = ref::add(x, c.recurrent_layer(static_cast<std::uint32_t>(l)) ? delta_net_block(layer, recurrent_[l], normed, n)
+                                                                     : attention_block(layer, l, normed, positions));
     x = ref::add(x, ffn_block(layer, ref::rms_norm(x, layer.ffn_norm, n, c.n_embd, c.rms_eps), n));
   }
   positions_ += n;
@@ -131,7 +161,9 @@ std::vector<float> ReferenceSequence::attention_block(const ReferenceLayer& laye
   const LlamaConfig& c = model_.config;
   const std::size_t n = positions.size();
   const Vec in = product_input(x);
-  Vec q = ref::matmul(layer.wq, in, c.q_dim(), c.n_embd, n);   // (tokens, n_head, head_dim)
+  Vec gate;  // qwen35's: (tokens, q_dim)
+  Vec q = ref::matmul(layer.wq, in, c.gated_attention() ? 2 * c.q_dim() : c.q_dim(), c.n_embd, n);
+  if (c.gated_attention()) q = split_gate(q, n * c.n_head, c.head_dim, gate);  // (tokens, n_head, head_dim)
   Vec k = ref::matmul(layer.wk, in, c.kv_dim(), c.n_embd, n);  // (tokens, n_head_kv, head_dim)
   Vec v = ref::matmul(layer.wv, in, c.kv_dim(), c.n_embd, n);
   add_bias(q, layer.bq);
@@ -158,6 +190,7 @@ std::vector<float> ReferenceSequence::attention_block(const ReferenceLayer& laye
   gpu::ops::AttentionShape shape{static_cast<std::uint32_t>(n), c.n_head, c.n_head_kv, c.head_dim, 0, 0,
                                  1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   Vec attended = ref::attention(q, cache, seq, at, shape);  // (tokens, n_head, head_dim)
+  for (std::size_t i = 0; i < gate.size(); ++i) attended[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-double{gate[i]})));
   return ref::matmul(layer.wo, product_input(attended), c.n_embd, c.q_dim(), n);
 }
 

@@ -3,6 +3,7 @@
 // multiples of tiles, one token and many, contexts longer than one KV page. Adding an op or a
 // shape means adding rows to the table in all_cases().
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -550,8 +551,58 @@ void add_experts_cases(std::vector<OpCase>& cases) {
                    }});
 }
 
+// qwen35's DeltaNet recurrence: the short convolution and then the delta rule over several
+// sequences, each from a random state in its own slot (slot 2s + 1 of twice as many), against the
+// reference one sequence at a time; the outputs and the states left behind.
+Outcome delta_net_outcome(Gpu& gpu, const ops::DeltaNetShape& s) {
+  const std::size_t rows = std::size_t{s.sequences} * s.tokens, conv = s.conv_dim(), past = s.conv_kernel - 1;
+  const std::size_t delta_size = std::size_t{s.v_heads} * s.head_dim * s.head_dim;
+  const Vec x = random_vec(rows * conv, 41), taps = random_vec(conv * s.conv_kernel, 42, 0.5f);
+  const Vec alpha = random_vec(rows * s.v_heads, 43), beta = random_vec(rows * s.v_heads, 44, 2.0f);
+  const Vec bias = random_vec(s.v_heads, 45, 0.5f), rate = random_vec(s.v_heads, 46, 0.1f);
+  Vec conv_state = random_vec(2 * s.sequences * past * conv, 47), delta_state = random_vec(2 * s.sequences * delta_size, 48, 0.1f);
+  std::vector<std::uint32_t> slots(s.sequences);
+  for (std::uint32_t q = 0; q < s.sequences; ++q) slots[q] = 2 * q + 1;
+  auto bx = gpu.up(x), btaps = gpu.up(taps), balpha = gpu.up(alpha), bbeta = gpu.up(beta), bbias = gpu.up(bias),
+       brate = gpu.up(rate), bconv = gpu.up(conv_state), bdelta = gpu.up(delta_state), bslots = gpu.up(slots);
+  auto mixed = gpu.scratch(rows * conv * 4), out = gpu.scratch(rows * s.value_dim() * 4);
+  run_step(gpu, [&](Recording& rec) {
+    ops::short_conv(rec, gpu.kernels, r(bx), r(btaps), r(bconv), r(bslots), r(mixed), s);
+    ops::delta_rule(rec, gpu.kernels, r(mixed), r(balpha), r(bbeta), r(bbias), r(brate), r(bdelta), r(bslots), r(out), s);
+  });
+  Outcome o{doubles(gpu.down<float>(out, rows * s.value_dim())), {}};
+  for (double v : doubles(gpu.down<float>(bdelta, delta_state.size()))) o.got.push_back(v);
+  for (double v : doubles(gpu.down<float>(bconv, conv_state.size()))) o.got.push_back(v);
+  ops::DeltaNetShape one = s;
+  one.sequences = 1;
+  auto part = [](const Vec& v, std::size_t index, std::size_t size) {
+    return Vec(v.begin() + static_cast<std::ptrdiff_t>(index * size), v.begin() + static_cast<std::ptrdiff_t>((index + 1) * size));
+  };
+  for (std::uint32_t q = 0; q < s.sequences; ++q) {
+    Vec cs = part(conv_state, slots[q], past * conv), ds = part(delta_state, slots[q], delta_size);
+    const Vec mixed_q = reference::short_conv(part(x, q, s.tokens * conv), taps, cs, one);
+    const Vec out_q = reference::delta_rule(mixed_q, part(alpha, q, s.tokens * s.v_heads), part(beta, q, s.tokens * s.v_heads),
+                                            bias, rate, ds, one);
+    o.want.insert(o.want.end(), out_q.begin(), out_q.end());
+    std::copy(ds.begin(), ds.end(), delta_state.begin() + static_cast<std::ptrdiff_t>(slots[q] * delta_size));
+    std::copy(cs.begin(), cs.end(), conv_state.begin() + static_cast<std::ptrdiff_t>(slots[q] * past * conv));
+  }
+  for (float v : delta_state) o.want.push_back(v);
+  for (float v : conv_state) o.want.push_back(v);
+  return o;
+}
+
+void add_delta_net_cases(std::vector<OpCase>& cases) {
+  for (auto [sequences, tokens, dim] : {std::array{1u, 1u, 32u}, {5u, 1u, 32u}, {1u, 37u, 32u}, {3u, 9u, 128u}}) {
+    const ops::DeltaNetShape shape{sequences, tokens, 2, 4, dim, 4, 1e-6f};
+    cases.push_back({fmt::format("delta_net_{}x{}_dim{}", sequences, tokens, dim), 1e-9,
+                     [shape](Gpu& gpu) { return delta_net_outcome(gpu, shape); }});
+  }
+}
+
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases;
+  add_delta_net_cases(cases);
   add_experts_cases(cases);
   add_elementwise_cases(cases);
   add_weight_cases(cases);

@@ -174,6 +174,43 @@ TEST(SyntheticModel, Llama3_8bPlan) {
   EXPECT_LT(model.writer.file_size(), expected + 8'000'000);  // metadata (the vocabulary) and padding
 }
 
+// qwen35: the tiny preset's layers 3 and 7 attend (a q projection twice as wide: q and its gate),
+// the others are Gated DeltaNet layers, with llama.cpp's names, the ssm.* keys and M-RoPE sections;
+// the convolution's taps, decays and the other vectors in F32, the decays negative. qwen35-9b has
+// Qwen3.5-9B's 8.95e9 parameters.
+TEST(SyntheticModel, Qwen35Hybrid) {
+  const GgufFile file = load(make_synthetic_model(*model_preset("tiny-qwen35"), gpu::WeightType::f16, 1, "h"));
+  EXPECT_EQ(file.get_uint("qwen35.ssm.inner_size"), 256u);
+  EXPECT_EQ(file.get_uint("qwen35.full_attention_interval"), 4u);
+  ASSERT_NE(file.get_array<std::int32_t>("qwen35.rope.dimension_sections"), nullptr);
+  EXPECT_EQ(*file.get_array<std::int32_t>("qwen35.rope.dimension_sections"), (std::vector<std::int32_t>{3, 3, 2, 0}));
+  for (std::uint32_t l = 0; l < 8; ++l) {
+    const bool attends = l % 4 == 3;
+    auto name = [l](const char* what) { return "blk." + std::to_string(l) + "." + what; };
+    EXPECT_EQ(file.tensor(name("attn_q.weight")) != nullptr, attends) << l;
+    EXPECT_EQ(file.tensor(name("attn_qkv.weight")) != nullptr, !attends) << l;
+    ASSERT_NE(file.tensor(name("post_attention_norm.weight")), nullptr) << l;
+    if (attends) {
+      EXPECT_EQ(file.tensor(name("attn_q.weight"))->dims, (std::vector<std::uint64_t>{256, 512}));
+      continue;
+    }
+    EXPECT_EQ(file.tensor(name("attn_qkv.weight"))->dims, (std::vector<std::uint64_t>{256, 512}));  // q, k 128; v 256
+    EXPECT_EQ(file.tensor(name("ssm_conv1d.weight"))->dims, (std::vector<std::uint64_t>{4, 512}));
+    EXPECT_EQ(file.tensor(name("ssm_conv1d.weight"))->type, TensorType::f32);
+    EXPECT_EQ(file.tensor(name("ssm_out.weight"))->dims, (std::vector<std::uint64_t>{256, 256}));
+    const TensorInfo& decays = *file.tensor(name("ssm_a"));
+    for (float v : gpu::dequantize(gpu::WeightType::f32, file.data(decays), 1, decays.row_length())) EXPECT_LT(v, 0.0f);
+  }
+  const ModelShape nine = *model_preset("qwen35-9b");
+  std::uint64_t per_layer_ffn = 3ull * 4096 * 12288, delta_net = 4096ull * (8192 + 4096 + 64 + 4096);
+  std::uint64_t attention = 4096ull * (8192 + 2048 + 4096), embeddings = 2ull * 4096 * nine.vocab;
+  std::uint64_t matrices = embeddings + 32 * per_layer_ffn + 24 * delta_net + 8 * attention;
+  EXPECT_NEAR(static_cast<double>(matrices), 8.95e9, 0.01e9);
+  SyntheticModel model = make_synthetic_model(nine, gpu::WeightType::q8_0, 1, "qwen35-9b");
+  EXPECT_GT(model.writer.file_size(), matrices / 32 * 34);
+  EXPECT_LT(model.writer.file_size(), matrices / 32 * 34 + 16'000'000);  // F32 vectors, the vocabulary, padding
+}
+
 TEST(SyntheticModel, ShapeProblems) {
   ModelShape shape = *model_preset("tiny");
   EXPECT_EQ(shape_problem(shape), std::nullopt);
