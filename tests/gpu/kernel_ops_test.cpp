@@ -763,7 +763,8 @@ TEST(MoeSort, GroupsEveryPairByExpertInTiles) {
 // where the device has them (skipped on lavapipe) each pair's output row as the CPU makes it from
 // the F16-rounded weights and activations: 4 experts of 200 rows (a last row tile part full), 72
 // tokens of 2 pairs (36 an expert: in tiles of 32, a second tile of 4), one input row a token or
-// one a pair.
+// one a pair; for quantized weights, also every expert decoded to F16 first (dequantize_f16) and
+// the F16 product, as a wide step takes it where ops::experts_dequantize says.
 TEST(NarrowExperts, MultiplyEachPairByItsExpertFromF16) {
   DeviceFeatures h100;
   h100.subgroup_size = 32;
@@ -774,6 +775,19 @@ TEST(NarrowExperts, MultiplyEachPairByItsExpertFromF16) {
   EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::bf16, 768, 2048));
   EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::q4_0, 768, 2080));  // K % 128 != 0
   EXPECT_FALSE(ops::experts_coopmat_applies(DeviceFeatures{}, WeightType::q4_k, 768, 2048));
+  // Decoded to F16 first: quantized types, from 24 pairs an expert (qwen3moe-30b-a3b's 128 experts
+  // at 384 tokens of 8), or as the choice says.
+  EXPECT_TRUE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048, 384 * 8, 128));
+  EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048, 383 * 8, 128));
+  EXPECT_TRUE(ops::experts_dequantize(h100, WeightType::q6_k, 2048, 768, 512 * 8, 128));
+  EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::f16, 768, 2048, 512 * 8, 128));  // F16 already
+  EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::q4_k, 200, 2048, 512 * 8, 128));  // M % 16 != 0
+  ops::KernelChoice choice;
+  choice.experts_f16 = ops::ExpertsF16::always;
+  EXPECT_TRUE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048, 16, 128, choice));
+  choice.experts_f16 = ops::ExpertsF16::never;
+  EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048, 512 * 8, 128, choice));
+  EXPECT_FALSE(ops::experts_dequantize(DeviceFeatures{}, WeightType::q4_k, 768, 2048, 512 * 8, 128));
   h100.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
   EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::q4_k, 768, 2048));  // built for 16x16x16 only
   for (const std::string& name : ops::experts_coopmat_modules()) EXPECT_NO_THROW((void)shaders::spirv(name)) << name;
@@ -802,12 +816,23 @@ TEST(NarrowExperts, MultiplyEachPairByItsExpertFromF16) {
         ops::moe_sort(rec, g.kernels, r(bi), r(order), r(tiles), pairs, experts, tile);
         ops::matmul_experts_coopmat(rec, g.kernels, type, r(bw), r(ba), r(order), r(tiles), r(out),
                                     {m, k, rows, used, per_pair}, experts, tile);
+        // And every expert decoded to F16 first (ops::experts_dequantize), then the F16 product.
+        auto w16 = g.scratch(std::uint64_t{experts} * m * k * 2), out16 = g.scratch(out.size());
+        if (quantized(type)) {
+          ops::dequantize_f16(rec, g.kernels, type, r(bw), r(w16), experts * m, k);
+          ops::matmul_experts_coopmat(rec, g.kernels, WeightType::f16, r(w16), r(ba), r(order), r(tiles), r(out16),
+                                      {m, k, rows, used, per_pair}, experts, tile);
+        }
         g.queue.submit_and_wait(rec);
         const Vec want = experts_reference(weights, acts, ids, m, k, used, per_pair);
         // Not tighter: the GPU's decoded weights may round to the other neighbouring half (as in
         // StagedBlocks); a pair with another's row or expert is off by ~1.
         EXPECT_LT(normalised_error(g.down<float>(out, want.size()), want), 1e-5)
             << weight_type_name(type) << (per_pair ? " per pair" : "") << ", tiles of " << tile;
+        if (quantized(type)) {
+          EXPECT_LT(normalised_error(g.down<float>(out16, want.size()), want), 1e-5)
+              << weight_type_name(type) << " through F16" << (per_pair ? " per pair" : "") << ", tiles of " << tile;
+        }
       }
     }
   }
