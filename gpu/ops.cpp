@@ -1387,10 +1387,10 @@ bool experts_dequantize(const DeviceFeatures& features, WeightType type, std::ui
   }
 }
 
-std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs) {
+std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs, bool glu) {
   const StagedShape x = tile_pairs == 64 ? StagedShape{4, 1, 2, 4, 2} : StagedShape{4, 1, 2, 2, 4};
-  return fmt::format("mul_mm_staged_experts_{}_16x16x16_{}x{}x{}x{}x{}", weight_type_name(type), x.sg_m, x.sg_n, x.tm,
-                     x.tn, x.kb);
+  return fmt::format("mul_mm_staged_experts_{}{}_16x16x16_{}x{}x{}x{}x{}", glu ? "glu_" : "", weight_type_name(type),
+                     x.sg_m, x.sg_n, x.tm, x.tn, x.kb);
 }
 
 std::vector<std::string> experts_coopmat_modules() {
@@ -1399,7 +1399,26 @@ std::vector<std::string> experts_coopmat_modules() {
     if (type != WeightType::f16 && !quantized(type)) continue;
     for (std::uint32_t tile_pairs : {64u, 32u}) names.push_back(experts_coopmat_module(type, tile_pairs));
   }
+  for (std::uint32_t tile_pairs : {64u, 32u}) names.push_back(experts_coopmat_module(WeightType::f16, tile_pairs, true));
   return names;
+}
+
+bool experts_glu_applies(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k) {
+  return m % 16 == 0 && experts_coopmat_applies(features, WeightType::f16, m, k);
+}
+
+void matmul_experts_glu(Recording& rec, KernelLibrary& lib, BufferRange gate16, BufferRange up16, BufferRange acts16,
+                        BufferRange order, BufferRange tiles, BufferRange out16, const ExpertProduct& s,
+                        std::uint32_t n_expert, std::uint32_t tile_pairs) {
+  const auto& features = lib.device().features();
+  if (!experts_glu_applies(features, s.m, s.k) || s.acts_q8 || s.acts_per_pair || (tile_pairs != 64 && tile_pairs != 32)) {
+    throw GpuError(fmt::format("the tensor-core experts' SwiGLU does not take F16 weights of {}x{} in tiles of {} on {}",
+                               s.m, s.k, tile_pairs, features.name));
+  }
+  // A workgroup's 128 rows are 64 features of gate and up each.
+  const std::uint32_t tiles_at_most = ceil_div(s.rows * s.used, tile_pairs) + n_expert;
+  dispatch_experts(rec, kernel(lib, experts_coopmat_module(WeightType::f16, tile_pairs, true), 6, 24, {0, 0, 0, 0, 0, 0}, 32),
+                   {gate16, acts16, out16, order, tiles, up16}, s, 64, tiles_at_most);
 }
 
 void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,

@@ -480,8 +480,17 @@ void matmul_experts_coopmat(Recording& rec, KernelLibrary& lib, WeightType type,
 // Its module for tile_pairs (128 rows, 4 subgroups of two 16-row fragments, by 64 or 32 columns, 2 or
 // 4 blocks of K a stage: the narrow path's shapes for 64 and 32 columns), and every one the host may
 // ask for, which shaders/CMakeLists.txt must build.
-std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs);
+std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs, bool glu = false);
 std::vector<std::string> experts_coopmat_modules();
+// A wide step's gate and up expert products and silu(gate) * up in one dispatch (mul_mm_staged.comp's
+// EXPERTS with GLU), as matmul_experts_coopmat makes each (tiles of tile_pairs, acts16 a row a token)
+// from F16 gate and up matrices (every expert's m x k in turn, each): out16 (pairs, m) F16, the down
+// product's input, with no gate or up output and no silu_mul_f16. experts_glu_applies: F16 weights
+// where matmul_experts_coopmat takes them, m % 16 == 0.
+bool experts_glu_applies(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k);
+void matmul_experts_glu(Recording& rec, KernelLibrary& lib, BufferRange gate16, BufferRange up16, BufferRange acts16,
+                        BufferRange order, BufferRange tiles, BufferRange out16, const ExpertProduct& shape,
+                        std::uint32_t n_expert, std::uint32_t tile_pairs = experts_coopmat_pairs);
 // Whether a wide step of `pairs` (token, expert) pairs over n_expert experts first decodes every
 // expert's m x k matrix of quantized `type` to F16 (dequantize_f16 of the whole tensor, n_expert * m
 // rows, into a step's scratch) and gives matmul_experts_coopmat the F16 matrices, instead of

@@ -606,7 +606,8 @@ bool GpuModel::Step::experts_on_tensor_cores(const GpuLayer& L) const {
 
 // A wide step's expert products on the tensor cores, as expert_product makes them but from F16
 // inputs: gate and up from the normed rows, down from silu(gate) * up. The matrices the plan says
-// are decoded to F16 first, every expert's (gate and up side by side, then down where they were).
+// are decoded to F16 first, every expert's (gate and up side by side, then down where they were);
+// F16 gate and up make silu(gate) * up in one dispatch where the plan says (glu).
 void GpuModel::Step::expert_products_f16(const GpuLayer& L, const LayerPlan& p) {
   const std::uint32_t used = c_.n_expert_used, pairs = n_ * used;
   to_f16(s_.h, n_, c_.n_embd);
@@ -620,14 +621,22 @@ void GpuModel::Step::expert_products_f16(const GpuLayer& L, const LayerPlan& p) 
   const auto gate_up16 = dequantize({{&L.w_gate, &p.gate}, {&L.w_up, &p.up}});
   if (p.gate.dequantize || p.up.dequantize) mark("dequantize experts");
   const ops::ExpertProduct gate_up{c_.n_ff_exp, c_.n_embd, n_, used};
-  product(L.w_gate, gate_up16[0], acts16(), s_.expert_gate, gate_up);
-  rec().next_runs_alongside();  // gate and up read the same input and write apart
-  product(L.w_up, gate_up16[1], acts16(), s_.expert_up, gate_up);
-  mark("matmul experts gate, up");
   if (!s_.expert_glu16) s_.expert_glu16 = pool_.allocate(std::uint64_t{pairs} * c_.n_ff_exp * 2, "scratch");
-  ops::silu_mul_f16(rec(), lib_, s_.expert_gate.range(), s_.expert_up.range(), s_.expert_glu16.range(), pairs, pairs,
-                    c_.n_ff_exp);
-  mark("silu");
+  if (p.glu) {
+    auto f16 = [](const GpuTensor& w, BufferRange w16) { return w16.buffer != VK_NULL_HANDLE ? w16 : w.buffer.range(); };
+    ops::matmul_experts_glu(rec(), lib_, f16(L.w_gate, gate_up16[0]), f16(L.w_up, gate_up16[1]), acts16(),
+                            s_.expert_order.range(), s_.expert_tiles.range(), s_.expert_glu16.range(), gate_up,
+                            c_.n_expert);
+    mark("matmul experts gate, up");
+  } else {
+    product(L.w_gate, gate_up16[0], acts16(), s_.expert_gate, gate_up);
+    rec().next_runs_alongside();  // gate and up read the same input and write apart
+    product(L.w_up, gate_up16[1], acts16(), s_.expert_up, gate_up);
+    mark("matmul experts gate, up");
+    ops::silu_mul_f16(rec(), lib_, s_.expert_gate.range(), s_.expert_up.range(), s_.expert_glu16.range(), pairs, pairs,
+                      c_.n_ff_exp);
+    mark("silu");
+  }
   const BufferRange down16 = dequantize({{&L.w_down, &p.down}})[0];
   if (p.down.dequantize) mark("dequantize experts");
   product(L.w_down, down16, s_.expert_glu16.range(), s_.expert_out, {c_.n_embd, c_.n_ff_exp, n_, used, true});

@@ -123,6 +123,8 @@ class Planner {
     p.gate.dequantize = dequantize(L.w_gate, n_ff, n_embd);
     p.up.dequantize = dequantize(L.w_up, n_ff, n_embd);
     p.down.dequantize = dequantize(L.w_down, n_embd, n_ff);
+    auto f16 = [](const GpuTensor& w, const ProductPlan& q) { return w.type == gpu::WeightType::f16 || q.dequantize; };
+    p.glu = f16(L.w_gate, p.gate) && f16(L.w_up, p.up) && ops::experts_glu_applies(features_, n_ff, n_embd);
     return p;
   }
 

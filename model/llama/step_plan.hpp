@@ -51,7 +51,9 @@ struct LayerPlan {
   // Gemma's post-norms: the attention block's post-norm add makes the feed-forward block's norm's
   // int8 input too (ops::rms_norm_add_quantize_q8), where that block reads it alone.
   bool ffn_norm_q8 = false;
-  bool glu = false;  // gate and up as one SwiGLU product on the narrow path (ops::matmul_narrow_glu)
+  // gate and up as one SwiGLU product on the narrow path (ops::matmul_narrow_glu); a mixture's: its
+  // experts' F16 gate and up matrices (as they are or decoded first) in one (ops::matmul_experts_glu).
+  bool glu = false;
   NormInput ffn_input = NormInput::f32;
   // A mixture of experts' gate, up and down matrices (every expert's) take only `dequantize`: a wide
   // step on the tensor cores decodes that matrix to F16 first (ops::experts_dequantize).

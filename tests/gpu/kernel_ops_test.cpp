@@ -838,6 +838,49 @@ TEST(NarrowExperts, MultiplyEachPairByItsExpertFromF16) {
   }
 }
 
+// The experts' SwiGLU in one dispatch (matmul_experts_glu): each pair's silu(gate x a) * (up x a)
+// as F16, against the CPU's from the same F16-rounded weights and activations: 4 experts of 208
+// features (416 rows of gate and up: a last row tile part full), 72 tokens of 2 pairs, tiles of 64
+// and 32 (36 pairs an expert: a second tile of 4). Where the device has tensor-core expert products
+// (skipped on lavapipe).
+TEST(NarrowExperts, SwiGluIsSiluOfTheGateTimesTheUpProduct) {
+  DeviceFeatures h100;
+  h100.subgroup_size = 32;
+  h100.cooperative_matrix = CooperativeMatrixShape{16, 16, 16};
+  EXPECT_TRUE(ops::experts_glu_applies(h100, 768, 2048));
+  EXPECT_FALSE(ops::experts_glu_applies(h100, 200, 2048));  // m % 16 != 0
+  EXPECT_FALSE(ops::experts_glu_applies(DeviceFeatures{}, 768, 2048));
+  Gpu& g = shared_gpu();
+  const std::uint32_t experts = 4, m = 208, k = 256, rows = 72, used = 2, pairs = rows * used;
+  if (!ops::experts_glu_applies(g.device.features(), m, k)) GTEST_SKIP() << "no tensor-core expert products on this device";
+  std::vector<std::uint32_t> ids(pairs);
+  for (std::uint32_t i = 0; i < pairs; ++i) ids[i] = (i * 7 + i / 5) % experts;
+  auto halves_of = [](Vec& v) {
+    std::vector<std::uint16_t> halves(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = half_to_float(halves[i] = float_to_half(v[i]));
+    return halves;
+  };
+  Vec gate = random_vec(std::size_t{experts} * m * k, 41), up = random_vec(gate.size(), 42),
+      acts = random_vec(std::size_t{rows} * k, 43);
+  auto bg = g.up(halves_of(gate)), bu = g.up(halves_of(up)), ba = g.up(halves_of(acts)), bi = g.up(ids);
+  const Vec gate_out = experts_reference(gate, acts, ids, m, k, used, false),
+            up_out = experts_reference(up, acts, ids, m, k, used, false);
+  Vec want(gate_out.size());
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] = gate_out[i] / (1.0f + std::exp(-gate_out[i])) * up_out[i];
+  for (std::uint32_t tile : {64u, 32u}) {
+    auto out = g.scratch(std::uint64_t{pairs} * m * 2), order = g.scratch(pairs * 4),
+         tiles = g.scratch(ops::moe_tiles_bytes(pairs, experts));
+    auto rec = g.queue.begin();
+    ops::moe_sort(rec, g.kernels, r(bi), r(order), r(tiles), pairs, experts, tile);
+    ops::matmul_experts_glu(rec, g.kernels, r(bg), r(bu), r(ba), r(order), r(tiles), r(out), {m, k, rows, used},
+                            experts, tile);
+    g.queue.submit_and_wait(rec);
+    Vec got;
+    for (std::uint16_t h : g.down<std::uint16_t>(out, want.size())) got.push_back(half_to_float(h));
+    EXPECT_LT(normalised_error(got, want), 2e-3) << "tiles of " << tile;  // the output rounded to F16
+  }
+}
+
 // The SwiGLU in one dispatch is silu(gate) * up of the two narrow products, each made alone, in
 // F16: edge features (40 rows, so the last tile's second fragment is partly past them) and padded
 // columns (zero) included. Runs where the device has cooperative matrices (the H100), skips on

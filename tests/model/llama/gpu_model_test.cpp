@@ -186,7 +186,9 @@ TEST_P(GpuModelExperts, WideStepMatchesNarrowSteps) {
 // A wide step of quantized experts on the tensor cores (skipped where the device has none, as on
 // lavapipe): every expert's matrices decoded to F16 first (ops::ExpertsF16::always) against the
 // weights decoded in each tile (never), 40 tokens of Q4_K, Q8_0 and Q6_K weights. Both decode a
-// block to the same halves and multiply them in the same tiles and order: the same logits.
+// block to the same halves and multiply them in the same tiles and order; decoded first, gate and
+// up then make silu(gate) * up in one dispatch (ops::matmul_experts_glu) where the other way has a
+// dispatch of its own for it: the same logits but for rounding.
 TEST(GpuModelExpertsF16, DecodingFirstMatchesDecodingInTheTiles) {
   const LlamaConfig config = experts_config(Architecture::qwen3moe);
   auto& g = gpu::testing::shared_gpu();
