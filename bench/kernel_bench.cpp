@@ -530,6 +530,21 @@ void bench_wide_experts(Bench& b, Table& table, WeightType type, std::uint32_t t
       ops::matmul_experts_coopmat(r, b.kernels_, WeightType::f16, w16.range(), acts16.range(), order.range(),
                                   tiles.range(), out.range(), f16, n_expert, ops::experts_coopmat_pairs);
     });
+    if (per_pair || !ops::experts_glu_applies(b.device_.features(), m, k)) continue;
+    // What a wide step does with them (ops::experts_dequantize): gate and up (here one matrix twice)
+    // decoded to F16, then silu(gate) * up in one dispatch; against twice the row above and silu.
+    auto up16 = b.pool_.allocate(w16.size(), "bench"), glu16 = b.pool_.allocate(2ull * pairs * m, "bench");
+    const double us = b.time_us([&](Recording& r) {
+      const PoolBuffer& w = weights[next++ % weights.size()];
+      ops::dequantize_f16(r, b.kernels_, type, w.range(), w16.range(), n_expert * m, k);
+      r.next_runs_alongside();
+      ops::dequantize_f16(r, b.kernels_, type, w.range(), up16.range(), n_expert * m, k);
+      ops::matmul_experts_glu(r, b.kernels_, w16.range(), up16.range(), acts16.range(), order.range(), tiles.range(),
+                              glu16.range(), f16, n_expert);
+    });
+    table.add({kernel, fmt::format("gate+up 2x{}x{}, {}x{}", n_expert, m, k, pairs), t,
+               fmt::format("coopmat SwiGLU via F16, tiles of {}", ops::experts_coopmat_pairs), us, 2 * traffic,
+               2 * flops, ""});
   }
   b.pool_.trim();
 }
@@ -831,7 +846,8 @@ void write_report(const KernelBenchOptions& o, const std::string& header, const 
           " tiles staged through shared memory; \"K in S\": K split in S slices, as the model does for the residual products;"
           " \"via F16\": the weights dequantized to F16 first, both timed, as the model does for wide products);"
           " experts (--experts-only): tiled (mul_mm_id.comp, tiles of 16 pairs), coopmat (mul_mm_staged.comp's EXPERTS,"
-          " tiles of 64 or 32; \"via F16\": every expert dequantized to F16 first, both timed), GB/s counting every"
+          " tiles of 64 or 32; \"via F16\": every expert dequantized to F16 first, both timed; \"SwiGLU via F16\":"
+          " gate and up so, then silu(gate) * up in one dispatch, as a wide step does), GB/s counting every"
           " expert's weights once; router: ops::matmul (automatic path) and router.comp, the weights from L2;"
           " check: output vs tiled;"
           " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"

@@ -1427,10 +1427,27 @@ void matmul_experts_coopmat(Recording& rec, KernelLibrary& lib, WeightType type,
                    {weights, acts16, out, order, tiles}, s, 128, tiles_at_most);
 }
 
-std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs) {
+// The threshold from the H200's figures for qwen3moe-30b-a3b's gate (128 experts of 768 x 2048,
+// Q4_K; bench/results/moe-gemma-2026-11-29-h200/kernels-experts.md): decoded in the tiles the
+// product makes ~23 TFLOP/s, 0.13 us a pair; through F16 ~40 TFLOP/s, 0.08 us a pair, after ~150 us
+// of decoding (113 MB read, 403 MB written at ~3.4 TB/s). Those meet at ~2,900 pairs, 22 an
+// expert; 512 tokens of 8 experts are 32 an expert. Below it every expert is still decoded, for
+// fewer pairs (16 tokens, one an expert: 1.27 against 0.88 ms; the 64-token rows there are slower
+// than the 512-token ones on every path, which this arithmetic does not explain).
+bool experts_dequantize(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
+                        std::uint32_t pairs, std::uint32_t n_expert, const KernelChoice& choice) {
+  if (!quantized(type) || m % 16 != 0 || !experts_coopmat_applies(features, type, m, k)) return false;
+  switch (choice.experts_f16) {
+    case ExpertsF16::always: return true;
+    case ExpertsF16::never: return false;
+    default: return std::uint64_t{pairs} >= std::uint64_t{experts_f16_min_pairs} * n_expert;
+  }
+}
+
+std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs, bool glu) {
   const StagedShape x = tile_pairs == 64 ? StagedShape{4, 1, 2, 4, 2} : StagedShape{4, 1, 2, 2, 4};
-  return fmt::format("mul_mm_staged_experts_{}_16x16x16_{}x{}x{}x{}x{}", weight_type_name(type), x.sg_m, x.sg_n, x.tm,
-                     x.tn, x.kb);
+  return fmt::format("mul_mm_staged_experts_{}{}_16x16x16_{}x{}x{}x{}x{}", glu ? "glu_" : "", weight_type_name(type),
+                     x.sg_m, x.sg_n, x.tm, x.tn, x.kb);
 }
 
 std::vector<std::string> experts_coopmat_modules() {
@@ -1439,7 +1456,26 @@ std::vector<std::string> experts_coopmat_modules() {
     if (type != WeightType::f16 && !quantized(type)) continue;
     for (std::uint32_t tile_pairs : {64u, 32u}) names.push_back(experts_coopmat_module(type, tile_pairs));
   }
+  for (std::uint32_t tile_pairs : {64u, 32u}) names.push_back(experts_coopmat_module(WeightType::f16, tile_pairs, true));
   return names;
+}
+
+bool experts_glu_applies(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k) {
+  return m % 16 == 0 && experts_coopmat_applies(features, WeightType::f16, m, k);
+}
+
+void matmul_experts_glu(Recording& rec, KernelLibrary& lib, BufferRange gate16, BufferRange up16, BufferRange acts16,
+                        BufferRange order, BufferRange tiles, BufferRange out16, const ExpertProduct& s,
+                        std::uint32_t n_expert, std::uint32_t tile_pairs) {
+  const auto& features = lib.device().features();
+  if (!experts_glu_applies(features, s.m, s.k) || s.acts_q8 || s.acts_per_pair || (tile_pairs != 64 && tile_pairs != 32)) {
+    throw GpuError(fmt::format("the tensor-core experts' SwiGLU does not take F16 weights of {}x{} in tiles of {} on {}",
+                               s.m, s.k, tile_pairs, features.name));
+  }
+  // A workgroup's 128 rows are 64 features of gate and up each.
+  const std::uint32_t tiles_at_most = ceil_div(s.rows * s.used, tile_pairs) + n_expert;
+  dispatch_experts(rec, kernel(lib, experts_coopmat_module(WeightType::f16, tile_pairs, true), 6, 24, {0, 0, 0, 0, 0, 0}, 32),
+                   {gate16, acts16, out16, order, tiles, up16}, s, 64, tiles_at_most);
 }
 
 void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,

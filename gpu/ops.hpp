@@ -143,6 +143,10 @@ struct DirectShape {
 // columns (automatic: where it measured faster in the model), for everything it can take
 // (always), or never.
 enum class DirectUse { automatic, always, never };
+// Whether a wide step's expert products of quantized weights decode every expert's matrix to F16
+// first and multiply F16 weights (experts_dequantize): from experts_f16_min_pairs pairs an expert
+// (automatic), wherever they can (always), or never (the weights decoded in each tile).
+enum class ExpertsF16 { automatic, always, never };
 
 // Which kernels and shapes the products take where several could: a plain value every op that
 // depends on it takes as an argument. Its defaults are the tuned choices a model step takes;
@@ -158,6 +162,7 @@ struct KernelChoice {
   std::uint32_t staged_splits = 0;  // K slices of the narrow path's split products; 0: tuned
   DirectUse direct_use = DirectUse::automatic;
   DirectShape direct_shape;
+  ExpertsF16 experts_f16 = ExpertsF16::automatic;
 };
 
 enum class MatmulPath : std::uint8_t { automatic, vector, tiled, cooperative };
@@ -503,8 +508,27 @@ void matmul_experts_coopmat(Recording& rec, KernelLibrary& lib, WeightType type,
 // Its module for tile_pairs (128 rows, 4 subgroups of two 16-row fragments, by 64 or 32 columns, 2 or
 // 4 blocks of K a stage: the narrow path's shapes for 64 and 32 columns), and every one the host may
 // ask for, which shaders/CMakeLists.txt must build.
-std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs);
+std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs, bool glu = false);
 std::vector<std::string> experts_coopmat_modules();
+// A wide step's gate and up expert products and silu(gate) * up in one dispatch (mul_mm_staged.comp's
+// EXPERTS with GLU), as matmul_experts_coopmat makes each (tiles of tile_pairs, acts16 a row a token)
+// from F16 gate and up matrices (every expert's m x k in turn, each): out16 (pairs, m) F16, the down
+// product's input, with no gate or up output and no silu_mul_f16. experts_glu_applies: F16 weights
+// where matmul_experts_coopmat takes them, m % 16 == 0.
+bool experts_glu_applies(const DeviceFeatures& features, std::uint32_t m, std::uint32_t k);
+void matmul_experts_glu(Recording& rec, KernelLibrary& lib, BufferRange gate16, BufferRange up16, BufferRange acts16,
+                        BufferRange order, BufferRange tiles, BufferRange out16, const ExpertProduct& shape,
+                        std::uint32_t n_expert, std::uint32_t tile_pairs = experts_coopmat_pairs);
+// Whether a wide step of `pairs` (token, expert) pairs over n_expert experts first decodes every
+// expert's m x k matrix of quantized `type` to F16 (dequantize_f16 of the whole tensor, n_expert * m
+// rows, into a step's scratch) and gives matmul_experts_coopmat the F16 matrices, instead of
+// decoding the weights in every tile (choice.experts_f16). Decoding first writes and reads 4 bytes
+// a weight more, once a step; in the tiles the decoding holds each workgroup's loads up (H200,
+// qwen3moe-30b-a3b at 512 tokens: 21-24 TFLOP/s). automatic: from experts_f16_min_pairs pairs an
+// expert on average, where the F16 product's saving pays for the decoding (see ops.cpp).
+inline constexpr std::uint32_t experts_f16_min_pairs = 24;
+bool experts_dequantize(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
+                        std::uint32_t pairs, std::uint32_t n_expert, const KernelChoice& choice = {});
 // x(row, n) += sum over the row's slots of weight(row, slot) * outputs(row * used + slot, n).
 void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,
                  std::uint32_t rows, std::uint32_t n, std::uint32_t used);

@@ -26,7 +26,9 @@
 // tile's activation rows, gathered through `order` (binding 3; the row of pair q is q, or q / slots
 // where the activations are a row a token), and writes each pair's output row (pair, M) of out.
 // Columns past the tile's pairs load its first pair's row (no padding needed); their fragments are
-// neither multiplied nor written. No K split, no ACCUMULATE, no GLU.
+// neither multiplied nor written. No K split, no ACCUMULATE. With GLU too (F16 weights only): binding
+// 0 every expert's gate rows, 5 their up rows, and each pair's silu(gate) * up row (pair, M) goes
+// to binding 2 as F16, the down product's input.
 //
 // The host guarantees: subgroups of 32, K % 32 == 0, M % 16 == 0 for F16 weights, 16-byte aligned
 // buffer offsets, activations F16 with their columns padded to whole BN tiles (the pad zero).
@@ -34,8 +36,8 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
-#if defined(EXPERTS) && defined(GLU)
-#error "the experts' product writes each product apart"
+#if defined(EXPERTS) && defined(GLU) && !defined(A_F16)
+#error "the experts' SwiGLU reads F16 weights"
 #endif
 #if defined(GLU) && SHAPE_TM != 2
 #error "GLU takes two 16-row fragments a subgroup (TM = 2): gate and up"
@@ -55,7 +57,9 @@ layout(constant_id = 5) const uint ACCUMULATE = 0;  // 1: out += the product
 layout(push_constant) uniform Params { uint M; uint K; uint slots; uint per_slot; uint tile0; uint N; } p;
 layout(binding = 3) readonly buffer Order { uint order[]; };
 layout(binding = 4) readonly buffer Tiles { uvec4 tiles[]; };  // word 0: the count; then (expert, first, pairs, 0)
+#define UP_BINDING 5  // GLU's up matrix
 #else
+#define UP_BINDING 3
 layout(push_constant) uniform Params { uint M; uint K; uint N; } p;
 #endif
 
@@ -105,7 +109,7 @@ const uint expert_first = 0;
 // matrix's: a subgroup's rows 32 s .. 32 s + 15 are gate rows of features m0 / 2 + 16 s .., its rows
 // 32 s + 16 .. 32 s + 31 up rows of the same features.
 #if defined(GLU)
-uint a_row(uint m0, uint rho) { return min(m0 / 2 + (rho / 32) * 16 + rho % 16, p.M - 1); }
+uint a_row(uint m0, uint rho) { return expert_first + min(m0 / 2 + (rho / 32) * 16 + rho % 16, p.M - 1); }
 bool a_up(uint rho) { return (rho / 16) % 2 == 1; }
 #else
 uint a_row(uint m0, uint rho) { return expert_first + min(m0 + rho, p.M - 1); }
@@ -116,7 +120,7 @@ bool a_up(uint rho) { return false; }
 const bool DECODES_ON_LOAD = false;
 layout(binding = 0) readonly buffer W { uvec4 w4[]; };
 #if defined(GLU)
-layout(binding = 3) readonly buffer W2 { uvec4 w4_up[]; };
+layout(binding = UP_BINDING) readonly buffer W2 { uvec4 w4_up[]; };
 #endif
 // A stage of weights: BM rows x 4 * KB words; each thread carries A_LOADS of them.
 const uint A_UNITS = BM * 4 * KB;
@@ -178,7 +182,7 @@ void store_a(uint stage) {
 #else
 layout(binding = 0) readonly buffer W { uint w32[]; };
 #if defined(GLU)
-layout(binding = 3) readonly buffer W2 { uint w32_up[]; };
+layout(binding = UP_BINDING) readonly buffer W2 { uint w32_up[]; };
 #endif
 const bool DECODES_ON_LOAD = false;
 // A stage of weights: BM rows x KB blocks; each thread carries A_LOADS blocks, each as the WORDS
@@ -389,7 +393,29 @@ void main() {
     }
   }
   const uint c_base = sg * 16 * CM_N;
-#if defined(EXPERTS)
+#if defined(EXPERTS) && defined(GLU)
+  // Fragment 0 of each column is the gate, fragment 1 the up product, of features f0 .. f0 + 15 of
+  // the tile's expert; each column a pair's F16 row, through tile_c element by element.
+  const uint f0 = m0 / 2 + sm * 16;
+  [[unroll]] for (uint j = 0; j < TN; ++j) {
+    const uint c0 = sn * TN * CM_N + CM_N * j;
+    if (f0 >= p.M || c0 >= tile.z) continue;
+    fcoopmatNV<32, gl_ScopeSubgroup, CM_M, CM_N> h = acc[j];
+    [[unroll]] for (uint e = 0; e < h.length(); ++e) {
+      const float g = acc[j][e];
+      h[e] = g / (1.0 + exp(-g)) * acc[TN + j][e];
+    }
+    coopMatStoreNV(h, tile_c, c_base, 16, true);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    for (uint e = lane; e < 16 * CM_N; e += 32) {
+      const uint row = f0 + e % 16, c = c0 + e / 16;
+      if (row < p.M && c < tile.z) out16[tile_pairs[c] * p.M + row] = float16_t(tile_c[c_base + e]);
+    }
+    subgroupBarrier();
+  }
+  return;
+#elif defined(EXPERTS)
   // Each column is a pair's output row: every fragment goes through tile_c, element by element.
   [[unroll]] for (uint i = 0; i < TM; ++i) {
     [[unroll]] for (uint j = 0; j < TN; ++j) {
@@ -407,7 +433,7 @@ void main() {
   }
   return;
 #endif
-#if defined(GLU)
+#if defined(GLU) && !defined(EXPERTS)
   // Fragment 0 of each column is the gate, fragment 1 the up product, of features f0 .. f0 + 15.
   const uint f0 = m0 / 2 + sm * 16;
   [[unroll]] for (uint j = 0; j < TN; ++j) {

@@ -46,6 +46,7 @@ struct GenerateOptions {
   std::uint32_t page_size = 16;
   std::uint32_t batch = 1;
   std::string matvec_shape;  // the vector kernel's workgroup, for measuring others than the tuned one
+  std::string experts_f16 = "auto";  // gpu::ops::ExpertsF16: auto, always, never
 };
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -315,11 +316,12 @@ void generate(const GenerateOptions& o) {
   model::GpuContext ctx{queue, pool, kernels};
   auto load_start = Clock::now();
   model::GpuModel gpu_model(ctx, config, model::gguf_tensor_source(file), "weights:" + o.model);
-  if (!o.matvec_shape.empty()) {
-    gpu::ops::KernelChoice choice;
-    choice.matvec_shape = parse_matvec_shape(o.matvec_shape);
-    gpu_model.set_kernel_choice(choice);
-  }
+  gpu::ops::KernelChoice choice;
+  if (!o.matvec_shape.empty()) choice.matvec_shape = parse_matvec_shape(o.matvec_shape);
+  choice.experts_f16 = o.experts_f16 == "always"  ? gpu::ops::ExpertsF16::always
+                       : o.experts_f16 == "never" ? gpu::ops::ExpertsF16::never
+                                                  : gpu::ops::ExpertsF16::automatic;
+  gpu_model.set_kernel_choice(choice);
   const double load_s = seconds(Clock::now() - load_start);
   if (o.batch > 1) {
     generate_batched(o, gpu_model, ctx, config, tokenizer, prompt);
@@ -351,6 +353,13 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--batch", o->batch, "decode this many copies of the prompt side by side (greedy), as a server's batch")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));
+  cmd->add_option("--experts-f16", o->experts_f16,
+                  fmt::format("a mixture of experts' wide steps on the tensor cores: decode every expert's quantized "
+                              "matrix to F16 first (always), the weights in each tile instead (never), or the first "
+                              "from {} pairs an expert on average (auto)",
+                              gpu::ops::experts_f16_min_pairs))
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->callback([o] {
     o->model = resolve_model(o->model);
     generate(*o);

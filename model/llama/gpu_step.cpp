@@ -173,11 +173,11 @@ class GpuModel::Step {
   void record_geglu(const GpuLayer& L, const LayerPlan& p, const GpuTensor* next_norm);
   // Whether the residual product before made `norm`'s input (F16 or int8): its own dispatch is skipped.
   bool made_by_residual(const GpuTensor& norm) { return std::exchange(normed_by_residual_, nullptr) == &norm; }
-  void record_experts(const GpuLayer& L);
+  void record_experts(const GpuLayer& L, const LayerPlan& p);
   void record_router(const GpuLayer& L, bool q8, bool only_q8);
   void expert_product(const GpuTensor& w, BufferRange acts, const PoolBuffer& out, const ops::ExpertProduct& shape);
   bool experts_on_tensor_cores(const GpuLayer& L) const;
-  void expert_products_f16(const GpuLayer& L);
+  void expert_products_f16(const GpuLayer& L, const LayerPlan& p);
   void narrow_residual(const GpuTensor& w, const ProductPlan& p, BufferRange input, const GpuTensor* next_norm);
   std::uint32_t product_narrow(const GpuTensor& w, const PoolBuffer& out, std::uint32_t columns, bool accumulate,
                                BufferRange dequantized = {}, BufferRange split_scratch = {}, bool sum_later = false,
@@ -453,7 +453,7 @@ void GpuModel::Step::record_feed_forward(std::uint32_t l) {
   const GpuTensor* next_attn_norm = l + 1 < c_.n_layers ? &model_.layers_[l + 1].attn_norm : nullptr;
   const GpuTensor* next_norm = p.next_norm_f16 ? next_attn_norm : nullptr;
   if (c_.moe()) {
-    record_experts(L);
+    record_experts(L, p);
   } else if (c_.gelu()) {
     record_geglu(L, p, p.next_norm_q8 ? next_attn_norm : nullptr);
   } else if (p.glu) {
@@ -491,7 +491,7 @@ void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p, const G
 
 // x += the weighted sum of each token's experts' SwiGLU blocks, the experts and weights routed
 // on the GPU; each product reads only the experts its tokens chose.
-void GpuModel::Step::record_experts(const GpuLayer& L) {
+void GpuModel::Step::record_experts(const GpuLayer& L, const LayerPlan& p) {
   const std::uint32_t used = c_.n_expert_used, pairs = n_ * used;
   if (!s_.experts) {
     s_.router_logits = scratch(std::uint64_t{n_} * c_.n_expert);
@@ -517,7 +517,7 @@ void GpuModel::Step::record_experts(const GpuLayer& L) {
                   tensor_cores ? ops::experts_coopmat_pairs : ops::experts_tile_pairs);
     mark("route");
     if (tensor_cores) {
-      expert_products_f16(L);
+      expert_products_f16(L, p);
       ops::moe_combine(rec(), lib_, s_.expert_out.range(), s_.expert_weights.range(), s_.x.range(), n_, c_.n_embd, used);
       mark("experts sum");
       return;
@@ -605,25 +605,41 @@ bool GpuModel::Step::experts_on_tensor_cores(const GpuLayer& L) const {
 }
 
 // A wide step's expert products on the tensor cores, as expert_product makes them but from F16
-// inputs: gate and up from the normed rows, down from silu(gate) * up.
-void GpuModel::Step::expert_products_f16(const GpuLayer& L) {
+// inputs: gate and up from the normed rows, down from silu(gate) * up. The matrices the plan says
+// are decoded to F16 first, every expert's (gate and up side by side, then down where they were);
+// F16 gate and up make silu(gate) * up in one dispatch where the plan says (glu).
+void GpuModel::Step::expert_products_f16(const GpuLayer& L, const LayerPlan& p) {
   const std::uint32_t used = c_.n_expert_used, pairs = n_ * used;
   to_f16(s_.h, n_, c_.n_embd);
   mark("quantize");
-  auto product = [&](const GpuTensor& w, BufferRange in, const PoolBuffer& out, const ops::ExpertProduct& shape) {
-    ops::matmul_experts_coopmat(rec(), lib_, w.type, w.buffer.range(), in, s_.expert_order.range(),
-                                s_.expert_tiles.range(), out.range(), shape, c_.n_expert);
+  auto product = [&](const GpuTensor& w, BufferRange w16, BufferRange in, const PoolBuffer& out,
+                     const ops::ExpertProduct& shape) {
+    const bool f16 = w16.buffer != VK_NULL_HANDLE;
+    ops::matmul_experts_coopmat(rec(), lib_, f16 ? gpu::WeightType::f16 : w.type, f16 ? w16 : w.buffer.range(), in,
+                                s_.expert_order.range(), s_.expert_tiles.range(), out.range(), shape, c_.n_expert);
   };
+  const auto gate_up16 = dequantize({{&L.w_gate, &p.gate}, {&L.w_up, &p.up}});
+  if (p.gate.dequantize || p.up.dequantize) mark("dequantize experts");
   const ops::ExpertProduct gate_up{c_.n_ff_exp, c_.n_embd, n_, used};
-  product(L.w_gate, acts16(), s_.expert_gate, gate_up);
-  rec().next_runs_alongside();  // gate and up read the same input and write apart
-  product(L.w_up, acts16(), s_.expert_up, gate_up);
-  mark("matmul experts gate, up");
   if (!s_.expert_glu16) s_.expert_glu16 = pool_.allocate(std::uint64_t{pairs} * c_.n_ff_exp * 2, "scratch");
-  ops::silu_mul_f16(rec(), lib_, s_.expert_gate.range(), s_.expert_up.range(), s_.expert_glu16.range(), pairs, pairs,
-                    c_.n_ff_exp);
-  mark("silu");
-  product(L.w_down, s_.expert_glu16.range(), s_.expert_out, {c_.n_embd, c_.n_ff_exp, n_, used, true});
+  if (p.glu) {
+    auto f16 = [](const GpuTensor& w, BufferRange w16) { return w16.buffer != VK_NULL_HANDLE ? w16 : w.buffer.range(); };
+    ops::matmul_experts_glu(rec(), lib_, f16(L.w_gate, gate_up16[0]), f16(L.w_up, gate_up16[1]), acts16(),
+                            s_.expert_order.range(), s_.expert_tiles.range(), s_.expert_glu16.range(), gate_up,
+                            c_.n_expert);
+    mark("matmul experts gate, up");
+  } else {
+    product(L.w_gate, gate_up16[0], acts16(), s_.expert_gate, gate_up);
+    rec().next_runs_alongside();  // gate and up read the same input and write apart
+    product(L.w_up, gate_up16[1], acts16(), s_.expert_up, gate_up);
+    mark("matmul experts gate, up");
+    ops::silu_mul_f16(rec(), lib_, s_.expert_gate.range(), s_.expert_up.range(), s_.expert_glu16.range(), pairs, pairs,
+                      c_.n_ff_exp);
+    mark("silu");
+  }
+  const BufferRange down16 = dequantize({{&L.w_down, &p.down}})[0];
+  if (p.down.dequantize) mark("dequantize experts");
+  product(L.w_down, down16, s_.expert_glu16.range(), s_.expert_out, {c_.n_embd, c_.n_ff_exp, n_, used, true});
   mark("matmul experts down");
 }
 

@@ -94,7 +94,7 @@ class Planner {
     p.qkv_write_heads = writes_heads(L);
     p.rope_sums_qkv = !L.bq.buffer && !L.bk.buffer && !L.bv.buffer && !config_.qk_norm();
     p.out = residual(L.wo);
-    if (config_.moe()) return p;  // the experts' block reads its own norm (GpuModel's record_experts)
+    if (config_.moe()) return experts(L, p);  // the experts' block reads its own norm (record_experts)
     p.glu = glu(L);
     p.ffn_input = norm_input(std::array{&L.w_gate, &L.w_up});
     p.ffn_norm_f16 = p.glu || p.ffn_input == NormInput::f16;
@@ -102,6 +102,29 @@ class Planner {
     p.gate = grouped(L.w_gate, p.ffn_input);
     p.up = grouped(L.w_up, p.ffn_input);
     p.down = residual(L.w_down);
+    return p;
+  }
+
+  // A wide step's expert products on the tensor cores (where they take all three matrices): which
+  // matrices are decoded to F16 first.
+  LayerPlan experts(const GpuLayer& L, LayerPlan p) const {
+    const std::uint32_t n_ff = config_.n_ff_exp, n_embd = config_.n_embd;
+    auto applies = [&](const GpuTensor& w, std::uint32_t m, std::uint32_t k) {
+      return ops::experts_coopmat_applies(features_, w.type, m, k);
+    };
+    if (n_ <= ops::matvec_max_columns || !applies(L.w_gate, n_ff, n_embd) || !applies(L.w_up, n_ff, n_embd) ||
+        !applies(L.w_down, n_embd, n_ff)) {
+      return p;
+    }
+    const std::uint32_t pairs = n_ * config_.n_expert_used;
+    auto dequantize = [&](const GpuTensor& w, std::uint32_t m, std::uint32_t k) {
+      return ops::experts_dequantize(features_, w.type, m, k, pairs, config_.n_expert, kernels_);
+    };
+    p.gate.dequantize = dequantize(L.w_gate, n_ff, n_embd);
+    p.up.dequantize = dequantize(L.w_up, n_ff, n_embd);
+    p.down.dequantize = dequantize(L.w_down, n_embd, n_ff);
+    auto f16 = [](const GpuTensor& w, const ProductPlan& q) { return w.type == gpu::WeightType::f16 || q.dequantize; };
+    p.glu = f16(L.w_gate, p.gate) && f16(L.w_up, p.up) && ops::experts_glu_applies(features_, n_ff, n_embd);
     return p;
   }
 
@@ -125,11 +148,10 @@ class Planner {
   }
 
   // The bytes the widest group of products recorded alongside each other needs, each bytes_of(w).
+  // A mixture of experts' products (`experts`) are not among them.
   template <class BytesOf>
-  // A mixture of experts' products have no such scratch.
-  static std::uint64_t widest_group(const GpuLayer& l, BytesOf bytes_of) {
+  static std::uint64_t widest_group(const GpuLayer& l, bool experts, BytesOf bytes_of) {
     std::uint64_t widest = 0;
-    const bool experts = static_cast<bool>(l.router.buffer);
     for (auto group : {std::vector<const GpuTensor*>{&l.wq, &l.wk, &l.wv}, {&l.w_gate, &l.w_up}, {&l.wo}, {&l.w_down}}) {
       if (experts && (group.front() == &l.w_gate || group.front() == &l.w_down)) continue;
       std::uint64_t sum = 0;
@@ -167,12 +189,21 @@ StepPlan plan_step(const gpu::DeviceFeatures& features, const LlamaConfig& confi
   }
   plan.output = planner.output(output, outputs);
   // Every layer's: the types of a mixture differ from layer to layer.
-  for (const GpuLayer& layer : layers) {
-    plan.split_bytes = std::max(
-        plan.split_bytes, Planner::widest_group(layer, [&](const GpuTensor& w) { return planner.split_bytes(w); }));
-    plan.weights16_bytes = std::max(plan.weights16_bytes, Planner::widest_group(layer, [&](const GpuTensor& w) {
+  auto f16_bytes = [](const GpuTensor& w, const ProductPlan& p) { return p.dequantize ? w.rows * w.cols * 2 : 0; };
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const GpuLayer& layer = layers[l];
+    const LayerPlan& p = plan.layers[l];
+    const bool experts = config.moe();
+    plan.split_bytes = std::max(plan.split_bytes, Planner::widest_group(layer, experts, [&](const GpuTensor& w) {
+      return planner.split_bytes(w);
+    }));
+    plan.weights16_bytes = std::max(plan.weights16_bytes, Planner::widest_group(layer, experts, [&](const GpuTensor& w) {
       return planner.dequantizes(w) ? std::uint64_t{w.rows} * w.cols * 2 : 0;
     }));
+    if (experts) {  // gate and up decoded side by side, then down where they were
+      plan.weights16_bytes = std::max({plan.weights16_bytes, f16_bytes(layer.w_gate, p.gate) + f16_bytes(layer.w_up, p.up),
+                                       f16_bytes(layer.w_down, p.down)});
+    }
   }
   return plan;
 }

@@ -51,8 +51,12 @@ struct LayerPlan {
   // Gemma's post-norms: the attention block's post-norm add makes the feed-forward block's norm's
   // int8 input too (ops::rms_norm_add_quantize_q8), where that block reads it alone.
   bool ffn_norm_q8 = false;
-  bool glu = false;  // gate and up as one SwiGLU product on the narrow path (ops::matmul_narrow_glu)
+  // gate and up as one SwiGLU product on the narrow path (ops::matmul_narrow_glu); a mixture's: its
+  // experts' F16 gate and up matrices (as they are or decoded first) in one (ops::matmul_experts_glu).
+  bool glu = false;
   NormInput ffn_input = NormInput::f32;
+  // A mixture of experts' gate, up and down matrices (every expert's) take only `dequantize`: a wide
+  // step on the tensor cores decodes that matrix to F16 first (ops::experts_dequantize).
   ProductPlan gate, up, down;
   // The next layer's attention norm as F16 alone (what the down product's split sum can make).
   bool next_norm_f16 = false;
@@ -72,7 +76,8 @@ struct StepPlan {
   std::vector<LayerPlan> layers;
   OutputPath output = OutputPath::general;
   // Scratch of the widest group of products recorded alongside each other (q/k/v, gate/up, or a
-  // residual product alone; the first layer's shapes): their K slices, their F16 weights.
+  // residual product alone; every layer's shapes): their K slices, their F16 weights (a mixture's
+  // decoded gate and up matrices, then its down matrix in the same place).
   std::uint64_t split_bytes = 0, weights16_bytes = 0;
 };
 

@@ -814,7 +814,8 @@ TEST(MoeSort, GroupsEveryPairByExpertInTiles) {
 // where the device has them (skipped on lavapipe) each pair's output row as the CPU makes it from
 // the F16-rounded weights and activations: 4 experts of 200 rows (a last row tile part full), 72
 // tokens of 2 pairs (36 an expert: in tiles of 32, a second tile of 4), one input row a token or
-// one a pair.
+// one a pair; for quantized weights, also every expert decoded to F16 first (dequantize_f16) and
+// the F16 product, as a wide step takes it where ops::experts_dequantize says.
 TEST(NarrowExperts, MultiplyEachPairByItsExpertFromF16) {
   DeviceFeatures h100;
   h100.subgroup_size = 32;
@@ -825,6 +826,19 @@ TEST(NarrowExperts, MultiplyEachPairByItsExpertFromF16) {
   EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::bf16, 768, 2048));
   EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::q4_0, 768, 2080));  // K % 128 != 0
   EXPECT_FALSE(ops::experts_coopmat_applies(DeviceFeatures{}, WeightType::q4_k, 768, 2048));
+  // Decoded to F16 first: quantized types, from 24 pairs an expert (qwen3moe-30b-a3b's 128 experts
+  // at 384 tokens of 8), or as the choice says.
+  EXPECT_TRUE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048, 384 * 8, 128));
+  EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048, 383 * 8, 128));
+  EXPECT_TRUE(ops::experts_dequantize(h100, WeightType::q6_k, 2048, 768, 512 * 8, 128));
+  EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::f16, 768, 2048, 512 * 8, 128));  // F16 already
+  EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::q4_k, 200, 2048, 512 * 8, 128));  // M % 16 != 0
+  ops::KernelChoice choice;
+  choice.experts_f16 = ops::ExpertsF16::always;
+  EXPECT_TRUE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048, 16, 128, choice));
+  choice.experts_f16 = ops::ExpertsF16::never;
+  EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048, 512 * 8, 128, choice));
+  EXPECT_FALSE(ops::experts_dequantize(DeviceFeatures{}, WeightType::q4_k, 768, 2048, 512 * 8, 128));
   h100.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
   EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::q4_k, 768, 2048));  // built for 16x16x16 only
   for (const std::string& name : ops::experts_coopmat_modules()) EXPECT_NO_THROW((void)shaders::spirv(name)) << name;
@@ -853,14 +867,68 @@ TEST(NarrowExperts, MultiplyEachPairByItsExpertFromF16) {
         ops::moe_sort(rec, g.kernels, r(bi), r(order), r(tiles), pairs, experts, tile);
         ops::matmul_experts_coopmat(rec, g.kernels, type, r(bw), r(ba), r(order), r(tiles), r(out),
                                     {m, k, rows, used, per_pair}, experts, tile);
+        // And every expert decoded to F16 first (ops::experts_dequantize), then the F16 product.
+        auto w16 = g.scratch(std::uint64_t{experts} * m * k * 2), out16 = g.scratch(out.size());
+        if (quantized(type)) {
+          ops::dequantize_f16(rec, g.kernels, type, r(bw), r(w16), experts * m, k);
+          ops::matmul_experts_coopmat(rec, g.kernels, WeightType::f16, r(w16), r(ba), r(order), r(tiles), r(out16),
+                                      {m, k, rows, used, per_pair}, experts, tile);
+        }
         g.queue.submit_and_wait(rec);
         const Vec want = experts_reference(weights, acts, ids, m, k, used, per_pair);
         // Not tighter: the GPU's decoded weights may round to the other neighbouring half (as in
         // StagedBlocks); a pair with another's row or expert is off by ~1.
         EXPECT_LT(normalised_error(g.down<float>(out, want.size()), want), 1e-5)
             << weight_type_name(type) << (per_pair ? " per pair" : "") << ", tiles of " << tile;
+        if (quantized(type)) {
+          EXPECT_LT(normalised_error(g.down<float>(out16, want.size()), want), 1e-5)
+              << weight_type_name(type) << " through F16" << (per_pair ? " per pair" : "") << ", tiles of " << tile;
+        }
       }
     }
+  }
+}
+
+// The experts' SwiGLU in one dispatch (matmul_experts_glu): each pair's silu(gate x a) * (up x a)
+// as F16, against the CPU's from the same F16-rounded weights and activations: 4 experts of 208
+// features (416 rows of gate and up: a last row tile part full), 72 tokens of 2 pairs, tiles of 64
+// and 32 (36 pairs an expert: a second tile of 4). Where the device has tensor-core expert products
+// (skipped on lavapipe).
+TEST(NarrowExperts, SwiGluIsSiluOfTheGateTimesTheUpProduct) {
+  DeviceFeatures h100;
+  h100.subgroup_size = 32;
+  h100.cooperative_matrix = CooperativeMatrixShape{16, 16, 16};
+  EXPECT_TRUE(ops::experts_glu_applies(h100, 768, 2048));
+  EXPECT_FALSE(ops::experts_glu_applies(h100, 200, 2048));  // m % 16 != 0
+  EXPECT_FALSE(ops::experts_glu_applies(DeviceFeatures{}, 768, 2048));
+  Gpu& g = shared_gpu();
+  const std::uint32_t experts = 4, m = 208, k = 256, rows = 72, used = 2, pairs = rows * used;
+  if (!ops::experts_glu_applies(g.device.features(), m, k)) GTEST_SKIP() << "no tensor-core expert products on this device";
+  std::vector<std::uint32_t> ids(pairs);
+  for (std::uint32_t i = 0; i < pairs; ++i) ids[i] = (i * 7 + i / 5) % experts;
+  auto halves_of = [](Vec& v) {
+    std::vector<std::uint16_t> halves(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = half_to_float(halves[i] = float_to_half(v[i]));
+    return halves;
+  };
+  Vec gate = random_vec(std::size_t{experts} * m * k, 41), up = random_vec(gate.size(), 42),
+      acts = random_vec(std::size_t{rows} * k, 43);
+  auto bg = g.up(halves_of(gate)), bu = g.up(halves_of(up)), ba = g.up(halves_of(acts)), bi = g.up(ids);
+  const Vec gate_out = experts_reference(gate, acts, ids, m, k, used, false),
+            up_out = experts_reference(up, acts, ids, m, k, used, false);
+  Vec want(gate_out.size());
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] = gate_out[i] / (1.0f + std::exp(-gate_out[i])) * up_out[i];
+  for (std::uint32_t tile : {64u, 32u}) {
+    auto out = g.scratch(std::uint64_t{pairs} * m * 2), order = g.scratch(pairs * 4),
+         tiles = g.scratch(ops::moe_tiles_bytes(pairs, experts));
+    auto rec = g.queue.begin();
+    ops::moe_sort(rec, g.kernels, r(bi), r(order), r(tiles), pairs, experts, tile);
+    ops::matmul_experts_glu(rec, g.kernels, r(bg), r(bu), r(ba), r(order), r(tiles), r(out), {m, k, rows, used},
+                            experts, tile);
+    g.queue.submit_and_wait(rec);
+    Vec got;
+    for (std::uint16_t h : g.down<std::uint16_t>(out, want.size())) got.push_back(half_to_float(h));
+    EXPECT_LT(normalised_error(got, want), 2e-3) << "tiles of " << tile;  // the output rounded to F16
   }
 }
 

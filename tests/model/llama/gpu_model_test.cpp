@@ -183,6 +183,37 @@ TEST_P(GpuModelExperts, WideStepMatchesNarrowSteps) {
   EXPECT_LT(normalised_error(gpu_logits, chunked), 1e-3);
 }
 
+// A wide step of quantized experts on the tensor cores (skipped where the device has none, as on
+// lavapipe): every expert's matrices decoded to F16 first (ops::ExpertsF16::always) against the
+// weights decoded in each tile (never), 40 tokens of Q4_K, Q8_0 and Q6_K weights. Both decode a
+// block to the same halves and multiply them in the same tiles and order; decoded first, gate and
+// up then make silu(gate) * up in one dispatch (ops::matmul_experts_glu) where the other way has a
+// dispatch of its own for it: the same logits but for rounding.
+TEST(GpuModelExpertsF16, DecodingFirstMatchesDecodingInTheTiles) {
+  const LlamaConfig config = experts_config(Architecture::qwen3moe);
+  auto& g = gpu::testing::shared_gpu();
+  if (!gpu::ops::experts_coopmat_applies(g.device.features(), WeightType::q4_k, config.n_ff_exp, config.n_embd)) {
+    GTEST_SKIP() << "no tensor-core expert products on this device";
+  }
+  for (WeightType type : {WeightType::q4_k, WeightType::q8_0, WeightType::q6_k}) {
+    auto weights = random_model(config, type, 11, false);
+    GpuContext ctx{g.queue, g.pool, g.kernels};
+    GpuModel model(ctx, config, weights.source(), "weights:tiny");
+    GpuKvCache cache(ctx, config, 10, 4);
+    StepBatch batch;
+    batch.block_tables = {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
+    for (std::uint32_t p = 0; p < 40; ++p) batch.tokens.push_back({0, p, static_cast<std::int32_t>((p * 37 + 5) % 300), true});
+    std::vector<float> logits[2];
+    for (auto f16 : {gpu::ops::ExpertsF16::never, gpu::ops::ExpertsF16::always}) {
+      gpu::ops::KernelChoice choice;
+      choice.experts_f16 = f16;
+      model.set_kernel_choice(choice);
+      logits[f16 == gpu::ops::ExpertsF16::always] = model.forward(batch, cache);
+    }
+    EXPECT_LT(normalised_error(logits[1], logits[0]), 1e-4) << gpu::weight_type_name(type);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     ArchitecturesAndTypes, GpuModelExperts,
     ::testing::Combine(::testing::Values(Architecture::qwen3moe, Architecture::llama),

@@ -156,5 +156,46 @@ TEST(StepPlan, SizesTheF16ScratchOverEveryLayerOfAMixture) {
   EXPECT_EQ(plan.output, OutputPath::int8);
 }
 
+// qwen3moe-30b-a3b's experts (128 of 768, 8 a token, n_embd 2048) in Q4_K, its attention in F16
+// (which needs no F16 scratch): a wide step on the tensor cores decodes gate, up and down to F16
+// first from 24 pairs an expert (384 tokens), or as the kernel choice says; the scratch holds gate
+// and up side by side (down goes where they were).
+TEST(StepPlan, DecodesTheExpertsToF16ForWideSteps) {
+  LlamaConfig config = llama3_8b(Architecture::qwen3moe);
+  config.n_embd = 2048;
+  config.n_head = 32;
+  config.n_head_kv = 4;
+  config.n_expert = 128;
+  config.n_expert_used = 8;
+  config.n_ff_exp = 768;
+  std::vector<GpuLayer> layers = layers_of(config, WeightType::f16);
+  for (GpuLayer& l : layers) {
+    l.router = matrix(WeightType::f32, config.n_expert, config.n_embd);
+    l.w_gate = matrix(WeightType::q4_k, std::uint64_t{config.n_expert} * config.n_ff_exp, config.n_embd);
+    l.w_up = matrix(WeightType::q4_k, std::uint64_t{config.n_expert} * config.n_ff_exp, config.n_embd);
+    l.w_down = matrix(WeightType::q6_k, std::uint64_t{config.n_expert} * config.n_embd, config.n_ff_exp);
+  }
+  const GpuTensor output = matrix(WeightType::f16, config.n_vocab, config.n_embd);
+  const std::uint64_t gate_up16 = std::uint64_t{2} * config.n_expert * config.n_ff_exp * config.n_embd * 2;
+  auto plan = [&](std::uint32_t tokens, gpu::ops::ExpertsF16 f16, const gpu::DeviceFeatures& features) {
+    gpu::ops::KernelChoice choice;
+    choice.experts_f16 = f16;
+    return plan_step(features, config, layers, output, tokens, 1, choice);
+  };
+  using gpu::ops::ExpertsF16;
+  for (auto [tokens, f16, features, decoded] :
+       {std::tuple{512u, ExpertsF16::automatic, h100(), true}, {384u, ExpertsF16::automatic, h100(), true},
+        {383u, ExpertsF16::automatic, h100(), false}, {512u, ExpertsF16::never, h100(), false},
+        {16u, ExpertsF16::always, h100(), true}, {8u, ExpertsF16::always, h100(), false},  // decode: the mat-vec
+        {512u, ExpertsF16::automatic, plain_device(), false}}) {
+    const StepPlan p = plan(tokens, f16, features);
+    const LayerPlan& last = p.layers.back();
+    EXPECT_EQ(last.gate.dequantize, decoded) << tokens;
+    EXPECT_EQ(last.up.dequantize, decoded) << tokens;
+    EXPECT_EQ(last.down.dequantize, decoded) << tokens;
+    EXPECT_EQ(p.weights16_bytes, decoded ? gate_up16 : 0) << tokens;
+  }
+}
+
 }  // namespace
 }  // namespace mqlm::model
