@@ -62,8 +62,9 @@ struct SchedulerConfig {
   // one's answer.
   bool overlap = true;
   // Speculative decoding by prompt lookup (model/sampling/prompt_lookup.hpp): each decode step of
-  // a plain greedy request proposes up to this many tokens from an earlier occurrence of its
-  // last n-gram, all verified in that step (PlanSequence::drafted); 0: none, unless a request asks (Submit::draft_max). How many it
+  // a request without logprobs or a response_format proposes up to this many tokens from an
+  // earlier occurrence of its last n-gram, all verified in that step by its own draw
+  // (PlanSequence::drafted); 0: none, unless a request asks (Submit::draft_max). How many it
   // drafts follows its estimated acceptance (scheduler_speculation.cpp). A speculating sequence
   // never follows a step in flight (the host must check its drafts first), so it drafts only while
   // at most speculate_max_batch sequences of its model run (past that the batch keeps the GPU

@@ -969,9 +969,9 @@ TEST(SchedulerSpeculation, DraftsNeverPassMaxTokens) {
   EXPECT_EQ(finish_name(s.h.out.finals[0].finish), "length");
 }
 
-// No drafts: a batch over speculate_max_batch, a request that asks none, one that samples; the
-// requests then follow steps in flight as without speculation.
-TEST(SchedulerSpeculation, NoDraftsForALargeBatchARequestThatAsksNoneOrOneThatSamples) {
+// No drafts: a batch over speculate_max_batch, a request that asks none, one that asks for
+// logprobs; the requests then follow steps in flight as without speculation.
+TEST(SchedulerSpeculation, NoDraftsForALargeBatchARequestThatAsksNoneOrOneWithLogprobs) {
   auto drafts_sent = [](const Speculating& s) {
     for (const std::string& line : s.h.out.lines) {
       if (line.starts_with("plan") && line.find('d') != std::string::npos) return true;
@@ -988,16 +988,23 @@ TEST(SchedulerSpeculation, NoDraftsForALargeBatchARequestThatAsksNoneOrOneThatSa
   none.submit_repeating(1, 6, {}, 0);
   for (int i = 0; i < 100 && !none.h.out.plans.empty(); ++i) none.answer_drafts(0, 303);
   EXPECT_FALSE(drafts_sent(none));
-  Speculating sampled;
-  Submit submit;
-  submit.prompt_kind = static_cast<std::uint8_t>(PromptKind::tokens);
-  submit.tokens = {300, 301, 300, 301, 300};
-  submit.sampling.temperature = 0.7f;
-  submit.sampling.max_tokens = 6;
-  sampled.h.hand("gateway", std::move(submit), 1);
-  for (int i = 0; i < 100 && !sampled.h.out.plans.empty(); ++i) sampled.answer_drafts(0, 301);
-  EXPECT_FALSE(drafts_sent(sampled));
-  EXPECT_EQ(sampled.h.out.finals.size(), 1u);
+  auto sampled = [&](bool logprobs) {
+    auto s = std::make_unique<Speculating>();
+    Submit submit;
+    submit.prompt_kind = static_cast<std::uint8_t>(PromptKind::tokens);
+    submit.tokens = {300, 301, 300, 301, 300};
+    submit.sampling.temperature = 0.7f;
+    submit.sampling.top_k = 40;
+    submit.sampling.logprobs = logprobs;
+    submit.sampling.max_tokens = 6;
+    s->h.hand("gateway", std::move(submit), 1);
+    for (int i = 0; i < 100 && !s->h.out.plans.empty(); ++i) s->answer_drafts(0, 301);
+    EXPECT_EQ(s->h.out.finals.size(), 1u);
+    return drafts_sent(*s);
+  };
+  EXPECT_FALSE(sampled(true));
+  // A sampled request drafts as a greedy one does: its draws verify them (the executor's part).
+  EXPECT_TRUE(sampled(false));
 }
 
 // The token after `token` in the loop 300 301 302 303.
