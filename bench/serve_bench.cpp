@@ -45,6 +45,15 @@ std::vector<std::int32_t> random_prompt(std::mt19937_64& rng, std::size_t count,
   return ids;
 }
 
+std::vector<std::int32_t> repeated_prompt(std::mt19937_64& rng, std::size_t count, std::size_t repeats,
+                                          std::int32_t vocab_size) {
+  const std::size_t run = (count + std::max<std::size_t>(repeats, 1) - 1) / std::max<std::size_t>(repeats, 1);
+  const std::vector<std::int32_t> once = random_prompt(rng, run, vocab_size);
+  std::vector<std::int32_t> ids;
+  for (std::size_t i = 0; i < count; ++i) ids.push_back(once[i % run]);
+  return ids;
+}
+
 // ---- metrics --------------------------------------------------------------------------------
 
 double percentile(const std::vector<double>& sorted, double p) {
@@ -125,7 +134,7 @@ Plan make_plan(const ServeBenchOptions& o, std::size_t count, std::uint64_t seed
   std::mt19937_64 prompt_rng(seed);
   for (std::size_t i = 0; i < count; ++i) {
     if (o.prompt.empty()) {
-      plan.prompts.emplace_back(random_prompt(prompt_rng, o.prompt_tokens, o.vocab_size));
+      plan.prompts.emplace_back(repeated_prompt(prompt_rng, o.prompt_tokens, o.prompt_repeats, o.vocab_size));
     } else {
       plan.prompts.emplace_back(o.prompt);
     }
@@ -377,6 +386,7 @@ nlohmann::json report_json(const ServeMetrics& m, const ServeBenchOptions& o) {
   };
   if (o.prompt.empty()) {
     config["prompt_tokens"] = o.prompt_tokens;
+    config["prompt_repeats"] = o.prompt_repeats;
     config["vocab_size"] = o.vocab_size;
   } else {
     config["prompt"] = o.prompt;
@@ -438,6 +448,11 @@ void add_serve_bench(CLI::App& bench) {
   cmd->add_option("--rate", b.rate, "requests per second, Poisson arrivals (inf: all at once)")->capture_default_str();
   cmd->add_option("--prompt-tokens", b.prompt_tokens, "prompt length: random token ids")->capture_default_str();
   cmd->add_option("--vocab-size", b.vocab_size, "the random ids are below this")->capture_default_str();
+  cmd->add_option("--prompt-repeats", b.prompt_repeats,
+                  "random ids: a random run this many times over (a text that repeats itself, where speculative "
+                  "decoding's prompt lookup guesses)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   cmd->add_option("--prompt", b.prompt, "this text as every prompt instead of random ids");
   cmd->add_option("--output-tokens", b.output_tokens, "max_tokens of every request")->capture_default_str();
   cmd->add_option("--temperature", b.temperature, "0 is greedy (and top_p then changes nothing)")

@@ -58,6 +58,9 @@ std::vector<double> plan_arrivals(std::size_t count, double rate, std::uint64_t 
 
 // `count` token ids drawn uniformly below `vocab_size`.
 std::vector<std::int32_t> random_prompt(std::mt19937_64& rng, std::size_t count, std::int32_t vocab_size);
+// `count` ids: a random run of count / repeats (rounded up) ids, repeated and cut to `count`.
+std::vector<std::int32_t> repeated_prompt(std::mt19937_64& rng, std::size_t count, std::size_t repeats,
+                                          std::int32_t vocab_size);
 
 // What the client saw of one request; times are seconds from the start of the run.
 struct RequestTimeline {
@@ -108,6 +111,7 @@ struct ServeBenchOptions {
   std::size_t concurrency = 0;       // requests in flight at most; 0: no limit
   double rate = std::numeric_limits<double>::infinity();  // arrivals per second
   std::size_t prompt_tokens = 128;   // random ids, so the prompt length is exact
+  std::size_t prompt_repeats = 1;    // random ids: one random run this many times over, cut to length
   std::string prompt;                // when given: this text for every request instead
   std::int32_t vocab_size = 1000;    // random ids are below this
   std::int32_t output_tokens = 128;  // max_tokens

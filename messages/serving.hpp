@@ -80,8 +80,8 @@ struct Submit {
   std::string tool_choice_name{};    // ToolChoice::function: the function's name
   bool parallel_tool_calls = true;   // false: at most one call
   std::string chat_template_kwargs{};  // JSON text, an object: more variables for the template; "" none
-  // Prompt-lookup drafts a step at most (speculative decoding, greedy requests only): -1 the
-  // server's setting (`mqlm serve --draft-max`), 0 none for this request.
+  // Prompt-lookup drafts a step at most (speculative decoding; not for requests with logprobs or a
+  // response_format): -1 the server's setting (`mqlm serve --draft-max`), 0 none for this request.
   std::int32_t draft_max = -1;
   MSGPACK_DEFINE(model, prompt_kind, text, tokens, chat, sampling, pooling, tools, tool_choice, tool_choice_name,
                  parallel_tool_calls, chat_template_kwargs, draft_max);
@@ -331,10 +331,10 @@ struct SequenceStart {
 // one token is the one the sequence's previous step samples, which the scheduler did not know
 // when it planned this step (the executor puts it in; tokens holds a 0 in its place). A follower
 // whose sampler the executor no longer has (its previous step failed) is left out of the step.
-// drafted: speculative decoding (greedy only, with output, never a follower): the last `drafted`
-// tokens are guesses d1..dk of what follows the token before them; every one of the last
-// drafted + 1 rows is an output row, and the executor keeps the guesses the argmax agrees with
-// (OutputToken::accepted). Their K and V past what is accepted is left in the pages, unread: the
+// drafted: speculative decoding (with output, never a follower, no logprobs or response_format):
+// the last `drafted` tokens are guesses d1..dk of what follows the token before them; every one of
+// the last drafted + 1 rows is an output row, drawn as the sequence draws, and the executor keeps
+// the guesses the draws agree with (OutputToken::accepted). Their K and V past what is accepted is left in the pages, unread: the
 // sequence's length is cut back to position + accepted + 1 and later steps write over it.
 struct PlanSequence {
   std::uint64_t sequence = 0;
@@ -366,8 +366,8 @@ struct StepPlan {
 };
 
 // One sequence's output of a step. accepted: for a sequence with drafts, the first drafts, in
-// order, that the model's argmax agreed with; the sequence's new tokens are accepted and then
-// token (the argmax after the last accepted draft), 1 to drafted + 1 of them.
+// order, that its rows' draws agreed with; the sequence's new tokens are accepted and then
+// token (the draw after the last accepted draft), 1 to drafted + 1 of them.
 struct OutputToken {
   std::uint64_t sequence = 0;
   std::int32_t token = -1;

@@ -600,8 +600,9 @@ void add_capacity_flags(CLI::App* cmd, ServeOptions& o) {
                 "plan each step only once the one before is answered (default: the next step is planned while "
                 "the GPU runs this one)");
   cmd->add_option("--speculate", o.speculate,
-                  "speculative decoding for greedy requests: ngram drafts up to --draft-max tokens a step from an "
-                  "earlier occurrence of the text's last words, verified in the step (output unchanged); none: off")
+                  "speculative decoding: ngram drafts up to --draft-max tokens a step from an earlier occurrence "
+                  "of the text's last words, verified in the step by the request's own draw (output unchanged, "
+                  "greedy or sampled; not for requests with logprobs or a response_format); none: off")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "ngram"}));
   cmd->add_option("--draft-max", o.draft_max, "drafted tokens a step at most, with --speculate ngram")

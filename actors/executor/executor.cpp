@@ -1076,7 +1076,8 @@ std::optional<std::string> Executor::plan_problem(const StepPlan& plan, const Lo
 }
 
 // What is wrong with a sequence's drafts, if it has any: they follow a token of its own, in a
-// step that samples it by the argmax alone (its sampler started in this plan or before).
+// step that samples it by a draw that has no grammar and reports no logprobs (its sampler started
+// in this plan or before): verify_drafts' rule needs nothing else.
 std::optional<std::string> Executor::draft_problem(const StepPlan& plan, const PlanSequence& s) const {
   if (s.drafted == 0) return std::nullopt;
   if (s.drafted >= s.tokens.size() || !s.output || s.follows) {
@@ -1089,8 +1090,8 @@ std::optional<std::string> Executor::draft_problem(const StepPlan& plan, const P
   }
   const auto state = sequences_.find(s.sequence);
   if (sampling == nullptr && state != sequences_.end() && !state->second.pool) sampling = &state->second.sampler.params();
-  if (sampling == nullptr || !model::plain_greedy(*sampling)) {
-    return fmt::format("sequence {}: drafts are verified by the argmax, and its draw is not plain greedy", s.sequence);
+  if (sampling == nullptr || sampling->logprobs || sampling->response_format.constrained()) {
+    return fmt::format("sequence {}: drafts are verified for a draw without logprobs or a response_format", s.sequence);
   }
   return std::nullopt;
 }
@@ -1215,9 +1216,10 @@ model::StepBatch Executor::step_batch(const StepPlan& plan, const LoadedModel& l
     model::add_sampling_row(sampling, state.sampler.gpu_row(follows_pending), loaded.n_vocab,
                             follows_pending ? std::optional<std::uint32_t>(row) : std::nullopt, allowed);
     ++row;
-    // The rows verifying drafts: plain greedy (plan_problem), the same draw, never following.
-    for (std::uint32_t d = 0; d < seq.drafted; ++d) {
-      model::add_sampling_row(sampling, state.sampler.gpu_row(false), loaded.n_vocab, std::nullopt);
+    // The rows verifying drafts (never following): each the draw after the drafts before it.
+    const auto drafts = std::span<const std::int32_t>(seq.tokens).subspan(seq.tokens.size() - seq.drafted);
+    for (std::uint32_t d = 1; d <= seq.drafted; ++d) {
+      model::add_sampling_row(sampling, state.sampler.gpu_row_after(drafts.first(d)), loaded.n_vocab, std::nullopt);
     }
   }
   return batch;
@@ -1257,9 +1259,14 @@ void Executor::take_outputs(const StepPlan& plan, std::span<const model::Sampled
   }
 }
 
-// A sequence's drafts checked against the argmax of its rows (one after its last token, one after
-// each draft): the drafts kept, and the argmax after the last of them, which a follower of this
-// sequence takes. Plain greedy: the sampler keeps no history to tell.
+// A sequence's drafts checked against the draws of its rows (one after its last token, one after
+// each draft, each with the counter and penalties of its place): the drafts kept, and the draw
+// after the last of them, which a follower of this sequence takes. A draft is kept where the row
+// before it drew it: that is speculative sampling's rule for a draft that is a point mass q = 1
+// at d (keep d with chance min(1, p(d) / q(d)) = p(d), else draw from p without d, renormalised),
+// since a draw x from p is d with chance p(d) and, when it is not, is distributed as p without d.
+// Each kept token is the one plain sampling with the request's seed draws at its index, so the
+// output is the same token for token, greedy or sampled, whatever was drafted.
 OutputToken Executor::verify_drafts(const PlanSequence& seq, std::span<const model::SampledToken> rows) {
   std::vector<std::int32_t> choices;
   for (const model::SampledToken& sampled : rows) choices.push_back(sampled.token);
@@ -1269,7 +1276,12 @@ OutputToken Executor::verify_drafts(const PlanSequence& seq, std::span<const mod
   out.sequence = seq.sequence;
   out.token = choices[accepted];
   out.accepted.assign(drafts.begin(), drafts.begin() + static_cast<std::ptrdiff_t>(accepted));
-  sequences_.at(seq.sequence).last_token = out.token;
+  SequenceState& state = sequences_.at(seq.sequence);
+  if (!model::plain_greedy(state.sampler.params())) {
+    for (std::int32_t token : out.accepted) state.sampler.accept(token);
+    state.sampler.accept(out.token);
+  }
+  state.last_token = out.token;
   return out;
 }
 

@@ -212,6 +212,7 @@ std::optional<SchedulerPolicy::PlannedStep> SchedulerPolicy::plan_step(Turn& ctx
   if (ServedModel* chosen = next_model_to_step()) {
     plan.model = chosen->name;
     plan.model_key = chosen->key;
+    open_drafting(*chosen);
     plan_running(*chosen, step, budget);
     admit_waiting(ctx, *chosen, step, budget);
   }

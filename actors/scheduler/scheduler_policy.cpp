@@ -319,8 +319,9 @@ void SchedulerPolicy::on_submit(Turn& ctx, const Message& message, const Submit&
   r.prompt_tokens = static_cast<std::uint32_t>(r.history.size());
   r.pooling = static_cast<model::Pooling>(submit.pooling);
   if (r.embedding()) r.sampling = model::SamplingParams{};  // the executor makes a sampler all the same
-  // Drafts are verified by the argmax alone: only where that is the whole draw.
-  if (!r.embedding() && model::plain_greedy(r.sampling)) {
+  // Drafts are verified by the request's draw (greedy or sampled), but not where it reports
+  // logprobs (a kept draft has none) or follows a grammar (the mask of a draft's row would need it).
+  if (!r.embedding() && !r.sampling.logprobs && !r.sampling.response_format.constrained()) {
     r.draft_max = submit.draft_max < 0 ? config_.draft_max : static_cast<std::uint32_t>(submit.draft_max);
   }
   r.decoder.emplace(*m.tokenizer, model::DecodeOptions{false, false});

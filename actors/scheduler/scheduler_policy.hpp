@@ -62,12 +62,14 @@ struct SchedulerConfig {
   // one's answer.
   bool overlap = true;
   // Speculative decoding by prompt lookup (model/sampling/prompt_lookup.hpp): each decode step of
-  // a plain greedy request proposes up to this many tokens from an earlier occurrence of its last
-  // n-gram, all verified in that step (PlanSequence::drafted); 0: none, unless a request asks
-  // (Submit::draft_max). A speculating sequence never follows a step in flight (the host must
-  // check its drafts first), so it drafts only while at most speculate_max_batch sequences of its
-  // model run (past that the batch keeps the GPU busy, and overlap is worth more), and backs off
-  // (1, 2, 4 ... 16 decode steps without) after a step where no draft was found or kept.
+  // a request without logprobs or a response_format proposes up to this many tokens from an
+  // earlier occurrence of its last n-gram, all verified in that step by its own draw
+  // (PlanSequence::drafted); 0: none, unless a request asks (Submit::draft_max). How many it
+  // drafts follows its estimated acceptance (scheduler_speculation.cpp). A speculating sequence
+  // never follows a step in flight (the host must check its drafts first), so it drafts only while
+  // at most speculate_max_batch sequences of its model run (past that the batch keeps the GPU
+  // busy, and overlap is worth more), and backs off (2, 4 ... 32 decode steps without) after a
+  // step where no draft was found or kept.
   std::uint32_t draft_max = 0;
   std::uint32_t speculate_max_batch = 4;
 };
@@ -175,6 +177,7 @@ class SchedulerPolicy {
   void preempt(Request& request);
   void deliver_token(Turn& ctx, Request& request, const messages::OutputToken& output);
   // Speculative decoding (scheduler_speculation.cpp).
+  void open_drafting(const ServedModel& model);
   bool speculates(const Request& request) const;
   std::vector<std::int32_t> draft_for(Request& request, bool follows, std::uint32_t room);
   void deliver_verified(Turn& ctx, const InFlight& step, std::size_t index, const messages::OutputToken& output);
@@ -235,6 +238,7 @@ class SchedulerPolicy {
   std::uint64_t steps_ = 0, finished_ = 0, preemptions_ = 0, computed_tokens_ = 0, prefix_hit_tokens_ = 0;
   std::uint64_t restored_hot_tokens_ = 0, restored_ssd_tokens_ = 0, spilled_pages_ = 0, generated_tokens_ = 0;
   std::uint64_t drafted_tokens_ = 0, accepted_tokens_ = 0;
+  bool drafting_open_ = false;  // the plan being made may draft (open_drafting)
 };
 
 }  // namespace mqlm::actors

@@ -46,11 +46,14 @@ struct SchedulerPolicy::Request {
   std::int64_t submitted_ns = 0, scheduled_ns = 0, first_token_ns = 0;
   // Speculative decoding: drafts a step at most (0 for a request whose draw is not the argmax),
   // whether a plan in flight verifies drafts of it (nothing more is planned for it until that
-  // answer), and the back-off after misses: decode steps left without drafts, and the next wait.
+  // answer), the back-off after misses: decode steps left without drafts, and the next wait, and
+  // the estimated chance that a draft is kept (scheduler_speculation.cpp's note_drafts), which sets
+  // how many are drafted; its start drafts 4.
   std::uint32_t draft_max = 0;
   bool verifying = false;
   std::uint32_t draft_skip = 0;
   std::uint32_t draft_backoff = 0;
+  float draft_acceptance = 0.7f;
 
   std::uint32_t generated() const { return static_cast<std::uint32_t>(history.size()) - prompt_tokens; }
   bool embedding() const { return pooling != model::Pooling::none; }

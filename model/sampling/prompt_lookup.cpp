@@ -22,18 +22,29 @@ std::optional<std::size_t> latest_occurrence(std::span<const std::int32_t> token
   return std::nullopt;
 }
 
+// How many tokens ending at `source_end` equal the ones ending the sequence (up to `most`).
+std::uint32_t match_length(std::span<const std::int32_t> tokens, std::size_t source_end, std::uint32_t most) {
+  std::uint32_t length = 0;
+  while (length < most && length < source_end && tokens[source_end - 1 - length] == tokens[tokens.size() - 1 - length])
+    ++length;
+  return length;
+}
+
 }  // namespace
 
-std::vector<std::int32_t> find_draft(std::span<const std::int32_t> tokens, const PromptLookup& lookup) {
+PromptDraft find_draft(std::span<const std::int32_t> tokens, const PromptLookup& lookup) {
   if (lookup.draft_max == 0 || tokens.size() < 2) return {};
   const std::size_t from = tokens.size() > lookup.window ? tokens.size() - lookup.window : 0;
   const std::size_t longest = std::min<std::size_t>(lookup.max_ngram, tokens.size() - 1);
-  for (std::size_t n = longest; n >= 1; --n) {
+  for (std::size_t n = longest; n >= std::max<std::size_t>(lookup.min_ngram, 1); --n) {
     const std::optional<std::size_t> start = latest_occurrence(tokens, n, from);
     if (!start) continue;
-    const auto follows = tokens.subspan(*start + n);
-    const std::size_t count = std::min<std::size_t>(lookup.draft_max, follows.size());
-    return {follows.begin(), follows.begin() + static_cast<std::ptrdiff_t>(count)};
+    // The sequence goes on as it did after the source; where that runs into the end (a loop whose
+    // period is shorter than the draft), it goes on as the draft itself does.
+    PromptDraft draft{{}, match_length(tokens, *start + n, PromptDraft::kMatchCounted)};
+    for (std::size_t source = *start + n; draft.tokens.size() < lookup.draft_max; ++source)
+      draft.tokens.push_back(source < tokens.size() ? tokens[source] : draft.tokens[source - tokens.size()]);
+    return draft;
   }
   return {};
 }

@@ -203,15 +203,22 @@ std::int32_t Sampler::draw(float max) {
 }
 
 // With one token pending on the GPU, the GPU adds it to the window itself: the host describes
-// the last repetition_last_n - 1 known tokens.
-std::vector<std::int32_t> Sampler::window_tokens(bool one_pending) const {
+// the last repetition_last_n - 1 known tokens (the history, then `then`).
+std::vector<std::int32_t> Sampler::window_tokens(bool one_pending, std::span<const std::int32_t> then) const {
   std::size_t size = repetition_window();
   if (one_pending && size > 0) --size;
-  size = std::min(size, recent_.size());
-  return {recent_.end() - static_cast<std::ptrdiff_t>(size), recent_.end()};
+  std::vector<std::int32_t> known(recent_.begin(), recent_.end());
+  known.insert(known.end(), then.begin(), then.end());
+  size = std::min(size, known.size());
+  known.erase(known.begin(), known.end() - static_cast<std::ptrdiff_t>(size));
+  return known;
 }
 
-SamplingRow Sampler::gpu_row(bool one_pending) const {
+SamplingRow Sampler::gpu_row(bool one_pending) const { return row_after(one_pending, {}); }
+
+SamplingRow Sampler::gpu_row_after(std::span<const std::int32_t> drafts) const { return row_after(false, drafts); }
+
+SamplingRow Sampler::row_after(bool one_pending, std::span<const std::int32_t> then) const {
   SamplingRow row{.temperature = params_.temperature,
                   .top_k = params_.top_k,
                   .top_p = params_.top_p,
@@ -222,7 +229,8 @@ SamplingRow Sampler::gpu_row(bool one_pending) const {
                   .seed = params_.seed,
                   .top_logprobs = params_.top_logprobs,
                   .logprobs = params_.logprobs,
-                  .counter = static_cast<std::uint32_t>(generated_count_ + (one_pending ? 1 : 0)),
+                  .counter = static_cast<std::uint32_t>(generated_count_ + (one_pending ? 1 : 0) +
+                                                        static_cast<std::int64_t>(then.size())),
                   .entries = {}};
   std::map<std::int32_t, SamplingEntry> entries;  // ordered: the row lists tokens ascending
   auto entry = [&](std::int32_t token) -> SamplingEntry& {
@@ -230,10 +238,11 @@ SamplingRow Sampler::gpu_row(bool one_pending) const {
     return it->second;
   };
   for (const auto& [token, bias] : bias_) entry(token).bias = bias;
-  for (std::int32_t token : window_tokens(one_pending)) entry(token).in_window = 1;
+  for (std::int32_t token : window_tokens(one_pending, then)) entry(token).in_window = 1;
   // Counts only where a penalty reads them: a row with no entries skips the GPU's penalty pass.
   if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
     for (const auto& [token, count] : output_counts_) entry(token).count = static_cast<std::uint32_t>(count);
+    for (std::int32_t token : then) ++entry(token).count;
   }
   for (const auto& [token, e] : entries) row.entries.push_back(e);
   return row;

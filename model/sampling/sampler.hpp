@@ -82,6 +82,9 @@ class Sampler {
   // host has not accepted yet; the GPU counts it itself (window of repetition_last_n - 1 known
   // tokens, counter + 1).
   SamplingRow gpu_row(bool one_pending) const;
+  // The draw after the history and then `drafts` (speculative decoding's verification rows): its
+  // counter, window and counts as gpu_row's would be once the drafts were accepted.
+  SamplingRow gpu_row_after(std::span<const std::int32_t> drafts) const;
   // Records a token the GPU chose, as sample() records its own.
   void accept(std::int32_t token) { record(token); }
 
@@ -98,7 +101,8 @@ class Sampler {
   float top_p_threshold(float top_k_threshold, float max, float inverse_temperature);
   void record(std::int32_t token);
   std::size_t repetition_window() const;
-  std::vector<std::int32_t> window_tokens(bool one_pending) const;
+  SamplingRow row_after(bool one_pending, std::span<const std::int32_t> then) const;
+  std::vector<std::int32_t> window_tokens(bool one_pending, std::span<const std::int32_t> then) const;
 
   SamplingParams params_;
   float min_p_offset_;                                            // -inf when min_p is 0

@@ -137,6 +137,16 @@ TEST(ServeBenchPrompts, SeededIdsBelowTheVocabulary) {
   EXPECT_NE(first, random_prompt(a, 1000, 17));  // the generator moves on
 }
 
+TEST(ServeBenchPrompts, ARepeatedPromptIsOneRandomRunOverAndOver) {
+  std::mt19937_64 a(5), b(5);
+  const auto run = random_prompt(a, 4, 1000);
+  const auto ids = repeated_prompt(b, 10, 3, 1000);  // a run of 4, twice and a half
+  ASSERT_EQ(ids.size(), 10u);
+  for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], run[i % 4]) << i;
+  std::mt19937_64 c(5), d(5);
+  EXPECT_EQ(repeated_prompt(c, 7, 1, 1000), random_prompt(d, 7, 1000));
+}
+
 ServeClient connected(const std::string& endpoint) {
   auto result = ServeClient::connect(endpoint);
   if (auto* why = std::get_if<std::string>(&result)) ADD_FAILURE() << *why;

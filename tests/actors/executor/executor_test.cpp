@@ -9,11 +9,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include <unistd.h>
@@ -526,7 +529,7 @@ TEST(ExecutorTest, DraftsAreKeptWhereTheArgmaxAgreesAndTheRestIsWrittenOver) {
   StepResult followed = rig.step(follow);
   ASSERT_EQ(followed.tokens.size(), 1u);
   EXPECT_EQ(followed.tokens[0].token, expected[7]);
-  // Drafts for a sequence whose draw is not the argmax alone are a scheduler's bug.
+  // Drafts for a sequence that reports logprobs are a scheduler's bug (a kept draft has none).
   StepPlan bad;
   bad.step = rig.next_step();
   PlanSequence drafted{kSecond.id, static_cast<std::uint32_t>(kSecond.prompt.size()), {second_expected[0], 5},
@@ -535,7 +538,190 @@ TEST(ExecutorTest, DraftsAreKeptWhereTheArgmaxAgreesAndTheRestIsWrittenOver) {
   bad.sequences.push_back(drafted);
   StepResult refused = rig.step(bad);
   EXPECT_EQ(refused.error, static_cast<std::uint16_t>(RequestError::internal));
-  EXPECT_NE(refused.message.find("plain greedy"), std::string::npos) << refused.message;
+  EXPECT_NE(refused.message.find("logprobs"), std::string::npos) << refused.message;
+}
+
+// A sampled draw with every filter and penalty on.
+model::SamplingParams filtered_and_penalised(std::uint64_t seed, std::int32_t top_k) {
+  model::SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = top_k;
+  p.top_p = 0.95f;
+  p.min_p = 0.02f;
+  p.repetition_penalty = 1.3f;
+  p.presence_penalty = 0.4f;
+  p.frequency_penalty = 0.2f;
+  p.seed = seed;
+  return p;
+}
+
+// A decode of `seq` at `position`: its token, then drafts.
+PlanSequence verifying(const Sequence& seq, std::uint32_t position, std::vector<std::int32_t> tokens) {
+  PlanSequence s{seq.id, position, tokens, table_for(seq, position + tokens.size()), true};
+  s.drafted = static_cast<std::uint32_t>(tokens.size() - 1);
+  return s;
+}
+
+// Sampled drafts are verified by the rows' draws, each with its place's counter and penalties: a
+// draft is kept where the draw is the draft, and the draw after the last kept one is the next
+// token. So whatever was drafted, right or wrong, the tokens are those plain sampling draws with
+// the seed, token for token.
+TEST(ExecutorTest, SampledDraftsKeepTheTokensPlainSamplingDraws) {
+  Rig rig;
+  const model::SamplingParams params = filtered_and_penalised(4321, 40);
+  const auto plain = tokens_of(generate(rig, {kFirst}, params, 10)[0]);
+  Sequence s = kFirst;
+  s.id = 7;
+  const auto prompt_size = static_cast<std::uint32_t>(s.prompt.size());
+  StepPlan first = prefill(rig, s, "");
+  first.starts[0].sampling = params;
+  std::vector<std::int32_t> drawn{rig.step(first).tokens.at(0).token};
+  auto verify = [&](std::vector<std::int32_t> tokens) {
+    StepPlan plan;
+    plan.step = rig.next_step();
+    plan.sequences.push_back(verifying(s, prompt_size + static_cast<std::uint32_t>(drawn.size()) - 1, tokens));
+    const StepResult result = rig.step(plan);
+    if (result.error != 0 || result.tokens.size() != 1) throw std::runtime_error("verify: " + result.message);
+    drawn.insert(drawn.end(), result.tokens[0].accepted.begin(), result.tokens[0].accepted.end());
+    drawn.push_back(result.tokens[0].token);
+    return result.tokens[0].accepted.size();
+  };
+  auto wrong = [](std::int32_t token) { return (token + 1) % static_cast<std::int32_t>(kVocab); };
+  EXPECT_EQ(verify({plain[0], plain[1], plain[2], wrong(plain[3]), plain[4]}), 2u);  // then the draw at 3
+  EXPECT_EQ(verify({plain[3], plain[4], plain[5], plain[6]}), 3u);                    // all, and the one after
+  EXPECT_EQ(verify({plain[7], wrong(plain[8])}), 0u);
+  EXPECT_EQ(verify({plain[8]}), 0u);  // no drafts: a plain decode
+  EXPECT_EQ(drawn, plain);
+}
+
+// The distribution speculation samples from is plain sampling's: the second and third tokens
+// after a prompt, over many seeds, drawn one step at a time and drawn with both drafted (the
+// likeliest pair, so that drafts are often kept, often not) agree by a two-sample chi-square test
+// (with fixed seeds, so the test is deterministic; disjoint seeds, so the two samples are
+// independent draws, as the previous test's token-for-token identity would make them otherwise).
+class DrawnPairs {
+ public:
+  static constexpr std::uint32_t kRound = 32;  // sequences a step
+  explicit DrawnPairs(Rig& rig) : rig_(rig) {}
+  // The (second, third) token of each seed from first_seed on, `rounds` of kRound seeds, with
+  // `guess` drafted after the first, or not.
+  std::map<std::pair<std::int32_t, std::int32_t>, int> draw(std::uint64_t first_seed, int rounds,
+                                                           std::optional<std::pair<std::int32_t, std::int32_t>> guess) {
+    std::map<std::pair<std::int32_t, std::int32_t>, int> pairs;
+    for (int round = 0; round < rounds; ++round) {
+      const std::uint64_t seed = first_seed + static_cast<std::uint64_t>(round) * kRound;
+      for (const auto& drawn : draw_round(seed, guess)) ++pairs[{drawn.at(1), drawn.at(2)}];
+    }
+    return pairs;
+  }
+
+ std::size_t kept = 0;  // drafts kept, over every draw
+
+ private:
+  // kRound sequences (pages 3i to 3i + 2 each) from the prompt to their third token: a step for
+  // the first, then one with each sequence's last token (and the guess after the first), then
+  // one for those whose second step kept no draft.
+  std::vector<std::vector<std::int32_t>> draw_round(std::uint64_t seed,
+                                                    std::optional<std::pair<std::int32_t, std::int32_t>> guess) {
+    std::vector<Sequence> seqs;
+    StepPlan plan;
+    plan.step = rig_.next_step();
+    plan.released = std::exchange(last_ids_, {});
+    std::vector<std::size_t> in_plan;
+    for (std::uint32_t i = 0; i < kRound; ++i) {
+      seqs.push_back({next_id_++, kFirst.prompt, {3 * i, 3 * i + 1, 3 * i + 2}});
+      last_ids_.push_back(seqs.back().id);
+      plan.starts.push_back({seqs.back().id, filtered_and_penalised(seed + i, 2), kFirst.prompt, 0, {}});
+      plan.sequences.push_back({seqs.back().id, 0, kFirst.prompt, table_for(seqs.back(), kFirst.prompt.size()), true});
+      in_plan.push_back(i);
+    }
+    std::vector<std::vector<std::int32_t>> drawn(kRound);
+    while (!in_plan.empty()) {
+      const StepResult result = rig_.step(plan);
+      if (result.error != 0 || result.tokens.size() != in_plan.size()) throw std::runtime_error("draw: " + result.message);
+      for (std::size_t k = 0; k < in_plan.size(); ++k) {
+        const OutputToken& out = result.tokens[k];
+        drawn[in_plan[k]].insert(drawn[in_plan[k]].end(), out.accepted.begin(), out.accepted.end());
+        drawn[in_plan[k]].push_back(out.token);
+        kept += out.accepted.size();
+      }
+      plan = StepPlan{};
+      plan.step = rig_.next_step();
+      in_plan.clear();
+      for (std::size_t i = 0; i < kRound; ++i) {
+        if (drawn[i].size() >= 3) continue;
+        const auto position = static_cast<std::uint32_t>(kFirst.prompt.size() + drawn[i].size() - 1);
+        std::vector<std::int32_t> tokens{drawn[i].back()};
+        if (guess && drawn[i].size() == 1) tokens.insert(tokens.end(), {guess->first, guess->second});
+        plan.sequences.push_back(verifying(seqs[i], position, tokens));
+        in_plan.push_back(i);
+      }
+    }
+    return drawn;
+  }
+
+  Rig& rig_;
+  std::uint64_t next_id_ = 1000;
+  std::vector<std::uint64_t> last_ids_;
+};
+
+// Pearson's two-sample statistic over the pairs both samples drew (equal sizes), the pairs drawn
+// fewer than 10 times in all pooled into one; and its degrees of freedom.
+std::pair<double, int> chi_square(const std::map<std::pair<std::int32_t, std::int32_t>, int>& a,
+                                  const std::map<std::pair<std::int32_t, std::int32_t>, int>& b) {
+  std::map<std::pair<std::int32_t, std::int32_t>, std::pair<int, int>> both;
+  for (const auto& [pair, count] : a) both[pair].first += count;
+  for (const auto& [pair, count] : b) both[pair].second += count;
+  double statistic = 0;
+  int bins = 0, pooled_a = 0, pooled_b = 0;
+  auto add = [&](int x, int y) {
+    statistic += static_cast<double>(x - y) * (x - y) / (x + y);
+    ++bins;
+  };
+  for (const auto& [pair, counts] : both) {
+    if (counts.first + counts.second >= 10) {
+      add(counts.first, counts.second);
+    } else {
+      pooled_a += counts.first;
+      pooled_b += counts.second;
+    }
+  }
+  if (pooled_a + pooled_b > 0) add(pooled_a, pooled_b);
+  return {statistic, bins - 1};
+}
+
+// The chi-square distribution's 0.999 quantile (Wilson and Hilferty's approximation).
+double chi_square_999(int df) {
+  const double z = 3.0902, k = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - k + z * std::sqrt(k), 3.0);
+}
+
+TEST(ExecutorTest, SampledSpeculationKeepsTheDistributionOfTheNextTokens) {
+  Rig rig({{"kv_pages", std::to_string(3 * DrawnPairs::kRound)}});
+  DrawnPairs pairs(rig);
+  constexpr int kRounds = 12;  // 384 seeds a sample
+  const auto plain = pairs.draw(1, kRounds, std::nullopt);
+  ASSERT_EQ(pairs.kept, 0u);
+  const auto likeliest = std::max_element(plain.begin(), plain.end(),
+                                          [](const auto& x, const auto& y) { return x.second < y.second; });
+  const auto drafted = pairs.draw(1'000'001, kRounds, likeliest->first);
+  // Both drafts kept for some seeds, not for others.
+  const std::size_t seeds = kRounds * DrawnPairs::kRound;
+  EXPECT_GT(pairs.kept, seeds / 10);
+  EXPECT_LT(pairs.kept, 2 * seeds * 9 / 10);
+  const auto [statistic, df] = chi_square(plain, drafted);
+  ASSERT_GT(df, 1);
+  EXPECT_LT(statistic, chi_square_999(df)) << df << " degrees of freedom";
+  // The test tells distributions apart: a rule that kept the likeliest pair too often (a third of
+  // every other pair's draws moved to it) does not pass.
+  auto biased = plain;
+  for (auto& [pair, count] : biased) {
+    if (pair == likeliest->first) continue;
+    biased[likeliest->first] += count / 3;
+    count -= count / 3;
+  }
+  const auto [biased_statistic, biased_df] = chi_square(plain, biased);
+  EXPECT_GT(biased_statistic, chi_square_999(biased_df));
 }
 
 TEST(ExecutorTest, SeededSamplingRepeatsAndReportsLogprobs) {

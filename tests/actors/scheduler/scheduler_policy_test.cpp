@@ -9,6 +9,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -929,11 +930,15 @@ TEST(SchedulerSpeculation, RejectedDraftsGiveBackThePagesOnlyTheyTook) {
   Speculating s;
   s.submit(1, {300, 301, 302, 303, 300, 301}, 8);
   s.answer_drafts(0, 302);
-  EXPECT_EQ(render_plan(s.h.out.plans.front()), "plan 2 1@6+5od4");  // positions 6 to 10: three pages
+  // "300 301 302" guesses "303 300 301 302", but a match of three tokens backs three drafts at most:
+  // positions 6 to 9, three pages.
+  EXPECT_EQ(render_plan(s.h.out.plans.front()), "plan 2 1@6+4od3");
   s.answer_drafts(0, 555);  // none kept: its length is 7, and the next decode (at 7) needs two pages
   EXPECT_EQ(s.delivered(), (std::vector<std::int32_t>{302, 555}));
   EXPECT_EQ(render_plan(s.h.out.plans.front()), "plan 3 1@7+1o");
-  EXPECT_EQ(s.h.policy.status().kv_pages_in_use, 2u);
+  // Backing off, it follows that step; the follower at 8 takes the third page again.
+  EXPECT_EQ(render_plan(s.h.out.plans.back()), "plan 4 1@8+1of");
+  EXPECT_EQ(s.h.policy.status().kv_pages_in_use, 3u);
   EXPECT_EQ(s.h.policy.status().accepted_tokens, 0u);
   for (int i = 0; i < 100 && !s.h.out.plans.empty(); ++i) s.answer_drafts(0, kToken);
   EXPECT_EQ(s.delivered().size(), 8u);
@@ -964,9 +969,9 @@ TEST(SchedulerSpeculation, DraftsNeverPassMaxTokens) {
   EXPECT_EQ(finish_name(s.h.out.finals[0].finish), "length");
 }
 
-// No drafts: a batch over speculate_max_batch, a request that asks none, one that samples; the
-// requests then follow steps in flight as without speculation.
-TEST(SchedulerSpeculation, NoDraftsForALargeBatchARequestThatAsksNoneOrOneThatSamples) {
+// No drafts: a batch over speculate_max_batch, a request that asks none, one that asks for
+// logprobs; the requests then follow steps in flight as without speculation.
+TEST(SchedulerSpeculation, NoDraftsForALargeBatchARequestThatAsksNoneOrOneWithLogprobs) {
   auto drafts_sent = [](const Speculating& s) {
     for (const std::string& line : s.h.out.lines) {
       if (line.starts_with("plan") && line.find('d') != std::string::npos) return true;
@@ -983,40 +988,79 @@ TEST(SchedulerSpeculation, NoDraftsForALargeBatchARequestThatAsksNoneOrOneThatSa
   none.submit_repeating(1, 6, {}, 0);
   for (int i = 0; i < 100 && !none.h.out.plans.empty(); ++i) none.answer_drafts(0, 303);
   EXPECT_FALSE(drafts_sent(none));
-  Speculating sampled;
-  Submit submit;
-  submit.prompt_kind = static_cast<std::uint8_t>(PromptKind::tokens);
-  submit.tokens = {300, 301, 300, 301, 300};
-  submit.sampling.temperature = 0.7f;
-  submit.sampling.max_tokens = 6;
-  sampled.h.hand("gateway", std::move(submit), 1);
-  for (int i = 0; i < 100 && !sampled.h.out.plans.empty(); ++i) sampled.answer_drafts(0, 301);
-  EXPECT_FALSE(drafts_sent(sampled));
-  EXPECT_EQ(sampled.h.out.finals.size(), 1u);
+  auto sampled = [&](bool logprobs) {
+    auto s = std::make_unique<Speculating>();
+    Submit submit;
+    submit.prompt_kind = static_cast<std::uint8_t>(PromptKind::tokens);
+    submit.tokens = {300, 301, 300, 301, 300};
+    submit.sampling.temperature = 0.7f;
+    submit.sampling.top_k = 40;
+    submit.sampling.logprobs = logprobs;
+    submit.sampling.max_tokens = 6;
+    s->h.hand("gateway", std::move(submit), 1);
+    for (int i = 0; i < 100 && !s->h.out.plans.empty(); ++i) s->answer_drafts(0, 301);
+    EXPECT_EQ(s->h.out.finals.size(), 1u);
+    return drafts_sent(*s);
+  };
+  EXPECT_FALSE(sampled(true));
+  // A sampled request drafts as a greedy one does: its draws verify them (the executor's part).
+  EXPECT_TRUE(sampled(false));
 }
 
-// After a step with nothing kept the request decodes without drafts for 1, then 2, 4 ... steps
-// (following the step in flight meanwhile), and a step that keeps one ends the back-off.
-TEST(SchedulerSpeculation, MissesBackOffAndAHitEndsTheBackOff) {
+// The token after `token` in the loop 300 301 302 303.
+std::int32_t in_loop_after(std::int32_t token) { return token == 303 ? 300 : token + 1; }
+
+// After a step with nothing kept the request decodes without drafts for 2, then 4, 8 ... steps
+// (following the step in flight meanwhile), each miss shortens the next drafts (the acceptance
+// estimate falls: 4, then 2, then 1), and a step that keeps one ends the back-off.
+TEST(SchedulerSpeculation, MissesBackOffAndShortenTheDraftsAndAHitEndsTheBackOff) {
   Speculating s;
   s.submit_repeating(1, 40);
-  std::vector<bool> drafted;  // per plan: whether it carried drafts
+  std::vector<std::uint32_t> drafted;  // per plan: its drafts
   for (int i = 0; i < 12 && !s.h.out.plans.empty(); ++i) {
-    const bool with_drafts = s.h.out.plans.front().sequences.at(0).drafted > 0;
-    drafted.push_back(with_drafts);
-    s.answer_drafts(0, 303);  // the loop 300..303 continues, but no draft is ever kept
+    drafted.push_back(s.h.out.plans.front().sequences.at(0).drafted);
+    const std::vector<std::int32_t> so_far = s.delivered();
+    s.answer_drafts(0, in_loop_after(so_far.empty() ? 302 : so_far.back()));  // the loop goes on, no draft kept
   }
-  // The prompt, a miss; 1 without, a miss; 2 without, a miss; 4 without ...
-  EXPECT_EQ(drafted, (std::vector<bool>{false, true, false, true, false, false, true, false, false, false, false,
-                                        true}));
-  EXPECT_GT(s.h.policy.status().drafted_tokens, 4u);
+  // The prompt, 4 drafts missed; 2 without, 2 drafts missed; 4 without, 1 missed; 8 without ...
+  EXPECT_EQ(drafted, (std::vector<std::uint32_t>{0, 4, 0, 0, 2, 0, 0, 0, 0, 1, 0, 0}));
+  EXPECT_EQ(s.h.policy.status().drafted_tokens, 7u);
   EXPECT_EQ(s.h.policy.status().accepted_tokens, 0u);
   // The next step with drafts keeps one: the step after it drafts again.
-  for (int i = 0; i < 20 && s.h.out.plans.front().sequences.at(0).drafted == 0; ++i) s.answer_drafts(0, 303);
+  for (int i = 0; i < 20 && s.h.out.plans.front().sequences.at(0).drafted == 0; ++i)
+    s.answer_drafts(0, in_loop_after(s.delivered().back()));
   ASSERT_GT(s.h.out.plans.front().sequences.at(0).drafted, 0u);
-  s.answer_drafts(1, 303);
+  s.answer_drafts(1, in_loop_after(s.h.out.plans.front().sequences.at(0).tokens.at(1)));
   ASSERT_FALSE(s.h.out.plans.empty());
   EXPECT_GT(s.h.out.plans.front().sequences.at(0).drafted, 0u);
+}
+
+// Drafts that are all kept raise the estimate and so the drafts' length, up to draft_max; the
+// guess carries the loop on past the end of what is known.
+TEST(SchedulerSpeculation, KeptDraftsLengthenTheNextOnes) {
+  Speculating s;
+  s.submit_repeating(1, 50, {}, 8);
+  std::vector<std::uint32_t> drafted;
+  for (int i = 0; i < 6 && !s.h.out.plans.empty(); ++i) {
+    const PlanSequence& seq = s.h.out.plans.front().sequences.at(0);
+    drafted.push_back(seq.drafted);
+    const std::int32_t last = seq.drafted > 0 ? seq.tokens.back() : 302;
+    s.answer_drafts(seq.drafted, in_loop_after(last));
+  }
+  EXPECT_EQ(drafted, (std::vector<std::uint32_t>{0, 4, 6, 8, 8, 8}));
+  // Every one kept, and delivered in the loop's order.
+  const std::vector<std::int32_t> tokens = s.delivered();
+  for (std::size_t i = 1; i < tokens.size(); ++i) EXPECT_EQ(tokens[i], in_loop_after(tokens[i - 1])) << i;
+  EXPECT_EQ(s.h.policy.status().accepted_tokens, 34u);
+}
+
+// A request whose known tokens guess nothing past its token in flight follows that step, as
+// without speculation: nothing is lost to waiting.
+TEST(SchedulerSpeculation, ARequestWithNothingToGuessFollowsTheStepInFlight) {
+  Speculating s;
+  s.submit(1, {10, 20, 30, 40}, 8);
+  ASSERT_EQ(s.h.out.plans.size(), 2u);
+  EXPECT_EQ(render_plan(s.h.out.plans.back()), "plan 2 1@4+1of");
 }
 
 TEST(SchedulerSpeculation, DraftMaxOutsideItsRangeIsRefused) {

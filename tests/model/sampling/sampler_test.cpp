@@ -425,6 +425,33 @@ TEST(Sampler, GpuRowDescribesBiasWindowAndCounts) {
   EXPECT_EQ(as_tuples(pending), (std::vector{entry(2, 0, 1, 1), entry(4, 0, 1, 1), entry(7, 2, 0, 0)}));
 }
 
+// A row verifying drafts is the row the sampler would send once it had accepted them: its
+// counter, window and counts move on by the drafts.
+TEST(Sampler, GpuRowAfterDraftsIsTheRowOnceTheyAreAccepted) {
+  auto params = with_temperature(0.9f, 5);
+  params.repetition_penalty = 1.3f;
+  params.repetition_last_n = 4;
+  params.frequency_penalty = 0.2f;
+  params.logit_bias = {{11, 1.0f}};
+  Sampler sampler(params, std::vector<std::int32_t>{1, 2, 3});
+  sampler.accept(4);
+  const std::vector<std::int32_t> drafts = {5, 4, 6};
+  Sampler accepted = sampler;
+  for (std::int32_t token : drafts) accepted.accept(token);
+  auto same = [](const SamplingRow& a, const SamplingRow& b) {
+    if (a.counter != b.counter || a.entries.size() != b.entries.size()) return false;
+    for (std::size_t i = 0; i < a.entries.size(); ++i) {
+      const SamplingEntry &x = a.entries[i], &y = b.entries[i];
+      if (x.token != y.token || x.bias != y.bias || x.in_window != y.in_window || x.count != y.count) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(same(sampler.gpu_row_after(drafts), accepted.gpu_row(false)));
+  EXPECT_EQ(sampler.gpu_row_after(drafts).counter, 4u);
+  EXPECT_FALSE(same(sampler.gpu_row_after(drafts), sampler.gpu_row(false)));
+  EXPECT_TRUE(same(sampler.gpu_row_after({}), sampler.gpu_row(false)));
+}
+
 TEST(Sampler, GpuRowWithoutPenaltiesListsOnlyTheBias) {
   auto params = with_temperature(0.7f);
   params.logit_bias = {{9, -3.0f}};
