@@ -130,6 +130,11 @@ struct KernelChoice {
   std::uint32_t staged_splits = 0;  // K slices of the narrow path's split products; 0: tuned
   DirectUse direct_use = DirectUse::automatic;
   DirectShape direct_shape;
+  // A decode step's expert products: true routes each token inside the products from the router's
+  // logits and makes silu(gate) * up in the gate and up product (matvec_experts_glu, then
+  // matvec_experts_sum: two dispatch levels after the router); false runs moe_route, gate and up,
+  // quantize_q8_silu and the down product (four), for comparison.
+  bool experts_fused = true;
 };
 
 enum class MatmulPath : std::uint8_t { automatic, vector, tiled, cooperative };
