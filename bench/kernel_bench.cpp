@@ -38,6 +38,9 @@ struct Model {
 };
 constexpr Model llama3_8b{4096, 14336, 32, 8, 128, 128256, 1024};
 constexpr Model tiny{256, 512, 4, 2, 64, 1000, 64};
+// Its attention (the experts' shapes are bench_experts'): 32 query heads of 4 KV heads, d 128, at the
+// context of a 512-token prompt and some decoding.
+constexpr Model qwen3moe_30b_a3b{2048, 768, 32, 4, 128, 151936, 600};
 
 class Bench {
  public:
@@ -738,14 +741,24 @@ void bench_attention(Bench& b, Table& table, const Model& m, std::uint32_t t) {
   // Both paths, the one `automatic` takes first, so that the crossover can be read off the table.
   auto chosen = ops::plan_attention(s).path;
   auto other = chosen == ops::AttentionPath::split ? ops::AttentionPath::one_pass : ops::AttentionPath::split;
-  // Decode: also the split path with other numbers of key ranges than it picks.
-  std::vector<std::pair<ops::AttentionPath, std::uint32_t>> runs{{chosen, 0}, {other, 0}};
+  // Decode: also the split path with other numbers of key ranges than it picks, and with half and a
+  // quarter of the query heads a workgroup (where a KV head's group has 4 or more).
+  struct Run {
+    ops::AttentionPath path;
+    std::uint32_t splits = 0, head_group = 0;
+  };
+  std::vector<Run> runs{{chosen}, {other}};
   if (decode) {
-    for (std::uint32_t splits : {4u, 8u, 16u, 64u}) runs.emplace_back(ops::AttentionPath::split, splits);
+    for (std::uint32_t splits : {4u, 8u, 16u, 64u}) runs.push_back({ops::AttentionPath::split, splits});
+    const std::uint32_t group = std::min(m.heads / m.kv_heads, 8u);
+    for (std::uint32_t hg : {group / 2, group / 4}) {
+      if (hg >= 2 && group % hg == 0) runs.push_back({ops::AttentionPath::split, 0, hg});
+    }
   }
-  for (auto [path, splits] : runs) {
+  for (auto [path, splits, head_group] : runs) {
     s.path = path;
     s.splits = splits;
+    s.head_group = head_group;
     auto plan = ops::plan_attention(s);
     auto scratch = b.pool_.allocate(ops::attention_scratch_bytes(s), "bench");
     us = b.time_us([&](Recording& rec) {
@@ -753,9 +766,10 @@ void bench_attention(Bench& b, Table& table, const Model& m, std::uint32_t t) {
                      out.range(), s);
     });
     std::string name = path == ops::AttentionPath::split ? fmt::format("split x{}", plan.splits) : "one-pass";
+    if (head_group != 0) name += fmt::format(", {} heads a workgroup", head_group);
     table.add({decode ? "attention decode" : "attention prefill",
                fmt::format("{}/{} heads d{} ctx {}", m.heads, m.kv_heads, m.head_dim, length), t,
-               path == chosen && splits == 0 ? name : name + " (not auto)", us, kv_read + 8.0 * t * m.heads * m.head_dim,
+               path == chosen && splits == 0 && head_group == 0 ? name : name + " (not auto)", us, kv_read + 8.0 * t * m.heads * m.head_dim,
                4.0 * keys * m.heads * m.head_dim, ""});
   }
 }
@@ -918,8 +932,13 @@ void run_kernel_bench(KernelBenchOptions& o) {
       bench_sampling(b, table, model, t);
       continue;
     }
-    if (o.experts_only) {  // the decode products up to 8 tokens, the wide ones past
+    if (o.experts_only) {  // the decode products up to 8 tokens (and attention), the wide ones past
       bench_experts(b, table, t, types);
+      if (t <= ops::matvec_max_columns) {
+        Model moe = qwen3moe_30b_a3b;
+        if (o.context != 0) moe.context = o.context;
+        bench_attention(b, table, moe, t);
+      }
       if (t > ops::matvec_max_columns) {
         bench_router(b, table, t);
         for (WeightType type : types) bench_wide_experts(b, table, type, t);
@@ -967,8 +986,8 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_flag("--attention-only", o->attention_only, "only kv_write and attention (both paths)");
   cmd->add_flag("--sampling-only", o->sampling_only, "only the sampler: greedy, sampled, and top-p's passes one by one");
   cmd->add_flag("--experts-only", o->experts_only,
-                "only a mixture of experts' products (qwen3moe-30b-a3b's shapes): decode's up to 8 tokens, the wide "
-                "ones, moe_sort and the router's product above");
+                "only a mixture of experts' products (qwen3moe-30b-a3b's shapes): decode's up to 8 tokens with its "
+                "attention (32/4 heads, --context or 600 keys), the wide ones, moe_sort and the router's product above");
   cmd->add_option("--context", o->context, "context length of the attention decode rows (default: the preset's)");
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "THREADSxROWS: workgroup shape of the whole-block vector matmul for every type (default: tuned per type)");

@@ -953,9 +953,17 @@ void check_attention_shape(const AttentionShape& s) {
   }
 }
 
-// Query heads per workgroup of the split path: all of a KV head's group when it has at most 8.
+// Query heads per workgroup of the split path: all of a KV head's group when it has at most 8
+// (or the shape's head_group).
 std::uint32_t attention_head_group(const AttentionShape& s) {
   std::uint32_t group = s.heads / s.kv_heads, hg = std::min(group, 8u);
+  if (s.head_group != 0) {
+    if (s.head_group > 8 || group % s.head_group != 0) {
+      throw GpuError(fmt::format("attention: {} query heads a workgroup do not divide a group of {} (at most 8)",
+                                 s.head_group, group));
+    }
+    return s.head_group;
+  }
   while (group % hg != 0) --hg;
   return hg;
 }

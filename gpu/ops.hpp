@@ -331,6 +331,9 @@ struct AttentionShape {
   std::uint32_t max_context = 0;  // the most keys a token of the step sees; 0: max_pages * page_size
   std::uint32_t window = 0;       // a token sees the keys of its last `window` positions only; 0: all
   float softcap = 0;              // scores s (scale included) become softcap tanh(s / softcap); 0: none
+  // Query heads a workgroup of the split path takes (dividing heads / kv_heads, at most 8); 0: all of
+  // a KV head's group up to 8. Benchmarks compare: fewer make more, shorter workgroups.
+  std::uint32_t head_group = 0;
 };
 struct AttentionPlan {
   AttentionPath path = AttentionPath::one_pass;

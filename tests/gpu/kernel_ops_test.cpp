@@ -296,6 +296,7 @@ void add_attention_cases(std::vector<OpCase>& cases) {
     std::uint32_t splits = 0;
     std::uint32_t window = 0;
     float softcap = 0;
+    std::uint32_t head_group = 0;
   };
   using Path = ops::AttentionPath;
   std::vector<AttnCase> table;
@@ -324,6 +325,11 @@ void add_attention_cases(std::vector<OpCase>& cases) {
     }
   }
   table.push_back({"decode_ctx2000_gqa8_d128", 16, 2, 128, {2000}, {{0, 1999}}});
+  // qwen3moe-30b-a3b's groups of 8 query heads in workgroups of 4 and of 2 (AttentionShape::head_group).
+  for (std::uint32_t hg : {4u, 2u}) {
+    table.push_back({fmt::format("decode_ctx1_17_300_2000_gqa8_d128_hg{}", hg), 16, 2, 128, {1, 17, 300, 2000},
+                     {{0, 0}, {1, 16}, {2, 299}, {3, 1999}}, Path::automatic, 0, 0, 0, hg});
+  }
   // Head dims the one-pass kernel alone takes (not multiples of 16).
   table.push_back({"prefill_chunk_d40", 4, 2, 40, {5, 37}, {{1, 30}, {1, 31}, {0, 4}}});
   table.push_back({"decode_ctx33_gqa3_d64", 6, 2, 64, {40}, {{0, 32}}, Path::split, 2});
@@ -352,6 +358,7 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                                              c.splits};
                        s.window = c.window;
                        s.softcap = c.softcap;
+                       s.head_group = c.head_group;
                        auto q = random_vec(s.tokens * s.heads * s.head_dim, 13);
                        std::vector<std::uint32_t> seq_pos, seq, pos;
                        for (auto [sq, p] : c.queries) {
