@@ -46,6 +46,7 @@ struct GenerateOptions {
   std::uint32_t page_size = 16;
   std::uint32_t batch = 1;
   std::string matvec_shape;  // the vector kernel's workgroup, for measuring others than the tuned one
+  bool experts_separate = false;  // KernelChoice::experts_fused off, for measuring the fused decode against it
 };
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -315,9 +316,10 @@ void generate(const GenerateOptions& o) {
   model::GpuContext ctx{queue, pool, kernels};
   auto load_start = Clock::now();
   model::GpuModel gpu_model(ctx, config, model::gguf_tensor_source(file), "weights:" + o.model);
-  if (!o.matvec_shape.empty()) {
+  if (!o.matvec_shape.empty() || o.experts_separate) {
     gpu::ops::KernelChoice choice;
-    choice.matvec_shape = parse_matvec_shape(o.matvec_shape);
+    if (!o.matvec_shape.empty()) choice.matvec_shape = parse_matvec_shape(o.matvec_shape);
+    choice.experts_fused = !o.experts_separate;
     gpu_model.set_kernel_choice(choice);
   }
   const double load_s = seconds(Clock::now() - load_start);
@@ -348,6 +350,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "the decode products' workgroup, THREADSxROWS (e.g. 64x4), instead of the tuned one")
       ->type_name("TxR");
+  cmd->add_flag("--experts-separate", o->experts_separate,
+                "a mixture of experts' decode in four dispatches after the router (moe_route, gate+up, silu, "
+                "down+sum), not the fused two, for comparison");
   cmd->add_option("--batch", o->batch, "decode this many copies of the prompt side by side (greedy), as a server's batch")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));
