@@ -38,6 +38,9 @@ struct Model {
 };
 constexpr Model llama3_8b{4096, 14336, 32, 8, 128, 128256, 1024};
 constexpr Model tiny{256, 512, 4, 2, 64, 1000, 64};
+// Its attention (the experts' shapes are bench_experts'): 32 query heads of 4 KV heads, d 128, at the
+// context of a 512-token prompt and some decoding.
+constexpr Model qwen3moe_30b_a3b{2048, 768, 32, 4, 128, 151936, 600};
 
 class Bench {
  public:
@@ -335,87 +338,166 @@ void bench_matmuls(Bench& b, Table& table, const Model& m, std::uint32_t tokens,
 // A mixture of experts' decode products at qwen3moe-30b-a3b's shapes (hidden 2048, 128 experts of
 // 768, 8 a token) for `tokens` tokens, as the model records them: the routing of 128 logits, gate
 // and up from the normed x's int8 blocks (two dispatches alongside), silu(gate) * up quantized, and
-// down with the weighted sum into x (or, for comparison, down alone). Every expert's matrix is one
-// quantized matrix copied (up to 128 copies, as the device's buffer range allows; the addresses
-// apart, so a repetition finds no other's weights in L2), and repetitions take 16 routings in turn:
-// each token's 8 experts consecutive, every expert read once in 16 repetitions.
+// down with the weighted sum into x (or, for comparison, down alone); then the same with the
+// products routing each token themselves and gate and up making silu(gate) * up (what a decode step
+// records by default, KernelChoice::experts_fused), and the block whole both ways. Every expert's
+// matrix is one quantized matrix copied (up to 128 copies, as the device's buffer range allows; the
+// addresses apart, so a repetition finds no other's weights in L2), and repetitions take 16
+// routings in turn: given ids, each token's 8 experts consecutive, every expert read once in 16
+// repetitions; ranked, 16 random rows of logits a token.
+constexpr std::uint32_t experts_hidden = 2048, experts_ffn = 768, experts_used = 8, experts_routings = 16;
+
+// What the rows of one token count share: activations, outputs and routings.
+struct ExpertBuffers {
+  PoolBuffer x, gate, up, slot_weights, out, x_q8, glu_q8;
+  std::vector<PoolBuffer> logits;  // experts_routings of (tokens, 128) random logits
+  PoolBuffer chosen, chosen_w;     // moe_route's ids and weights
+};
+
+// The experts' weights of one type: each matrix one expert's quantized rows, copied.
+struct ExpertWeights {
+  PoolBuffer gate, up, down;
+  double gate_bytes = 0, up_bytes = 0, down_bytes = 0;  // one expert's
+  std::uint32_t n_expert = 128;                         // copies
+};
+
+ExpertWeights expert_weights(Bench& b, WeightType type) {
+  ExpertWeights w;
+  auto experts_of = [&](std::uint32_t m, std::uint32_t k, double& bytes) {
+    const std::vector<std::byte> one = random_weights(type, m, k, m + k);
+    const auto copies = std::clamp<std::uint64_t>(b.device_.features().max_storage_buffer_range / one.size(), 1, 128);
+    w.n_expert = std::min(w.n_expert, static_cast<std::uint32_t>(copies));
+    std::vector<std::byte> all;
+    for (std::uint64_t i = 0; i < copies; ++i) all.insert(all.end(), one.begin(), one.end());
+    bytes = double(one.size());
+    return upload_new(b.queue_, b.pool_, std::span<const std::byte>(all), "weights:bench");
+  };
+  w.gate = experts_of(experts_ffn, experts_hidden, w.gate_bytes);
+  w.up = experts_of(experts_ffn, experts_hidden, w.up_bytes);
+  w.down = experts_of(experts_hidden, experts_ffn, w.down_bytes);
+  return w;
+}
+
+// The products one at a time, on given experts.
+void bench_expert_products(Bench& b, Table& table, WeightType type, std::uint32_t tokens, const ExpertWeights& w,
+                           const ExpertBuffers& a) {
+  const std::uint32_t pairs = tokens * experts_used, hidden = experts_hidden, ffn = experts_ffn;
+  std::vector<PoolBuffer> ids;
+  for (std::uint32_t r = 0; r < experts_routings; ++r) {
+    std::vector<std::uint32_t> v(pairs);
+    for (std::uint32_t i = 0; i < pairs; ++i) v[i] = (r * experts_used + i % experts_used + 37 * (i / experts_used)) % w.n_expert;
+    ids.push_back(upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(v), "bench"));
+  }
+  std::size_t turn = 0;
+  auto next_ids = [&] { return ids[turn++ % experts_routings].range(); };
+  const ops::ExpertProduct gate_up{ffn, hidden, tokens, experts_used, false, true};
+  const ops::ExpertProduct down{hidden, ffn, tokens, experts_used, true, true};
+  const std::string name = fmt::format("experts {}", weight_type_name(type));
+  const std::string gate_shape = fmt::format("{}x{} x{} pairs", ffn, hidden, pairs),
+                    down_shape = fmt::format("{}x{} x{} pairs", hidden, ffn, pairs);
+  double us = b.time_us([&](Recording& rec) {
+    const BufferRange chosen = next_ids();
+    ops::matvec_experts(rec, b.kernels_, type, w.gate.range(), a.x_q8.range(), chosen, a.gate.range(), gate_up);
+    rec.next_runs_alongside();
+    ops::matvec_experts(rec, b.kernels_, type, w.up.range(), a.x_q8.range(), chosen, a.up.range(), gate_up);
+  });
+  table.add({name + " gate+up", gate_shape, tokens, "vector int8", us, double(pairs) * (w.gate_bytes + w.up_bytes),
+             4.0 * pairs * ffn * hidden, ""});
+  us = b.time_us([&](Recording& rec) {
+    ops::matvec_experts_glu(rec, b.kernels_, type, w.gate.range(), w.up.range(), a.x_q8.range(),
+                            {.experts = next_ids()}, a.glu_q8.range(), gate_up);
+  });
+  table.add({name + " gate+up+silu", gate_shape, tokens, "vector int8, one dispatch", us,
+             double(pairs) * (w.gate_bytes + w.up_bytes), 4.0 * pairs * ffn * hidden, ""});
+  us = b.time_us([&](Recording& rec) {
+    ops::matvec_experts(rec, b.kernels_, type, w.down.range(), a.glu_q8.range(), next_ids(), a.out.range(), down);
+  });
+  table.add({name + " down", down_shape, tokens, "vector int8", us, double(pairs) * w.down_bytes,
+             2.0 * pairs * hidden * ffn, ""});
+  us = b.time_us([&](Recording& rec) {
+    ops::matvec_experts_sum(rec, b.kernels_, type, w.down.range(), a.glu_q8.range(), next_ids(),
+                            a.slot_weights.range(), a.x.range(), down);
+  });
+  table.add({name + " down+sum", down_shape, tokens, "vector int8", us, double(pairs) * w.down_bytes,
+             2.0 * pairs * hidden * ffn, ""});
+}
+
+// Gate and up ranking each token's logits themselves, and the block whole both ways.
+void bench_fused_experts(Bench& b, Table& table, WeightType type, std::uint32_t tokens, const ExpertWeights& w,
+                         const ExpertBuffers& a) {
+  const std::uint32_t pairs = tokens * experts_used, hidden = experts_hidden, ffn = experts_ffn;
+  std::size_t turn = 0;
+  auto next_logits = [&] { return a.logits[turn++ % experts_routings].range(); };
+  const ops::ExpertProduct gate_up{ffn, hidden, tokens, experts_used, false, true};
+  const ops::ExpertProduct down{hidden, ffn, tokens, experts_used, true, true};
+  auto glu = [&](Recording& rec) {
+    ops::matvec_experts_glu(rec, b.kernels_, type, w.gate.range(), w.up.range(), a.x_q8.range(),
+                            {a.chosen.range(), a.chosen_w.range(), next_logits(), w.n_expert}, a.glu_q8.range(),
+                            gate_up);
+  };
+  const std::string name = fmt::format("experts {}", weight_type_name(type));
+  double us = b.time_us(glu);
+  table.add({name + " gate+up+silu", fmt::format("{}x{} x{} pairs", ffn, hidden, pairs), tokens,
+             "vector int8, one dispatch, ranked", us, double(pairs) * (w.gate_bytes + w.up_bytes),
+             4.0 * pairs * ffn * hidden, ""});
+  const std::string block = fmt::format("{} experts, top {}, {}x{}", w.n_expert, experts_used, ffn, hidden);
+  const double bytes = double(pairs) * (w.gate_bytes + w.up_bytes + w.down_bytes), flops = 6.0 * pairs * ffn * hidden;
+  auto down_sum = [&](Recording& rec) {
+    ops::matvec_experts_sum(rec, b.kernels_, type, w.down.range(), a.glu_q8.range(), a.chosen.range(),
+                            a.chosen_w.range(), a.x.range(), down);
+  };
+  us = b.time_us([&](Recording& rec) {
+    ops::moe_route(rec, b.kernels_, next_logits(), a.chosen.range(), a.chosen_w.range(), tokens, w.n_expert, experts_used);
+    ops::matvec_experts(rec, b.kernels_, type, w.gate.range(), a.x_q8.range(), a.chosen.range(), a.gate.range(), gate_up);
+    rec.next_runs_alongside();
+    ops::matvec_experts(rec, b.kernels_, type, w.up.range(), a.x_q8.range(), a.chosen.range(), a.up.range(), gate_up);
+    ops::quantize_q8_silu(rec, b.kernels_, a.gate.range(), a.up.range(), a.glu_q8.range(), ffn, pairs);
+    down_sum(rec);
+  });
+  table.add({name + " block", block, tokens, "route, gate+up, silu, down+sum", us, bytes, flops, ""});
+  us = b.time_us([&](Recording& rec) {
+    glu(rec);
+    down_sum(rec);
+  });
+  table.add({name + " block", block, tokens, "gate+up+silu ranked, down+sum", us, bytes, flops, ""});
+}
+
 void bench_experts(Bench& b, Table& table, std::uint32_t tokens, const std::vector<WeightType>& types) {
-  constexpr std::uint32_t hidden = 2048, ffn = 768, used = 8, routings = 16;
   if (tokens > ops::matvec_max_columns) return;
-  const std::uint32_t pairs = tokens * used;
-  const auto& f = b.device_.features();
-  auto x = b.random_f32(std::size_t{tokens} * hidden, 21), gate = b.random_f32(std::size_t{pairs} * ffn, 22),
-       up = b.random_f32(std::size_t{pairs} * ffn, 23), slot_weights = b.random_f32(pairs, 24);
-  auto out = b.pool_.allocate(std::uint64_t{pairs} * hidden * 4, "bench");
-  auto x_q8 = b.pool_.allocate(ops::q8_acts_bytes(hidden, tokens), "bench");
-  auto glu_q8 = b.pool_.allocate(ops::q8_acts_bytes(ffn, pairs), "bench");
+  constexpr std::uint32_t n_expert = 128;
+  const std::uint32_t pairs = tokens * experts_used, hidden = experts_hidden, ffn = experts_ffn;
+  ExpertBuffers a;
+  a.x = b.random_f32(std::size_t{tokens} * hidden, 21);
+  a.gate = b.random_f32(std::size_t{pairs} * ffn, 22);
+  a.up = b.random_f32(std::size_t{pairs} * ffn, 23);
+  a.slot_weights = b.random_f32(pairs, 24);
+  a.out = b.pool_.allocate(std::uint64_t{pairs} * hidden * 4, "bench");
+  a.x_q8 = b.pool_.allocate(ops::q8_acts_bytes(hidden, tokens), "bench");
+  a.glu_q8 = b.pool_.allocate(ops::q8_acts_bytes(ffn, pairs), "bench");
+  for (std::uint32_t r = 0; r < experts_routings; ++r) a.logits.push_back(b.random_f32(std::size_t{tokens} * n_expert, 40 + r, 3.0f));
+  a.chosen = b.pool_.allocate(std::uint64_t{pairs} * 4, "bench");
+  a.chosen_w = b.pool_.allocate(a.chosen.size(), "bench");
   {
     auto rec = b.queue_.begin();
-    ops::quantize_q8(rec, b.kernels_, x.range(), x_q8.range(), hidden, tokens);
-    ops::quantize_q8_silu(rec, b.kernels_, gate.range(), up.range(), glu_q8.range(), ffn, pairs);
+    ops::quantize_q8(rec, b.kernels_, a.x.range(), a.x_q8.range(), hidden, tokens);
+    ops::quantize_q8_silu(rec, b.kernels_, a.gate.range(), a.up.range(), a.glu_q8.range(), ffn, pairs);
     b.queue_.submit_and_wait(rec);
   }
   double us = b.time_us([&](Recording& rec) {
-    ops::quantize_q8_silu(rec, b.kernels_, gate.range(), up.range(), glu_q8.range(), ffn, pairs);
+    ops::quantize_q8_silu(rec, b.kernels_, a.gate.range(), a.up.range(), a.glu_q8.range(), ffn, pairs);
   });
   table.add({"quantize_q8_silu", fmt::format("{} x{} pairs", ffn, pairs), tokens, "", us, 9.0 * pairs * ffn, 0, ""});
-  {
-    constexpr std::uint32_t n_expert = 128;
-    auto logits = b.random_f32(std::size_t{tokens} * n_expert, 25, 3.0f);
-    auto chosen = b.pool_.allocate(std::uint64_t{pairs} * 4, "bench");
-    auto chosen_w = b.pool_.allocate(chosen.size(), "bench");
-    us = b.time_us([&](Recording& rec) {
-      ops::moe_route(rec, b.kernels_, logits.range(), chosen.range(), chosen_w.range(), tokens, n_expert, used);
-    });
-    table.add({"moe_route", fmt::format("{} experts, top {}", n_expert, used), tokens, "", us, 4.0 * tokens * n_expert,
-               0, ""});
-  }
+  us = b.time_us([&](Recording& rec) {
+    ops::moe_route(rec, b.kernels_, a.logits[0].range(), a.chosen.range(), a.chosen_w.range(), tokens, n_expert,
+                   experts_used);
+  });
+  table.add({"moe_route", fmt::format("{} experts, top {}", n_expert, experts_used), tokens, "", us,
+             4.0 * tokens * n_expert, 0, ""});
   for (WeightType type : types) {
-    if (!ops::experts_int8(f, type)) continue;
-    // Each matrix: one expert's quantized rows, copied.
-    std::uint32_t n_expert = 128;
-    auto experts_of = [&](std::uint32_t m, std::uint32_t k, double& bytes) {
-      const std::vector<std::byte> one = random_weights(type, m, k, m + k);
-      const auto copies = std::clamp<std::uint64_t>(f.max_storage_buffer_range / one.size(), 1, 128);
-      n_expert = std::min(n_expert, static_cast<std::uint32_t>(copies));
-      std::vector<std::byte> all;
-      for (std::uint64_t i = 0; i < copies; ++i) all.insert(all.end(), one.begin(), one.end());
-      bytes = double(one.size());
-      return upload_new(b.queue_, b.pool_, std::span<const std::byte>(all), "weights:bench");
-    };
-    double gate_bytes = 0, up_bytes = 0, down_bytes = 0;
-    const PoolBuffer w_gate = experts_of(ffn, hidden, gate_bytes), w_up = experts_of(ffn, hidden, up_bytes),
-                     w_down = experts_of(hidden, ffn, down_bytes);
-    std::vector<PoolBuffer> ids;
-    for (std::uint32_t r = 0; r < routings; ++r) {
-      std::vector<std::uint32_t> v(pairs);
-      for (std::uint32_t i = 0; i < pairs; ++i) v[i] = (r * used + i % used + 37 * (i / used)) % n_expert;
-      ids.push_back(upload_new(b.queue_, b.pool_, std::span<const std::uint32_t>(v), "bench"));
-    }
-    std::size_t turn = 0;
-    auto next_ids = [&] { return ids[turn++ % routings].range(); };
-    const ops::ExpertProduct gate_up{ffn, hidden, tokens, used, false, true};
-    const ops::ExpertProduct down{hidden, ffn, tokens, used, true, true};
-    const std::string name = fmt::format("experts {}", weight_type_name(type));
-    us = b.time_us([&](Recording& rec) {
-      const BufferRange chosen = next_ids();
-      ops::matvec_experts(rec, b.kernels_, type, w_gate.range(), x_q8.range(), chosen, gate.range(), gate_up);
-      rec.next_runs_alongside();
-      ops::matvec_experts(rec, b.kernels_, type, w_up.range(), x_q8.range(), chosen, up.range(), gate_up);
-    });
-    table.add({name + " gate+up", fmt::format("{}x{} x{} pairs", ffn, hidden, pairs), tokens, "vector int8", us,
-               double(pairs) * (gate_bytes + up_bytes), 4.0 * pairs * ffn * hidden, ""});
-    us = b.time_us([&](Recording& rec) {
-      ops::matvec_experts(rec, b.kernels_, type, w_down.range(), glu_q8.range(), next_ids(), out.range(), down);
-    });
-    table.add({name + " down", fmt::format("{}x{} x{} pairs", hidden, ffn, pairs), tokens, "vector int8", us,
-               double(pairs) * down_bytes, 2.0 * pairs * hidden * ffn, ""});
-    us = b.time_us([&](Recording& rec) {
-      ops::matvec_experts_sum(rec, b.kernels_, type, w_down.range(), glu_q8.range(), next_ids(), slot_weights.range(),
-                              x.range(), down);
-    });
-    table.add({name + " down+sum", fmt::format("{}x{} x{} pairs", hidden, ffn, pairs), tokens, "vector int8", us,
-               double(pairs) * down_bytes, 2.0 * pairs * hidden * ffn, ""});
+    if (!ops::experts_int8(b.device_.features(), type)) continue;
+    const ExpertWeights w = expert_weights(b, type);
+    bench_expert_products(b, table, type, tokens, w, a);
+    bench_fused_experts(b, table, type, tokens, w, a);
     b.pool_.trim();
   }
 }
@@ -703,14 +785,24 @@ void bench_attention(Bench& b, Table& table, const Model& m, std::uint32_t t) {
   // Both paths, the one `automatic` takes first, so that the crossover can be read off the table.
   auto chosen = ops::plan_attention(s).path;
   auto other = chosen == ops::AttentionPath::split ? ops::AttentionPath::one_pass : ops::AttentionPath::split;
-  // Decode: also the split path with other numbers of key ranges than it picks.
-  std::vector<std::pair<ops::AttentionPath, std::uint32_t>> runs{{chosen, 0}, {other, 0}};
+  // Decode: also the split path with other numbers of key ranges than it picks, and with half and a
+  // quarter of the query heads a workgroup (where a KV head's group has 4 or more).
+  struct Run {
+    ops::AttentionPath path;
+    std::uint32_t splits = 0, head_group = 0;
+  };
+  std::vector<Run> runs{{chosen}, {other}};
   if (decode) {
-    for (std::uint32_t splits : {4u, 8u, 16u, 64u}) runs.emplace_back(ops::AttentionPath::split, splits);
+    for (std::uint32_t splits : {4u, 8u, 16u, 64u}) runs.push_back({ops::AttentionPath::split, splits});
+    const std::uint32_t group = std::min(m.heads / m.kv_heads, 8u);
+    for (std::uint32_t hg : {group / 2, group / 4}) {
+      if (hg >= 2 && group % hg == 0) runs.push_back({ops::AttentionPath::split, 0, hg});
+    }
   }
-  for (auto [path, splits] : runs) {
+  for (auto [path, splits, head_group] : runs) {
     s.path = path;
     s.splits = splits;
+    s.head_group = head_group;
     auto plan = ops::plan_attention(s);
     auto scratch = b.pool_.allocate(ops::attention_scratch_bytes(s), "bench");
     us = b.time_us([&](Recording& rec) {
@@ -718,9 +810,10 @@ void bench_attention(Bench& b, Table& table, const Model& m, std::uint32_t t) {
                      out.range(), s);
     });
     std::string name = path == ops::AttentionPath::split ? fmt::format("split x{}", plan.splits) : "one-pass";
+    if (head_group != 0) name += fmt::format(", {} heads a workgroup", head_group);
     table.add({decode ? "attention decode" : "attention prefill",
                fmt::format("{}/{} heads d{} ctx {}", m.heads, m.kv_heads, m.head_dim, length), t,
-               path == chosen && splits == 0 ? name : name + " (not auto)", us, kv_read + 8.0 * t * m.heads * m.head_dim,
+               path == chosen && splits == 0 && head_group == 0 ? name : name + " (not auto)", us, kv_read + 8.0 * t * m.heads * m.head_dim,
                4.0 * keys * m.heads * m.head_dim, ""});
   }
 }
@@ -848,7 +941,11 @@ void write_report(const KernelBenchOptions& o, const std::string& header, const 
           " experts (--experts-only): tiled (mul_mm_id.comp, tiles of 16 pairs), coopmat (mul_mm_staged.comp's EXPERTS,"
           " tiles of 64 or 32; \"via F16\": every expert dequantized to F16 first, both timed; \"SwiGLU via F16\":"
           " gate and up so, then silu(gate) * up in one dispatch, as a wide step does), GB/s counting every"
-          " expert's weights once; router: ops::matmul (automatic path) and router.comp, the weights from L2;"
+          " expert's weights once; decode experts (up to 8 tokens): \"one dispatch\": gate, up and silu(gate) * up's"
+          " int8 blocks (matvec_experts_glu), \"ranked\": routing each token from its logits itself, \"block\": the"
+          " layer's experts as the model records them, separately (moe_route, gate+up, quantize_q8_silu, down+sum)"
+          " or fused (the default);"
+          " router: ops::matmul (automatic path) and router.comp, the weights from L2;"
           " check: output vs tiled;"
           " matmul repetitions rotate over copies of the weights (>= 256 MiB in all, up to 32) so they come from memory, not L2\n\n"
        << columns << table.str();
@@ -886,8 +983,13 @@ void run_kernel_bench(KernelBenchOptions& o) {
       bench_delta_net(b, table, t);
       continue;
     }
-    if (o.experts_only) {  // the decode products up to 8 tokens, the wide ones past
+    if (o.experts_only) {  // the decode products up to 8 tokens (and attention), the wide ones past
       bench_experts(b, table, t, types);
+      if (t <= ops::matvec_max_columns) {
+        Model moe = qwen3moe_30b_a3b;
+        if (o.context != 0) moe.context = o.context;
+        bench_attention(b, table, moe, t);
+      }
       if (t > ops::matvec_max_columns) {
         bench_router(b, table, t);
         for (WeightType type : types) bench_wide_experts(b, table, type, t);
@@ -935,8 +1037,8 @@ void add_kernel_bench(CLI::App& bench) {
   cmd->add_flag("--attention-only", o->attention_only, "only kv_write and attention (both paths)");
   cmd->add_flag("--sampling-only", o->sampling_only, "only the sampler: greedy, sampled, and top-p's passes one by one");
   cmd->add_flag("--experts-only", o->experts_only,
-                "only a mixture of experts' products (qwen3moe-30b-a3b's shapes): decode's up to 8 tokens, the wide "
-                "ones, moe_sort and the router's product above");
+                "only a mixture of experts' products (qwen3moe-30b-a3b's shapes): decode's up to 8 tokens with its "
+                "attention (32/4 heads, --context or 600 keys), the wide ones, moe_sort and the router's product above");
   cmd->add_flag("--delta-net-only", o->delta_net_only,
                 "only qwen35-9b's Gated DeltaNet recurrence (short_conv, delta_rule): a decode step of N sequences up "
                 "to 32 tokens, a prefill of one sequence past");

@@ -1003,9 +1003,17 @@ void check_attention_shape(const AttentionShape& s) {
   }
 }
 
-// Query heads per workgroup of the split path: all of a KV head's group when it has at most 8.
+// Query heads per workgroup of the split path: all of a KV head's group when it has at most 8
+// (or the shape's head_group).
 std::uint32_t attention_head_group(const AttentionShape& s) {
   std::uint32_t group = s.heads / s.kv_heads, hg = std::min(group, 8u);
+  if (s.head_group != 0) {
+    if (s.head_group > 8 || group % s.head_group != 0) {
+      throw GpuError(fmt::format("attention: {} query heads a workgroup do not divide a group of {} (at most 8)",
+                                 s.head_group, group));
+    }
+    return s.head_group;
+  }
   while (group % hg != 0) --hg;
   return hg;
 }
@@ -1301,14 +1309,18 @@ void check_experts(WeightType type, const ExpertProduct& s) {
 }
 
 // Records `module` over `groups` workgroup rows (y) of m / rows_per_group columns (x), at most
-// max_groups rows a dispatch, each dispatch's first row in the push constants' fifth word.
+// max_groups rows a dispatch, each dispatch's first row in the push constants' fifth word; the
+// router's width (ROUTED) and the pairs (GLU's output columns) after the sixth, for the modules of
+// mul_mat_vec_experts.comp (experts_push_bytes; mul_mat_id.comp takes the first six words).
+constexpr std::uint32_t experts_push_bytes = 32;
 void dispatch_experts(Recording& rec, const Kernel& module, std::initializer_list<BufferRange> buffers,
-                      const ExpertProduct& s, std::uint32_t rows_per_group, std::uint32_t groups) {
+                      const ExpertProduct& s, std::uint32_t rows_per_group, std::uint32_t groups,
+                      std::uint32_t n_expert = 0) {
   const std::uint32_t pairs = s.rows * s.used, cols = s.acts_per_pair ? pairs : s.rows;
   for (std::uint32_t first = 0; first < groups; first += max_groups) {
     struct {
-      std::uint32_t m, k, used, per_pair, first, cols;
-    } push{s.m, s.k, s.used, s.acts_per_pair ? 1u : 0u, first, cols};
+      std::uint32_t m, k, used, per_pair, first, cols, n_expert, pairs;
+    } push{s.m, s.k, s.used, s.acts_per_pair ? 1u : 0u, first, cols, n_expert, pairs};
     rec.dispatch(module, buffers, push, ceil_div(s.m, rows_per_group), std::min(groups - first, max_groups));
   }
 }
@@ -1345,8 +1357,37 @@ void matvec_experts_sum(Recording& rec, KernelLibrary& lib, WeightType type, Buf
   check_experts_int8(lib.device().features(), type);
   if (!s.acts_per_pair) throw GpuError("matvec_experts_sum: the down product reads each pair's own activations");
   const std::uint32_t lanes = experts_lanes(s.used * (s.k / 32));
-  dispatch_experts(rec, kernel(lib, experts_module("mul_mat_vec_experts_sum", type, false), 5, 24, {lanes}),
+  dispatch_experts(rec, kernel(lib, experts_module("mul_mat_vec_experts_sum", type, false), 5, experts_push_bytes, {lanes}),
                    {weights, acts_q8, x, experts, expert_weights}, s, 128 / lanes, s.rows);
+}
+
+bool experts_glu_applies(const DeviceFeatures& features, WeightType gate, WeightType up, std::uint32_t m) {
+  return gate == up && experts_int8(features, gate) && m % 32 == 0;
+}
+
+// 32 rows a workgroup (one int8 block of the output), in 32 * lanes threads.
+void matvec_experts_glu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange gate, BufferRange up,
+                        BufferRange acts_q8, const ExpertRoute& route, BufferRange out_q8, const ExpertProduct& s) {
+  check_experts(type, s);
+  if (!experts_glu_applies(lib.device().features(), type, type, s.m) || s.acts_per_pair) {
+    throw GpuError(fmt::format("matvec_experts_glu: {} experts of {} rows on this device (int8 products, rows a "
+                               "multiple of 32, each token's activations)",
+                               weight_type_name(type), s.m));
+  }
+  const bool ranked = route.n_expert != 0;
+  if (ranked && (route.n_expert > 1024 || s.used > 64 || s.used > route.n_expert)) {
+    throw GpuError(fmt::format("matvec_experts_glu: {} experts of {} ranked a token (at most 64 of 1024)", s.used,
+                               route.n_expert));
+  }
+  check_q8_output("matvec_experts_glu", out_q8, s.m, s.rows * s.used);
+  const std::uint32_t lanes = experts_lanes(s.k / 32);
+  // Unranked, the ids stand in for the outputs it then does not write.
+  const BufferRange picks = ranked ? route.weights : route.experts;
+  dispatch_experts(rec,
+                   kernel(lib, experts_module("mul_mat_vec_experts_glu", type, false), 7, experts_push_bytes,
+                          {lanes, ranked ? 1u : 0u, 32 * lanes}),
+                   {gate, acts_q8, out_q8, ranked ? route.logits : route.experts, up, route.experts, picks}, s, 32,
+                   s.rows * s.used, route.n_expert);
 }
 
 void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts,
@@ -1354,7 +1395,7 @@ void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferR
   check_experts(type, s);
   if (experts_int8(lib.device().features(), type)) {
     const std::uint32_t lanes = experts_lanes(s.k / 32);
-    dispatch_experts(rec, kernel(lib, experts_module("mul_mat_vec_experts", type, false), 4, 24, {lanes}),
+    dispatch_experts(rec, kernel(lib, experts_module("mul_mat_vec_experts", type, false), 4, experts_push_bytes, {lanes}),
                      {weights, acts, out, experts}, s, 128 / lanes, s.rows * s.used);
     return;
   }

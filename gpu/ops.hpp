@@ -163,6 +163,11 @@ struct KernelChoice {
   DirectUse direct_use = DirectUse::automatic;
   DirectShape direct_shape;
   ExpertsF16 experts_f16 = ExpertsF16::automatic;
+  // A decode step's expert products: true routes each token inside the products from the router's
+  // logits and makes silu(gate) * up in the gate and up product (matvec_experts_glu, then
+  // matvec_experts_sum: two dispatch levels after the router); false runs moe_route, gate and up,
+  // quantize_q8_silu and the down product (four), for comparison.
+  bool experts_fused = true;
 };
 
 enum class MatmulPath : std::uint8_t { automatic, vector, tiled, cooperative };
@@ -359,6 +364,9 @@ struct AttentionShape {
   std::uint32_t max_context = 0;  // the most keys a token of the step sees; 0: max_pages * page_size
   std::uint32_t window = 0;       // a token sees the keys of its last `window` positions only; 0: all
   float softcap = 0;              // scores s (scale included) become softcap tanh(s / softcap); 0: none
+  // Query heads a workgroup of the split path takes (dividing heads / kv_heads, at most 8); 0: all of
+  // a KV head's group up to 8. Benchmarks compare: fewer make more, shorter workgroups.
+  std::uint32_t head_group = 0;
 };
 struct AttentionPlan {
   AttentionPath path = AttentionPath::one_pass;
@@ -480,6 +488,22 @@ void matvec_experts(Recording& rec, KernelLibrary& lib, WeightType type, BufferR
 bool experts_int8(const DeviceFeatures& features, WeightType type);
 void matvec_experts_sum(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange weights, BufferRange acts_q8,
                         BufferRange experts, BufferRange expert_weights, BufferRange x, const ExpertProduct& shape);
+// Where matvec_experts_glu finds each pair's expert: the ids moe_route wrote (experts), or, where
+// n_expert is set, the router's logits, which each workgroup ranks itself as moe_route does (no
+// routing dispatch before it; n_expert <= 1024, at most 64 experts a token), writing the ids and
+// weights moe_route would write into experts and weights for matvec_experts_sum.
+struct ExpertRoute {
+  BufferRange experts{}, weights{};  // (rows, used) uint32 and F32
+  BufferRange logits{};              // (rows, n_expert) F32
+  std::uint32_t n_expert = 0;
+};
+// A SwiGLU's gate and up expert products for every pair in one dispatch, written as the down
+// product's int8 input: out = quantize_q8_silu(gate product, up product) over (rows * used, m), the
+// same bytes (shape: gate's, acts the tokens' int8 rows). Where experts_glu_applies: gate and up of
+// one type that experts_int8 takes, m a multiple of 32.
+bool experts_glu_applies(const DeviceFeatures& features, WeightType gate, WeightType up, std::uint32_t m);
+void matvec_experts_glu(Recording& rec, KernelLibrary& lib, WeightType type, BufferRange gate, BufferRange up,
+                        BufferRange acts_q8, const ExpertRoute& route, BufferRange out_q8, const ExpertProduct& shape);
 // The same for wide steps: the pairs grouped by expert (moe_sort), each expert's weights read once
 // for every tile of up to experts_tile_pairs of its pairs. order and tiles as moe_sort wrote them.
 inline constexpr std::uint32_t experts_tile_pairs = 16;  // mul_mm_id.comp's TN

@@ -13,69 +13,20 @@
 layout(local_size_x = 64) in;
 #if defined(MOE_ROUTE)
 layout(push_constant) uniform Params { uint n_expert; uint used; uint rows; } p;
-layout(binding = 0) readonly buffer Logits { float logits[]; };
+#define ROUTE_LOGITS_BINDING 0
+#include "moe_route.glsl"
 layout(binding = 1) writeonly buffer Experts { uint experts[]; };
 layout(binding = 2) writeonly buffer Weights { float weights[]; };
 
-const uint NONE = 0xFFFFFFFFu;
-shared float values[1024];  // each thread's experts e = tid + 64 i: only that thread reads them
-shared bool taken[1024];
-shared float group_value[2][64];  // each subgroup's best of a pick, the picks taking the halves in turn
-shared uint group_index[2][64];
-shared float picked[64];  // exp(logit - top) of each pick, at most 64 a row (ops::moe_route)
-
-// Whether (v, i) ranks before (w, j): value descending, index ascending; NONE ranks last.
-bool before(float v, uint i, float w, uint j) { return i != NONE && (j == NONE || v > w || (v == w && i < j)); }
-
-// One workgroup a row, each thread holding the logits of every 64th expert. A pick is each thread's
-// best of those not taken, each subgroup's best of those (a max of the values, then the least index
-// holding it), and every thread's best of the subgroups' after one barrier: a row costs `used`
-// barriers, where a tree of 64 in shared memory cost seven a pick. The thread holding the pick
-// marks it taken.
+// One workgroup a row (moe_route.glsl's ranks).
 void main() {
   const uint row = flat_group();
   if (row >= p.rows) return;  // the whole workgroup
-  const uint tid = gl_LocalInvocationIndex, base = row * p.n_expert;
-  for (uint e = tid; e < p.n_expert; e += 64) {
-    values[e] = logits[base + e];
-    taken[e] = false;
-  }
-  float top = 0.0, sum = 0.0;
-  for (uint j = 0; j < p.used; ++j) {
-    float best = 0.0;
-    uint pick = NONE;
-    for (uint e = tid; e < p.n_expert; e += 64) {
-      if (!taken[e] && before(values[e], e, best, pick)) {
-        best = values[e];
-        pick = e;
-      }
-    }
-    const float group_best = subgroupMax(pick != NONE ? best : uintBitsToFloat(0xFF800000u));  // -inf: none left
-    const uint group_pick = subgroupMin(pick != NONE && best == group_best ? pick : NONE);
-    if (subgroupElect()) {
-      group_value[j % 2][gl_SubgroupID] = group_best;
-      group_index[j % 2][gl_SubgroupID] = group_pick;
-    }
-    barrier();
-    best = 0.0;
-    pick = NONE;
-    for (uint g = 0; g < gl_NumSubgroups; ++g) {
-      if (before(group_value[j % 2][g], group_index[j % 2][g], best, pick)) {
-        best = group_value[j % 2][g];
-        pick = group_index[j % 2][g];
-      }
-    }
-    if (j == 0) top = best;
-    const float w = exp(best - top);
-    sum += w;
-    if (pick % 64 == tid) taken[pick] = true;
-    if (tid == 0) {
-      picked[j] = w;
-      experts[row * p.used + j] = pick;
-    }
-  }
-  if (tid == 0) {
-    for (uint j = 0; j < p.used; ++j) weights[row * p.used + j] = picked[j] / sum;
+  route_token(row, p.n_expert, p.used);
+  const uint j = gl_LocalInvocationIndex;
+  if (j < p.used) {
+    experts[row * p.used + j] = route_experts[j];
+    weights[row * p.used + j] = route_weights[j];
   }
 }
 #elif defined(MOE_SORT_COUNT) || defined(MOE_SORT_OFFSETS) || defined(MOE_SORT_SCATTER)

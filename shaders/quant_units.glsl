@@ -39,21 +39,32 @@
 #define QUNIT 1
 #extension GL_EXT_control_flow_attributes : require
 
-layout(binding = QW_BINDING) readonly buffer QwWords { uint qw_u32[]; };
-layout(binding = QW_BINDING) readonly buffer QwHalves { uint16_t qw_u16[]; };
-#if defined(IQ4_FLOAT_LEVELS) || defined(A_IQ4_XS)
-layout(binding = QW_BINDING) readonly buffer QwPairs { uvec2 qw_u64[]; };
+// The weights at binding `at` as words of 4, 2, 8 and 16 bytes: name_u32, name_u16, name_u64, name_u128.
+#define QW_VIEWS(at, Block, name)                                                   \
+  layout(binding = at) readonly buffer Block##Words { uint name##_u32[]; };         \
+  layout(binding = at) readonly buffer Block##Halves { uint16_t name##_u16[]; };    \
+  layout(binding = at) readonly buffer Block##Pairs { uvec2 name##_u64[]; };        \
+  layout(binding = at) readonly buffer Block##Quads { uvec4 name##_u128[]; };
+QW_VIEWS(QW_BINDING, Qw, qw)
+#if defined(QW_UP_BINDING)
+// A second matrix of the same type at binding QW_UP_BINDING (a SwiGLU's up beside its gate): every
+// read below goes to it while qw_up is true. A kernel sets qw_up to a constant before each call, so
+// that the compilers fold the choice away: one load a read, as with one matrix.
+QW_VIEWS(QW_UP_BINDING, QwUp, qw_up)
+bool qw_up = false;
+#define QW_READ(array, i) (qw_up ? qw_up_##array[i] : qw_##array[i])
+#else
+#define QW_READ(array, i) qw_##array[i]
 #endif
-layout(binding = QW_BINDING) readonly buffer QwQuads { uvec4 qw_u128[]; };
 
 // The little-endian word at byte offset o (even): one load where o is a multiple of 4.
 uint qw_word(uint o) {
-  if ((o & 2u) == 0u) return qw_u32[o >> 2];
-  return uint(qw_u16[o >> 1]) | (uint(qw_u16[(o >> 1) + 1]) << 16);
+  if ((o & 2u) == 0u) return QW_READ(u32, o >> 2);
+  return uint(QW_READ(u16, o >> 1)) | (uint(QW_READ(u16, (o >> 1) + 1)) << 16);
 }
 // Byte o, from its aligned word: only inside 4-byte aligned blocks' headers.
-uint qw_byte(uint o) { return (qw_u32[o >> 2] >> (8 * (o & 3u))) & 0xFFu; }
-float qw_half(uint o) { return unpackHalf2x16(uint(qw_u16[o >> 1])).x; }
+uint qw_byte(uint o) { return (QW_READ(u32, o >> 2) >> (8 * (o & 3u))) & 0xFFu; }
+float qw_half(uint o) { return unpackHalf2x16(uint(QW_READ(u16, o >> 1))).x; }
 
 // Bits 0..3 of x at bit 0 of bytes 0..3.
 uint spread4(uint x) { return (x & 1u) | ((x & 2u) << 7) | ((x & 4u) << 14) | ((x & 8u) << 21); }
@@ -66,8 +77,8 @@ uint spread4(uint x) { return (x & 1u) | ((x & 2u) << 7) | ((x & 4u) << 14) | ((
 #define QW_RUN(N)                                                                         \
   void qw_run##N(uint o, out uint w[N]) {                                                 \
     uint a[N + 1];                                                                        \
-    [[unroll]] for (uint k = 0; k < N; ++k) a[k] = qw_u32[(o >> 2) + k];                  \
-    a[N] = (o & 2u) == 0u ? 0u : uint(qw_u16[2 * ((o >> 2) + N)]);                        \
+    [[unroll]] for (uint k = 0; k < N; ++k) a[k] = QW_READ(u32, (o >> 2) + k);            \
+    a[N] = (o & 2u) == 0u ? 0u : uint(QW_READ(u16, 2 * ((o >> 2) + N)));                  \
     [[unroll]] for (uint k = 0; k < N; ++k)                                               \
       w[k] = (o & 2u) == 0u ? a[k] : ((a[k] >> 16) | (a[k + 1] << 16));                   \
   }
@@ -126,7 +137,7 @@ uint iq4_block(uint row, uint blk, uint K, out float d) {
   return o + 2;
 #else
   const uint o = 136 * (row * (K / 256) + blk / 8), s = blk % 8;
-  const uvec2 header = qw_u64[o / 8];  // d and scales_h; scales_l[4] (8-byte aligned: one load)
+  const uvec2 header = QW_READ(u64, o / 8);  // d and scales_h; scales_l[4] (8-byte aligned: one load)
   const uint head = header.x, scales_l = header.y;
   // ls6: nibble s & 1 of byte s / 2 of scales_l, that is bits 4 s.., under bits 16 + 2 s.. of head
   const uint ls = ((scales_l >> (4 * s)) & 15u) | ((head >> (12 + 2 * s)) & 0x30u);
@@ -142,7 +153,7 @@ uvec4 iq4_quants16(uint o) {
   qw_run4(o, r);
   return uvec4(r[0], r[1], r[2], r[3]);
 #else
-  return uvec4(qw_u64[o / 8], qw_u64[o / 8 + 1]);  // IQ4_XS's blocks are 8-byte aligned
+  return uvec4(QW_READ(u64, o / 8), QW_READ(u64, o / 8 + 1));  // IQ4_XS's blocks are 8-byte aligned
 #endif
 }
 // For the kernels that dequantize to F16: the 16 levels as floats in shared memory, so that a
@@ -271,15 +282,15 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
 #elif defined(A_Q4_K) || defined(A_Q5_K)
 #if defined(A_Q4_K)
   const uint o = 144 * sb;
-  const uvec4 w0 = qw_u128[(o + 16 + 32 * (s / 2)) / 16], w1 = qw_u128[(o + 32 + 32 * (s / 2)) / 16];
+  const uvec4 w0 = QW_READ(u128, (o + 16 + 32 * (s / 2)) / 16), w1 = QW_READ(u128, (o + 32 + 32 * (s / 2)) / 16);
   q[0] = nibbles8(w0.xy, s & 1u);
   q[1] = nibbles8(w0.zw, s & 1u);
   q[2] = nibbles8(w1.xy, s & 1u);
   q[3] = nibbles8(w1.zw, s & 1u);
 #else
   const uint o = 176 * sb;
-  const uvec4 w0 = qw_u128[(o + 48 + 32 * (s / 2)) / 16], w1 = qw_u128[(o + 64 + 32 * (s / 2)) / 16];
-  const uvec4 h0 = (qw_u128[(o + 16) / 16] >> s) & 0x01010101u, h1 = (qw_u128[(o + 32) / 16] >> s) & 0x01010101u;
+  const uvec4 w0 = QW_READ(u128, (o + 48 + 32 * (s / 2)) / 16), w1 = QW_READ(u128, (o + 64 + 32 * (s / 2)) / 16);
+  const uvec4 h0 = (QW_READ(u128, (o + 16) / 16) >> s) & 0x01010101u, h1 = (QW_READ(u128, (o + 32) / 16) >> s) & 0x01010101u;
   q[0] = nibbles8(w0.xy, s & 1u) | (h0.xy << 4);
   q[1] = nibbles8(w0.zw, s & 1u) | (h0.zw << 4);
   q[2] = nibbles8(w1.xy, s & 1u) | (h1.xy << 4);
@@ -287,7 +298,7 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
 #endif
   uint sc, mn;
   k_scale_min(o, s, sc, mn);
-  const vec2 dm = unpackHalf2x16(qw_u32[o / 4]);
+  const vec2 dm = unpackHalf2x16(QW_READ(u32, o / 4));
   a = vec2(dm.x * float(sc));
   b = vec2(-dm.y * float(mn));
 #elif defined(A_Q6_K)
@@ -305,9 +316,9 @@ void block32(uint row, uint blk, uint K, out uvec2 q[4], out vec2 a, out vec2 b)
 #elif defined(A_IQ4_XS)
   // The block is 8-byte aligned (136 bytes): its header and its sub-block's quants in three 8-byte loads.
   const uint o = 17 * sb;
-  const uvec2 head = qw_u64[o];  // d, scales_h; scales_l[4]
+  const uvec2 head = QW_READ(u64, o);  // d, scales_h; scales_l[4]
   const uint ls = ((head.y >> (4 * s)) & 15u) | (((head.x >> (16 + 2 * s)) & 3u) << 4);
-  const uvec2 q0 = qw_u64[o + 1 + 2 * s], q1 = qw_u64[o + 2 + 2 * s];
+  const uvec2 q0 = QW_READ(u64, o + 1 + 2 * s), q1 = QW_READ(u64, o + 2 + 2 * s);
   iq4_levels32(uvec4(q0, q1), q);
   a = vec2(unpackHalf2x16(head.x).x * (float(ls) - 32.0));
   b = vec2(0.0);

@@ -47,6 +47,7 @@ struct GenerateOptions {
   std::uint32_t batch = 1;
   std::string matvec_shape;  // the vector kernel's workgroup, for measuring others than the tuned one
   std::string experts_f16 = "auto";  // gpu::ops::ExpertsF16: auto, always, never
+  bool experts_separate = false;  // KernelChoice::experts_fused off, for measuring the fused decode against it
 };
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -321,6 +322,7 @@ void generate(const GenerateOptions& o) {
   choice.experts_f16 = o.experts_f16 == "always"  ? gpu::ops::ExpertsF16::always
                        : o.experts_f16 == "never" ? gpu::ops::ExpertsF16::never
                                                   : gpu::ops::ExpertsF16::automatic;
+  choice.experts_fused = !o.experts_separate;
   gpu_model.set_kernel_choice(choice);
   const double load_s = seconds(Clock::now() - load_start);
   if (o.batch > 1) {
@@ -350,6 +352,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--matvec-shape", o->matvec_shape,
                   "the decode products' workgroup, THREADSxROWS (e.g. 64x4), instead of the tuned one")
       ->type_name("TxR");
+  cmd->add_flag("--experts-separate", o->experts_separate,
+                "a mixture of experts' decode in four dispatches after the router (moe_route, gate+up, silu, "
+                "down+sum), not the fused two, for comparison");
   cmd->add_option("--batch", o->batch, "decode this many copies of the prompt side by side (greedy), as a server's batch")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));

@@ -174,6 +174,8 @@ class GpuModel::Step {
   // Whether the residual product before made `norm`'s input (F16 or int8): its own dispatch is skipped.
   bool made_by_residual(const GpuTensor& norm) { return std::exchange(normed_by_residual_, nullptr) == &norm; }
   void record_experts(const GpuLayer& L, const LayerPlan& p);
+  bool experts_fused(const GpuLayer& L) const;
+  void record_experts_fused(const GpuLayer& L);
   void record_router(const GpuLayer& L, bool q8, bool only_q8);
   void expert_product(const GpuTensor& w, BufferRange acts, const PoolBuffer& out, const ops::ExpertProduct& shape);
   bool experts_on_tensor_cores(const GpuLayer& L) const;
@@ -493,18 +495,24 @@ void GpuModel::Step::record_geglu(const GpuLayer& L, const LayerPlan& p, const G
 // on the GPU; each product reads only the experts its tokens chose.
 void GpuModel::Step::record_experts(const GpuLayer& L, const LayerPlan& p) {
   const std::uint32_t used = c_.n_expert_used, pairs = n_ * used;
-  if (!s_.experts) {
+  if (!s_.router_logits) {
     s_.router_logits = scratch(std::uint64_t{n_} * c_.n_expert);
     s_.experts = scratch(pairs);
     s_.expert_weights = scratch(pairs);
-    s_.expert_gate = scratch(std::uint64_t{pairs} * c_.n_ff_exp);
-    s_.expert_up = scratch(std::uint64_t{pairs} * c_.n_ff_exp);
-    s_.expert_out = scratch(std::uint64_t{pairs} * c_.n_embd);
   }
   const bool gate_q8 = ops::experts_read_q8(L.w_gate.type), up_q8 = ops::experts_read_q8(L.w_up.type);
   // Wide steps on the tensor cores read F16 inputs (expert_products_f16), no int8 ones.
   const bool tensor_cores = n_ > ops::matvec_max_columns && experts_on_tensor_cores(L);
   record_router(L, !tensor_cores && (gate_q8 || up_q8), gate_q8 && up_q8);
+  if (experts_fused(L)) {
+    record_experts_fused(L);
+    return;
+  }
+  if (!s_.expert_gate) {
+    s_.expert_gate = scratch(std::uint64_t{pairs} * c_.n_ff_exp);
+    s_.expert_up = scratch(std::uint64_t{pairs} * c_.n_ff_exp);
+    s_.expert_out = scratch(std::uint64_t{pairs} * c_.n_embd);
+  }
   ops::moe_route(rec(), lib_, s_.router_logits.range(), s_.experts.range(), s_.expert_weights.range(), n_, c_.n_expert,
                  used);
   mark("route");
@@ -551,6 +559,32 @@ void GpuModel::Step::record_experts(const GpuLayer& L, const LayerPlan& p) {
   mark("matmul experts down");
   ops::moe_combine(rec(), lib_, s_.expert_out.range(), s_.expert_weights.range(), s_.x.range(), n_, c_.n_embd, used);
   mark("experts sum");
+}
+
+// Whether a decode step's experts take two dispatches after the router (record_experts_fused):
+// where the choice has it and the products read int8 inputs with gate and up of one type.
+bool GpuModel::Step::experts_fused(const GpuLayer& L) const {
+  return plan_.kernels.experts_fused && n_ <= ops::matvec_max_columns &&
+         ops::experts_glu_applies(features_, L.w_gate.type, L.w_up.type, c_.n_ff_exp) &&
+         ops::experts_int8(features_, L.w_down.type);
+}
+
+// x += the weighted sum of each token's experts' SwiGLU blocks in two dispatches: gate and up of
+// every (token, slot) pair, each workgroup ranking its token's router logits itself, with
+// silu(gate) * up made as the down product's int8 input and the picks written as moe_route writes
+// them; then down with the weighted sum. No moe_route and no quantize_q8_silu: two dispatch levels a
+// layer fewer than record_experts' decode path.
+void GpuModel::Step::record_experts_fused(const GpuLayer& L) {
+  const std::uint32_t used = c_.n_expert_used;
+  if (!s_.expert_glu_q8) s_.expert_glu_q8 = pool_.allocate(ops::q8_acts_bytes(c_.n_ff_exp, n_ * used), "scratch");
+  ops::matvec_experts_glu(rec(), lib_, L.w_gate.type, L.w_gate.buffer.range(), L.w_up.buffer.range(), acts_q8(),
+                          {s_.experts.range(), s_.expert_weights.range(), s_.router_logits.range(), c_.n_expert},
+                          s_.expert_glu_q8.range(), {c_.n_ff_exp, c_.n_embd, n_, used, false, true});
+  mark("matmul experts gate, up, silu");
+  ops::matvec_experts_sum(rec(), lib_, L.w_down.type, L.w_down.buffer.range(), s_.expert_glu_q8.range(),
+                          s_.experts.range(), s_.expert_weights.range(), s_.x.range(),
+                          {c_.n_embd, c_.n_ff_exp, n_, used, true, true});
+  mark("matmul experts down, sum");
 }
 
 // The router's logits of rmsnorm(x) and, where gate or up reads int8 activations (`q8`), the int8

@@ -297,6 +297,7 @@ void add_attention_cases(std::vector<OpCase>& cases) {
     std::uint32_t splits = 0;
     std::uint32_t window = 0;
     float softcap = 0;
+    std::uint32_t head_group = 0;
   };
   using Path = ops::AttentionPath;
   std::vector<AttnCase> table;
@@ -325,6 +326,11 @@ void add_attention_cases(std::vector<OpCase>& cases) {
     }
   }
   table.push_back({"decode_ctx2000_gqa8_d128", 16, 2, 128, {2000}, {{0, 1999}}});
+  // qwen3moe-30b-a3b's groups of 8 query heads in workgroups of 4 and of 2 (AttentionShape::head_group).
+  for (std::uint32_t hg : {4u, 2u}) {
+    table.push_back({fmt::format("decode_ctx1_17_300_2000_gqa8_d128_hg{}", hg), 16, 2, 128, {1, 17, 300, 2000},
+                     {{0, 0}, {1, 16}, {2, 299}, {3, 1999}}, Path::automatic, 0, 0, 0, hg});
+  }
   // Head dims the one-pass kernel alone takes (not multiples of 16).
   table.push_back({"prefill_chunk_d40", 4, 2, 40, {5, 37}, {{1, 30}, {1, 31}, {0, 4}}});
   table.push_back({"decode_ctx33_gqa3_d64", 6, 2, 64, {40}, {{0, 32}}, Path::split, 2});
@@ -353,6 +359,7 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                                              c.splits};
                        s.window = c.window;
                        s.softcap = c.softcap;
+                       s.head_group = c.head_group;
                        auto q = random_vec(s.tokens * s.heads * s.head_dim, 13);
                        std::vector<std::uint32_t> seq_pos, seq, pos;
                        for (auto [sq, p] : c.queries) {
@@ -806,6 +813,52 @@ TEST(MoeSort, GroupsEveryPairByExpertInTiles) {
     std::uint32_t want_tiles = 0;
     for (std::uint32_t n : per) want_tiles += (n + tile - 1) / tile;
     EXPECT_EQ(words[0], want_tiles) << "tiles of " << tile;
+  }
+}
+
+// A decode step's experts in two dispatches (GpuModel's default, KernelChoice::experts_fused) make
+// the bits of the four they replace: matvec_experts_glu's int8 output is what moe_route, gate and up
+// by matvec_experts and quantize_q8_silu make, with the experts given or ranked from the logits in
+// the product, and ranking them it writes the ids and weights moe_route writes (for
+// matvec_experts_sum). Every type the int8 products take: one token of 8 experts of 10 with K 2048
+// (16 threads a row, as qwen3moe-30b-a3b's gate and up), three of 2 of 6 with tied logits and K
+// 512; 256 rows (8 blocks).
+TEST(ExpertsFused, MakeTheBitsOfRouteProductsAndQuantizeQ8Silu) {
+  Gpu& g = shared_gpu();
+  if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
+  const std::uint32_t m = 256;
+  for (WeightType type : all_weight_types) {
+    if (!ops::experts_int8(g.device.features(), type)) continue;
+    ASSERT_TRUE(ops::experts_glu_applies(g.device.features(), type, type, m));
+    for (auto [rows, used, experts, k, levels] : {std::tuple{1u, 8u, 10u, 2048u, 0}, {3u, 2u, 6u, 512u, 3}}) {
+      const std::uint32_t pairs = rows * used;
+      auto gate = g.up(random_weights(type, std::size_t{experts} * m, k, 1));
+      auto up = g.up(random_weights(type, std::size_t{experts} * m, k, 2));
+      auto logits = g.up(levels ? tied_vec(rows * experts, 4, levels) : random_vec(rows * experts, 4, 3.0f));
+      auto x = g.up(random_vec(std::size_t{rows} * k, 5)), x8 = g.scratch(ops::q8_acts_bytes(k, rows));
+      auto ids = g.scratch(pairs * 4), ws = g.scratch(pairs * 4), ranked_ids = g.scratch(pairs * 4),
+           ranked_ws = g.scratch(pairs * 4), gate_out = g.scratch(pairs * m * 4), up_out = g.scratch(pairs * m * 4);
+      const std::uint64_t glu_bytes = ops::q8_acts_bytes(m, pairs);
+      auto glu_want = g.scratch(glu_bytes), glu_given = g.scratch(glu_bytes), glu_ranked = g.scratch(glu_bytes);
+      const ops::ExpertProduct shape{m, k, rows, used, false, true};
+      run_step(g, [&](Recording& rec) {
+        ops::quantize_q8(rec, g.kernels, r(x), r(x8), k, rows);
+        ops::moe_route(rec, g.kernels, r(logits), r(ids), r(ws), rows, experts, used);
+        ops::matvec_experts(rec, g.kernels, type, r(gate), r(x8), r(ids), r(gate_out), shape);
+        ops::matvec_experts(rec, g.kernels, type, r(up), r(x8), r(ids), r(up_out), shape);
+        ops::quantize_q8_silu(rec, g.kernels, r(gate_out), r(up_out), r(glu_want), m, pairs);
+        ops::matvec_experts_glu(rec, g.kernels, type, r(gate), r(up), r(x8), {.experts = r(ids)}, r(glu_given), shape);
+        ops::matvec_experts_glu(rec, g.kernels, type, r(gate), r(up), r(x8), {r(ranked_ids), r(ranked_ws), r(logits), experts},
+                                r(glu_ranked), shape);
+      });
+      const std::string what = fmt::format("{}, {} tokens of {} experts", weight_type_name(type), rows, used);
+      const auto want = g.down<std::uint32_t>(glu_want, glu_bytes / 4);
+      EXPECT_NE(want, std::vector<std::uint32_t>(want.size(), 0u)) << what;
+      EXPECT_EQ(g.down<std::uint32_t>(glu_given, glu_bytes / 4), want) << what;
+      EXPECT_EQ(g.down<std::uint32_t>(glu_ranked, glu_bytes / 4), want) << what;
+      EXPECT_EQ(g.down<std::uint32_t>(ranked_ids, pairs), g.down<std::uint32_t>(ids, pairs)) << what;
+      EXPECT_EQ(g.down<std::uint32_t>(ranked_ws, pairs), g.down<std::uint32_t>(ws, pairs)) << what;
+    }
   }
 }
 

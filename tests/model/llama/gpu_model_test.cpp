@@ -214,6 +214,49 @@ TEST(GpuModelExpertsF16, DecodingFirstMatchesDecodingInTheTiles) {
   }
 }
 
+// Decode steps of quantized experts in two dispatches after the router (each token routed in the
+// products, silu(gate) * up made by gate and up: KernelChoice::experts_fused, the default) give the
+// logits of the four dispatches they replace (moe_route, gate and up, quantize_q8_silu, down with
+// the sum), bit for bit: a 7-token prompt, then steps of 1 and of 3 tokens, qwen3moe and Mixtral,
+// Q8_0, Q4_K and IQ4_XS experts. The profile's labels say which way each ran.
+TEST(GpuModelExpertsFused, GiveTheLogitsOfTheSeparateDispatches) {
+  auto& g = gpu::testing::shared_gpu();
+  if (!g.device.features().integer_dot_product) GTEST_SKIP() << "no integer dot products on this device";
+  GpuContext ctx{g.queue, g.pool, g.kernels};
+  for (Architecture arch : {Architecture::qwen3moe, Architecture::llama}) {
+    for (WeightType type : {WeightType::q8_0, WeightType::q4_k, WeightType::iq4_xs}) {
+      const LlamaConfig config = experts_config(arch);
+      auto weights = random_model(config, type, 12, false);
+      GpuModel model(ctx, config, weights.source(), "weights:tiny");
+      auto run = [&](bool fused, StepProfile& profile) {
+        gpu::ops::KernelChoice choice;
+        choice.experts_fused = fused;
+        model.set_kernel_choice(choice);
+        GpuKvCache cache(ctx, config, 8, 4);
+        StepBatch batch;
+        batch.block_tables = {{5, 0, 7}, {1, 6, 2}};
+        for (std::uint32_t p = 0; p < 7; ++p) batch.tokens.push_back({0, p, static_cast<std::int32_t>(p * 41 % 300), true});
+        std::vector<float> logits = model.forward(batch, cache, &profile);
+        for (const auto& tokens : {std::vector<StepToken>{{0, 7, 13, true}},
+                                   std::vector<StepToken>{{0, 8, 250, true}, {1, 0, 9, true}, {1, 1, 99, true}}}) {
+          batch.tokens = tokens;
+          const auto more = model.forward(batch, cache, &profile);
+          logits.insert(logits.end(), more.begin(), more.end());
+        }
+        return logits;
+      };
+      const std::string what = fmt::format("{} {}", architecture_name(arch), gpu::weight_type_name(type));
+      StepProfile fused_profile, separate_profile;
+      const std::vector<float> fused = run(true, fused_profile), separate = run(false, separate_profile);
+      EXPECT_EQ(fused, separate) << what;
+      EXPECT_TRUE(fused_profile.gpu_ms.contains("matmul experts gate, up, silu")) << what;
+      EXPECT_FALSE(fused_profile.gpu_ms.contains("route")) << what;
+      EXPECT_TRUE(separate_profile.gpu_ms.contains("route")) << what;
+      EXPECT_FALSE(separate_profile.gpu_ms.contains("matmul experts gate, up, silu")) << what;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     ArchitecturesAndTypes, GpuModelExperts,
     ::testing::Combine(::testing::Values(Architecture::qwen3moe, Architecture::llama),
