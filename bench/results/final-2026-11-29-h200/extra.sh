@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The helpers' A/B runs of call F2 (after llama.cpp): the wide experts' F16 path in the model and its
-# tests on the tensor cores; a decode batch of 8.
+# tests on the tensor cores; qwen3moe's fused decode experts against the four dispatches; a decode
+# batch of 8.
 set -uo pipefail
 M=/tmp/quant-types
 P=$(printf 'The quick brown fox jumps over the lazy dog. %.0s' {1..51})
@@ -14,6 +15,13 @@ for round in 1 2; do
     echo "experts-f16 $m | $r" >> $OUT/extra.txt
   done
 done
+for round in 1 2; do
+  for sep in "" --experts-separate; do
+    r=$(.devrun/bin/mqlm generate $M/qwen3moe-30b-a3b-q4_k_m.gguf -p "$P" -n 128 --temperature 0 --warmup -q $sep 2>&1 | grep -E "^decode" | tr '\n' ' ')
+    echo "decode ${sep:-fused} | $r" >> $OUT/extra.txt
+  done
+done
+.devrun/bin/mqlm bench kernels --experts-only --tokens 1 --types q4_k,q6_k --out $OUT/kernels-experts-1.md > /dev/null 2>&1
 echo "== profile experts-f16 always" >> $OUT/profile.txt
 .devrun/bin/mqlm generate $M/qwen3moe-30b-a3b-q4_k_m.gguf -p "$P" -n 16 --temperature 0 --warmup --profile --experts-f16 always 2>&1 | sed -n '/prefill (per step)/,/decode (per token)/p' >> $OUT/profile.txt
 for bin in mqlm mqlm-base; do
