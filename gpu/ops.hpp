@@ -144,8 +144,8 @@ struct DirectShape {
 // (always), or never.
 enum class DirectUse { automatic, always, never };
 // Whether a wide step's expert products of quantized weights decode every expert's matrix to F16
-// first and multiply F16 weights (experts_dequantize): from experts_f16_min_pairs pairs an expert
-// (automatic), wherever they can (always), or never (the weights decoded in each tile).
+// first and multiply F16 weights (experts_dequantize): wherever they can (always), or never (the
+// weights decoded in each tile; automatic too, until a step is measured where decoding first pays).
 enum class ExpertsF16 { automatic, always, never };
 
 // Which kernels and shapes the products take where several could: a plain value every op that
@@ -548,11 +548,12 @@ void matmul_experts_glu(Recording& rec, KernelLibrary& lib, BufferRange gate16, 
 // rows, into a step's scratch) and gives matmul_experts_coopmat the F16 matrices, instead of
 // decoding the weights in every tile (choice.experts_f16). Decoding first writes and reads 4 bytes
 // a weight more, once a step; in the tiles the decoding holds each workgroup's loads up (H200,
-// qwen3moe-30b-a3b at 512 tokens: 21-24 TFLOP/s). automatic: from experts_f16_min_pairs pairs an
-// expert on average, where the F16 product's saving pays for the decoding (see ops.cpp).
-inline constexpr std::uint32_t experts_f16_min_pairs = 24;
+// qwen3moe-30b-a3b at 512 tokens: 21-24 TFLOP/s). automatic: not taken. Decoding first was slower
+// where measured (H200, qwen3moe-30b-a3b Q4_K_M, 512-token prefill, 32 pairs an expert: 6,430 ->
+// 6,030 tok/s, bench/results/final-2026-11-29-h200): the F16 products gain less than the decoding
+// costs, and the F16 scratch (805 MB there) is not taken either.
 bool experts_dequantize(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
-                        std::uint32_t pairs, std::uint32_t n_expert, const KernelChoice& choice = {});
+                        const KernelChoice& choice = {});
 // x(row, n) += sum over the row's slots of weight(row, slot) * outputs(row * used + slot, n).
 void moe_combine(Recording& rec, KernelLibrary& lib, BufferRange outputs, BufferRange weights, BufferRange x,
                  std::uint32_t rows, std::uint32_t n, std::uint32_t used);

@@ -359,10 +359,8 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));
   cmd->add_option("--experts-f16", o->experts_f16,
-                  fmt::format("a mixture of experts' wide steps on the tensor cores: decode every expert's quantized "
-                              "matrix to F16 first (always), the weights in each tile instead (never), or the first "
-                              "from {} pairs an expert on average (auto)",
-                              gpu::ops::experts_f16_min_pairs))
+                  "a mixture of experts' wide steps on the tensor cores: decode every expert's quantized matrix to "
+                  "F16 first (always), or the weights in each tile instead (never; auto, the default, does so too)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->callback([o] {

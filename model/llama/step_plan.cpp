@@ -116,9 +116,8 @@ class Planner {
         !applies(L.w_down, n_embd, n_ff)) {
       return p;
     }
-    const std::uint32_t pairs = n_ * config_.n_expert_used;
     auto dequantize = [&](const GpuTensor& w, std::uint32_t m, std::uint32_t k) {
-      return ops::experts_dequantize(features_, w.type, m, k, pairs, config_.n_expert, kernels_);
+      return ops::experts_dequantize(features_, w.type, m, k, kernels_);
     };
     p.gate.dequantize = dequantize(L.w_gate, n_ff, n_embd);
     p.up.dequantize = dequantize(L.w_up, n_ff, n_embd);

@@ -184,7 +184,7 @@ TEST(StepPlan, DecodesTheExpertsToF16ForWideSteps) {
   };
   using gpu::ops::ExpertsF16;
   for (auto [tokens, f16, features, decoded] :
-       {std::tuple{512u, ExpertsF16::automatic, h100(), true}, {384u, ExpertsF16::automatic, h100(), true},
+       {std::tuple{512u, ExpertsF16::always, h100(), true}, {512u, ExpertsF16::automatic, h100(), false},
         {383u, ExpertsF16::automatic, h100(), false}, {512u, ExpertsF16::never, h100(), false},
         {16u, ExpertsF16::always, h100(), true}, {8u, ExpertsF16::always, h100(), false},  // decode: the mat-vec
         {512u, ExpertsF16::automatic, plain_device(), false}}) {
