@@ -1470,20 +1470,9 @@ void matmul_experts_coopmat(Recording& rec, KernelLibrary& lib, WeightType type,
                    {weights, acts16, out, order, tiles}, s, 128, tiles_at_most);
 }
 
-// The threshold from the H200's figures for qwen3moe-30b-a3b's gate (128 experts of 768 x 2048,
-// Q4_K; bench/results/moe-gemma-2026-11-29-h200/kernels-experts.md): decoded in the tiles the
-// product makes ~23 TFLOP/s, 0.13 us a pair; through F16 ~40 TFLOP/s, 0.08 us a pair, after ~150 us
-// of decoding (113 MB read, 403 MB written at ~3.4 TB/s). Those meet at ~2,900 pairs, 22 an
-// expert; 512 tokens of 8 experts are 32 an expert. Below it every expert is still decoded, for
-// fewer pairs (16 tokens, one an expert: 1.27 against 0.88 ms; the 64-token rows there are slower
-// than the 512-token ones on every path, which this arithmetic does not explain).
 bool experts_dequantize(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
                         const KernelChoice& choice) {
-  if (!quantized(type) || m % 16 != 0 || !experts_coopmat_applies(features, type, m, k)) return false;
-  switch (choice.experts_f16) {
-    case ExpertsF16::always: return true;
-    default: return false;  // never, and automatic (slower where measured: ops.hpp)
-  }
+  return choice.experts_f16 && quantized(type) && m % 16 == 0 && experts_coopmat_applies(features, type, m, k);
 }
 
 std::string experts_coopmat_module(WeightType type, std::uint32_t tile_pairs, bool glu) {

@@ -143,10 +143,6 @@ struct DirectShape {
 // columns (automatic: where it measured faster in the model), for everything it can take
 // (always), or never.
 enum class DirectUse { automatic, always, never };
-// Whether a wide step's expert products of quantized weights decode every expert's matrix to F16
-// first and multiply F16 weights (experts_dequantize): wherever they can (always), or never (the
-// weights decoded in each tile; automatic too, until a step is measured where decoding first pays).
-enum class ExpertsF16 { automatic, always, never };
 
 // Which kernels and shapes the products take where several could: a plain value every op that
 // depends on it takes as an argument. Its defaults are the tuned choices a model step takes;
@@ -162,7 +158,10 @@ struct KernelChoice {
   std::uint32_t staged_splits = 0;  // K slices of the narrow path's split products; 0: tuned
   DirectUse direct_use = DirectUse::automatic;
   DirectShape direct_shape;
-  ExpertsF16 experts_f16 = ExpertsF16::automatic;
+  // Whether a wide step's expert products of quantized weights decode every expert's matrix to F16
+  // first and multiply F16 weights (experts_dequantize); false, the default: the weights decoded in
+  // each tile (decoding first measured slower: experts_dequantize).
+  bool experts_f16 = false;
   // A decode step's expert products: true routes each token inside the products from the router's
   // logits and makes silu(gate) * up in the gate and up product (matvec_experts_glu, then
   // matvec_experts_sum: two dispatch levels after the router); false runs moe_route, gate and up,
@@ -543,15 +542,14 @@ bool experts_glu_applies(const DeviceFeatures& features, std::uint32_t m, std::u
 void matmul_experts_glu(Recording& rec, KernelLibrary& lib, BufferRange gate16, BufferRange up16, BufferRange acts16,
                         BufferRange order, BufferRange tiles, BufferRange out16, const ExpertProduct& shape,
                         std::uint32_t n_expert, std::uint32_t tile_pairs = experts_coopmat_pairs);
-// Whether a wide step of `pairs` (token, expert) pairs over n_expert experts first decodes every
-// expert's m x k matrix of quantized `type` to F16 (dequantize_f16 of the whole tensor, n_expert * m
-// rows, into a step's scratch) and gives matmul_experts_coopmat the F16 matrices, instead of
-// decoding the weights in every tile (choice.experts_f16). Decoding first writes and reads 4 bytes
-// a weight more, once a step; in the tiles the decoding holds each workgroup's loads up (H200,
-// qwen3moe-30b-a3b at 512 tokens: 21-24 TFLOP/s). automatic: not taken. Decoding first was slower
-// where measured (H200, qwen3moe-30b-a3b Q4_K_M, 512-token prefill, 32 pairs an expert: 6,430 ->
-// 6,030 tok/s, bench/results/final-2026-11-29-h200): the F16 products gain less than the decoding
-// costs, and the F16 scratch (805 MB there) is not taken either.
+// Whether a wide step first decodes every expert's m x k matrix of quantized `type` to F16
+// (dequantize_f16 of the whole tensor, n_expert * m rows, into a step's scratch) and gives
+// matmul_experts_coopmat the F16 matrices, instead of decoding the weights in every tile: where
+// choice.experts_f16 asks and the tensor-core product takes them. Decoding first writes and reads 4
+// bytes a weight more, once a step; in the tiles the decoding holds each workgroup's loads up (H200,
+// qwen3moe-30b-a3b at 512 tokens: 21-24 TFLOP/s). Decoding first was slower where measured (H200,
+// qwen3moe-30b-a3b Q4_K_M, 512-token prefill, 32 pairs an expert: 6,430 -> 6,030 tok/s,
+// bench/results/final-2026-11-29-h200), so it is not the default, nor its 805 MB of F16 scratch.
 bool experts_dequantize(const DeviceFeatures& features, WeightType type, std::uint32_t m, std::uint32_t k,
                         const KernelChoice& choice = {});
 // x(row, n) += sum over the row's slots of weight(row, slot) * outputs(row * used + slot, n).

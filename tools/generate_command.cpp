@@ -46,7 +46,7 @@ struct GenerateOptions {
   std::uint32_t page_size = 16;
   std::uint32_t batch = 1;
   std::string matvec_shape;  // the vector kernel's workgroup, for measuring others than the tuned one
-  std::string experts_f16 = "auto";  // gpu::ops::ExpertsF16: auto, always, never
+  bool experts_f16 = false;  // KernelChoice::experts_f16, for measuring it against the default
   bool experts_separate = false;  // KernelChoice::experts_fused off, for measuring the fused decode against it
 };
 
@@ -319,9 +319,7 @@ void generate(const GenerateOptions& o) {
   model::GpuModel gpu_model(ctx, config, model::gguf_tensor_source(file), "weights:" + o.model);
   gpu::ops::KernelChoice choice;
   if (!o.matvec_shape.empty()) choice.matvec_shape = parse_matvec_shape(o.matvec_shape);
-  choice.experts_f16 = o.experts_f16 == "always"  ? gpu::ops::ExpertsF16::always
-                       : o.experts_f16 == "never" ? gpu::ops::ExpertsF16::never
-                                                  : gpu::ops::ExpertsF16::automatic;
+  choice.experts_f16 = o.experts_f16;
   choice.experts_fused = !o.experts_separate;
   gpu_model.set_kernel_choice(choice);
   const double load_s = seconds(Clock::now() - load_start);
@@ -358,11 +356,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--batch", o->batch, "decode this many copies of the prompt side by side (greedy), as a server's batch")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));
-  cmd->add_option("--experts-f16", o->experts_f16,
-                  "a mixture of experts' wide steps on the tensor cores: decode every expert's quantized matrix to "
-                  "F16 first (always), or the weights in each tile instead (never; auto, the default, does so too)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "always", "never"}));
+  cmd->add_flag("--experts-f16", o->experts_f16,
+                "a mixture of experts' wide steps on the tensor cores: decode every expert's quantized matrix to F16 "
+                "first, not the weights in each tile, for comparison");
   cmd->callback([o] {
     o->model = resolve_model(o->model);
     generate(*o);

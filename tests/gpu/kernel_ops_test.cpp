@@ -879,17 +879,17 @@ TEST(NarrowExperts, MultiplyEachPairByItsExpertFromF16) {
   EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::bf16, 768, 2048));
   EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::q4_0, 768, 2080));  // K % 128 != 0
   EXPECT_FALSE(ops::experts_coopmat_applies(DeviceFeatures{}, WeightType::q4_k, 768, 2048));
-  // Decoded to F16 first: quantized types where the choice says so (always); not by default (slower
-  // where measured), nor never.
+  // Decoded to F16 first: quantized types where the choice asks; not by default (slower where
+  // measured).
   ops::KernelChoice choice;
-  choice.experts_f16 = ops::ExpertsF16::always;
+  choice.experts_f16 = true;
   EXPECT_TRUE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048, choice));
   EXPECT_TRUE(ops::experts_dequantize(h100, WeightType::q6_k, 2048, 768, choice));
   EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::f16, 768, 2048, choice));  // F16 already
   EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::q4_k, 200, 2048, choice));  // M % 16 != 0
   EXPECT_FALSE(ops::experts_dequantize(DeviceFeatures{}, WeightType::q4_k, 768, 2048, choice));
-  EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048));  // automatic
-  choice.experts_f16 = ops::ExpertsF16::never;
+  EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048));  // the default
+  choice.experts_f16 = false;
   EXPECT_FALSE(ops::experts_dequantize(h100, WeightType::q4_k, 768, 2048, choice));
   h100.cooperative_matrix = CooperativeMatrixShape{16, 8, 16};
   EXPECT_FALSE(ops::experts_coopmat_applies(h100, WeightType::q4_k, 768, 2048));  // built for 16x16x16 only

@@ -184,7 +184,7 @@ TEST_P(GpuModelExperts, WideStepMatchesNarrowSteps) {
 }
 
 // A wide step of quantized experts on the tensor cores (skipped where the device has none, as on
-// lavapipe): every expert's matrices decoded to F16 first (ops::ExpertsF16::always) against the
+// lavapipe): every expert's matrices decoded to F16 first (KernelChoice::experts_f16) against the
 // weights decoded in each tile (never), 40 tokens of Q4_K, Q8_0 and Q6_K weights. Both decode a
 // block to the same halves and multiply them in the same tiles and order; decoded first, gate and
 // up then make silu(gate) * up in one dispatch (ops::matmul_experts_glu) where the other way has a
@@ -204,11 +204,11 @@ TEST(GpuModelExpertsF16, DecodingFirstMatchesDecodingInTheTiles) {
     batch.block_tables = {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
     for (std::uint32_t p = 0; p < 40; ++p) batch.tokens.push_back({0, p, static_cast<std::int32_t>((p * 37 + 5) % 300), true});
     std::vector<float> logits[2];
-    for (auto f16 : {gpu::ops::ExpertsF16::never, gpu::ops::ExpertsF16::always}) {
+    for (bool f16 : {false, true}) {
       gpu::ops::KernelChoice choice;
       choice.experts_f16 = f16;
       model.set_kernel_choice(choice);
-      logits[f16 == gpu::ops::ExpertsF16::always] = model.forward(batch, cache);
+      logits[f16] = model.forward(batch, cache);
     }
     EXPECT_LT(normalised_error(logits[1], logits[0]), 1e-4) << gpu::weight_type_name(type);
   }

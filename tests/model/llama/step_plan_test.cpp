@@ -177,17 +177,15 @@ TEST(StepPlan, DecodesTheExpertsToF16ForWideSteps) {
   }
   const GpuTensor output = matrix(WeightType::f16, config.n_vocab, config.n_embd);
   const std::uint64_t gate_up16 = std::uint64_t{2} * config.n_expert * config.n_ff_exp * config.n_embd * 2;
-  auto plan = [&](std::uint32_t tokens, gpu::ops::ExpertsF16 f16, const gpu::DeviceFeatures& features) {
+  auto plan = [&](std::uint32_t tokens, bool f16, const gpu::DeviceFeatures& features) {
     gpu::ops::KernelChoice choice;
     choice.experts_f16 = f16;
     return plan_step(features, config, layers, output, tokens, 1, choice);
   };
-  using gpu::ops::ExpertsF16;
   for (auto [tokens, f16, features, decoded] :
-       {std::tuple{512u, ExpertsF16::always, h100(), true}, {512u, ExpertsF16::automatic, h100(), false},
-        {383u, ExpertsF16::automatic, h100(), false}, {512u, ExpertsF16::never, h100(), false},
-        {16u, ExpertsF16::always, h100(), true}, {8u, ExpertsF16::always, h100(), false},  // decode: the mat-vec
-        {512u, ExpertsF16::automatic, plain_device(), false}}) {
+       {std::tuple{512u, true, h100(), true}, {512u, false, h100(), false}, {383u, false, h100(), false},
+        {16u, true, h100(), true}, {8u, true, h100(), false},  // decode: the mat-vec
+        {512u, false, plain_device(), false}, {512u, true, plain_device(), false}}) {
     const StepPlan p = plan(tokens, f16, features);
     const LayerPlan& last = p.layers.back();
     EXPECT_EQ(last.gate.dequantize, decoded) << tokens;
